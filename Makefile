@@ -1,0 +1,26 @@
+# Two commands on a fresh machine: `make run` (the main job) and `make test`.
+# Each creates the virtual environment on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: run test doctor bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(VENV)/bin/streamsafe doctor
+	$(VENV)/bin/streamsafe hazards
+
+test: $(VENV)/.installed
+	$(PY) -m pytest
+
+doctor: $(VENV)/.installed
+	$(VENV)/bin/streamsafe doctor
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

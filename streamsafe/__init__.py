@@ -1,0 +1,62 @@
+"""streamsafe: safe, cheap stream ordering for GPU video effects across PyTorch, CuPy and JAX.
+
+Import never needs a GPU, a driver, or any array framework: the CUDA backend loads
+lazily, and :class:`SimBackend` models CUDA ordering in pure Python.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._version import __version__
+from .backend import SimBackend, current_backend, cuda_available, use_backend
+from .backend.schedule import AdversarialScheduler, ChoiceScheduler, InOrderScheduler, RandomScheduler
+from .clocks import HOST, VectorClock, is_ordered_after
+from .errors import (
+    BackendUnavailableError,
+    CudaDriverError,
+    DeviceMismatchError,
+    RaceError,
+    StreamsafeError,
+    StreamTypeError,
+    StreamValueError,
+)
+from .races import Access, Race
+from .streams import Stream, StreamKind, as_stream, implicitly_ordered
+
+__all__ = [
+    "__version__",
+    "Access",
+    "AdversarialScheduler",
+    "BackendUnavailableError",
+    "ChoiceScheduler",
+    "CudaBackend",
+    "CudaDriverError",
+    "DeviceMismatchError",
+    "HOST",
+    "InOrderScheduler",
+    "Race",
+    "RaceError",
+    "RandomScheduler",
+    "SimBackend",
+    "Stream",
+    "StreamKind",
+    "StreamTypeError",
+    "StreamValueError",
+    "StreamsafeError",
+    "VectorClock",
+    "as_stream",
+    "cuda_available",
+    "current_backend",
+    "implicitly_ordered",
+    "is_ordered_after",
+    "use_backend",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CudaBackend":  # lazy: needs cuda.bindings, and a driver to construct
+        from .backend.cuda import CudaBackend
+
+        return CudaBackend
+    raise AttributeError(f"module 'streamsafe' has no attribute {name!r}")

@@ -1,0 +1,81 @@
+"""Backends: where fences go. The driver (:class:`CudaBackend`) or the model (:class:`SimBackend`).
+
+:func:`current_backend` is the backend used when a call names none: the one made
+active with :func:`use_backend`, else the driver when a CUDA device is present,
+else a process-wide :class:`SimBackend`. ``CudaBackend`` is imported lazily, so this
+package imports on a machine with no NVIDIA driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ._protocol import Backend, Event
+from .sim import SimBackend
+
+if TYPE_CHECKING:
+    from .cuda import CudaBackend
+
+__all__ = [
+    "Backend",
+    "Event",
+    "SimBackend",
+    "CudaBackend",
+    "current_backend",
+    "use_backend",
+    "cuda_available",
+    "default_backend",
+]
+
+_active: contextvars.ContextVar[Backend | None] = contextvars.ContextVar("streamsafe_backend", default=None)
+_default: Backend | None = None
+_default_lock = threading.Lock()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CudaBackend":
+        from .cuda import CudaBackend
+
+        return CudaBackend
+    raise AttributeError(name)
+
+
+def cuda_available() -> bool:
+    """True when the NVIDIA driver loads and reports at least one device. Does not block."""
+    from .cuda import CudaBackend
+
+    return CudaBackend.probe() is None
+
+
+def default_backend() -> Backend:
+    """The process-wide backend: the driver if a GPU is present, else a shared SimBackend."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            if cuda_available():
+                from .cuda import CudaBackend
+
+                _default = CudaBackend()
+            else:
+                _default = SimBackend()
+        return _default
+
+
+def current_backend() -> Backend:
+    """The backend made active by :func:`use_backend` in this context, else :func:`default_backend`."""
+    active = _active.get()
+    return active if active is not None else default_backend()
+
+
+@contextlib.contextmanager
+def use_backend(backend: Backend) -> Iterator[Backend]:
+    """Make ``backend`` the current one inside the block (per thread and task)."""
+    token = _active.set(backend)
+    try:
+        yield backend
+    finally:
+        _active.reset(token)

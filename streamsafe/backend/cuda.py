@@ -1,0 +1,263 @@
+"""CudaBackend: the ordering primitives on the real driver, through ``cuda.bindings``.
+
+Events are created with ``CU_EVENT_DISABLE_TIMING`` and come from a bounded pool per
+device: a fence borrows one, records it, makes the waiter wait, and returns it at
+once (a wait captures the record it saw, so re-recording later is safe). In steady
+state no event is created per fence. Every driver error becomes a
+:class:`~streamsafe.errors.CudaDriverError` naming the call and the CUDA error.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import BackendUnavailableError, CudaDriverError, StreamValueError
+from ..frameworks import framework_current_stream_handle
+from ._pool import EventPool, EventPoolStats
+from ..streams import LEGACY_HANDLE, Stream, StreamKind, as_stream
+
+__all__ = ["CudaBackend", "CudaEvent"]
+
+_driver: Any = None
+
+
+def _load_driver() -> Any:
+    global _driver
+    if _driver is None:
+        from cuda.bindings import driver
+
+        _driver = driver
+    return _driver
+
+
+def _check(result: Any, call: str, hint: str = "") -> Any:
+    """Unpack a ``cuda.bindings`` result tuple, raising on any error but success."""
+    d = _driver
+    err = result[0] if isinstance(result, tuple) else result
+    if err != d.CUresult.CUDA_SUCCESS:
+        code = int(err)
+        name_res = d.cuGetErrorName(err)
+        desc_res = d.cuGetErrorString(err)
+        name = name_res[1].decode() if name_res[0] == d.CUresult.CUDA_SUCCESS else f"CUresult {code}"
+        desc = desc_res[1].decode() if desc_res[0] == d.CUresult.CUDA_SUCCESS else "unknown error"
+        raise CudaDriverError(call, code, name, desc, hint)
+    if isinstance(result, tuple):
+        if len(result) == 1:
+            return None
+        if len(result) == 2:
+            return result[1]
+        return result[1:]
+    return None
+
+
+class CudaEvent:
+    """A pooled driver event (timing disabled) of one device."""
+
+    __slots__ = ("device", "handle", "__weakref__")
+
+    def __init__(self, device: int, handle: Any) -> None:
+        self.device = device
+        self.handle = handle
+
+    def __repr__(self) -> str:
+        return f"CudaEvent(device={self.device}, handle={int(self.handle):#x})"
+
+
+@dataclass
+class _Device:
+    ctx: Any
+
+
+class CudaBackend:
+    """Fences and host waits on the real GPU.
+
+    ``max_free_events`` bounds each device's pool: events returned beyond it are destroyed.
+    """
+
+    name = "cuda"
+
+    def __init__(self, *, max_free_events: int = 64) -> None:
+        reason = self.probe()
+        if reason is not None:
+            raise BackendUnavailableError(
+                "CUDA",
+                reason,
+                "Install the NVIDIA driver and `cuda-python`, or use streamsafe.SimBackend() to run without a GPU",
+            )
+        self._d = _load_driver()
+        self._pool: EventPool[CudaEvent] = EventPool(self._create_event, self._destroy_event, max_free_events)
+        self._devices: dict[int, _Device] = {}
+        self._lock = threading.Lock()
+        self._cu_streams: dict[int, Any] = {}
+        self._count = int(_check(self._d.cuDeviceGetCount(), "cuDeviceGetCount"))
+
+    @staticmethod
+    def probe() -> str | None:
+        """``None`` when the driver loads and has a device; else why not. Does not block."""
+        try:
+            d = _load_driver()
+        except ImportError as e:
+            return f"cuda.bindings is not importable ({e})"
+        try:
+            err = d.cuInit(0)[0]
+        except Exception as e:  # the driver library itself is missing
+            return f"the NVIDIA driver library could not be loaded ({type(e).__name__}: {e})"
+        if err != d.CUresult.CUDA_SUCCESS:
+            return f"cuInit failed with {d.cuGetErrorName(err)[1].decode()}"
+        err, count = d.cuDeviceGetCount()
+        if err != d.CUresult.CUDA_SUCCESS or count == 0:
+            return "the driver reports no CUDA device"
+        return None
+
+    # -- devices and contexts -------------------------------------------------------------
+
+    def device_count(self) -> int:
+        return self._count
+
+    def current_device(self) -> int:
+        """The device of the current context, else 0. Does not block."""
+        ctx = _check(self._d.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if ctx is None or int(ctx) == 0:
+            return 0
+        return int(_check(self._d.cuCtxGetDevice(), "cuCtxGetDevice"))
+
+    def _device(self, device: int) -> _Device:
+        state = self._devices.get(device)
+        if state is None:
+            if not 0 <= device < self._count:
+                raise StreamValueError(
+                    device, f"there are {self._count} CUDA device(s), numbered 0 to {self._count - 1}", "Pick one of them."
+                )
+            with self._lock:
+                state = self._devices.get(device)
+                if state is None:
+                    dev = _check(self._d.cuDeviceGet(device), "cuDeviceGet")
+                    ctx = _check(self._d.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+                    state = self._devices[device] = _Device(ctx)
+        return state
+
+    @contextmanager
+    def _in_context(self, device: int) -> Iterator[None]:
+        """Make the device's primary context current for the block, if it is not already."""
+        state = self._device(device)
+        current = _check(self._d.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if current is not None and int(current) == int(state.ctx):
+            yield
+            return
+        _check(self._d.cuCtxPushCurrent(state.ctx), "cuCtxPushCurrent")
+        try:
+            yield
+        finally:
+            _check(self._d.cuCtxPopCurrent(), "cuCtxPopCurrent")
+
+    def _cu_stream(self, handle: int) -> Any:
+        cu = self._cu_streams.get(handle)
+        if cu is None:
+            cu = self._cu_streams[handle] = self._d.CUstream(handle)
+        return cu
+
+    # -- streams ------------------------------------------------------------------------------
+
+    def stream_info(self, handle: int) -> tuple[int, bool]:
+        """``(device, non_blocking)`` read with ``cuStreamGetDevice``/``cuStreamGetFlags``. Does not block."""
+        cu = self._cu_stream(handle)
+        hint = f"Is {handle:#x} a live CUDA stream pointer?"
+        flags = int(_check(self._d.cuStreamGetFlags(cu), "cuStreamGetFlags", hint))
+        device = int(_check(self._d.cuStreamGetDevice(cu), "cuStreamGetDevice", hint))
+        return device, bool(flags & int(self._d.CUstream_flags.CU_STREAM_NON_BLOCKING))
+
+    def current_stream(self, device: int | None = None) -> Stream:
+        """The current stream of the framework in use (torch, then CuPy), else the legacy stream."""
+        dev = self.current_device() if device is None else device
+        found = framework_current_stream_handle(dev)
+        handle = found[0] if found else LEGACY_HANDLE
+        return as_stream(handle, device=dev, backend=self)
+
+    def _stream_arg(self, stream: Stream) -> Any:
+        if stream.kind is StreamKind.LEGACY:
+            return self._cu_stream(self._d.CU_STREAM_LEGACY)
+        if stream.kind is StreamKind.PER_THREAD:
+            return self._cu_stream(self._d.CU_STREAM_PER_THREAD)
+        return self._cu_stream(stream.handle)
+
+    # -- events -------------------------------------------------------------------------------
+
+    def _create_event(self, device: int) -> CudaEvent:
+        with self._in_context(device):
+            flags = int(self._d.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+            return CudaEvent(device, _check(self._d.cuEventCreate(flags), "cuEventCreate"))
+
+    def _destroy_event(self, event: CudaEvent) -> None:
+        _check(self._d.cuEventDestroy(event.handle), "cuEventDestroy")
+
+    def acquire_event(self, device: int) -> CudaEvent:
+        """Borrow an event of ``device`` from the pool (created only when none is free). Does not block."""
+        self._device(device)
+        return self._pool.acquire(device)
+
+    def release_event(self, event: CudaEvent) -> None:
+        """Return a borrowed event; the next borrower may record it again. Does not block."""
+        self._pool.release(event.device, event)
+
+    def pool_stats(self, device: int = 0) -> EventPoolStats:
+        """A copy of the event pool's counters for ``device``."""
+        return self._pool.stats(device)
+
+    def record(self, event: CudaEvent, stream: Stream) -> None:
+        """Record ``event`` on ``stream`` (``cuEventRecord``). Does not block the host."""
+        if stream.kind is StreamKind.LEGACY or stream.kind is StreamKind.PER_THREAD:
+            with self._in_context(stream.device):
+                _check(self._d.cuEventRecord(event.handle, self._stream_arg(stream)), "cuEventRecord")
+        else:
+            _check(self._d.cuEventRecord(event.handle, self._stream_arg(stream)), "cuEventRecord")
+
+    def wait(self, stream: Stream, event: CudaEvent) -> None:
+        """Make later work on ``stream`` wait for ``event``'s latest record. Does not block the host."""
+        if stream.kind is StreamKind.LEGACY or stream.kind is StreamKind.PER_THREAD:
+            with self._in_context(stream.device):
+                _check(self._d.cuStreamWaitEvent(self._stream_arg(stream), event.handle, 0), "cuStreamWaitEvent")
+        else:
+            _check(self._d.cuStreamWaitEvent(self._stream_arg(stream), event.handle, 0), "cuStreamWaitEvent")
+
+    def query(self, event: CudaEvent) -> bool:
+        """True when the work before ``event``'s latest record is complete. Does not block."""
+        err = self._d.cuEventQuery(event.handle)[0]
+        if err == self._d.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        _check((err,), "cuEventQuery")
+        return True
+
+    def synchronize_event(self, event: CudaEvent) -> None:
+        """Block the host until ``event``'s latest record has completed."""
+        _check(self._d.cuEventSynchronize(event.handle), "cuEventSynchronize")
+
+    def synchronize_stream(self, stream: Stream) -> None:
+        """Block the host until all work issued to ``stream`` has completed."""
+        with self._in_context(stream.device):
+            _check(self._d.cuStreamSynchronize(self._stream_arg(stream)), "cuStreamSynchronize")
+
+    def synchronize_device(self, device: int) -> None:
+        """Block the host until all work on ``device`` has completed (``cuCtxSynchronize``)."""
+        with self._in_context(device):
+            _check(self._d.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def fence(self, waiter: Stream, signaller: Stream) -> None:
+        """Order later work on ``waiter`` after work issued so far on ``signaller``.
+
+        A device-side fence: a pooled event recorded on ``signaller`` and waited on by
+        ``waiter``. Does not block the host.
+        """
+        event = self.acquire_event(signaller.device)
+        try:
+            self.record(event, signaller)
+            self.wait(waiter, event)
+        finally:
+            self.release_event(event)
+
+    def __repr__(self) -> str:
+        return f"CudaBackend(devices={self._count})"
+

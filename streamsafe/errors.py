@@ -1,0 +1,107 @@
+"""Errors raised by streamsafe.
+
+Every error derives from :class:`StreamsafeError`. Subclasses carry the facts as
+fields and build their message from them: what rule was broken, the value seen,
+and how to fix it. Errors about the *type* of a value also derive from
+:class:`TypeError`, errors about a *value* from :class:`ValueError`, so existing
+``except`` clauses keep working.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "StreamsafeError",
+    "StreamTypeError",
+    "StreamValueError",
+    "DeviceMismatchError",
+    "CudaDriverError",
+    "BackendUnavailableError",
+    "RaceError",
+]
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+class StreamsafeError(Exception):
+    """Base class of every error streamsafe raises."""
+
+
+class StreamTypeError(StreamsafeError, TypeError):
+    """An object was given where a CUDA stream is expected, and it is not one."""
+
+    def __init__(self, value: Any, accepted: str) -> None:
+        self.value = value
+        self.accepted = accepted
+        super().__init__(
+            f"cannot use {_show(value)} (type {type(value).__module__}.{type(value).__qualname__}) "
+            f"as a CUDA stream. Accepted: {accepted}."
+        )
+
+
+class StreamValueError(StreamsafeError, ValueError):
+    """A stream was given by a value that names no usable stream."""
+
+    def __init__(self, value: Any, rule: str, fix: str) -> None:
+        self.value = value
+        self.rule = rule
+        self.fix = fix
+        super().__init__(f"invalid stream {_show(value)}: {rule}. {fix}")
+
+
+class DeviceMismatchError(StreamsafeError, ValueError):
+    """A stream, event or array belongs to another device than the one required."""
+
+    def __init__(self, what: str, value: Any, actual: int, expected: int, fix: str) -> None:
+        self.what = what
+        self.value = value
+        self.actual = actual
+        self.expected = expected
+        self.fix = fix
+        super().__init__(
+            f"{what} {_show(value)} is on CUDA device {actual}, but device {expected} is required. {fix}"
+        )
+
+
+class CudaDriverError(StreamsafeError, RuntimeError):
+    """A CUDA driver call failed; names the call and the driver's error."""
+
+    def __init__(self, call: str, code: int, name: str, description: str, hint: str = "") -> None:
+        self.call = call
+        self.code = code
+        self.name = name
+        self.description = description
+        self.hint = hint
+        message = f"{call} failed with {name} ({code}): {description}"
+        if hint:
+            message += f". {hint}"
+        super().__init__(message)
+
+
+class BackendUnavailableError(StreamsafeError, RuntimeError):
+    """The requested backend cannot run on this machine."""
+
+    def __init__(self, backend: str, reason: str, fix: str) -> None:
+        self.backend = backend
+        self.reason = reason
+        self.fix = fix
+        super().__init__(f"the {backend} backend is unavailable: {reason}. {fix}")
+
+
+class RaceError(StreamsafeError, RuntimeError):
+    """The happens-before model found accesses to one buffer that no fence orders.
+
+    ``races`` holds the :class:`streamsafe.races.Race` reports, each naming both accesses.
+    """
+
+    def __init__(self, races: list[Any]) -> None:
+        self.races = list(races)
+        lines = [f"{len(self.races)} unordered access pair(s) found:"]
+        lines += [f"  - {race}" for race in self.races[:10]]
+        if len(self.races) > 10:
+            lines.append(f"  ... and {len(self.races) - 10} more")
+        super().__init__("\n".join(lines))

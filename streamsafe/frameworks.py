@@ -1,0 +1,47 @@
+"""What the array frameworks in this process say about streams.
+
+torch, CuPy and JAX are optional: each is consulted only when the user's program has
+already imported it (``sys.modules``), so asking never imports a framework and never
+creates a CUDA context. Nothing here blocks the host.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+__all__ = ["framework_of", "framework_current_stream_handle", "loaded_frameworks"]
+
+
+def loaded_frameworks() -> list[str]:
+    """The frameworks the program has imported, in the order streamsafe prefers them."""
+    return [name for name in ("torch", "cupy", "jax") if name in sys.modules]
+
+
+def framework_of(obj: Any) -> str | None:
+    """``"torch"``, ``"cupy"``, ``"jax"``, ``"numpy"`` or ``None``, by the object's type."""
+    root = (type(obj).__module__ or "").split(".", 1)[0]
+    if root in ("torch", "cupy", "numpy"):
+        return root
+    if root in ("jax", "jaxlib"):
+        return "jax"
+    return None
+
+
+def framework_current_stream_handle(device: int, framework: str | None = None) -> tuple[int, str] | None:
+    """The raw handle of the current stream of ``framework`` (or the first loaded one) on ``device``.
+
+    Returns ``(handle, framework)`` or ``None`` when no loaded framework has a current
+    stream for CUDA (JAX has none visible to Python).
+    """
+    names = [framework] if framework else loaded_frameworks()
+    for name in names:
+        if name == "torch" and "torch" in sys.modules:
+            torch = sys.modules["torch"]
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                return int(torch.cuda.current_stream(device).cuda_stream), "torch"
+        if name == "cupy" and "cupy" in sys.modules:
+            cupy = sys.modules["cupy"]
+            with cupy.cuda.Device(device):
+                return int(cupy.cuda.get_current_stream().ptr), "cupy"
+    return None

@@ -1,0 +1,197 @@
+"""Stream identity: one immutable value for every way a user can name a CUDA stream.
+
+:func:`as_stream` turns a torch/CuPy/cuda.core stream, any object with
+``__cuda_stream__``, a DLPack-style integer or ``None`` into a :class:`Stream`:
+device, canonical handle and :class:`StreamKind`. The kind of a created stream is
+read from the driver (``cuStreamGetFlags``), never guessed. Whether two streams are
+implicitly ordered is decided in one place, :func:`implicitly_ordered`.
+
+None of these calls blocks the host or orders any GPU work.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import DeviceMismatchError, StreamTypeError, StreamValueError
+
+if TYPE_CHECKING:
+    from .backend import Backend
+
+__all__ = [
+    "StreamKind",
+    "Stream",
+    "as_stream",
+    "implicitly_ordered",
+    "LEGACY_HANDLE",
+    "PER_THREAD_HANDLE",
+    "ACCEPTED_STREAMS",
+]
+
+LEGACY_HANDLE = 1
+"""Canonical handle of the legacy default stream (``CU_STREAM_LEGACY``, DLPack 1)."""
+PER_THREAD_HANDLE = 2
+"""Canonical handle of the per-thread default stream (``CU_STREAM_PER_THREAD``, DLPack 2)."""
+
+ACCEPTED_STREAMS = (
+    "torch.cuda.Stream/ExternalStream, cupy.cuda.Stream/ExternalStream, cuda.core streams, "
+    "any object with __cuda_stream__(), a streamsafe Stream, an int handle "
+    "(0 or 1 = legacy default stream, 2 = per-thread default stream, larger = a cudaStream_t "
+    "pointer), or None for the current stream"
+)
+
+
+class StreamKind(enum.Enum):
+    """How a stream synchronises implicitly with other streams of its device."""
+
+    LEGACY = "legacy"
+    """The legacy default stream (handle 0 or 1): waits for, and is waited on by, blocking streams."""
+    PER_THREAD = "per-thread"
+    """``cudaStreamPerThread`` (handle 2): ordered with the legacy stream only, not with other streams."""
+    BLOCKING = "blocking"
+    """Created without ``CU_STREAM_NON_BLOCKING``: implicitly ordered with the legacy stream."""
+    NON_BLOCKING = "non-blocking"
+    """Created with ``CU_STREAM_NON_BLOCKING``: ordered with nothing but itself."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One CUDA stream, identified by device and canonical handle.
+
+    ``handle`` is 1 for the legacy default stream, 2 for the per-thread default stream,
+    and the ``CUstream`` pointer otherwise. ``backend`` is the backend that owns the
+    stream (the driver, or a :class:`~streamsafe.backend.SimBackend`); it takes no
+    part in equality.
+    """
+
+    device: int
+    handle: int
+    kind: StreamKind
+    backend: Backend | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def ptr(self) -> int:
+        """The value to pass as a ``stream_ptr``/``cudaStream_t``: 0 for the legacy stream."""
+        return 0 if self.kind is StreamKind.LEGACY else self.handle
+
+    @property
+    def dlpack(self) -> int:
+        """The value to pass as ``__dlpack__(stream=...)``: 1 legacy, 2 per-thread, else the pointer."""
+        return self.handle
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """``(device, handle)``: the stream's key in a vector clock."""
+        return (self.device, self.handle)
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.ptr)
+
+    def __str__(self) -> str:
+        if self.kind is StreamKind.LEGACY:
+            return f"legacy stream (cuda:{self.device})"
+        if self.kind is StreamKind.PER_THREAD:
+            return f"per-thread stream (cuda:{self.device})"
+        return f"{self.kind} stream {self.handle:#x} (cuda:{self.device})"
+
+
+def implicitly_ordered(a: Stream, b: Stream) -> bool:
+    """True when CUDA orders work on ``a`` and ``b`` with no explicit fence.
+
+    This is the one place that decides it. Work on one stream is ordered with itself.
+    The legacy default stream waits for all earlier work of the blocking streams of
+    its device (the per-thread default stream counts as blocking) and they wait for
+    it. Non-blocking streams are ordered with nothing else, and blocking streams are
+    not ordered with each other. Streams of different devices are never ordered.
+    """
+    if a.device != b.device:
+        return False
+    if a.handle == b.handle:
+        return True
+    implicit = {StreamKind.LEGACY, StreamKind.BLOCKING, StreamKind.PER_THREAD}
+    if a.kind is StreamKind.LEGACY:
+        return b.kind in implicit
+    if b.kind is StreamKind.LEGACY:
+        return a.kind in implicit
+    return False
+
+
+def as_stream(obj: Any = None, *, device: int | None = None, backend: Backend | None = None) -> Stream:
+    """Normalise ``obj`` into a :class:`Stream`.
+
+    ``device``, when given, is the device the stream must belong to (a stream of another
+    device raises :class:`~streamsafe.errors.DeviceMismatchError`), and the device of
+    the default streams named by 0, 1, 2 or ``None``. ``backend`` defaults to the one
+    owning ``obj``, else :func:`streamsafe.backend.current_backend`.
+
+    Does not block the host; may call ``cuStreamGetFlags``/``cuStreamGetDevice``.
+    """
+    from .backend import current_backend  # local: backend imports this module
+
+    if isinstance(obj, Stream):
+        return _check_device(obj, obj, device)
+    owner = getattr(obj, "_streamsafe_backend", None)
+    be = backend or owner or current_backend()
+    if obj is None:
+        return _check_device(be.current_stream(device), obj, device)
+    if isinstance(obj, bool) or isinstance(obj, float):
+        raise StreamTypeError(obj, ACCEPTED_STREAMS)
+    if isinstance(obj, int):
+        return _from_handle(obj, obj, None, device, be)
+
+    handle, obj_device = _handle_of(obj)
+    return _from_handle(handle, obj, obj_device, device, be)
+
+
+def _handle_of(obj: Any) -> tuple[int, int | None]:
+    """The raw handle and, when the object says, its device."""
+    module = type(obj).__module__ or ""
+    if module.startswith("torch") and hasattr(obj, "cuda_stream"):
+        dev = getattr(obj, "device", None)
+        return int(obj.cuda_stream), getattr(dev, "index", None)
+    if module.startswith("cupy") and hasattr(obj, "ptr"):
+        return int(obj.ptr), getattr(obj, "device_id", None)
+    protocol = getattr(obj, "__cuda_stream__", None)
+    if protocol is not None:
+        value = protocol() if callable(protocol) else protocol
+        if not (isinstance(value, tuple) and len(value) == 2):
+            raise StreamTypeError(obj, ACCEPTED_STREAMS + " (__cuda_stream__() must return (version, handle))")
+        dev = getattr(obj, "device", None)
+        dev_index = dev if isinstance(dev, int) else getattr(dev, "device_id", getattr(dev, "index", None))
+        return int(value[1]), dev_index
+    raise StreamTypeError(obj, ACCEPTED_STREAMS)
+
+
+def _from_handle(handle: int, obj: Any, obj_device: int | None, device: int | None, be: Backend) -> Stream:
+    if handle < 0:
+        raise StreamValueError(
+            obj,
+            "negative handles name no stream (DLPack's -1 means 'do not synchronise')",
+            "Pass a stream object, 0/1 for the legacy stream, 2 for the per-thread stream, or None.",
+        )
+    if handle in (0, LEGACY_HANDLE, PER_THREAD_HANDLE):
+        dev = obj_device if obj_device is not None else device if device is not None else be.current_device()
+        kind = StreamKind.PER_THREAD if handle == PER_THREAD_HANDLE else StreamKind.LEGACY
+        canonical = PER_THREAD_HANDLE if handle == PER_THREAD_HANDLE else LEGACY_HANDLE
+        return _check_device(Stream(dev, canonical, kind, be), obj, device)
+    dev, non_blocking = be.stream_info(handle)  # from the driver, not from the object's own claim
+    kind = StreamKind.NON_BLOCKING if non_blocking else StreamKind.BLOCKING
+    return _check_device(Stream(dev, handle, kind, be), obj, device)
+
+
+def _check_device(stream: Stream, obj: Any, device: int | None) -> Stream:
+    if device is not None and stream.device != device:
+        raise DeviceMismatchError(
+            "stream",
+            obj if obj is not None else stream,
+            stream.device,
+            device,
+            f"Create the stream on device {device} (e.g. inside `with torch.cuda.device({device}):`) "
+            f"or use an effect on device {stream.device}.",
+        )
+    return stream

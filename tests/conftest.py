@@ -1,0 +1,35 @@
+"""Shared fixtures. Tests marked ``gpu`` skip cleanly on machines without a CUDA GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+import streamsafe as ss
+
+
+def _gpu_reason() -> str | None:
+    if importlib.util.find_spec("cuda.bindings") is None:
+        return "cuda.bindings is not installed"
+    from streamsafe.backend.cuda import CudaBackend
+
+    return CudaBackend.probe()
+
+
+_GPU_SKIP = _gpu_reason()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _GPU_SKIP is None:
+        return
+    skip = pytest.mark.skip(reason=f"needs a CUDA GPU: {_GPU_SKIP}")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def sim() -> ss.SimBackend:
+    """A SimBackend whose scheduler runs newest-ready-first and only when the host waits."""
+    return ss.SimBackend(scheduler="adversarial")
