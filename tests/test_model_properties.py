@@ -37,8 +37,11 @@ def programs(draw: st.DrawFn, queries: bool = True) -> Program:
     stream = st.integers(0, n - 1)
     buf = st.integers(0, N_BUFFERS - 1)
     event = st.integers(0, N_EVENTS - 1)
+    kernel = st.tuples(st.just("kernel"), stream, st.frozensets(buf, max_size=2), buf, st.integers(1, 9))
     step = st.one_of(
-        st.tuples(st.just("kernel"), stream, st.frozensets(buf, max_size=2), buf, st.integers(1, 9)),
+        kernel,
+        kernel,
+        kernel,  # weighted: most steps touch data
         st.tuples(st.just("fence"), stream, stream),
         st.tuples(st.just("record"), event, stream),
         st.tuples(st.just("wait"), stream, event),
@@ -46,7 +49,7 @@ def programs(draw: st.DrawFn, queries: bool = True) -> Program:
         st.tuples(st.just("sync_device")),
         *([st.tuples(st.just("query"), event)] if queries else []),
     )
-    steps = draw(st.lists(step, min_size=1, max_size=14))
+    steps = draw(st.lists(step, min_size=3, max_size=14))
     return Program(tuple(kinds), tuple(steps))
 
 
@@ -128,10 +131,10 @@ def test_generator_finds_racy_and_clean_programs() -> None:
     # guard against a generator that never produces one of the two cases
     seen = {True: 0, False: 0}
 
-    @settings(max_examples=200, deadline=None, database=None)
+    @settings(max_examples=200, deadline=None, database=None, derandomize=True)
     @given(program=programs())
     def probe(program: Program) -> None:
-        seen[bool(run(program, ss.InOrderScheduler())[1])] += 1
+        seen[bool(run(program, ss.AdversarialScheduler())[1])] += 1
 
     probe()
-    assert seen[True] > 10 and seen[False] > 10
+    assert seen[True] >= 5 and seen[False] >= 5, seen
