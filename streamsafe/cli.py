@@ -18,6 +18,33 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _hazards(args: argparse.Namespace) -> int:
+    from .hazards import SCENARIOS, format_table, rows_to_json, run_matrix
+
+    backend = args.backend
+    if backend == "auto":
+        backend = "cuda" if _gpu_lab_available() else "sim"
+    scenarios = SCENARIOS
+    if args.only:
+        wanted = {h.strip().upper() for h in args.only.split(",")}
+        scenarios = tuple(s for s in SCENARIOS if s.hazard in wanted)
+        if not scenarios:
+            known = sorted({s.hazard for s in SCENARIOS if s.hazard != "-"})
+            print(f"streamsafe hazards: --only {args.only!r} matches no hazard; known: {', '.join(known)}", file=sys.stderr)
+            return 2
+    rows = run_matrix(backend=backend, frames=args.frames, scenarios=scenarios)
+    print(rows_to_json(rows) if args.json else format_table(rows))
+    return 0
+
+
+def _gpu_lab_available() -> bool:
+    import importlib.util
+
+    from .backend import cuda_available
+
+    return all(importlib.util.find_spec(m) for m in ("torch", "cupy")) and cuda_available()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamsafe", description="Safe CUDA stream ordering for GPU video effects.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -25,7 +52,27 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="print Python, packages, driver, GPUs and their stream kinds")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.set_defaults(func=_doctor)
+    hazards = sub.add_parser(
+        "hazards",
+        help="run each hazard (H1-H6, H12) on the emulated effects and report races and corrupted frames",
+    )
+    hazards.add_argument("--backend", choices=["auto", "sim", "cuda"], default="auto",
+                         help="sim: the model (no GPU needed); cuda: real kernels plus the model's verdict (default: auto)")
+    hazards.add_argument("--frames", type=_positive, default=None, help="frames per scenario (default: 4 on sim, 100 on cuda)")
+    hazards.add_argument("--only", help="comma-separated hazards to run, e.g. H1,H3")
+    hazards.add_argument("--json", action="store_true", help="print one JSON object per row")
+    hazards.set_defaults(func=_hazards)
     return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,6 +19,9 @@ __all__ = [
     "CudaDriverError",
     "BackendUnavailableError",
     "RaceError",
+    "EffectStateError",
+    "InputArrayError",
+    "EffectConfigError",
 ]
 
 
@@ -105,3 +108,36 @@ class RaceError(StreamsafeError, RuntimeError):
         if len(self.races) > 10:
             lines.append(f"  ... and {len(self.races) - 10} more")
         super().__init__("\n".join(lines))
+
+
+class EffectStateError(StreamsafeError, RuntimeError):
+    """An effect was used in a state that does not allow the call (closed, not loaded)."""
+
+    def __init__(self, effect: str, call: str, state: str, fix: str) -> None:
+        self.effect = effect
+        self.call = call
+        self.state = state
+        self.fix = fix
+        super().__init__(f"{effect}.{call}() cannot run: the effect is {state}. {fix}")
+
+
+class InputArrayError(StreamsafeError, TypeError):
+    """An input is not a CUDA array speaking DLPack on the effect's device."""
+
+    def __init__(self, what: str, value: Any, rule: str, fix: str) -> None:
+        self.what = what
+        self.value = value
+        self.rule = rule
+        self.fix = fix
+        super().__init__(f"{what} {_show(value)} is not usable: {rule}. {fix}")
+
+
+class EffectConfigError(StreamsafeError, ValueError):
+    """A parameter, shape or dtype is outside what the effect accepts."""
+
+    def __init__(self, effect: str, name: str, value: Any, rule: str) -> None:
+        self.effect = effect
+        self.name = name
+        self.value = value
+        self.rule = rule
+        super().__init__(f"{effect}: {name}={_show(value)} is invalid: {rule}")

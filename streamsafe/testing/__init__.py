@@ -1,0 +1,38 @@
+"""streamsafe.testing: nvvfx-compatible effects that reproduce the SDK's stream behaviour.
+
+On a GPU the stages are real CuPy kernels on the real streams; without one they run on
+the :class:`~streamsafe.SimBackend` model, with the same ordering, so every hazard can be
+tested in CI. ``install_fake_nvvfx()`` lets ``from nvvfx import VideoSuperRes`` run here.
+"""
+
+from __future__ import annotations
+
+from .effects import (
+    STAGES,
+    ImageEncoding,
+    Mode,
+    QualityLevel,
+    TrueHDR,
+    TrueHDROutput,
+    VideoFrameGeneration,
+    VideoFrameGenerationOutput,
+    VideoSuperRes,
+    VideoSuperResOutput,
+)
+from .fake_nvvfx import fake_nvvfx, install_fake_nvvfx, uninstall_fake_nvvfx
+
+__all__ = [
+    "STAGES",
+    "ImageEncoding",
+    "Mode",
+    "QualityLevel",
+    "TrueHDR",
+    "TrueHDROutput",
+    "VideoFrameGeneration",
+    "VideoFrameGenerationOutput",
+    "VideoSuperRes",
+    "VideoSuperResOutput",
+    "fake_nvvfx",
+    "install_fake_nvvfx",
+    "uninstall_fake_nvvfx",
+]

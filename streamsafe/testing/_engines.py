@@ -1,0 +1,186 @@
+"""Two engines, one behaviour: where the emulated effects' stages run.
+
+* :class:`SimEngine`: on a :class:`~streamsafe.backend.SimBackend`, each stage is a
+  modelled kernel over NumPy data; the model orders (or fails to order) it.
+* :class:`CupyEngine`: on the GPU, each stage is a real CuPy kernel on the real stream.
+
+Both take the input with ``__dlpack__()`` and no stream, run stages on the stream they
+are told, make the host wait only when told to, and release buffers with no stream
+ordering, exactly like the SDK (see the seed document).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..backend import Backend, SimBackend, current_backend
+from ..backend.sim import SimArray
+from ..streams import LEGACY_HANDLE, Stream, StreamKind, as_stream
+
+__all__ = ["Engine", "SimEngine", "CupyEngine", "engine_for"]
+
+KernelFn = Callable[[Any, Sequence[Any], Sequence[Any]], None]
+"""``fn(xp, reads, writes)``: reads the arrays in ``reads``, writes into ``writes`` in place."""
+
+
+class Engine(Protocol):
+    backend: Backend
+    device: int
+    xp: Any
+
+    def stream(self, stream_ptr: int) -> Stream: ...
+
+    def legacy(self) -> Stream: ...
+
+    def import_capsule(self, capsule: Any) -> Any: ...
+
+    def shape_dtype(self, array: Any) -> tuple[tuple[int, ...], np.dtype[Any]]: ...
+
+    def empty(self, shape: tuple[int, ...], dtype: Any, name: str) -> Any: ...
+
+    def launch(self, stream: Stream, name: str, fn: KernelFn, reads: Sequence[Any], writes: Sequence[Any]) -> None: ...
+
+    def delay(self, stream: Stream, us: float) -> None: ...
+
+    def host_wait(self, stream: Stream) -> None: ...
+
+    def release(self, array: Any, name: str) -> None: ...
+
+    def export(self, array: Any) -> Any: ...
+
+
+class SimEngine:
+    """Stages as modelled kernels on a SimBackend."""
+
+    xp = np
+
+    def __init__(self, backend: SimBackend, device: int) -> None:
+        self.backend = backend
+        self.device = device
+
+    def stream(self, stream_ptr: int) -> Stream:
+        return as_stream(stream_ptr, device=self.device, backend=self.backend)
+
+    def legacy(self) -> Stream:
+        return self.backend.legacy_stream(self.device)
+
+    def import_capsule(self, capsule: Any) -> SimArray:
+        return self.backend.from_dlpack(capsule)
+
+    def shape_dtype(self, array: SimArray) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        return array.shape, np.dtype(array.dtype)
+
+    def empty(self, shape: tuple[int, ...], dtype: Any, name: str) -> SimArray:
+        return self.backend.empty(shape, dtype, device=self.device, name=name)
+
+    def launch(self, stream: Stream, name: str, fn: KernelFn, reads: Sequence[SimArray], writes: Sequence[SimArray]) -> None:
+        def body() -> None:
+            with np.errstate(invalid="ignore"):  # racing reads may see the model's NaN poison
+                fn(np, [a.buffer.data for a in reads], [a.buffer.data for a in writes])
+
+        self.backend.launch(stream, name, body, reads=reads, writes=writes)
+
+    def delay(self, stream: Stream, us: float) -> None:
+        """No-op: in the model the scheduler, not time, decides what runs first."""
+
+    def host_wait(self, stream: Stream) -> None:
+        self.backend.synchronize_stream(stream)
+
+    def release(self, array: SimArray, name: str) -> None:
+        self.backend.free(array, name=name)
+
+    def export(self, array: SimArray) -> Any:
+        return array.__dlpack__(stream=-1)  # a raw capsule, no synchronisation
+
+
+_SPIN_SOURCE = r"""
+extern "C" __global__ void streamsafe_spin(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+}
+"""
+
+
+class CupyEngine:
+    """Stages as real CuPy kernels on the real streams."""
+
+    def __init__(self, backend: Backend, device: int) -> None:
+        import cupy
+
+        self.xp = cupy
+        self.backend = backend
+        self.device = device
+        self._cupy = cupy
+        self._streams: dict[int, Any] = {}
+        with cupy.cuda.Device(device):
+            self._spin = cupy.RawKernel(_SPIN_SOURCE, "streamsafe_spin")
+            self._release_stream = cupy.cuda.Stream(non_blocking=True)
+            khz = cupy.cuda.runtime.getDeviceProperties(device)["clockRate"]
+        self._cycles_per_us = khz / 1000.0
+
+    def stream(self, stream_ptr: int) -> Stream:
+        return as_stream(stream_ptr, device=self.device, backend=self.backend)
+
+    def legacy(self) -> Stream:
+        return as_stream(LEGACY_HANDLE, device=self.device, backend=self.backend)
+
+    def _cupy_stream(self, stream: Stream) -> Any:
+        cs = self._streams.get(stream.handle)
+        if cs is None:
+            cuda = self._cupy.cuda
+            if stream.kind is StreamKind.LEGACY:
+                cs = cuda.Stream.null
+            elif stream.kind is StreamKind.PER_THREAD:
+                cs = cuda.Stream.ptds
+            else:
+                cs = cuda.ExternalStream(stream.handle, self.device)
+            self._streams[stream.handle] = cs
+        return cs
+
+    def import_capsule(self, capsule: Any) -> Any:
+        cupy = self._cupy
+        with cupy.cuda.Device(self.device):
+            try:
+                return cupy.from_dlpack(capsule)
+            except TypeError:
+                return cupy.fromDlpack(capsule)
+
+    def shape_dtype(self, array: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        return tuple(array.shape), np.dtype(array.dtype)
+
+    def empty(self, shape: tuple[int, ...], dtype: Any, name: str) -> Any:
+        with self._cupy.cuda.Device(self.device):
+            return self._cupy.empty(shape, dtype=dtype)
+
+    def launch(self, stream: Stream, name: str, fn: KernelFn, reads: Sequence[Any], writes: Sequence[Any]) -> None:
+        with self._cupy.cuda.Device(self.device), self._cupy_stream(stream):
+            fn(self._cupy, reads, writes)
+
+    def delay(self, stream: Stream, us: float) -> None:
+        """Spin on ``stream`` for ``us`` microseconds (widens race windows). Does not block the host."""
+        if us <= 0:
+            return
+        with self._cupy.cuda.Device(self.device), self._cupy_stream(stream):
+            self._spin((1,), (1,), (np.int64(us * self._cycles_per_us),))
+
+    def host_wait(self, stream: Stream) -> None:
+        self.backend.synchronize_stream(stream)
+
+    def release(self, array: Any, name: str) -> None:
+        """Poison the buffer from an unrelated stream, with no ordering, then drop it (like a free)."""
+        with self._cupy.cuda.Device(self.device), self._release_stream:
+            array.view(self._cupy.uint8).fill(0xDE)
+
+    def export(self, array: Any) -> Any:
+        return array.toDlpack()
+
+
+def engine_for(backend: Backend | None, device: int) -> Engine:
+    """The engine for ``backend`` (default: the current one)."""
+    be = backend if backend is not None else current_backend()
+    if isinstance(be, SimBackend):
+        return SimEngine(be, device)
+    return CupyEngine(be, device)

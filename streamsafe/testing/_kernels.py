@@ -1,0 +1,113 @@
+"""The emulated effects' arithmetic, written once against the NumPy API.
+
+``xp`` is ``numpy`` (the model) or ``cupy`` (real kernels on the GPU); every function
+is elementwise or a gather, so it never makes the host wait. These are also the
+references tests compare against.
+
+Encodings:
+
+* RGB8: float32 ``(3, H, W)`` in ``[0, 1]``. The SDK's internal result is 8-bit
+  (``round(v * 255)``), converted back to float32 (``u8 / 255``) on stream 0.
+* RGB10A2: uint32 ``(H, W)``; bits 0-9 red, 10-19 green, 20-29 blue, 30-31 alpha.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "resize_bilinear",
+    "to_rgb8",
+    "from_rgb8",
+    "pack_rgb10a2",
+    "unpack_rgb10a2",
+    "blend",
+    "tone_map_hdr",
+    "PQ_PEAK_NITS",
+]
+
+PQ_PEAK_NITS = 10000.0
+
+
+def resize_bilinear(xp: Any, src: Any, out_h: int, out_w: int) -> Any:
+    """Bilinear resize of ``(C, H, W)`` float32 with half-pixel centres (``align_corners=False``)."""
+    _, h, w = src.shape
+    f32 = xp.float32
+
+    def axis(n_out: int, n_in: int) -> tuple[Any, Any, Any]:
+        pos = (xp.arange(n_out, dtype=f32) + f32(0.5)) * f32(n_in / n_out) - f32(0.5)
+        pos = xp.clip(pos, f32(0), f32(n_in - 1))
+        i0 = xp.floor(pos).astype(xp.int64)
+        i1 = xp.minimum(i0 + 1, n_in - 1)
+        return i0, i1, (pos - i0.astype(f32))
+
+    y0, y1, wy = axis(out_h, h)
+    x0, x1, wx = axis(out_w, w)
+    wy = wy[None, :, None]
+    wx = wx[None, None, :]
+    top = src[:, y0][:, :, x0] * (f32(1) - wx) + src[:, y0][:, :, x1] * wx
+    bottom = src[:, y1][:, :, x0] * (f32(1) - wx) + src[:, y1][:, :, x1] * wx
+    return (top * (f32(1) - wy) + bottom * wy).astype(f32)
+
+
+def to_rgb8(xp: Any, rgb: Any) -> Any:
+    """Float ``[0, 1]`` to the SDK's internal 8-bit result."""
+    return xp.rint(xp.clip(rgb, 0.0, 1.0) * 255.0).astype(xp.uint8)
+
+
+def from_rgb8(xp: Any, u8: Any, out: Any) -> None:
+    """The RGB8 output conversion (the stage that runs on stream 0): ``out = u8 / 255``."""
+    out[...] = u8.astype(xp.float32) / xp.float32(255.0)
+
+
+def pack_rgb10a2(xp: Any, rgb: Any, alpha: int = 3) -> Any:
+    """``(3, H, W)`` float in ``[0, 1]`` to packed uint32 ``(H, W)``."""
+    code = xp.rint(xp.clip(rgb, 0.0, 1.0) * 1023.0).astype(xp.uint32)
+    return (code[0] | (code[1] << xp.uint32(10)) | (code[2] << xp.uint32(20)) | xp.uint32(alpha << 30)).astype(xp.uint32)
+
+
+def unpack_rgb10a2(xp: Any, packed: Any) -> Any:
+    """Packed uint32 ``(H, W)`` to ``(3, H, W)`` float32 in ``[0, 1]`` (alpha dropped)."""
+    mask = xp.uint32(0x3FF)
+    channels = [(packed >> xp.uint32(shift)) & mask for shift in (0, 10, 20)]
+    return xp.stack(channels).astype(xp.float32) / xp.float32(1023.0)
+
+
+def blend(xp: Any, previous: Any, current: Any, timestep: float, shot_change_detection: bool) -> Any:
+    """Frame generation: ``(1 - t) * previous + t * current``.
+
+    With shot-change detection, when the mean absolute difference of the two frames
+    exceeds 0.25 (a cut), the nearer input frame is repeated instead of blending.
+    Decided on the device: no host wait.
+    """
+    t = xp.float32(timestep)
+    mixed = (xp.float32(1) - t) * previous + t * current
+    if not shot_change_detection:
+        return mixed.astype(xp.float32)
+    cut = xp.abs(current - previous).mean() > xp.float32(0.25)
+    nearest = current if timestep >= 0.5 else previous
+    return xp.where(cut, nearest, mixed).astype(xp.float32)
+
+
+def tone_map_hdr(
+    xp: Any, rgb: Any, *, contrast: int, saturation: int, middle_gray: int, luminance: int
+) -> Any:
+    """The emulated TrueHDR curve: SDR ``(3, H, W)`` float in ``[0, 1]`` to PQ-coded RGB10A2.
+
+    1. linearise: ``lin = rgb ** 2.2``
+    2. saturation about luma (BT.709): ``lin = Y + (lin - Y) * saturation / 100``
+    3. contrast and peak: ``nits = clip(lin, 0, 1) ** (contrast / 100) * luminance * middle_gray / 50``
+    4. SMPTE ST 2084 (PQ) inverse EOTF of ``nits / 10000``, 10-bit, alpha 3.
+    """
+    f32 = xp.float32
+    lin = xp.clip(rgb, 0.0, 1.0).astype(f32) ** f32(2.2)
+    luma = f32(0.2126) * lin[0] + f32(0.7152) * lin[1] + f32(0.0722) * lin[2]
+    lin = luma[None] + (lin - luma[None]) * f32(saturation / 100.0)
+    lin = xp.clip(lin, 0.0, 1.0) ** f32(max(contrast, 1) / 100.0)
+    nits = xp.clip(lin * f32(luminance * middle_gray / 50.0), 0.0, PQ_PEAK_NITS)
+    y = nits / f32(PQ_PEAK_NITS)
+    m1, m2 = f32(2610 / 16384), f32(2523 / 4096 * 128)
+    c1, c2, c3 = f32(3424 / 4096), f32(2413 / 4096 * 32), f32(2392 / 4096 * 32)
+    ym = y**m1
+    pq = ((c1 + c2 * ym) / (f32(1) + c3 * ym)) ** m2
+    return pack_rgb10a2(xp, pq)

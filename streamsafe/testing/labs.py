@@ -1,0 +1,170 @@
+"""Labs: drive a producer → effect → consumer pipeline on chosen streams, on the model or a GPU.
+
+A lab makes streams of a given kind, produces input frames on a producer stream,
+imports and copies outputs on a consumer stream, and reads the copies back for
+checking. :class:`SimLab` runs on a :class:`~streamsafe.SimBackend` (and can report
+races); :class:`GpuLab` runs real kernels with torch (producer and consumer) and the
+CuPy engine (effects). Operation names follow one convention so races can be mapped
+to hazards: ``producer.write``, ``producer.reuse``, ``consumer.copy``, and the
+effects' ``<Effect>.transfer|inference|conversion|release``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..backend import Backend, SimBackend
+from ..races import Race
+from ..streams import Stream, as_stream
+
+__all__ = ["Lab", "SimLab", "GpuLab", "STREAM_KINDS"]
+
+STREAM_KINDS = ("legacy", "per-thread", "blocking", "non-blocking")
+
+
+class Lab(Protocol):
+    name: str
+    backend: Backend
+
+    def stream(self, kind: str) -> Stream: ...
+
+    def produce(self, data: np.ndarray, stream: Stream, *, delay_us: float = 0.0, into: Any = None) -> Any: ...
+
+    def consume(self, image: Any, stream: Stream, *, delay_us: float = 0.0) -> Any: ...
+
+    def fence(self, waiter: Stream, signaller: Stream) -> None: ...
+
+    def host_wait(self, stream: Stream) -> None: ...
+
+    def synchronize(self) -> None: ...
+
+    def read(self, copy: Any) -> np.ndarray: ...
+
+    def races(self) -> list[Race]: ...
+
+
+class SimLab:
+    """A lab on the model: every race is reported, and the adversarial scheduler makes it visible."""
+
+    name = "sim"
+
+    def __init__(self, backend: SimBackend | None = None) -> None:
+        self.backend: SimBackend = backend if backend is not None else SimBackend(scheduler="adversarial")
+
+    def stream(self, kind: str) -> Stream:
+        if kind == "legacy":
+            return self.backend.legacy_stream()
+        if kind == "per-thread":
+            return self.backend.per_thread_stream()
+        if kind in ("blocking", "non-blocking"):
+            return self.backend.create_stream(non_blocking=kind == "non-blocking")
+        raise ValueError(f"unknown stream kind {kind!r}: one of {', '.join(STREAM_KINDS)}")
+
+    def produce(self, data: np.ndarray, stream: Stream, *, delay_us: float = 0.0, into: Any = None) -> Any:
+        arr = into if into is not None else self.backend.empty(data.shape, data.dtype, name="input frame")
+        op = "producer.reuse" if into is not None else "producer.write"
+        self.backend.launch(stream, op, lambda: np.copyto(arr.buffer.data, data), writes=[arr])
+        return arr
+
+    def consume(self, image: Any, stream: Stream, *, delay_us: float = 0.0) -> Any:
+        view = self.backend.from_dlpack(image, stream=stream)
+        return self.backend.copy(view, stream, name="consumer.copy")
+
+    def fence(self, waiter: Stream, signaller: Stream) -> None:
+        self.backend.fence(waiter, signaller)
+
+    def host_wait(self, stream: Stream) -> None:
+        self.backend.synchronize_stream(stream)
+
+    def synchronize(self) -> None:
+        self.backend.synchronize_device(0)
+
+    def read(self, copy: Any) -> np.ndarray:
+        return self.backend.download(copy)
+
+    def races(self) -> list[Race]:
+        return list(self.backend.races)
+
+
+class GpuLab:
+    """A lab on the GPU: torch produces and consumes, CuPy runs the effects' stages."""
+
+    name = "cuda"
+
+    def __init__(self, device: int = 0) -> None:
+        import cupy
+        import torch
+
+        from ..backend.cuda import CudaBackend
+
+        self._torch = torch
+        self._cupy = cupy
+        self.device = device
+        self.backend: Backend = CudaBackend()
+        torch.cuda.init()
+        self._keep: list[Any] = []
+        self._torch_streams: dict[int, Any] = {}
+        khz = cupy.cuda.runtime.getDeviceProperties(device)["clockRate"]
+        self._cycles_per_us = khz / 1000.0
+
+    def stream(self, kind: str) -> Stream:
+        torch = self._torch
+        with torch.cuda.device(self.device):
+            if kind == "legacy":
+                ts = torch.cuda.default_stream(self.device)
+            elif kind == "non-blocking":
+                ts = torch.cuda.Stream(self.device)
+            elif kind == "blocking":
+                cs = self._cupy.cuda.Stream(non_blocking=False)
+                self._keep.append(cs)
+                ts = torch.cuda.ExternalStream(cs.ptr, device=self.device)
+            elif kind == "per-thread":
+                ts = torch.cuda.ExternalStream(2, device=self.device)
+            else:
+                raise ValueError(f"unknown stream kind {kind!r}: one of {', '.join(STREAM_KINDS)}")
+        self._keep.append(ts)
+        stream = as_stream(ts, backend=self.backend)
+        self._torch_streams[stream.handle] = ts
+        return stream
+
+    def torch_stream(self, stream: Stream) -> Any:
+        return self._torch_streams[stream.handle]
+
+    def _spin(self, us: float) -> None:
+        if us > 0:
+            self._torch.cuda._sleep(int(us * self._cycles_per_us))
+
+    def produce(self, data: np.ndarray, stream: Stream, *, delay_us: float = 0.0, into: Any = None) -> Any:
+        torch = self._torch
+        src = torch.from_numpy(np.ascontiguousarray(data)).to(f"cuda:{self.device}")
+        torch.cuda.synchronize(self.device)
+        self._keep.append(src)
+        with torch.cuda.stream(self.torch_stream(stream)):
+            dst = into if into is not None else torch.empty_like(src)
+            self._spin(delay_us)
+            dst.copy_(src)
+        self._keep.append(dst)
+        return dst
+
+    def consume(self, image: Any, stream: Stream, *, delay_us: float = 0.0) -> Any:
+        torch = self._torch
+        with torch.cuda.stream(self.torch_stream(stream)):
+            self._spin(delay_us)
+            return torch.from_dlpack(image).clone()
+
+    def fence(self, waiter: Stream, signaller: Stream) -> None:
+        self.backend.fence(waiter, signaller)
+
+    def host_wait(self, stream: Stream) -> None:
+        self.backend.synchronize_stream(stream)
+
+    def synchronize(self) -> None:
+        self._torch.cuda.synchronize(self.device)
+
+    def read(self, copy: Any) -> np.ndarray:
+        return copy.cpu().numpy()
+
+    def races(self) -> list[Race]:
+        return []

@@ -1,0 +1,292 @@
+"""The emulated nvvfx effects on the model: arithmetic, stream behaviour, errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+from streamsafe.testing import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
+from streamsafe.testing import _kernels as K
+
+
+@pytest.fixture
+def sim() -> ss.SimBackend:
+    return ss.SimBackend(devices=2, scheduler="random", seed=5)
+
+
+def rgb(h: int = 16, w: int = 24, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).random((3, h, w), dtype=np.float32)
+
+
+def fetch(sim: ss.SimBackend, out: Any) -> np.ndarray:
+    sim.synchronize_device()
+    return sim.from_dlpack(out.image).numpy()
+
+
+def sr_effect(sim: ss.SimBackend, oh: int = 32, ow: int = 48, **kw: Any) -> VideoSuperRes:
+    sr = VideoSuperRes(backend=sim, **kw)
+    sr.output_height, sr.output_width = oh, ow
+    sr.load()
+    return sr
+
+
+# -- arithmetic against NumPy references --------------------------------------------------------
+
+
+def test_resize_kernel_matches_a_direct_bilinear_formula() -> None:
+    src = rgb(16, 16)
+    out = K.resize_bilinear(np, src, 32, 32)
+    # output pixel (1, 1) sits at source position (0.25, 0.25): a weighted mean of the top-left 2x2
+    want = src[:, 0, 0] * 0.5625 + src[:, 0, 1] * 0.1875 + src[:, 1, 0] * 0.1875 + src[:, 1, 1] * 0.0625
+    np.testing.assert_allclose(out[:, 1, 1], want, rtol=1e-6)
+    np.testing.assert_allclose(K.resize_bilinear(np, src, 16, 16), src, rtol=1e-6)  # identity at scale 1
+
+
+def test_rgb10a2_pack_roundtrip() -> None:
+    x = rgb(16, 16)
+    packed = K.pack_rgb10a2(np, x)
+    assert packed.dtype == np.uint32 and packed.shape == (16, 16)
+    assert np.all(packed >> 30 == 3)
+    np.testing.assert_allclose(K.unpack_rgb10a2(np, packed), np.rint(x * 1023) / 1023, atol=1e-6)
+
+
+def test_super_res_rgb8_output(sim: ss.SimBackend) -> None:
+    x = rgb()
+    sr = sr_effect(sim)
+    got = fetch(sim, sr.run(sim.array(x)))
+    want = K.to_rgb8(np, K.resize_bilinear(np, x, 32, 48)).astype(np.float32) / 255
+    assert got.dtype == np.float32 and got.shape == (3, 32, 48)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_super_res_rgb10a2_output(sim: ss.SimBackend) -> None:
+    packed = K.pack_rgb10a2(np, rgb())
+    sr = sr_effect(sim, image_encoding=ImageEncoding.RGB10A2)
+    got = fetch(sim, sr.run(sim.array(packed)))
+    assert got.dtype == np.uint32 and got.shape == (32, 48)
+    np.testing.assert_array_equal(got, K.pack_rgb10a2(np, K.resize_bilinear(np, K.unpack_rgb10a2(np, packed), 32, 48)))
+
+
+def test_frame_generation_multiplier_and_timestep(sim: ss.SimBackend) -> None:
+    a = rgb(seed=1)
+    b = (a * 0.8 + 0.1 + rgb(seed=2) * 0.05).astype(np.float32)  # similar frames: no shot change
+    vfg = VideoFrameGeneration(backend=sim)
+    vfg.input_height, vfg.input_width = 16, 24
+    vfg.frame_multiplier = 4
+    vfg.load()
+    pa, pb = sim.array(a), sim.array(b)
+    for idx in (1, 2, 3):
+        got = fetch(sim, vfg.run(pa, pb, frame_index=idx))
+        want = K.to_rgb8(np, (1 - idx / 4) * a + idx / 4 * b).astype(np.float32) / 255
+        np.testing.assert_allclose(got, want, atol=1 / 255 + 1e-6)
+    got = fetch(sim, vfg.run_at_timestep(pa, pb, 0.3))
+    np.testing.assert_allclose(got, K.to_rgb8(np, 0.7 * a + 0.3 * b) / np.float32(255), atol=1 / 255 + 1e-6)
+
+
+def test_frame_generation_shot_change_repeats_nearest_frame(sim: ss.SimBackend) -> None:
+    dark, bright = np.zeros((3, 16, 16), np.float32), np.ones((3, 16, 16), np.float32)
+    vfg = VideoFrameGeneration(backend=sim)
+    vfg.input_height = vfg.input_width = 16
+    vfg.load()
+    assert np.all(fetch(sim, vfg.run_at_timestep(sim.array(dark), sim.array(bright), 0.25)) == 0.0)
+    vfg.automatic_shot_change_detection_enabled = False
+    got = fetch(sim, vfg.run_at_timestep(sim.array(dark), sim.array(bright), 0.25))
+    np.testing.assert_allclose(got, np.full_like(got, np.rint(0.25 * 255) / 255))
+
+
+def test_true_hdr_output(sim: ss.SimBackend) -> None:
+    x = rgb()
+    hdr = TrueHDR(backend=sim, luminance=1000, contrast=120)
+    hdr.load()
+    got = fetch(sim, hdr.run(sim.array(x)))
+    want = K.tone_map_hdr(np, x, contrast=120, saturation=100, middle_gray=50, luminance=1000)
+    np.testing.assert_array_equal(got, want)
+    assert hdr.image_encoding is ImageEncoding.RGB10A2
+    black = fetch(sim, hdr.run(sim.array(np.zeros((3, 16, 16), np.float32))))
+    assert np.all((black & 0x3FF) == 0)  # PQ of 0 nits is code 0
+
+
+# -- the SDK's stream behaviour ----------------------------------------------------------------------
+
+
+class Spy:
+    """A producer that records how __dlpack__ was called."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: list[dict[str, Any]] = []
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.inner.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        self.calls.append(kwargs)
+        return self.inner.__dlpack__(**kwargs)
+
+
+def test_input_is_taken_with_no_stream(sim: ss.SimBackend) -> None:
+    spy = Spy(sim.array(rgb()))
+    sr_effect(sim).run(spy, stream_ptr=sim.create_stream().ptr)
+    assert spy.calls == [{}]
+
+
+def test_inference_on_stream_ptr_and_conversion_on_legacy(sim: ss.SimBackend) -> None:
+    side = sim.create_stream(non_blocking=True)
+    sr = sr_effect(sim)
+    sr.run(sim.array(rgb()), stream_ptr=side.ptr, non_blocking=True)
+    [race] = [r for r in sim.races if r.second.op.endswith("conversion")]
+    assert race.first.op == "VideoSuperRes.inference" and race.first.where == str(side)
+    assert race.second.where == str(sim.legacy_stream())
+
+
+def test_blocking_mode_waits_for_the_sdk_stream(sim: ss.SimBackend) -> None:
+    side = sim.create_stream(non_blocking=True)
+    sr = sr_effect(sim)
+    before = sim.stats["host_waits"]
+    sr.run(sim.array(rgb()), stream_ptr=side.ptr, non_blocking=False)
+    assert sim.stats["host_waits"] == before + 1
+    assert not [r for r in sim.races if r.second.op.endswith("conversion")]  # H2 closed by the host wait
+
+
+def test_true_hdr_has_no_conversion_stage(sim: ss.SimBackend) -> None:
+    hdr = TrueHDR(backend=sim)
+    hdr.load()
+    side = sim.create_stream(non_blocking=True)
+    hdr.run(sim.array(rgb()), stream_ptr=side.ptr, non_blocking=True)
+    assert not any(op.name.endswith("conversion") for op in sim.pending)
+
+
+def test_output_buffer_is_reused_by_the_next_run() -> None:
+    sim = ss.SimBackend(scheduler="in-order")
+    sr = sr_effect(sim)
+    first = sr.run(sim.array(rgb(seed=1)))
+    view = sim.from_dlpack(first.image)  # a zero-copy view kept across run(): H7
+    before = view.numpy()
+    sr.run(sim.array(rgb(seed=2)))
+    assert not np.array_equal(view.numpy(), before)  # the SDK overwrote the same buffer
+
+
+def test_output_size_change_and_close_release_the_buffer() -> None:
+    sim = ss.SimBackend(scheduler="in-order")
+    sr = sr_effect(sim)
+    view = sim.from_dlpack(sr.run(sim.array(rgb())).image)
+    sr.output_width = 64  # releases the old buffer at once
+    assert view.buffer.freed and np.isnan(view.numpy()).all()
+    view2 = sim.from_dlpack(sr.run(sim.array(rgb())).image)
+    assert view2.shape == (3, 32, 64)
+    sr.close()
+    assert view2.buffer.freed and sr.closed and not sr.is_loaded
+
+
+def test_context_manager_closes(sim: ss.SimBackend) -> None:
+    with VideoSuperRes(backend=sim) as sr:
+        sr.output_width, sr.output_height = 32, 32
+        sr.load()
+        assert sr.is_loaded
+    assert sr.closed
+
+
+def test_latency_knob_validation(sim: ss.SimBackend) -> None:
+    sr = VideoSuperRes(backend=sim, latency_us={"inference": 100})
+    assert sr.latency_us == {"transfer": 0.0, "inference": 100.0, "conversion": 0.0}
+    with pytest.raises(ss.EffectConfigError, match="stages are transfer, inference, conversion"):
+        sr.latency_us = {"decode": 1}
+
+
+# -- errors: each names the value, the rule and the fix, and changes nothing -------------------------
+
+
+def test_run_before_load(sim: ss.SimBackend) -> None:
+    sr = VideoSuperRes(backend=sim)
+    with pytest.raises(ss.EffectStateError, match=r"VideoSuperRes.run\(\) cannot run: the effect is not loaded. Call VideoSuperRes.load\(\)"):
+        sr.run(sim.array(rgb()))
+
+
+def test_load_without_output_size(sim: ss.SimBackend) -> None:
+    with pytest.raises(ss.EffectStateError, match="Set output_width and output_height before load"):
+        VideoSuperRes(backend=sim).load()
+
+
+def test_run_after_close(sim: ss.SimBackend) -> None:
+    sr = sr_effect(sim)
+    sr.close()
+    with pytest.raises(ss.EffectStateError, match="the effect is closed. Create a new effect"):
+        sr.run(sim.array(rgb()))
+
+
+def test_host_array_is_refused(sim: ss.SimBackend) -> None:
+    sr = sr_effect(sim)
+    with pytest.raises(ss.InputArrayError, match=r"not CUDA \(2\). Move it to the GPU first") as info:
+        sr.run(rgb())  # a NumPy array speaks DLPack, on the CPU
+    assert isinstance(info.value, TypeError)
+    with pytest.raises(ss.InputArrayError, match="has no __dlpack__"):
+        sr.run([1, 2, 3])
+    assert sr.runs == 0
+
+
+def test_array_of_another_device_is_refused(sim: ss.SimBackend) -> None:
+    sr = sr_effect(sim)
+    other = sim.array(rgb(), device=1)
+    with pytest.raises(ss.InputArrayError, match="on CUDA device 1 but the effect runs on device 0"):
+        sr.run(other)
+
+
+@pytest.mark.parametrize(
+    "array,match",
+    [
+        (np.zeros((16, 16), np.float32), "RGB8 input must be float32 \\(3, H, W\\)"),
+        (np.zeros((3, 16, 16), np.float64), "RGB8 input must be float32"),
+        (np.zeros((3, 8, 8), np.float32), "width and height must be in \\[16, 8192\\]"),
+    ],
+)
+def test_bad_input_shapes(sim: ss.SimBackend, array: np.ndarray, match: str) -> None:
+    with pytest.raises(ss.EffectConfigError, match=match):
+        sr_effect(sim).run(sim.array(array))
+
+
+def test_bad_rgb10a2_input(sim: ss.SimBackend) -> None:
+    sr = sr_effect(sim, image_encoding=ImageEncoding.RGB10A2)
+    with pytest.raises(ss.EffectConfigError, match="RGB10A2 input must be uint32 \\(H, W\\)"):
+        sr.run(sim.array(rgb()))
+
+
+def test_output_size_outside_scale_range(sim: ss.SimBackend) -> None:
+    sr = sr_effect(sim, oh=200, ow=200)
+    with pytest.raises(ss.EffectConfigError, match="must be 1x to 4x the input size 24x16"):
+        sr.run(sim.array(rgb()))
+
+
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda s: VideoSuperRes(backend=s, strength=2.0), "strength=2.0 is invalid: must be a number in \\[0.0, 1.0\\]"),
+        (lambda s: VideoSuperRes(backend=s, quality=99), "quality=99 is invalid"),
+        (lambda s: TrueHDR(backend=s, contrast=300), "contrast=300 is invalid: must be an integer in \\[0, 200\\]"),
+        (lambda s: TrueHDR(backend=s, luminance=100), "luminance=100 is invalid"),
+        (lambda s: VideoSuperRes(backend=s, image_encoding=7), "image_encoding=7 is invalid"),
+    ],
+)
+def test_bad_parameters(sim: ss.SimBackend, make: Any, match: str) -> None:
+    with pytest.raises(ss.EffectConfigError, match=match):
+        make(sim)
+
+
+def test_frame_generation_validation(sim: ss.SimBackend) -> None:
+    vfg = VideoFrameGeneration(backend=sim)
+    with pytest.raises(ss.EffectStateError, match="Set input_width and input_height"):
+        vfg.load()
+    vfg.input_width = vfg.input_height = 16
+    with pytest.raises(ss.EffectConfigError, match="frame_multiplier=1 is invalid"):
+        vfg.frame_multiplier = 1
+    vfg.load()
+    a = sim.array(np.zeros((3, 16, 16), np.float32))
+    with pytest.raises(ss.EffectConfigError, match=r"frame_index=2 is invalid: must be an integer in \[1, frame_multiplier - 1\] = \[1, 1\]"):
+        vfg.run(a, a, frame_index=2)
+    with pytest.raises(ss.EffectConfigError, match=r"timestep=1.0 is invalid: must be a number in the open interval"):
+        vfg.run_at_timestep(a, a, 1.0)
+    b = sim.array(np.zeros((3, 16, 32), np.float32))
+    with pytest.raises(ss.EffectConfigError, match="does not match input_width x input_height = 16x16"):
+        vfg.run(a, b, frame_index=1)
