@@ -175,7 +175,9 @@ class CupyEngine:
             array.view(self._cupy.uint8).fill(0xDE)
 
     def export(self, array: Any) -> Any:
-        return array.toDlpack()
+        """A raw (unversioned) capsule, with no stream synchronisation, like the SDK's."""
+        to_dlpack = getattr(array, "toDlpack", None)
+        return to_dlpack() if to_dlpack is not None else array.__dlpack__(stream=-1)
 
 
 def engine_for(backend: Backend | None, device: int) -> Engine:
