@@ -25,12 +25,16 @@ __all__ = ["CudaBackend", "CudaEvent"]
 _driver: Any = None
 
 
+_SUCCESS: Any = None
+
+
 def _load_driver() -> Any:
-    global _driver
+    global _driver, _SUCCESS
     if _driver is None:
         from cuda.bindings import driver
 
         _driver = driver
+        _SUCCESS = driver.CUresult.CUDA_SUCCESS
     return _driver
 
 
@@ -93,6 +97,7 @@ class CudaBackend:
         self._devices: dict[int, _Device] = {}
         self._lock = threading.Lock()
         self._cu_streams: dict[int, Any] = {}
+        self._local = threading.local()
         self._count = int(_check(self._d.cuDeviceGetCount(), "cuDeviceGetCount"))
 
     @staticmethod
@@ -248,15 +253,28 @@ class CudaBackend:
     def fence(self, waiter: Stream, signaller: Stream) -> None:
         """Order later work on ``waiter`` after work issued so far on ``signaller``.
 
-        A device-side fence: a pooled event recorded on ``signaller`` and waited on by
-        ``waiter``. Does not block the host.
+        A device-side fence: an event recorded on ``signaller`` and waited on by ``waiter``.
+        The wait captures the record, so each thread reuses one event per device from the
+        pool for every fence. Does not block the host.
         """
-        event = self.acquire_event(signaller.device)
-        try:
+        events = getattr(self._local, "fence_events", None)
+        if events is None:
+            events = self._local.fence_events = {}
+        event = events.get(signaller.device)
+        if event is None:
+            event = events[signaller.device] = self.acquire_event(signaller.device)
+        if signaller.kind is StreamKind.NON_BLOCKING or signaller.kind is StreamKind.BLOCKING:
+            err = self._d.cuEventRecord(event.handle, self._cu_stream(signaller.handle))[0]
+            if err != _SUCCESS:
+                _check((err,), "cuEventRecord")
+        else:
             self.record(event, signaller)
+        if waiter.kind is StreamKind.NON_BLOCKING or waiter.kind is StreamKind.BLOCKING:
+            err = self._d.cuStreamWaitEvent(self._cu_stream(waiter.handle), event.handle, 0)[0]
+            if err != _SUCCESS:
+                _check((err,), "cuStreamWaitEvent")
+        else:
             self.wait(waiter, event)
-        finally:
-            self.release_event(event)
 
     def __repr__(self) -> str:
         return f"CudaBackend(devices={self._count})"

@@ -20,7 +20,7 @@ from ..backend import Backend, SimBackend, current_backend
 from ..backend.sim import SimArray
 from ..streams import LEGACY_HANDLE, Stream, StreamKind, as_stream
 
-__all__ = ["Engine", "SimEngine", "CupyEngine", "engine_for"]
+__all__ = ["Engine", "SimEngine", "CupyEngine", "engine_for", "spin_cycles_per_us"]
 
 KernelFn = Callable[[Any, Sequence[Any], Sequence[Any]], None]
 """``fn(xp, reads, writes)``: reads the arrays in ``reads``, writes into ``writes`` in place."""
@@ -116,10 +116,9 @@ class CupyEngine:
         self._cupy = cupy
         self._streams: dict[int, Any] = {}
         with cupy.cuda.Device(device):
-            self._spin = cupy.RawKernel(_SPIN_SOURCE, "streamsafe_spin")
+            self._spin = _spin_kernel()
             self._release_stream = cupy.cuda.Stream(non_blocking=True)
-            khz = cupy.cuda.runtime.getDeviceProperties(device)["clockRate"]
-        self._cycles_per_us = khz / 1000.0
+        self._cycles_per_us = spin_cycles_per_us(device)
 
     def stream(self, stream_ptr: int) -> Stream:
         return as_stream(stream_ptr, device=self.device, backend=self.backend)
@@ -135,6 +134,8 @@ class CupyEngine:
                 cs = cuda.Stream.null
             elif stream.kind is StreamKind.PER_THREAD:
                 cs = cuda.Stream.ptds
+            elif hasattr(cuda.Stream, "from_external"):  # CuPy >= 14
+                cs = cuda.Stream.from_external(stream)
             else:
                 cs = cuda.ExternalStream(stream.handle, self.device)
             self._streams[stream.handle] = cs
@@ -176,8 +177,43 @@ class CupyEngine:
 
     def export(self, array: Any) -> Any:
         """A raw (unversioned) capsule, with no stream synchronisation, like the SDK's."""
-        to_dlpack = getattr(array, "toDlpack", None)
-        return to_dlpack() if to_dlpack is not None else array.__dlpack__(stream=-1)
+        try:
+            return array.__dlpack__(stream=-1)
+        except TypeError:  # older CuPy
+            return array.toDlpack()
+
+
+_CYCLES: dict[int, float] = {}
+
+
+def _spin_kernel() -> Any:
+    import cupy
+
+    return cupy.RawKernel(_SPIN_SOURCE, "streamsafe_spin")
+
+
+def spin_cycles_per_us(device: int = 0) -> float:
+    """SM clock cycles per microsecond, measured once per device by timing a spin kernel.
+
+    (CUDA 13 dropped ``cudaDeviceProp.clockRate``, so the clock is measured, not read.)
+    Blocks the host for about a millisecond the first time.
+    """
+    if device not in _CYCLES:
+        import cupy
+
+        with cupy.cuda.Device(device):
+            spin = _spin_kernel()
+            stream = cupy.cuda.Stream(non_blocking=True)
+            with stream:
+                spin((1,), (1,), (np.int64(2_000_000),))  # warm up: clocks rise under load
+                start, end = cupy.cuda.Event(), cupy.cuda.Event()
+                start.record(stream)
+                spin((1,), (1,), (np.int64(4_000_000),))
+                end.record(stream)
+            end.synchronize()
+            ms = cupy.cuda.get_elapsed_time(start, end)
+        _CYCLES[device] = 4_000_000 / (ms * 1000.0) if ms > 0 else 1980.0
+    return _CYCLES[device]
 
 
 def engine_for(backend: Backend | None, device: int) -> Engine:

@@ -106,8 +106,10 @@ class GpuLab:
         torch.cuda.init()
         self._keep: list[Any] = []
         self._torch_streams: dict[int, Any] = {}
-        khz = cupy.cuda.runtime.getDeviceProperties(device)["clockRate"]
-        self._cycles_per_us = khz / 1000.0
+        self._upload = torch.cuda.Stream(device)
+        from ._engines import spin_cycles_per_us
+
+        self._cycles_per_us = spin_cycles_per_us(device)
 
     def stream(self, kind: str) -> Stream:
         torch = self._torch
@@ -138,8 +140,14 @@ class GpuLab:
 
     def produce(self, data: np.ndarray, stream: Stream, *, delay_us: float = 0.0, into: Any = None) -> Any:
         torch = self._torch
-        src = torch.from_numpy(np.ascontiguousarray(data)).to(f"cuda:{self.device}")
-        torch.cuda.synchronize(self.device)
+        host = np.ascontiguousarray(data)
+        if host.dtype == np.uint32:  # upload the bits; torch's uint32 support is partial
+            host = host.view(np.int32)
+        with torch.cuda.stream(self._upload):  # its own stream: waiting for it orders nothing else
+            src = torch.from_numpy(host).to(f"cuda:{self.device}")
+            if data.dtype == np.uint32:
+                src = src.view(torch.uint32)
+        self._upload.synchronize()
         self._keep.append(src)
         with torch.cuda.stream(self.torch_stream(stream)):
             dst = into if into is not None else torch.empty_like(src)

@@ -141,7 +141,7 @@ def test_event_pool_stays_bounded_over_100k_fences(torch_cuda, cuda_backend) -> 
     torch.cuda.synchronize()
     stats = be.pool_stats(0)
     print(f"event pool after 100,000 fences: {stats}")
-    assert stats.created <= 2 and stats.in_use == 0
+    assert stats.created == 1 and stats.in_use == 1  # one fence event for this thread, reused 100,000 times
 
 
 def test_driver_errors_name_the_call(cuda_backend) -> None:  # type: ignore[no-untyped-def]
