@@ -12,6 +12,7 @@ from ._version import __version__
 from .backend import SimBackend, current_backend, cuda_available, use_backend
 from .backend.schedule import AdversarialScheduler, ChoiceScheduler, InOrderScheduler, RandomScheduler
 from .clocks import HOST, VectorClock, is_ordered_after
+from .contract import StreamContract, stream_contract, stream_safe
 from .errors import (
     BackendUnavailableError,
     CudaDriverError,
@@ -20,11 +21,18 @@ from .errors import (
     EffectStateError,
     InputArrayError,
     RaceError,
+    StaleOutputError,
+    StrategyError,
     StreamsafeError,
     StreamTypeError,
     StreamValueError,
+    UnguardedChangeError,
 )
+from .outputs import JaxDLPackAdapter, SafeImage, SafeOutput
+from .plan import Fence, FencePlan, plan_fences
 from .races import Access, Race
+from .sanitize import sanitize
+from .strategy import Strategy
 from .streams import Stream, StreamKind, as_stream, implicitly_ordered
 
 __all__ = [
@@ -38,24 +46,38 @@ __all__ = [
     "DeviceMismatchError",
     "EffectConfigError",
     "EffectStateError",
+    "Fence",
+    "FencePlan",
     "HOST",
     "InputArrayError",
+    "JaxDLPackAdapter",
     "InOrderScheduler",
     "Race",
     "RaceError",
     "RandomScheduler",
+    "SafeImage",
+    "SafeOutput",
     "SimBackend",
+    "StaleOutputError",
+    "Strategy",
+    "StrategyError",
+    "StreamContract",
     "Stream",
     "StreamKind",
     "StreamTypeError",
     "StreamValueError",
     "StreamsafeError",
+    "UnguardedChangeError",
     "VectorClock",
     "as_stream",
     "cuda_available",
     "current_backend",
     "implicitly_ordered",
     "is_ordered_after",
+    "plan_fences",
+    "sanitize",
+    "stream_contract",
+    "stream_safe",
     "use_backend",
 ]
 

@@ -45,3 +45,31 @@ class SimCapsule:
 
     def __repr__(self) -> str:
         return f"<SimCapsule {self.name!r}>"
+
+
+def capsule_data_key(capsule: Any) -> Any:
+    """Something that identifies the memory a capsule points at: the model's buffer, or the
+    data pointer of a real ``dltensor``/``dltensor_versioned`` capsule (read without consuming it).
+    ``None`` when it cannot be read."""
+    if isinstance(capsule, SimCapsule):
+        return capsule._array.buffer
+    import ctypes
+
+    api = ctypes.pythonapi
+    api.PyCapsule_GetName.restype = ctypes.c_char_p
+    api.PyCapsule_GetName.argtypes = [ctypes.py_object]
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    try:
+        name = api.PyCapsule_GetName(capsule)
+    except Exception:
+        return None
+    if name not in (b"dltensor", b"dltensor_versioned"):
+        return None
+    ptr = api.PyCapsule_GetPointer(capsule, name)
+    if not ptr:
+        return None
+    # DLManagedTensor starts with DLTensor (data first); the versioned struct puts
+    # version (8 bytes), manager_ctx, deleter and flags (8 bytes each) before it.
+    offset = 0 if name == b"dltensor" else 32
+    return ctypes.c_void_p.from_address(ptr + offset).value

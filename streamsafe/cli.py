@@ -19,7 +19,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _hazards(args: argparse.Namespace) -> int:
-    from .hazards import SCENARIOS, format_table, rows_to_json, run_matrix
+    from .hazards import SCENARIOS, STRATEGIES, chrome_trace, format_table, rows_to_json, run_matrix
 
     backend = args.backend
     if backend == "auto":
@@ -32,8 +32,18 @@ def _hazards(args: argparse.Namespace) -> int:
             known = sorted({s.hazard for s in SCENARIOS if s.hazard != "-"})
             print(f"streamsafe hazards: --only {args.only!r} matches no hazard; known: {', '.join(known)}", file=sys.stderr)
             return 2
-    rows = run_matrix(backend=backend, frames=args.frames, scenarios=scenarios)
+    strategies = STRATEGIES if args.strategy == "all" else tuple(x.strip() for x in args.strategy.split(","))
+    unknown = [x for x in strategies if x not in STRATEGIES]
+    if unknown:
+        print(f"streamsafe hazards: unknown strategy {unknown[0]!r}; choose from {', '.join(STRATEGIES)} or all", file=sys.stderr)
+        return 2
+    trace: list[dict[str, object]] | None = [] if args.trace else None
+    rows = run_matrix(backend=backend, frames=args.frames, scenarios=scenarios, strategies=strategies, trace=trace)
     print(rows_to_json(rows) if args.json else format_table(rows))
+    if args.trace:
+        with open(args.trace, "w") as f:
+            json.dump(chrome_trace(trace or []), f)
+        print(f"wrote the model's timelines to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
     return 0
 
 
@@ -60,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="sim: the model (no GPU needed); cuda: real kernels plus the model's verdict (default: auto)")
     hazards.add_argument("--frames", type=_positive, default=None, help="frames per scenario (default: 4 on sim, 100 on cuda)")
     hazards.add_argument("--only", help="comma-separated hazards to run, e.g. H1,H3")
+    hazards.add_argument("--strategy", default="all",
+                         help="comma-separated strategies (none, auto, event, async, stream, device) or all (default)")
+    hazards.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of each scenario on the model")
     hazards.add_argument("--json", action="store_true", help="print one JSON object per row")
     hazards.set_defaults(func=_hazards)
     return parser

@@ -22,6 +22,9 @@ __all__ = [
     "EffectStateError",
     "InputArrayError",
     "EffectConfigError",
+    "StrategyError",
+    "StaleOutputError",
+    "UnguardedChangeError",
 ]
 
 
@@ -141,3 +144,41 @@ class EffectConfigError(StreamsafeError, ValueError):
         self.value = value
         self.rule = rule
         super().__init__(f"{effect}: {name}={_show(value)} is invalid: {rule}")
+
+
+class StrategyError(StreamsafeError, ValueError):
+    """An unknown strategy, or one that cannot be sound for the streams given."""
+
+    def __init__(self, value: Any, rule: str, fix: str) -> None:
+        self.value = value
+        self.rule = rule
+        self.fix = fix
+        super().__init__(f"strategy {_show(value)} cannot be used: {rule}. {fix}")
+
+
+class StaleOutputError(StreamsafeError, BufferError):
+    """An output was imported after its SDK buffer was reused or released (H7)."""
+
+    def __init__(self, output: str, run: int, current: int, fix: str) -> None:
+        self.output = output
+        self.run = run
+        self.current = current
+        self.fix = fix
+        super().__init__(
+            f"{output} came from run #{run}, but the effect has since run again or released its buffer "
+            f"(now at #{current}); its memory holds other data. {fix}"
+        )
+
+
+class UnguardedChangeError(StreamsafeError, RuntimeError):
+    """The effect's output configuration changed outside the contract while a copy may still read the buffer."""
+
+    def __init__(self, effect: str, changes: str, consumers: str) -> None:
+        self.effect = effect
+        self.changes = changes
+        self.consumers = consumers
+        super().__init__(
+            f"{effect} was reconfigured directly between runs ({changes}) while copies on {consumers} "
+            "may still read the released buffer (H6). Change it through the contract "
+            "(c.configure(...) or inside `with stream_contract(...)`), which waits for the copies first."
+        )

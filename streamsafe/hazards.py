@@ -22,7 +22,19 @@ from .testing import _kernels as K
 from .testing.effects import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
 from .testing.labs import GpuLab, Lab, SimLab
 
-__all__ = ["Scenario", "Row", "SCENARIOS", "classify", "run_scenario", "run_matrix", "format_table", "rows_to_json"]
+__all__ = [
+    "Scenario",
+    "Row",
+    "SCENARIOS",
+    "STRATEGIES",
+    "classify",
+    "contract_wrap",
+    "run_scenario",
+    "run_matrix",
+    "format_table",
+    "rows_to_json",
+    "chrome_trace",
+]
 
 _STAGE_PAIRS: dict[tuple[str, str], str] = {
     ("producer.write", "transfer"): "H1",
@@ -65,7 +77,7 @@ class Scenario:
     consumer_waits_for_conversion: bool = False
     """The consumer fences itself after the conversion stream (isolates H5/H6 from H3)."""
     reuse_input: bool = False
-    """The producer writes each next frame into the same input buffer (H12)."""
+    """The producer drops each input after ``run()``; its allocator recycles the memory for the next frame (H12)."""
     close_each_frame: bool = False
     """A fresh effect per frame, closed right after the consumer's copy is issued (H6)."""
     host_waits_for_copy: bool = False
@@ -169,12 +181,32 @@ def _make_effect(sc: Scenario, lab: Lab, hw: tuple[int, int], out_hw: tuple[int,
     return fx
 
 
-Wrap = Callable[[Any, Any, Scenario], Any]
-"""``wrap(effect, sdk_stream, scenario) -> runner``: a strategy's way in (``none``: the effect itself)."""
+Wrap = Callable[[Any, dict[str, Any], Scenario], Any]
+"""``wrap(effect, {"P": ..., "S": ..., "C": ...}, scenario) -> runner``: a strategy's way in."""
 
 
-def _no_wrap(effect: Any, sdk: Any, sc: Scenario) -> Any:
+def _no_wrap(effect: Any, streams: dict[str, Any], sc: Scenario) -> Any:
     return effect
+
+
+def contract_wrap(strategy: str) -> Wrap:
+    """The way in for ``strategy``: the raw effect for ``none``, else a StreamContract.
+
+    The scenario's producer stream is declared as the contract's ``input_stream`` when it
+    differs from the SDK stream (the contract cannot see which stream wrote a frame)."""
+    if strategy == "none":
+        return _no_wrap
+
+    def wrap(effect: Any, streams: dict[str, Any], sc: Scenario) -> Any:
+        from .contract import StreamContract
+
+        producer = streams["P"] if streams["P"] != streams["S"] else None
+        return StreamContract(effect, streams["S"], strategy=strategy, input_stream=producer)
+
+    return wrap
+
+
+STRATEGIES = ("none", "auto", "event", "async", "stream", "device")
 
 
 def run_scenario(
@@ -196,20 +228,19 @@ def run_scenario(
     consumer = sdk if sc.consumer == "sdk" else lab.stream(sc.consumer)
     legacy = lab.stream("legacy")
     delays = sc.delays_us if gpu else {}
+    streams = {"P": producer, "S": sdk, "C": consumer}
     effect = None if sc.close_each_frame else _make_effect(sc, lab, (h, w), out_hw, gpu)
-    runner = None if effect is None else wrap(effect, sdk, sc)
+    runner = None if effect is None else wrap(effect, streams, sc)
     copies: list[tuple[int, Any]] = []
-    shared_input = None
     for i in range(frames):
         data = _frame(i, h, w, "RGB10A2" if sc.encoding == "RGB10A2" and sc.effect != "TrueHDR" else "RGB8")
-        frame = lab.produce(data, producer, delay_us=delays.get("producer", 0.0), into=shared_input)
-        if sc.reuse_input:
-            shared_input = frame
+        frame = lab.produce(data, producer, delay_us=delays.get("producer", 0.0), recycle=sc.reuse_input)
         if sc.close_each_frame:
             effect = _make_effect(sc, lab, (h, w), out_hw, gpu)
-            runner = wrap(effect, sdk, sc)
+            runner = wrap(effect, streams, sc)
         out = runner.run(frame, stream_ptr=sdk.ptr, non_blocking=sc.non_blocking)
-        if sc.consumer_waits_for_conversion:
+        del frame  # the pipeline keeps no reference to its input (lets an allocator recycle it)
+        if sc.consumer_waits_for_conversion and strategy == "none":
             lab.fence(consumer, legacy)
         copies.append((i, lab.consume(out.image, consumer, delay_us=delays.get("consumer", 0.0))))
         if sc.close_each_frame:
@@ -263,20 +294,29 @@ def run_matrix(
     frames: int | None = None,
     scenarios: Sequence[Scenario] = SCENARIOS,
     strategies: Iterable[str] = ("none",),
-    wrap_for: Callable[[str], Wrap] | None = None,
+    wrap_for: Callable[[str], Wrap] = contract_wrap,
     size: tuple[int, int] | None = None,
+    trace: list[dict[str, Any]] | None = None,
 ) -> list[Row]:
     """Every scenario under every strategy, on the model (``sim``) or the GPU (``cuda``).
 
-    On the GPU each row also carries the model's verdict for the same scenario.
+    On the GPU each row also carries the model's verdict for the same scenario. With
+    ``trace`` (a list), the model's timeline of each scenario is appended to it.
     """
     if backend not in ("sim", "cuda"):
         raise ValueError(f"backend must be 'sim' or 'cuda', got {backend!r}")
     rows = []
     for strategy in strategies:
-        wrap = wrap_for(strategy) if wrap_for is not None else _no_wrap
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
+        wrap = wrap_for(strategy)
         for sc in scenarios:
-            model = run_scenario(sc, SimLab(), frames=4, strategy=strategy, wrap=wrap)
+            lab = SimLab()
+            if trace is not None:
+                lab.backend.trace = []
+            model = run_scenario(sc, lab, frames=4, strategy=strategy, wrap=wrap)
+            if trace is not None:
+                trace.append({"scenario": sc.id, "strategy": strategy, "ops": lab.backend.trace, "races": model.races})
             if backend == "sim":
                 model.frames = model.model_frames = frames or 4
                 if frames and frames != 4:
@@ -327,3 +367,30 @@ def format_table(rows: Sequence[Row]) -> str:
 
 def rows_to_json(rows: Sequence[Row]) -> str:
     return json.dumps([asdict(r) for r in rows], indent=1)
+
+
+def chrome_trace(traces: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A Chrome/Perfetto trace: one process per scenario, one track per stream (and the host).
+
+    Time is the model's execution order (10 us per operation), not GPU time. Fences are
+    the ``event record``/``event wait`` slices, host waits are instants on the host track,
+    and each race is an instant on the track of its second access.
+    """
+    events: list[dict[str, Any]] = []
+    for pid, item in enumerate(traces, start=1):
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"{item['scenario']} [{item['strategy']}]"}})
+        tids: dict[str, int] = {}
+        for op in item["ops"]:
+            tid = tids.setdefault(op["where"], len(tids) + 1)
+            ts = op["step"] * 10
+            if op["kind"] == "host-wait":
+                events.append({"ph": "i", "s": "t", "name": op["name"], "pid": pid, "tid": tid, "ts": ts})
+                continue
+            cat = "fence" if op["name"].startswith("event ") else "work"
+            events.append({"ph": "X", "name": op["name"], "cat": cat, "pid": pid, "tid": tid, "ts": ts, "dur": 8,
+                           "args": {"issued": op["issued"]}})
+        for tid_name, tid in tids.items():
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": tid_name}})
+        for race in item["races"]:
+            events.append({"ph": "i", "s": "p", "name": f"RACE: {race}", "pid": pid, "tid": 0, "ts": 0})
+    return {"traceEvents": events, "displayTimeUnit": "ms"}

@@ -53,12 +53,42 @@ def test_non_blocking_sdk_stream_in_blocking_mode_still_reuses_the_8bit_result()
 
 
 def test_matrix_json_rows(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["hazards", "--backend", "sim", "--json", "--only", "H3"]) == 0
+    assert main(["hazards", "--backend", "sim", "--json", "--only", "H3", "--strategy", "none"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 2
     for row in rows:
         assert {"hazard", "strategy", "race_reported", "frames", "corrupt_frames", "backend"} <= set(row)
         assert row["backend"] == "sim" and row["strategy"] == "none"
+
+
+STRATEGIES = ["auto", "event", "async", "stream", "device"]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_fixes_every_hazard(strategy: str) -> None:
+    rows = run_matrix(backend="sim", strategies=[strategy])
+    assert len(rows) == len(SCENARIOS)
+    for row in rows:
+        assert row.hazards_reported == [], (row.hazard, row.scenario, row.races)
+        assert row.corrupt_frames == 0, (row.hazard, row.scenario)
+
+
+def test_strategy_option_and_trace(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    trace = tmp_path / "t.json"
+    assert main(["hazards", "--only", "H2", "--strategy", "none,event", "--trace", str(trace), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["strategy"] for r in rows} == {"none", "event"}
+    data = json.loads(trace.read_text())
+    names = {e["name"] for e in data["traceEvents"]}
+    assert "VideoSuperRes.inference" in names and "event record" in names
+    assert any(n.startswith("RACE") for n in names)  # the unfenced scenario's race is marked
+    threads = {e["args"]["name"] for e in data["traceEvents"] if e.get("name") == "thread_name"}
+    assert "legacy stream (cuda:0)" in threads and "host" in threads
+
+
+def test_unknown_strategy_option(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["hazards", "--strategy", "fast"]) == 2
+    assert "unknown strategy 'fast'" in capsys.readouterr().err
 
 
 def test_matrix_table_says_it_is_simulated(capsys: pytest.CaptureFixture[str]) -> None:

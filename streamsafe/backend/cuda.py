@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from .. import _sanitize
 from ..errors import BackendUnavailableError, CudaDriverError, StreamValueError
 from ..frameworks import framework_current_stream_handle
 from ._pool import EventPool, EventPoolStats
@@ -175,6 +176,19 @@ class CudaBackend:
         device = int(_check(self._d.cuStreamGetDevice(cu), "cuStreamGetDevice", hint))
         return device, bool(flags & int(self._d.CUstream_flags.CU_STREAM_NON_BLOCKING))
 
+    def create_stream(self, *, non_blocking: bool = False, device: int | None = None) -> Stream:
+        """A new stream owned by the caller (``cuStreamCreate``; blocking unless ``non_blocking``)."""
+        dev = self.current_device() if device is None else device
+        flags = int(self._d.CUstream_flags.CU_STREAM_NON_BLOCKING) if non_blocking else 0
+        with self._in_context(dev):
+            handle = _check(self._d.cuStreamCreate(flags), "cuStreamCreate")
+        return Stream(dev, int(handle), StreamKind.NON_BLOCKING if non_blocking else StreamKind.BLOCKING, self)
+
+    def destroy_stream(self, stream: Stream) -> None:
+        """Destroy a stream made by :meth:`create_stream` once its work completes. Does not block."""
+        _check(self._d.cuStreamDestroy(self._cu_stream(stream.handle)), "cuStreamDestroy")
+        self._cu_streams.pop(stream.handle, None)
+
     def current_stream(self, device: int | None = None) -> Stream:
         """The current stream of the framework in use (torch, then CuPy), else the legacy stream."""
         dev = self.current_device() if device is None else device
@@ -214,6 +228,8 @@ class CudaBackend:
 
     def record(self, event: CudaEvent, stream: Stream) -> None:
         """Record ``event`` on ``stream`` (``cuEventRecord``). Does not block the host."""
+        if _sanitize._ACTIVE is not None:
+            _sanitize._ACTIVE.record(event, stream)
         if stream.kind is StreamKind.LEGACY or stream.kind is StreamKind.PER_THREAD:
             with self._in_context(stream.device):
                 _check(self._d.cuEventRecord(event.handle, self._stream_arg(stream)), "cuEventRecord")
@@ -222,6 +238,8 @@ class CudaBackend:
 
     def wait(self, stream: Stream, event: CudaEvent) -> None:
         """Make later work on ``stream`` wait for ``event``'s latest record. Does not block the host."""
+        if _sanitize._ACTIVE is not None:
+            _sanitize._ACTIVE.wait(stream, event)
         if stream.kind is StreamKind.LEGACY or stream.kind is StreamKind.PER_THREAD:
             with self._in_context(stream.device):
                 _check(self._d.cuStreamWaitEvent(self._stream_arg(stream), event.handle, 0), "cuStreamWaitEvent")
@@ -234,21 +252,29 @@ class CudaBackend:
         if err == self._d.CUresult.CUDA_ERROR_NOT_READY:
             return False
         _check((err,), "cuEventQuery")
+        if _sanitize._ACTIVE is not None:
+            _sanitize._ACTIVE.synchronize_event(event)
         return True
 
     def synchronize_event(self, event: CudaEvent) -> None:
         """Block the host until ``event``'s latest record has completed."""
         _check(self._d.cuEventSynchronize(event.handle), "cuEventSynchronize")
+        if _sanitize._ACTIVE is not None:
+            _sanitize._ACTIVE.synchronize_event(event)
 
     def synchronize_stream(self, stream: Stream) -> None:
         """Block the host until all work issued to ``stream`` has completed."""
         with self._in_context(stream.device):
             _check(self._d.cuStreamSynchronize(self._stream_arg(stream)), "cuStreamSynchronize")
+        if _sanitize._ACTIVE is not None:
+            _sanitize._ACTIVE.synchronize_stream(stream)
 
     def synchronize_device(self, device: int) -> None:
         """Block the host until all work on ``device`` has completed (``cuCtxSynchronize``)."""
         with self._in_context(device):
             _check(self._d.cuCtxSynchronize(), "cuCtxSynchronize")
+        if _sanitize._ACTIVE is not None:
+            _sanitize._ACTIVE.synchronize_device(device)
 
     def fence(self, waiter: Stream, signaller: Stream) -> None:
         """Order later work on ``waiter`` after work issued so far on ``signaller``.
@@ -257,6 +283,8 @@ class CudaBackend:
         The wait captures the record, so each thread reuses one event per device from the
         pool for every fence. Does not block the host.
         """
+        if _sanitize._ACTIVE is not None:
+            _sanitize._ACTIVE.fence(waiter, signaller)
         events = getattr(self._local, "fence_events", None)
         if events is None:
             events = self._local.fence_events = {}

@@ -208,6 +208,8 @@ class SimBackend:
         self._unordered: list[tuple[int, Op]] = []  # (earlier op's index, later op) of reported races
         self._pool: EventPool[SimEvent] = EventPool(SimEvent, lambda e: None, max_free_events)
         self.stats = {"fences": 0, "host_waits": 0, "ops_run": 0}
+        self.trace: list[dict[str, Any]] | None = None
+        """Set to a list to record the order operations ran in (for timelines)."""
         for dev in range(devices):
             for handle, kind in ((LEGACY_HANDLE, StreamKind.LEGACY), (PER_THREAD_HANDLE, StreamKind.PER_THREAD)):
                 stream = Stream(dev, handle, kind, self)
@@ -246,6 +248,9 @@ class SimBackend:
         stream = Stream(dev, handle, kind, self)
         self._streams[stream.key] = _StreamState(stream, clock=self._host_clock)
         return stream
+
+    def destroy_stream(self, stream: Stream) -> None:
+        """Forget nothing: the model keeps a stream's history for its race reports."""
 
     def legacy_stream(self, device: int = 0) -> Stream:
         return self._streams[(device, LEGACY_HANDLE)].stream
@@ -446,6 +451,8 @@ class SimBackend:
     def _host_join(self, clock: VectorClock) -> None:
         self._host_clock = host = self._host_clock.join(clock)
         self.stats["host_waits"] += 1
+        if self.trace is not None:
+            self.trace.append({"name": "host wait", "where": "host", "issued": -1, "step": len(self.trace), "kind": "host-wait"})
         # Every later access joins the host clock, so accesses the host knows complete can race no more.
         for buf in list(self._buffers):
             buf.history = [a for a in buf.history if not is_ordered_after(host, a.actor, a.seq)]
@@ -459,6 +466,8 @@ class SimBackend:
         # Released memory keeps its poison: an op that touches it reads or writes garbage.
         if op.fn is not None:
             op.fn()
+        if self.trace is not None:
+            self.trace.append({"name": op.name, "where": op.where, "issued": op.index, "step": len(self.trace), "kind": "op"})
         op.done = True
         self.stats["ops_run"] += 1
 

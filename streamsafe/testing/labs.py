@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import weakref
+
 import numpy as np
 
 from ..backend import Backend, SimBackend
+from ..backend.sim import SimArray
 from ..races import Race
 from ..streams import Stream, as_stream
 
@@ -30,7 +33,7 @@ class Lab(Protocol):
 
     def stream(self, kind: str) -> Stream: ...
 
-    def produce(self, data: np.ndarray, stream: Stream, *, delay_us: float = 0.0, into: Any = None) -> Any: ...
+    def produce(self, data: np.ndarray, stream: Stream, *, delay_us: float = 0.0, recycle: bool = False) -> Any: ...
 
     def consume(self, image: Any, stream: Stream, *, delay_us: float = 0.0) -> Any: ...
 
@@ -52,6 +55,7 @@ class SimLab:
 
     def __init__(self, backend: SimBackend | None = None) -> None:
         self.backend: SimBackend = backend if backend is not None else SimBackend(scheduler="adversarial")
+        self._pool: list[tuple[weakref.ref[Any], Any, Stream]] = []
 
     def stream(self, kind: str) -> Stream:
         if kind == "legacy":
@@ -62,10 +66,27 @@ class SimLab:
             return self.backend.create_stream(non_blocking=kind == "non-blocking")
         raise ValueError(f"unknown stream kind {kind!r}: one of {', '.join(STREAM_KINDS)}")
 
-    def produce(self, data: np.ndarray, stream: Stream, *, delay_us: float = 0.0, into: Any = None) -> Any:
-        arr = into if into is not None else self.backend.empty(data.shape, data.dtype, name="input frame")
-        op = "producer.reuse" if into is not None else "producer.write"
-        self.backend.launch(stream, op, lambda: np.copyto(arr.buffer.data, data), writes=[arr])
+    def produce(self, data: np.ndarray, stream: Stream, *, delay_us: float = 0.0, recycle: bool = False) -> Any:
+        """Write a new input frame on ``stream``.
+
+        ``recycle=True`` models a caching allocator (torch's): memory of an earlier input
+        that nobody references any more is handed out again on the same stream at once,
+        with no regard for other streams that may still read it (H12).
+        """
+        arr = None
+        if recycle:
+            for i, (ref, buffer, owner) in enumerate(self._pool):
+                if ref() is None and owner == stream and buffer.data.shape == data.shape:
+                    del self._pool[i]
+                    arr = SimArray(self.backend, buffer)
+                    break
+        op = "producer.reuse" if arr is not None else "producer.write"
+        if arr is None:
+            arr = self.backend.empty(data.shape, data.dtype, name="input frame")
+        if recycle:
+            self._pool.append((weakref.ref(arr), arr.buffer, stream))
+        buffer = arr.buffer  # the pending write must not keep the array object alive
+        self.backend.launch(stream, op, lambda: np.copyto(buffer.data, data), writes=[buffer])
         return arr
 
     def consume(self, image: Any, stream: Stream, *, delay_us: float = 0.0) -> Any:
@@ -138,7 +159,10 @@ class GpuLab:
         if us > 0:
             self._torch.cuda._sleep(int(us * self._cycles_per_us))
 
-    def produce(self, data: np.ndarray, stream: Stream, *, delay_us: float = 0.0, into: Any = None) -> Any:
+    def produce(self, data: np.ndarray, stream: Stream, *, delay_us: float = 0.0, recycle: bool = False) -> Any:
+        """Write a new input frame on ``stream`` with torch. Its memory comes from torch's caching
+        allocator: with ``recycle=True`` the lab keeps no reference, so once the caller drops the
+        frame, the next frame on this stream gets the same memory (H12)."""
         torch = self._torch
         host = np.ascontiguousarray(data)
         if host.dtype == np.uint32:  # upload the bits; torch's uint32 support is partial
@@ -150,10 +174,11 @@ class GpuLab:
         self._upload.synchronize()
         self._keep.append(src)
         with torch.cuda.stream(self.torch_stream(stream)):
-            dst = into if into is not None else torch.empty_like(src)
+            dst = torch.empty_like(src)
             self._spin(delay_us)
             dst.copy_(src)
-        self._keep.append(dst)
+        if not recycle:
+            self._keep.append(dst)
         return dst
 
     def consume(self, image: Any, stream: Stream, *, delay_us: float = 0.0) -> Any:

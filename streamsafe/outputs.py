@@ -1,0 +1,204 @@
+"""Safe outputs: the SDK's output with an ``image`` that is a proper DLPack producer.
+
+``torch.from_dlpack(out.image)``, ``cupy.from_dlpack(out.image)`` and
+``jax.dlpack.from_dlpack(out.image)`` pass their stream to ``__dlpack__``; the
+:class:`SafeImage` makes that stream wait for the SDK (H3/H4) before handing over the
+capsule, and tells the contract which stream now reads the buffer (for H5/H6).
+:class:`JaxDLPackAdapter` is the seed's adapter, complete with the protocol.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from ._dlpack import DLPACK_CUDA
+from .errors import StaleOutputError
+
+if TYPE_CHECKING:
+    from .contract import StreamContract
+
+__all__ = ["SafeImage", "SafeOutput", "JaxDLPackAdapter"]
+
+_CONSUMED = (
+    "this output's capsule was already imported; a DLPack capsule can be consumed once (H9). "
+    "Import it once and copy the result (out.torch(), out.cupy(), out.jax(), out.numpy()), or copy the first import"
+)
+
+
+class SafeImage:
+    """A DLPack producer for one output of a contract's ``run()``; importable once."""
+
+    __slots__ = ("_contract", "_capsule", "_generation", "_device", "_consumed")
+
+    def __init__(self, contract: StreamContract, capsule: Any, generation: int, device: int) -> None:
+        self._contract = contract
+        self._capsule = capsule
+        self._generation = generation
+        self._device = device
+        self._consumed = False
+
+    @property
+    def consumed(self) -> bool:
+        return self._consumed
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (DLPACK_CUDA, self._device)
+
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """Hand the capsule to a consumer on ``stream`` (DLPack rules: 1 legacy, 2 per-thread,
+        else a stream pointer; ``None``/``-1``: the contract's consumer stream).
+
+        Orders the consumer stream after the SDK's writes on the device (or by a host wait
+        under the ``stream``/``device`` strategies). Raises :class:`BufferError` on a second
+        import and :class:`~streamsafe.errors.StaleOutputError` if the buffer was reused since.
+        """
+        self.check_importable()
+        if copy:
+            raise BufferError(
+                "streamsafe outputs cannot be copied during export (copy=True); import with copy=False and copy "
+                "afterwards (the seed's JAX recipe: jnp.array(view, copy=True))"
+            )
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"the output lives on {self.__dlpack_device__()} and cannot be exported to {tuple(dl_device)}")
+        self._contract._on_import(self, stream)
+        self._consumed = True
+        return self._capsule
+
+    def check_importable(self) -> None:
+        """Raise if the capsule was consumed or its buffer has been reused or released."""
+        if self._consumed:
+            raise BufferError(_CONSUMED)
+        current = self._contract.generation
+        if self._generation != current:
+            raise StaleOutputError(
+                "this output",
+                self._generation,
+                current,
+                "Copy each output before the next run(), close() or resize (out.torch(), out.cupy(), ...).",
+            )
+
+    def __repr__(self) -> str:
+        state = "consumed" if self._consumed else f"run #{self._generation}"
+        return f"<streamsafe SafeImage cuda:{self._device} {state}>"
+
+
+class SafeOutput:
+    """The SDK's output dataclass with ``image`` replaced by a :class:`SafeImage`; other fields delegate.
+
+    The copy helpers import once, copy on the given (or the framework's current) stream,
+    and return an array the framework owns, which may outlive the effect.
+    """
+
+    def __init__(self, raw: Any, image: SafeImage) -> None:
+        self.raw = raw
+        self.image = image
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+    def __repr__(self) -> str:
+        return f"SafeOutput({type(self.raw).__name__}, image={self.image!r})"
+
+    def torch(self, stream: Any = None) -> Any:
+        """A torch copy, issued on ``stream`` (a torch stream) or torch's current stream. Does not block."""
+        import torch
+
+        self.image.check_importable()
+        if stream is None:
+            return torch.from_dlpack(self.image).clone()
+        with torch.cuda.stream(stream):
+            return torch.from_dlpack(self.image).clone()
+
+    def cupy(self, stream: Any = None) -> Any:
+        """A CuPy copy, issued on ``stream`` (a CuPy stream) or CuPy's current stream. Does not block."""
+        import cupy
+
+        self.image.check_importable()
+        if stream is None:
+            return cupy.from_dlpack(self.image).copy()
+        with stream:
+            return cupy.from_dlpack(self.image).copy()
+
+    def jax(self) -> Any:
+        """A JAX copy: the seed's recipe with JAX's own stream fenced instead of a device sync.
+
+        Zero-copy import (JAX passes its stream to ``__dlpack__``), then
+        ``jnp.array(copy=True)`` and ``block_until_ready()``. Blocks the host until the copy is done.
+        """
+        import jax
+        import jax.numpy as jnp
+
+        self.image.check_importable()
+        view = jax.dlpack.from_dlpack(self.image, copy=False)
+        out = jnp.array(view, copy=True)
+        out.block_until_ready()
+        self.image._contract._consumers_done()
+        return out
+
+    def numpy(self) -> Any:
+        """A host copy (NumPy). Blocks the host until it is complete."""
+        self.image.check_importable()
+        backend = self.image._contract.backend
+        from .backend import SimBackend
+
+        if isinstance(backend, SimBackend):
+            view = backend.from_dlpack(self.image)
+            result = backend.download(view)
+        elif "torch" in sys.modules or _importable("torch"):
+            result = self.torch().cpu().numpy()
+        else:
+            import cupy
+
+            result = cupy.asnumpy(self.cupy())
+        self.image._contract._consumers_done()
+        return result
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+class JaxDLPackAdapter:
+    """The seed's adapter for JAX >= 0.7.2, with the whole producer protocol.
+
+    Wraps a raw capsule (e.g. ``result.image`` from the SDK). It orders nothing: use it
+    after the SDK's work is complete, or use a contract, whose outputs need no adapter.
+    The capsule is handed out once; a second ``__dlpack__`` raises :class:`BufferError`.
+    """
+
+    def __init__(self, capsule: Any, device_id: int = 0) -> None:
+        if isinstance(capsule, (SafeImage, SafeOutput)):
+            raise TypeError("streamsafe outputs already speak DLPack: pass out.image to jax.dlpack.from_dlpack directly")
+        self._capsule = capsule
+        self._device_id = int(device_id)
+        self._used = False
+
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        if self._used:
+            raise BufferError(_CONSUMED)
+        if copy:
+            raise BufferError("the capsule cannot be copied during export (PJRT does not support it); use copy=False")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"the capsule lives on {self.__dlpack_device__()}, not {tuple(dl_device)}")
+        self._used = True
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (DLPACK_CUDA, self._device_id)

@@ -1,0 +1,236 @@
+"""Fence plans: which edge of DESIGN.md's hazard table needs which fence, and why.
+
+:func:`plan_fences` is a pure function of the strategy, the stream kinds and the
+effect's encoding. Its result, a :class:`FencePlan`, is a value you can print and
+compare; a :class:`~streamsafe.contract.StreamContract` executes exactly its fences.
+Where :func:`~streamsafe.streams.implicitly_ordered` says CUDA already orders an edge,
+the plan has no fence for it.
+
+Per-frame fences are in :attr:`FencePlan.fences`; the one wait that only happens when
+the SDK releases its buffer (H6: ``close()``, an output-size or encoding change) is in
+:attr:`FencePlan.on_release`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .errors import StrategyError
+from .strategy import Strategy
+from .streams import Stream, StreamKind, implicitly_ordered
+
+__all__ = ["Fence", "FencePlan", "plan_fences", "consumer_fences", "reuse_fences", "Action", "When"]
+
+Action = Literal["device-wait", "host-wait", "device-sync", "forward-dlpack", "sdk-blocking", "shadow-stream", "protect-input"]
+When = Literal["before run", "inside run", "after run", "at import", "before next run", "before release"]
+
+_HOST_BLOCKING = ("host-wait", "device-sync", "sdk-blocking")
+
+
+@dataclass(frozen=True)
+class Fence:
+    """One fence: on ``hazard``'s edge, at ``when``, ``waiter`` (a stream, or the host) waits for ``signaller``."""
+
+    hazard: str
+    when: When
+    action: Action
+    waiter: Stream | None
+    signaller: Stream | None
+    why: str
+
+    @property
+    def blocks_host(self) -> bool:
+        """True when the host waits (a host sync here, or the SDK's own wait with ``non_blocking=False``)."""
+        return self.action in _HOST_BLOCKING
+
+    def __str__(self) -> str:
+        who = {
+            "device-wait": f"{self.waiter} waits on an event recorded on {self.signaller}",
+            "host-wait": f"host waits for {self.signaller}",
+            "device-sync": "host waits for the whole device",
+            "forward-dlpack": f"input's producer orders {self.waiter} via __dlpack__(stream=...)",
+            "sdk-blocking": f"run(non_blocking=False): the SDK makes the host wait for {self.signaller}",
+            "shadow-stream": f"SDK runs on blocking shadow {self.waiter}; stream 0 waits for it implicitly",
+            "protect-input": f"input kept from reuse until {self.signaller} has read it",
+        }[self.action]
+        return f"{self.hazard:<4} {self.when:<16} {who}  ({self.why})"
+
+
+@dataclass(frozen=True)
+class FencePlan:
+    """What a contract does around one ``run()``. Printable; equal plans compare equal."""
+
+    requested: Strategy
+    strategy: Strategy
+    """What ``auto`` resolved to (else the requested strategy)."""
+    non_blocking: bool
+    """The ``non_blocking`` the SDK is called with."""
+    sdk: Stream
+    run_stream: Stream
+    """Where the SDK runs: ``sdk``, or the contract's blocking shadow stream for ``async``."""
+    conversion: Stream | None
+    producer: Stream | None
+    consumer: Stream
+    fences: tuple[Fence, ...]
+    on_release: tuple[Fence, ...]
+    reason: str
+
+    def at(self, when: When) -> tuple[Fence, ...]:
+        return tuple(f for f in self.fences if f.when == when)
+
+    @property
+    def host_waits(self) -> tuple[Fence, ...]:
+        """Per-frame fences in which streamsafe makes the host wait (the SDK's own wait excluded)."""
+        return tuple(f for f in self.fences if f.action in ("host-wait", "device-sync"))
+
+    def __str__(self) -> str:
+        head = (
+            f"FencePlan: strategy={self.requested.value}"
+            + (f" -> {self.strategy.value}" if self.requested is not self.strategy else "")
+            + f", non_blocking={self.non_blocking}\n"
+            f"  streams: P={self.producer or 'framework current stream (forwarded)'}  S={self.sdk}"
+            + (f"  run on {self.run_stream}" if self.run_stream != self.sdk else "")
+            + f"  L={self.conversion or '- (RGB10A2: no conversion)'}  C={self.consumer}\n"
+            f"  why: {self.reason}"
+        )
+        body = [f"  {f}" for f in self.fences] or ["  (no per-frame fence: the stream kinds already order every edge)"]
+        tail = [f"  {f}" for f in self.on_release]
+        return "\n".join([head, *body, "  on close()/resize:", *tail])
+
+
+def plan_fences(
+    strategy: Strategy,
+    *,
+    sdk: Stream,
+    conversion: Stream | None,
+    consumer: Stream,
+    producer: Stream | None,
+    shadow: Stream | None = None,
+    user_non_blocking: bool = False,
+) -> FencePlan:
+    """The plan for one call. ``conversion`` is ``None`` for RGB10A2 output; ``producer`` is
+    ``None`` when the input's stream is unknown (then ``__dlpack__(stream=...)`` is forwarded);
+    ``shadow`` is the blocking stream ``async`` runs the SDK on."""
+    requested = strategy
+    h2_open = conversion is not None and not implicitly_ordered(sdk, conversion)
+    if strategy is Strategy.AUTO:
+        if h2_open and conversion is not None and conversion.kind is StreamKind.LEGACY and shadow is not None:
+            strategy = Strategy.ASYNC
+            reason = (
+                f"stream 0 does not wait for the {sdk.kind} SDK stream, so non_blocking=True would race (H2); "
+                "running the SDK on a blocking shadow stream lets stream 0 wait on the device, and the host never waits"
+            )
+        elif h2_open:
+            strategy = Strategy.EVENT
+            reason = "the conversion stream is not the legacy stream, so only non_blocking=False closes H2"
+        else:
+            strategy = Strategy.EVENT
+            reason = (
+                "RGB10A2 has no conversion stage" if conversion is None
+                else f"stream 0 already waits for the {sdk.kind} SDK stream"
+            ) + ": non_blocking=True is safe; every other edge gets a device-side event fence where the kinds leave it open"
+    else:
+        reason = {
+            Strategy.EVENT: "device-side event fences; the SDK runs with non_blocking=False",
+            Strategy.ASYNC: "the SDK runs on a blocking shadow stream with non_blocking=True; no host wait",
+            Strategy.STREAM: "the host synchronises each stream involved",
+            Strategy.DEVICE: "the seed's device-wide synchronisation",
+            Strategy.NONE: "no fences (benchmarks only): every open edge stays open",
+        }[strategy]
+    if strategy is Strategy.ASYNC:
+        if conversion is not None and conversion.kind is not StreamKind.LEGACY:
+            raise StrategyError(
+                "async",
+                f"the RGB8 conversion runs on {conversion}, not the legacy stream, so it would not wait for a blocking "
+                "shadow stream (a per-thread default stream build makes stream 0 per-thread)",
+                "Use strategy='event' (or 'auto', which picks it).",
+            )
+        if shadow is None:
+            raise StrategyError("async", "no shadow stream was provided to run the SDK on", "Let StreamContract create it.")
+    run_stream = shadow if strategy is Strategy.ASYNC and shadow is not None else sdk
+    if strategy is Strategy.NONE:
+        non_blocking = user_non_blocking
+    elif strategy is Strategy.ASYNC or (requested is Strategy.AUTO and not h2_open):
+        non_blocking = True
+    else:
+        non_blocking = False
+
+    fences: list[Fence] = []
+    release: list[Fence] = []
+    if strategy is not Strategy.NONE:
+        fences += _before_run(strategy, run_stream, sdk, producer)
+        if conversion is not None and not implicitly_ordered(run_stream, conversion):
+            fences.append(Fence("H2", "inside run", "sdk-blocking", None, run_stream, f"stream 0 does not wait for {run_stream.kind} streams"))
+        elif strategy is Strategy.ASYNC and conversion is not None:
+            fences.append(Fence("H2", "inside run", "shadow-stream", run_stream, sdk, "no host wait for inference"))
+        if non_blocking and (producer is None or not implicitly_ordered(producer, run_stream)):
+            fences.append(Fence("H12", "after run", "protect-input", None, run_stream, "the host does not wait for the input transfer"))
+        fences += consumer_fences(strategy, run_stream=run_stream, conversion=conversion, consumer=consumer)
+        fences += reuse_fences(strategy, run_stream=run_stream, conversion=conversion)
+        release.append(_release_fence(strategy, consumer))
+    return FencePlan(
+        requested, strategy, non_blocking, sdk, run_stream, conversion, producer, consumer, tuple(fences), tuple(release), reason
+    )
+
+
+def _wait(strategy: Strategy, hazard: str, when: When, waiter: Stream, signaller: Stream, why: str) -> Fence:
+    if strategy is Strategy.STREAM:
+        return Fence(hazard, when, "host-wait", None, signaller, why)
+    if strategy is Strategy.DEVICE:
+        return Fence(hazard, when, "device-sync", None, None, why)
+    return Fence(hazard, when, "device-wait", waiter, signaller, why)
+
+
+def _before_run(strategy: Strategy, run_stream: Stream, sdk: Stream, producer: Stream | None) -> list[Fence]:
+    fences: list[Fence] = []
+    if run_stream != sdk and not implicitly_ordered(sdk, run_stream):
+        fences.append(_wait(strategy, "H1", "before run", run_stream, sdk, "work already issued on the SDK stream comes first"))
+    if producer is None:
+        fences.append(Fence("H1", "before run", "forward-dlpack", run_stream, None, "the input's stream is not known"))
+    elif producer != sdk or run_stream != sdk:
+        if not implicitly_ordered(producer, run_stream) and not any(f.signaller == producer for f in fences):
+            fences.append(_wait(strategy, "H1", "before run", run_stream, producer, "the SDK takes the input with no stream"))
+    return fences
+
+
+def consumer_fences(strategy: Strategy, *, run_stream: Stream, conversion: Stream | None, consumer: Stream) -> list[Fence]:
+    """The fences for one consumer stream: at its import (H3/H4) and before the next run (H5)."""
+    if strategy is Strategy.NONE:
+        return []
+    fences: list[Fence] = []
+    last_writer = conversion if conversion is not None else run_stream
+    if not implicitly_ordered(last_writer, consumer):
+        hazard = "H3" if conversion is not None else "H4"
+        fences.append(_wait(strategy, hazard, "at import", consumer, last_writer, f"{consumer.kind} consumer streams do not wait for it"))
+    for writer in (run_stream, conversion):
+        if writer is not None and not implicitly_ordered(consumer, writer):
+            fences.append(_wait(strategy, "H5", "before next run", writer, consumer, "the next run overwrites the buffer the copy reads"))
+    return _dedupe(fences)
+
+
+def reuse_fences(strategy: Strategy, *, run_stream: Stream, conversion: Stream | None) -> list[Fence]:
+    """Before the next run: the next inference must not overwrite the 8-bit result stream 0 still converts."""
+    if strategy is Strategy.NONE or conversion is None or implicitly_ordered(conversion, run_stream):
+        return []
+    return [_wait(strategy, "H5", "before next run", run_stream, conversion, "the next inference overwrites the 8-bit result stream 0 converts")]
+
+
+def _release_fence(strategy: Strategy, consumer: Stream) -> Fence:
+    if strategy is Strategy.DEVICE:
+        return Fence("H6", "before release", "device-sync", None, None, "close()/resize releases the buffer with no stream order")
+    return Fence("H6", "before release", "host-wait", None, consumer, "close()/resize releases the buffer with no stream order")
+
+
+def _dedupe(fences: list[Fence]) -> list[Fence]:
+    seen: set[tuple[str, str, object, object]] = set()
+    out = []
+    for f in fences:
+        key = (f.when, f.action, f.waiter, f.signaller)
+        if key in seen and f.action != "device-sync":
+            continue
+        if f.action == "device-sync" and any(o.action == "device-sync" and o.when == f.when for o in out):
+            continue
+        seen.add(key)
+        out.append(f)
+    return out

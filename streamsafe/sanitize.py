@@ -1,0 +1,44 @@
+"""Sanitize mode: report every race among calls made through streamsafe, not just the visible ones.
+
+    with ss.sanitize():
+        ...   # a missing fence raises streamsafe.RaceError naming both accesses
+
+On the GPU, a happens-before model shadows every fence, event, synchronisation and
+emulated-effect stage issued through streamsafe, the input writes a contract sees and
+every import of a contract's output. On the simulated backend, the model itself raises
+instead of recording. ``STREAMSAFE_SANITIZE=1`` turns it on for the whole process.
+The shadow costs host time; it is for tests and debugging.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from . import _sanitize
+from .backend import Backend, SimBackend, current_backend
+
+__all__ = ["sanitize"]
+
+
+@contextlib.contextmanager
+def sanitize(backend: Backend | None = None) -> Iterator[_sanitize.Shadow | SimBackend]:
+    """Turn sanitize mode on inside the block; yields the model that checks (to read ``.races``).
+
+    Does not block the host itself; the shadow runs on the host, in Python.
+    """
+    be = backend or current_backend()
+    if isinstance(be, SimBackend):
+        saved = be.on_race
+        be.on_race = "raise"
+        try:
+            yield be
+        finally:
+            be.on_race = saved
+        return
+    shadow = _sanitize.Shadow()
+    previous = _sanitize.activate(shadow)
+    try:
+        yield shadow
+    finally:
+        _sanitize.deactivate(previous)

@@ -1,0 +1,50 @@
+"""Strategies: how a contract restores the order the SDK leaves out."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from .errors import StrategyError
+
+__all__ = ["Strategy", "as_strategy"]
+
+
+class Strategy(str, enum.Enum):
+    """How fences are placed. Strings with the same values are accepted everywhere.
+
+    * ``auto``: the cheapest sound plan for the streams at hand; the plan says why.
+    * ``event``: device-side event fences; the SDK runs with ``non_blocking=False``.
+    * ``async``: the SDK runs on a blocking shadow stream owned by the contract with
+      ``non_blocking=True``; the host never waits for inference. Sound only when the
+      RGB8 conversion runs on the legacy stream.
+    * ``stream``: host-synchronise the streams involved.
+    * ``device``: the seed's device-wide synchronisation (the vendor's fallback).
+    * ``none``: no fences at all; for benchmarks, needs ``allow_none=True``.
+    """
+
+    AUTO = "auto"
+    EVENT = "event"
+    ASYNC = "async"
+    STREAM = "stream"
+    DEVICE = "device"
+    NONE = "none"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def as_strategy(value: Any, *, allow_none: bool = False) -> Strategy:
+    """``value`` as a :class:`Strategy`; a clear error for anything else."""
+    try:
+        strategy = Strategy(value.lower() if isinstance(value, str) else value)
+    except ValueError:
+        names = ", ".join(repr(s.value) for s in Strategy)
+        raise StrategyError(value, f"it is not one of {names}", "Pass a streamsafe.Strategy or one of those strings.") from None
+    if strategy is Strategy.NONE and not allow_none:
+        raise StrategyError(
+            value,
+            "'none' places no fences, so every hazard stays open",
+            "It exists for benchmarks: pass allow_none=True to opt in.",
+        )
+    return strategy

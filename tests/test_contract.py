@@ -1,0 +1,378 @@
+"""StreamContract on the model: plans, the three ways in, safe outputs, errors, H5/H6/H7/H9."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+from streamsafe.plan import plan_fences
+from streamsafe.streams import StreamKind
+from streamsafe.testing import ImageEncoding, TrueHDR, VideoSuperRes
+from streamsafe.testing import _kernels as K
+
+
+@pytest.fixture
+def sim() -> ss.SimBackend:
+    return ss.SimBackend(scheduler="adversarial", devices=2)
+
+
+def make_sr(sim: ss.SimBackend, **kw: Any) -> VideoSuperRes:
+    sr = VideoSuperRes(backend=sim, **kw)
+    sr.output_width, sr.output_height = 32, 32
+    sr.load()
+    return sr
+
+
+def frame(sim: ss.SimBackend, seed: int = 0, stream: ss.Stream | None = None) -> Any:
+    data = np.random.default_rng(seed).random((3, 16, 16), dtype=np.float32)
+    arr = sim.empty((3, 16, 16), np.float32, name=f"frame{seed}")
+    sim.launch(stream or sim.current_stream(), "producer.write", lambda: np.copyto(arr.buffer.data, data), writes=[arr])
+    return arr, data
+
+
+def expected(data: np.ndarray) -> np.ndarray:
+    return K.to_rgb8(np, K.resize_bilinear(np, data, 32, 32)).astype(np.float32) / np.float32(255)
+
+
+# -- plans -----------------------------------------------------------------------------------
+
+
+def test_everything_on_the_legacy_stream_needs_no_fence(sim: ss.SimBackend) -> None:
+    legacy = sim.legacy_stream()
+    for strategy in ("auto", "event", "async", "stream", "device"):
+        plan = ss.StreamContract(make_sr(sim), legacy, strategy=strategy).plan
+        fences = [f for f in plan.fences if f.action not in ("sdk-blocking", "shadow-stream", "protect-input")]
+        assert fences == [], (strategy, str(plan))
+    plan = ss.StreamContract(make_sr(sim), legacy).plan
+    assert plan.fences == () and plan.non_blocking  # auto: stream 0 waits for itself, nothing to do
+    [h6] = plan.on_release
+    assert (h6.hazard, h6.action) == ("H6", "host-wait")
+
+
+KINDS = ["legacy", "per-thread", "blocking", "non-blocking"]
+
+
+def stream_of(sim: ss.SimBackend, kind: str) -> ss.Stream:
+    return {"legacy": sim.legacy_stream, "per-thread": sim.per_thread_stream}.get(kind, lambda: sim.create_stream(non_blocking=kind == "non-blocking"))()
+
+
+@pytest.mark.parametrize("p,s,c", list(itertools.product(KINDS, repeat=3)))
+def test_event_plan_has_no_host_wait_except_h6(sim: ss.SimBackend, p: str, s: str, c: str) -> None:
+    for encoding in (ImageEncoding.RGB8, ImageEncoding.RGB10A2):
+        contract = ss.StreamContract(
+            make_sr(sim, image_encoding=encoding), stream_of(sim, s), strategy="event",
+            input_stream=stream_of(sim, p), consumer_stream=stream_of(sim, c),
+        )
+        plan = contract.plan
+        assert plan.host_waits == ()
+        assert all(f.action in ("device-wait", "sdk-blocking") for f in plan.fences), str(plan)
+        assert [f.hazard for f in plan.on_release] == ["H6"]
+
+
+def test_fences_only_where_kinds_leave_an_edge_open(sim: ss.SimBackend) -> None:
+    blocking, legacy = sim.create_stream(), sim.legacy_stream()
+    plan = plan_fences(ss.Strategy.EVENT, sdk=blocking, conversion=legacy, consumer=blocking, producer=blocking)
+    assert plan.fences == ()  # stream 0 and a blocking stream order each other implicitly
+    nb = sim.create_stream(non_blocking=True)
+    plan = plan_fences(ss.Strategy.EVENT, sdk=nb, conversion=legacy, consumer=nb, producer=nb)
+    assert {(f.hazard, f.action) for f in plan.fences} == {("H2", "sdk-blocking"), ("H3", "device-wait"), ("H5", "device-wait")}
+
+
+def test_auto_picks_async_for_a_non_blocking_sdk_stream_and_says_why(sim: ss.SimBackend) -> None:
+    plan = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True)).plan
+    assert plan.strategy is ss.Strategy.ASYNC and plan.non_blocking
+    assert plan.run_stream.kind is StreamKind.BLOCKING and "shadow stream" in plan.reason
+    assert "strategy=auto -> async" in str(plan)
+
+
+def test_plans_compare_equal(sim: ss.SimBackend) -> None:
+    s = sim.create_stream(non_blocking=True)
+    a = plan_fences(ss.Strategy.EVENT, sdk=s, conversion=sim.legacy_stream(), consumer=s, producer=s)
+    b = plan_fences(ss.Strategy.EVENT, sdk=s, conversion=sim.legacy_stream(), consumer=s, producer=s)
+    assert a == b and str(a) == str(b)
+
+
+# -- strategies: errors ---------------------------------------------------------------------------
+
+
+def test_unknown_strategy(sim: ss.SimBackend) -> None:
+    sr = make_sr(sim)
+    with pytest.raises(ss.StrategyError, match=r"strategy 'fastest' cannot be used: it is not one of 'auto', 'event'") as info:
+        ss.stream_contract(sr, strategy="fastest")
+    assert isinstance(info.value, ValueError)
+    assert sr.is_loaded and sr.runs == 0
+
+
+def test_none_needs_opt_in(sim: ss.SimBackend) -> None:
+    with pytest.raises(ss.StrategyError, match="pass allow_none=True"):
+        ss.StreamContract(make_sr(sim), strategy="none")
+    assert ss.StreamContract(make_sr(sim), strategy="NONE", allow_none=True).strategy is ss.Strategy.NONE
+
+
+def test_async_refused_where_unsound(sim: ss.SimBackend) -> None:
+    with pytest.raises(ss.StrategyError, match="not the legacy stream.*per-thread.*Use strategy='event'"):
+        ss.StreamContract(make_sr(sim), strategy="async", conversion_stream=sim.per_thread_stream())
+    # auto falls back to event, which is sound there
+    plan = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True), conversion_stream=sim.per_thread_stream()).plan
+    assert plan.strategy is ss.Strategy.EVENT and not plan.non_blocking
+
+
+def test_stream_of_another_device(sim: ss.SimBackend) -> None:
+    with pytest.raises(ss.DeviceMismatchError, match="is on CUDA device 1, but device 0 is required"):
+        ss.StreamContract(make_sr(sim), sim.create_stream(device=1))
+
+
+def test_closed_effect(sim: ss.SimBackend) -> None:
+    sr = make_sr(sim)
+    sr.close()
+    with pytest.raises(ss.EffectStateError, match="closed"):
+        ss.StreamContract(sr)
+    sr2 = make_sr(sim)
+    c = ss.StreamContract(sr2)
+    c.close()
+    with pytest.raises(ss.EffectStateError, match=r"run\(\) cannot run: the effect is closed"):
+        c.run(frame(sim)[0])
+
+
+def test_bad_input_changes_nothing(sim: ss.SimBackend) -> None:
+    sr = make_sr(sim)
+    c = ss.StreamContract(sr, sim.create_stream(non_blocking=True))
+    ok = c.run(frame(sim)[0])
+    fences = dict(c.stats)
+    with pytest.raises(ss.InputArrayError, match=r"not CUDA \(2\)"):
+        c.run(np.zeros((3, 16, 16), np.float32))
+    with pytest.raises(ss.InputArrayError, match="on CUDA device 1 but the effect runs on device 0"):
+        c.run(sim.array(np.zeros((3, 16, 16), np.float32), device=1))
+    with pytest.raises(ss.InputArrayError, match="has no __dlpack__"):
+        c.run("frame.png")
+    assert c.stats == fences and sr.runs == 1
+    ok.image.check_importable()  # the previous output is still current
+
+
+# -- the three ways in ---------------------------------------------------------------------------
+
+
+def pipeline(sim: ss.SimBackend, run: Any, consumer: ss.Stream, frames: int = 3) -> list[tuple[Any, np.ndarray]]:
+    copies = []
+    for i in range(frames):
+        arr, data = frame(sim, i)
+        out = run(arr)
+        view = sim.from_dlpack(out.image, stream=consumer)  # like torch.from_dlpack(out.image) on C
+        copies.append((sim.copy(view, consumer, name="consumer.copy"), expected(data)))
+    return copies
+
+
+def check(sim: ss.SimBackend, copies: list[tuple[Any, np.ndarray]]) -> None:
+    sim.synchronize_device()
+    assert sim.races == [], [str(r) for r in sim.races]
+    for copy, want in copies:
+        np.testing.assert_array_equal(copy.numpy(), want)
+
+
+def test_with_block_guards_plain_run_and_restores(sim: ss.SimBackend) -> None:
+    sr = make_sr(sim)
+    s, c_stream = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    with ss.stream_contract(sr, s) as c:
+        copies = pipeline(sim, sr.run, c_stream)
+        assert type(sr).__name__ == "VideoSuperRes" and isinstance(sr, VideoSuperRes)
+    check(sim, copies)
+    assert type(sr) is VideoSuperRes and "_streamsafe_contract" not in sr.__dict__
+    assert c.stats["runs"] == 3
+    raw = sr.run(frame(sim, 9)[0])  # unguarded again: the SDK's raw output
+    assert not isinstance(raw, ss.SafeOutput)
+
+
+def test_with_block_restores_on_error(sim: ss.SimBackend) -> None:
+    sr = make_sr(sim)
+    with pytest.raises(KeyError), ss.stream_contract(sr):
+        raise KeyError("boom")
+    assert type(sr) is VideoSuperRes
+
+
+def test_direct_contract(sim: ss.SimBackend) -> None:
+    c_stream = sim.create_stream(non_blocking=True)
+    contract = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True), strategy="event")
+    check(sim, pipeline(sim, contract.run, c_stream))
+
+
+def test_decorator_takes_the_stream_at_each_call(sim: ss.SimBackend) -> None:
+    sr = make_sr(sim)
+    c_stream = sim.create_stream(non_blocking=True)
+
+    @ss.stream_safe(sr)
+    def upscale(arr: Any) -> Any:
+        return sr.run(arr)
+
+    streams = [sim.create_stream(non_blocking=True), sim.create_stream(), sim.legacy_stream()]
+    copies = []
+    for i, s in enumerate(streams):
+        with sim.use_stream(s):
+            copies += pipeline(sim, upscale, c_stream, frames=1)
+    check(sim, copies)
+    assert upscale.contract.stats["runs"] == 3 and type(sr) is VideoSuperRes
+
+
+def test_nested_contracts_are_refused(sim: ss.SimBackend) -> None:
+    sr = make_sr(sim)
+    with ss.stream_contract(sr), pytest.raises(ss.StreamsafeError, match="already guarded by another StreamContract"):
+        with ss.stream_contract(sr):
+            pass
+
+
+# -- safe outputs ----------------------------------------------------------------------------------
+
+
+def test_output_keeps_sdk_fields_and_speaks_dlpack(sim: ss.SimBackend) -> None:
+    c = ss.StreamContract(make_sr(sim))
+    out = c.run(frame(sim)[0])
+    assert isinstance(out.raw, ss.testing.VideoSuperResOutput)
+    assert out.image.__dlpack_device__() == (2, 0)
+    assert "SafeImage" in repr(out.image)
+
+
+def test_second_import_is_a_buffer_error(sim: ss.SimBackend) -> None:
+    out = ss.StreamContract(make_sr(sim)).run(frame(sim)[0])
+    sim.from_dlpack(out.image)
+    with pytest.raises(BufferError, match="already imported; a DLPack capsule can be consumed once"):
+        sim.from_dlpack(out.image)
+
+
+def test_stale_output_after_next_run_or_close(sim: ss.SimBackend) -> None:
+    c = ss.StreamContract(make_sr(sim))
+    first = c.run(frame(sim, 1)[0])
+    c.run(frame(sim, 2)[0])
+    with pytest.raises(ss.StaleOutputError, match=r"came from run #1.*now at #2.*Copy each output before the next run"):
+        sim.from_dlpack(first.image)
+    last = c.run(frame(sim, 3)[0])
+    c.close()
+    with pytest.raises(ss.StaleOutputError):
+        last.numpy()
+
+
+def test_copy_true_and_wrong_device_are_refused(sim: ss.SimBackend) -> None:
+    out = ss.StreamContract(make_sr(sim)).run(frame(sim)[0])
+    with pytest.raises(BufferError, match="copy=True"):
+        out.image.__dlpack__(copy=True)
+    with pytest.raises(BufferError, match="cannot be exported"):
+        out.image.__dlpack__(dl_device=(1, 0))
+    assert not out.image.consumed
+
+
+def test_numpy_helper(sim: ss.SimBackend) -> None:
+    arr, data = frame(sim)
+    out = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True)).run(arr)
+    np.testing.assert_array_equal(out.numpy(), expected(data))
+    assert sim.races == []
+
+
+def test_jax_adapter_protocol() -> None:
+    capsule = object()
+    adapter = ss.JaxDLPackAdapter(capsule, device_id=1)
+    assert adapter.__dlpack_device__() == (2, 1)
+    assert adapter.__dlpack__(stream=5, max_version=(1, 0)) is capsule
+    with pytest.raises(BufferError, match="consumed once"):
+        adapter.__dlpack__()
+    with pytest.raises(BufferError, match="copy=False"):
+        ss.JaxDLPackAdapter(capsule).__dlpack__(copy=True)
+
+
+# -- H5, H6, H7 through the contract ------------------------------------------------------------
+
+
+def test_configure_waits_for_copies_before_the_buffer_goes(sim: ss.SimBackend) -> None:
+    sr = make_sr(sim)
+    c_stream = sim.create_stream(non_blocking=True)
+    arr, data = frame(sim)
+    with ss.stream_contract(sr, sim.legacy_stream()) as c:
+        out = sr.run(arr)
+        copy = sim.copy(sim.from_dlpack(out.image, stream=c_stream), c_stream, name="consumer.copy")
+        sr.output_width = 64  # guarded: waits for the copy (H6), then resizes
+        assert c.stats["host_waits"] == 1
+    np.testing.assert_array_equal(sim.download(copy, c_stream), expected(data))
+    assert sim.races == []
+    assert sr.output_width == 64
+
+
+def test_direct_reconfiguration_between_runs_is_reported(sim: ss.SimBackend) -> None:
+    sr = make_sr(sim)
+    c_stream = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(sr, sim.legacy_stream())
+    out = c.run(frame(sim)[0])
+    sim.copy(sim.from_dlpack(out.image, stream=c_stream), c_stream)
+    VideoSuperRes.output_width.fset(sr, 64)  # behind the contract's back
+    with pytest.warns(RuntimeWarning, match=r"reconfigured directly between runs \(output_width 32 -> 64\)"):
+        c.run(frame(sim, 1)[0])
+    c2 = ss.StreamContract(make_sr(sim), sim.legacy_stream())
+    out = c2.run(frame(sim)[0])
+    sim.copy(sim.from_dlpack(out.image, stream=c_stream), c_stream)
+    VideoSuperRes.output_width.fset(c2.effect, 64)
+    with ss.sanitize(sim), pytest.raises(ss.UnguardedChangeError, match="Change it through the contract"):
+        c2.run(frame(sim, 1)[0])
+
+
+def test_leaving_the_block_protects_copies_from_unguarded_use(sim: ss.SimBackend) -> None:
+    sr = make_sr(sim)
+    c_stream = sim.create_stream(non_blocking=True)
+    arr, data = frame(sim)
+    with ss.stream_contract(sr, sim.legacy_stream()):
+        out = sr.run(arr)
+        copy = sim.copy(sim.from_dlpack(out.image, stream=c_stream), c_stream, name="consumer.copy")
+    sr.run(frame(sim, 5)[0], stream_ptr=sim.create_stream(non_blocking=True).ptr)  # unguarded, other stream
+    np.testing.assert_array_equal(sim.download(copy, c_stream), expected(data))
+    assert not [r for r in sim.races if "consumer.copy" in (r.first.op, r.second.op)]
+
+
+def test_unfenced_the_same_pipeline_races(sim: ss.SimBackend) -> None:
+    c_stream = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True), strategy="none", allow_none=True)
+    copies = pipeline(sim, lambda a: c.run(a, non_blocking=True), c_stream)
+    sim.synchronize_device()
+    assert sim.races
+    assert any(not np.array_equal(copy.numpy(), want) for copy, want in copies)
+
+
+def test_sanitize_on_the_model_raises_at_the_racing_access(sim: ss.SimBackend) -> None:
+    c_stream = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True), strategy="none", allow_none=True)
+    with ss.sanitize(sim), pytest.raises(ss.RaceError, match="'VideoSuperRes.transfer'.*not ordered after write by 'producer.write'"):
+        pipeline(sim, lambda a: c.run(a, non_blocking=True), c_stream, frames=1)
+    assert sim.on_race == "record"
+
+
+def test_true_hdr_contract(sim: ss.SimBackend) -> None:
+    hdr = TrueHDR(backend=sim)
+    hdr.load()
+    c_stream = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(hdr, sim.create_stream())
+    assert c.conversion_stream is None and {f.hazard for f in c.plan.fences} <= {"H12", "H4", "H5", "H1"}
+    arr, data = frame(sim)
+    out = c.run(arr)
+    copy = sim.copy(sim.from_dlpack(out.image, stream=c_stream), c_stream)
+    want = K.tone_map_hdr(np, data, contrast=100, saturation=100, middle_gray=50, luminance=650)
+    np.testing.assert_array_equal(sim.download(copy, c_stream), want)
+    assert sim.races == []
+
+
+def test_seed_torch_recipe_on_the_model(sim: ss.SimBackend) -> None:
+    """The seed's recipe, with torch spelled as the model, inside a contract and with no device sync."""
+    sr = make_sr(sim)
+    stream = sim.create_stream(non_blocking=True)  # a torch side stream
+    with sim.use_stream(stream), ss.stream_contract(sr, stream):
+        arr, data = frame(sim)
+        result = sr.run(arr, stream_ptr=stream.ptr, non_blocking=False)
+        output = sim.copy(sim.from_dlpack(result.image))  # torch.from_dlpack(result.image).clone()
+    np.testing.assert_array_equal(output.numpy(), expected(data))
+    assert sim.races == []
+
+
+def test_warning_free_normal_use(sim: ss.SimBackend) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c = ss.StreamContract(make_sr(sim))
+        for i in range(3):
+            c.run(frame(sim, i)[0]).numpy()
