@@ -171,14 +171,15 @@ def _importable(name: str) -> bool:
 class JaxDLPackAdapter:
     """The seed's adapter for JAX >= 0.7.2, with the whole producer protocol.
 
-    Wraps a raw capsule (e.g. ``result.image`` from the SDK). It orders nothing: use it
-    after the SDK's work is complete, or use a contract, whose outputs need no adapter.
-    The capsule is handed out once; a second ``__dlpack__`` raises :class:`BufferError`.
+    Wraps a raw capsule (e.g. ``result.image`` from the SDK); that orders nothing, so use
+    it after the SDK's work is complete. Given a contract's ``out.image`` (inside
+    ``with stream_contract(...)`` the seed's code passes exactly that), it forwards JAX's
+    stream to it, so the import is fenced. Handed out once; then :class:`BufferError`.
     """
 
     def __init__(self, capsule: Any, device_id: int = 0) -> None:
-        if isinstance(capsule, (SafeImage, SafeOutput)):
-            raise TypeError("streamsafe outputs already speak DLPack: pass out.image to jax.dlpack.from_dlpack directly")
+        if isinstance(capsule, SafeOutput):
+            capsule = capsule.image
         self._capsule = capsule
         self._device_id = int(device_id)
         self._used = False
@@ -197,8 +198,12 @@ class JaxDLPackAdapter:
             raise BufferError("the capsule cannot be copied during export (PJRT does not support it); use copy=False")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"the capsule lives on {self.__dlpack_device__()}, not {tuple(dl_device)}")
+        if isinstance(self._capsule, SafeImage):
+            capsule = self._capsule.__dlpack__(stream=stream, max_version=max_version)
+        else:
+            capsule = self._capsule
         self._used = True
-        return self._capsule
+        return capsule
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (DLPACK_CUDA, self._device_id)

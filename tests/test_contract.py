@@ -370,6 +370,19 @@ def test_seed_torch_recipe_on_the_model(sim: ss.SimBackend) -> None:
     assert sim.races == []
 
 
+def test_seed_jax_adapter_forwards_to_a_safe_image(sim: ss.SimBackend) -> None:
+    c_stream = sim.create_stream(non_blocking=True)
+    sr = make_sr(sim)
+    with ss.stream_contract(sr, sim.create_stream(non_blocking=True)):
+        arr, data = frame(sim)
+        result = sr.run(arr)
+        adapter = ss.JaxDLPackAdapter(result.image, device_id=0)  # the seed's code, unchanged
+        view = sim.from_dlpack(adapter, stream=c_stream)  # JAX passes its stream to __dlpack__
+        copy = sim.copy(view, c_stream)
+    np.testing.assert_array_equal(sim.download(copy, c_stream), expected(data))
+    assert sim.races == [] and result.image.consumed
+
+
 def test_warning_free_normal_use(sim: ss.SimBackend) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -1,0 +1,197 @@
+"""The contract on a real GPU: every hazard fixed by every strategy with real kernels and
+amplified latency, a soak with torch, CuPy and JAX consumers, the seed's own code samples
+inside a contract, and sanitize mode catching a deliberately missing fence."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+from streamsafe.testing import _kernels as K
+
+pytestmark = pytest.mark.gpu
+H, W, OH, OW = 64, 64, 128, 128
+SOAK = int(os.environ.get("STREAMSAFE_SOAK_FRAMES", "10000"))
+
+
+def _out(name: str) -> Path | None:
+    folder = os.environ.get("STREAMSAFE_GPU_OUT")
+    return Path(folder) / name if folder else None
+
+
+@pytest.fixture(scope="module")
+def frames() -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(11)
+    out = []
+    for _ in range(16):
+        x = rng.random((3, H, W), dtype=np.float32)
+        out.append((x, K.to_rgb8(np, K.resize_bilinear(np, x, OH, OW)).astype(np.float32) / np.float32(255)))
+    return out
+
+
+def test_gpu_matrix_every_strategy_fixes_every_hazard(torch_cuda) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("cupy")
+    from streamsafe.hazards import STRATEGIES, format_table, rows_to_json, run_matrix
+
+    rows = run_matrix(backend="cuda", frames=100, size=(64, 64), strategies=STRATEGIES)
+    table = format_table(rows)
+    print(table)
+    if (path := _out("hazards-strategies-gpu.json")) is not None:
+        path.write_text(rows_to_json(rows))
+        path.with_suffix(".txt").write_text(table + "\n")
+    for row in rows:
+        if row.strategy != "none":
+            assert row.corrupt_frames == 0, row
+            assert not row.hazards_reported, row
+    unfenced = [r for r in rows if r.strategy == "none" and r.race_reported]
+    assert unfenced and all(r.corrupt_frames > 0 for r in unfenced)
+
+
+def _consume(kind: str, out: Any, streams: dict[str, Any]) -> Any:
+    import cupy
+    import torch
+
+    if kind == "torch":
+        return out.torch(streams["torch"])
+    if kind == "cupy":
+        with streams["cupy"]:
+            return cupy.from_dlpack(out.image).copy()
+    return out.jax()
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    if hasattr(x, "cpu"):
+        return x.cpu().numpy()
+    if type(x).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy.asnumpy(x)
+    return np.asarray(x)
+
+
+def test_soak_zero_corruption_for_every_strategy(torch_cuda, frames) -> None:  # type: ignore[no-untyped-def]
+    cupy = pytest.importorskip("cupy")
+    pytest.importorskip("jax")
+    torch = torch_cuda
+    from streamsafe.testing import VideoSuperRes
+    from streamsafe.testing.labs import GpuLab
+
+    lab = GpuLab()
+    consumers = {"torch": torch.cuda.Stream(), "cupy": cupy.cuda.Stream(non_blocking=False)}
+    summary: dict[str, Any] = {}
+    for strategy in ("auto", "event", "async", "stream", "device"):
+        done = wrong = 0
+        start = time.perf_counter()
+        per_combo = max(1, SOAK // 9)
+        for sdk_kind in ("non-blocking", "blocking", "legacy"):
+            sdk = lab.stream(sdk_kind)
+            for consumer in ("torch", "cupy", "jax"):
+                sr = VideoSuperRes(backend=lab.backend, latency_us={"inference": 40, "conversion": 40})
+                sr.output_width, sr.output_height = OW, OH
+                sr.load()
+                c = ss.StreamContract(sr, sdk, strategy=strategy)
+                pending: list[tuple[Any, np.ndarray]] = []
+                inputs = [torch.from_numpy(x).cuda() for x, _ in frames]
+                torch.cuda.synchronize()
+                for i in range(per_combo):
+                    out = c.run(inputs[i % len(inputs)])
+                    pending.append((_consume(consumer, out, consumers), frames[i % len(frames)][1]))
+                    if len(pending) == 64 or i == per_combo - 1:
+                        c.synchronize()
+                        torch.cuda.synchronize()
+                        cupy.cuda.runtime.deviceSynchronize()
+                        for got, want in pending:
+                            wrong += not np.allclose(_to_numpy(got), want, atol=1.5 / 255)
+                        done += len(pending)
+                        pending.clear()
+                c.close()
+        summary[strategy] = {"frames": done, "corrupt": wrong, "seconds": round(time.perf_counter() - start, 2)}
+        print(f"soak {strategy}: {wrong} corrupt of {done} frames ({summary[strategy]['seconds']} s)")
+    if (path := _out("soak.json")) is not None:
+        path.write_text(json.dumps(summary, indent=1))
+    for strategy, result in summary.items():
+        assert result["frames"] >= SOAK - 9 and result["corrupt"] == 0, (strategy, result)
+
+
+def test_seed_samples_run_inside_a_contract_without_device_syncs(torch_cuda, frames) -> None:  # type: ignore[no-untyped-def]
+    cupy = pytest.importorskip("cupy")
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    torch = torch_cuda
+    from streamsafe.testing import VideoSuperRes
+
+    be = ss.CudaBackend()
+    sr = VideoSuperRes(backend=be, latency_us={"inference": 100, "conversion": 100})
+    sr.output_width, sr.output_height = OW, OH
+    sr.load()
+    side = torch.cuda.Stream()
+    bad = {"torch": 0, "cupy": 0, "jax": 0}
+    n = 100
+    with torch.cuda.stream(side), ss.stream_contract(sr, side):
+        for i in range(n):
+            x, want = frames[i % len(frames)]
+            frame = torch.from_numpy(x).cuda()
+            # the seed's torch recipe, minus its torch.cuda.synchronize()
+            stream = torch.cuda.current_stream()
+            result = sr.run(frame, stream_ptr=stream.cuda_stream, non_blocking=False)
+            output = torch.from_dlpack(result.image).clone()
+            bad["torch"] += not np.allclose(output.cpu().numpy(), want, atol=1.5 / 255)
+            # the seed's CuPy note, minus its deviceSynchronize()
+            result = sr.run(frame)
+            with cupy.cuda.Stream(non_blocking=True):
+                copied = cupy.from_dlpack(result.image).copy()
+                bad["cupy"] += not np.allclose(cupy.asnumpy(copied), want, atol=1.5 / 255)
+            # the seed's JAX adapter code, unchanged
+            result = sr.run(frame)
+            adapter = ss.JaxDLPackAdapter(result.image, device_id=0)
+            output_view = jax.dlpack.from_dlpack(adapter, copy=False)
+            output = jnp.array(output_view, copy=True)
+            output.block_until_ready()
+            bad["jax"] += not np.allclose(np.asarray(output), want, atol=1.5 / 255)
+    sr.close()
+    print(f"seed samples inside a contract, {n} frames each, corrupted: {bad}")
+    if (path := _out("seed-samples.json")) is not None:
+        path.write_text(json.dumps({"frames": n, "corrupt": bad}))
+    assert bad == {"torch": 0, "cupy": 0, "jax": 0}
+
+
+def test_sanitize_reports_a_deliberately_missing_fence(torch_cuda, frames) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("cupy")
+    torch = torch_cuda
+    from streamsafe.testing import VideoSuperRes
+
+    be = ss.CudaBackend()
+    sdk, consumer = torch.cuda.Stream(), torch.cuda.Stream()
+    x = torch.from_numpy(frames[0][0]).cuda()
+    torch.cuda.synchronize()
+
+    def make() -> Any:
+        sr = VideoSuperRes(backend=be)
+        sr.output_width, sr.output_height = OW, OH
+        sr.load()
+        return sr
+
+    with ss.sanitize() as shadow:  # fenced: no report
+        c = ss.StreamContract(make(), sdk, strategy="event")
+        for _ in range(3):
+            with torch.cuda.stream(sdk):
+                c.run(x).torch(consumer)
+        c.close()
+    assert shadow.races == []
+    with ss.sanitize(), pytest.raises(ss.RaceError) as info:  # the H3 fence left out on purpose
+        c = ss.StreamContract(make(), sdk, strategy="none", allow_none=True)
+        with torch.cuda.stream(sdk):
+            c.run(x).torch(consumer)
+    text = str(info.value)
+    print(text)
+    assert "VideoSuperRes.conversion" in text and "consumer.copy" in text
+    if (path := _out("sanitize.txt")) is not None:
+        path.write_text(text + "\n")
