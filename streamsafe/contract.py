@@ -91,6 +91,7 @@ class StreamContract:
         self._since_run: dict[Stream, None] = {}
         self._outstanding: dict[Stream, None] = {}
         self._last_consumer: Stream | None = None
+        self._holds: dict[Stream, Any] = {}  # consumer stream objects kept alive while fences still need them
         self._keepalive: list[tuple[Any, Any]] = []
         self._torch_streams: dict[int, Any] = {}
         self._guard_depth = 0
@@ -266,14 +267,41 @@ class StreamContract:
         self._since_run[consumer] = None
         self._outstanding[consumer] = None
         self._last_consumer = consumer
+        self._hold(consumer)
         if _sanitize.active() is not None:
             _sanitize.active().consumer_reads(self, image, consumer)
+
+    def _hold(self, consumer: Stream) -> None:
+        """Keep the framework's object for ``consumer`` alive: a stream a consumer made for one copy
+        (``with cupy.cuda.Stream(): ...``) would otherwise be destroyed before the next run's fence
+        is recorded on it, and a destroyed handle cannot be used."""
+        if consumer in self._holds or consumer.ptr in (0, 1, 2):
+            return
+        import sys
+
+        if "cupy" in sys.modules:
+            current = sys.modules["cupy"].cuda.get_current_stream()
+            if current.ptr == consumer.handle:
+                self._holds[consumer] = current
+                return
+        if "torch" in sys.modules:
+            torch = sys.modules["torch"]
+            if torch.cuda.is_initialized():
+                current = torch.cuda.current_stream(self.device)
+                if current.cuda_stream == consumer.handle:
+                    self._holds[consumer] = current
+
+    def _release_holds(self) -> None:
+        for consumer in list(self._holds):
+            if consumer not in self._since_run and consumer not in self._outstanding:
+                del self._holds[consumer]
 
     def _consumers_done(self) -> None:
         """The host waited for the last consumer's copy (a helper that blocks)."""
         if self._last_consumer is not None:
             self._outstanding.pop(self._last_consumer, None)
             self._since_run.pop(self._last_consumer, None)
+            self._release_holds()
 
     def _before_release(self) -> None:
         """H6: the host waits for every copy that may still read the buffer."""
@@ -283,6 +311,7 @@ class StreamContract:
         self._apply(fences)
         self._outstanding.clear()
         self._since_run.clear()
+        self._release_holds()
 
     # -- inputs after an asynchronous run (H12) ------------------------------------------------
 

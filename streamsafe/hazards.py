@@ -91,7 +91,9 @@ class Scenario:
         return f"{self.hazard}{'-safe' if self.safe else ''}:{self.title}"
 
 
-SLOW = 300.0  # microseconds of spin on the GPU
+SLOW = 5000.0
+"""Microseconds of spin on the GPU: longer than the host time between the racing issues
+(the emulated run() costs about 2 ms of host time; measured on the H200)."""
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("H1", "producer on another stream", producer="non-blocking", sdk="blocking", delays_us={"producer": SLOW}),
@@ -253,8 +255,7 @@ def run_scenario(
         data = _frame(i, h, w, "RGB10A2" if sc.encoding == "RGB10A2" and sc.effect != "TrueHDR" else "RGB8")
         want = _reference(sc, data, out_hw)
         got = lab.read(copy)
-        tol = 1 if got.dtype == np.uint32 and gpu else 0
-        if got.shape != want.shape or not _close(got, want, tol):
+        if got.shape != want.shape or not _close(got, want, gpu):
             corrupt += 1
     races = lab.races()
     found = sorted({classify(r) for r in races})
@@ -279,13 +280,15 @@ def run_scenario(
     )
 
 
-def _close(got: np.ndarray, want: np.ndarray, tol: int) -> bool:
+def _close(got: np.ndarray, want: np.ndarray, gpu: bool) -> bool:
+    """Exact on the model; on the GPU one code step of float rounding is allowed (a race
+    produces another frame's or garbage data, far beyond that)."""
     if got.dtype == np.uint32:
-        if tol == 0:
+        if not gpu:
             return bool(np.array_equal(got, want))
         diff = [np.abs(((got >> s) & 0x3FF).astype(np.int64) - ((want >> s) & 0x3FF).astype(np.int64)).max() for s in (0, 10, 20)]
-        return max(diff) <= tol and bool(np.array_equal(got >> 30, want >> 30))
-    return bool(np.allclose(got, want, atol=1e-6, rtol=0))
+        return max(diff) <= 1 and bool(np.array_equal(got >> 30, want >> 30))
+    return bool(np.allclose(got, want, atol=1.5 / 255 if gpu else 1e-6, rtol=0))
 
 
 def run_matrix(

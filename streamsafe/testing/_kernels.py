@@ -29,10 +29,63 @@ __all__ = [
 PQ_PEAK_NITS = 10000.0
 
 
+_CUPY: dict[str, Any] = {}
+
+_RESIZE_BODY = r"""
+int plane = oh * ow;
+int c = i / plane;
+int r = i - c * plane;
+int y = r / ow;
+int x = r - y * ow;
+float py = __fadd_rn(__fmul_rn(__fadd_rn((float)y, 0.5f), sy), -0.5f);
+py = fminf(fmaxf(py, 0.f), (float)(h - 1));
+float px = __fadd_rn(__fmul_rn(__fadd_rn((float)x, 0.5f), sx), -0.5f);
+px = fminf(fmaxf(px, 0.f), (float)(w - 1));
+int y0 = (int)floorf(py);
+int x0 = (int)floorf(px);
+int y1 = min(y0 + 1, h - 1);
+int x1 = min(x0 + 1, w - 1);
+float wy = __fadd_rn(py, -(float)y0);
+float wx = __fadd_rn(px, -(float)x0);
+long long base = (long long)c * h * w;
+float top = __fadd_rn(__fmul_rn(src[base + y0 * w + x0], __fadd_rn(1.f, -wx)), __fmul_rn(src[base + y0 * w + x1], wx));
+float bot = __fadd_rn(__fmul_rn(src[base + y1 * w + x0], __fadd_rn(1.f, -wx)), __fmul_rn(src[base + y1 * w + x1], wx));
+out = __fadd_rn(__fmul_rn(top, __fadd_rn(1.f, -wy)), __fmul_rn(bot, wy));
+"""
+
+
+def _cupy_kernel(xp: Any, name: str) -> Any:
+    """One fused CuPy kernel per stage (the same float32 operations, in the same order, as NumPy)."""
+    kernel = _CUPY.get(name)
+    if kernel is None:
+        if name == "resize":
+            kernel = xp.ElementwiseKernel(
+                "raw float32 src, int32 h, int32 w, int32 oh, int32 ow, float32 sy, float32 sx",
+                "float32 out", _RESIZE_BODY, "streamsafe_resize",
+            )
+        elif name == "to_rgb8":
+            kernel = xp.ElementwiseKernel(
+                "float32 v", "uint8 out", "out = (unsigned char)rintf(__fmul_rn(fminf(fmaxf(v, 0.f), 1.f), 255.f));",
+                "streamsafe_to_rgb8",
+            )
+        else:
+            kernel = xp.ElementwiseKernel("uint8 u", "float32 out", "out = __fdiv_rn((float)u, 255.f);", "streamsafe_from_rgb8")
+        _CUPY[name] = kernel
+    return kernel
+
+
+def _is_cupy(xp: Any) -> bool:
+    return getattr(xp, "__name__", "") == "cupy"
+
+
 def resize_bilinear(xp: Any, src: Any, out_h: int, out_w: int) -> Any:
     """Bilinear resize of ``(C, H, W)`` float32 with half-pixel centres (``align_corners=False``)."""
     _, h, w = src.shape
     f32 = xp.float32
+    if _is_cupy(xp):
+        out = xp.empty((src.shape[0], out_h, out_w), dtype=xp.float32)
+        _cupy_kernel(xp, "resize")(xp.ascontiguousarray(src), h, w, out_h, out_w, f32(h / out_h), f32(w / out_w), out)
+        return out
 
     def axis(n_out: int, n_in: int) -> tuple[Any, Any, Any]:
         pos = (xp.arange(n_out, dtype=f32) + f32(0.5)) * f32(n_in / n_out) - f32(0.5)
@@ -52,11 +105,16 @@ def resize_bilinear(xp: Any, src: Any, out_h: int, out_w: int) -> Any:
 
 def to_rgb8(xp: Any, rgb: Any) -> Any:
     """Float ``[0, 1]`` to the SDK's internal 8-bit result."""
+    if _is_cupy(xp):
+        return _cupy_kernel(xp, "to_rgb8")(rgb)
     return xp.rint(xp.clip(rgb, 0.0, 1.0) * 255.0).astype(xp.uint8)
 
 
 def from_rgb8(xp: Any, u8: Any, out: Any) -> None:
     """The RGB8 output conversion (the stage that runs on stream 0): ``out = u8 / 255``."""
+    if _is_cupy(xp):
+        _cupy_kernel(xp, "from_rgb8")(u8, out)
+        return
     out[...] = u8.astype(xp.float32) / xp.float32(255.0)
 
 

@@ -337,7 +337,7 @@ class _Effect:
         rgb8 = self._has_rgb8_conversion and self._encoding is ImageEncoding.RGB8
         if rgb8:
             result = self._internal_buffer("rgb8 result", out_shape, np.uint8)
-            eng.launch(s, f"{self._name}.inference", lambda xp, r, w: _assign(w[0], K.to_rgb8(xp, infer(xp, r))), staged, [result])
+            eng.launch(s, f"{self._name}.inference", lambda xp, r, w: _to_rgb8_into(xp, infer(xp, r), w[0]), staged, [result])
             if not non_blocking:
                 eng.host_wait(s)
             out = self._output_buffer(out_shape, np.float32)
@@ -361,6 +361,13 @@ def _copy(xp: Any, reads: Sequence[Any], writes: Sequence[Any]) -> None:
 
 def _assign(dst: Any, value: Any) -> None:
     dst[...] = value
+
+
+def _to_rgb8_into(xp: Any, rgb: Any, dst: Any) -> None:
+    if getattr(xp, "__name__", "") == "cupy":
+        K._cupy_kernel(xp, "to_rgb8")(rgb, dst)  # straight into the internal buffer: one kernel
+    else:
+        dst[...] = K.to_rgb8(xp, rgb)
 
 
 class VideoSuperRes(_Effect):
