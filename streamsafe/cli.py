@@ -47,6 +47,62 @@ def _hazards(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import SCENARIOS, gpu_factory, progress_bar, run_bench, sim_factory, write_json, write_png
+    from .bench.report import format_table
+    from .hazards import STRATEGIES
+
+    backend = args.backend
+    if backend == "auto":
+        backend = "cuda" if _gpu_lab_available() else "sim"
+    keys = [s.key for s in SCENARIOS]
+    scenarios = keys if args.scenario == "all" else [x.strip() for x in args.scenario.split(",")]
+    bad = [x for x in scenarios if x not in keys]
+    if bad:
+        print(f"streamsafe bench: unknown scenario {bad[0]!r}; choose from {', '.join(keys)} or all", file=sys.stderr)
+        return 2
+    strategies = list(STRATEGIES) if args.strategy == "all" else [x.strip() for x in args.strategy.split(",")]
+    bad = [x for x in strategies if x not in STRATEGIES]
+    if bad:
+        print(f"streamsafe bench: unknown strategy {bad[0]!r}; choose from {', '.join(STRATEGIES)} or all", file=sys.stderr)
+        return 2
+    if backend == "cuda":
+        if "jax" not in sys.modules:
+            import os
+
+            os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with torch and CuPy
+        from .doctor import collect
+
+        report = collect()
+        gpus = report["cuda"].get("gpus") or [{}]
+        env = {"gpu": gpus[0].get("name", "?"), "driver": report["cuda"].get("driver"), "packages": report["packages"],
+               "python": report["python"]}
+        factory = gpu_factory
+        frames, warmup, block = args.frames or 200, args.warmup if args.warmup is not None else 20, args.block or 20
+    else:
+        from .doctor import collect
+
+        env = {"gpu": None, "packages": collect()["packages"], "note": "simulated backend"}
+        factory = sim_factory
+        frames, warmup, block = args.frames or 8, args.warmup if args.warmup is not None else 2, args.block or 4
+    try:
+        result = run_bench(
+            factory, scenarios, strategies, frames=frames, warmup=warmup, block=block, backend=backend,
+            timed=backend == "cuda", progress=None if args.quiet else progress_bar(sys.stderr), environment=env,
+        )
+    except ValueError as e:
+        print(f"streamsafe bench: {e}", file=sys.stderr)
+        return 2
+    print(format_table(result))
+    if args.json:
+        write_json(result, args.json)
+        print(f"wrote every raw sample to {args.json}", file=sys.stderr)
+    if args.png:
+        why = write_png(result, args.png)
+        print(f"chart not written: {why}" if why else f"wrote the chart to {args.png}", file=sys.stderr)
+    return 0
+
+
 def _gpu_lab_available() -> bool:
     import importlib.util
 
@@ -75,6 +131,17 @@ def build_parser() -> argparse.ArgumentParser:
     hazards.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of each scenario on the model")
     hazards.add_argument("--json", action="store_true", help="print one JSON object per row")
     hazards.set_defaults(func=_hazards)
+    bench = sub.add_parser("bench", help="compare sync strategies side by side (GPU, or counts on the model)")
+    bench.add_argument("--backend", choices=["auto", "sim", "cuda"], default="auto")
+    bench.add_argument("--scenario", default="all", help="comma-separated scenario keys (a, b, c, d-cupy, d-jax, e-4k, e-rgb10, f-vfg, f-hdr) or all")
+    bench.add_argument("--strategy", default="all", help="comma-separated strategies or all")
+    bench.add_argument("--frames", type=_positive, help="timed frames per strategy and scenario (default 200 on cuda, 8 on sim)")
+    bench.add_argument("--warmup", type=int, help="untimed frames first (default 20 on cuda, 2 on sim)")
+    bench.add_argument("--block", type=_positive, help="frames per interleaved block (default 20 on cuda, 4 on sim)")
+    bench.add_argument("--json", metavar="PATH", help="write environment, summary and every raw sample")
+    bench.add_argument("--png", metavar="PATH", help="write a frames/s chart (needs matplotlib)")
+    bench.add_argument("--quiet", action="store_true", help="no progress bar")
+    bench.set_defaults(func=_bench)
     return parser
 
 

@@ -87,6 +87,7 @@ class StreamContract:
         self.closed = False
         self._shadow: Stream | None = None
         self._plans: dict[tuple[Any, ...], FencePlan] = {}
+        self._consumer_plans: dict[tuple[Any, ...], tuple[list[Fence], list[Fence]]] = {}
         self._last_plan: FencePlan | None = None
         self._since_run: dict[Stream, None] = {}
         self._outstanding: dict[Stream, None] = {}
@@ -98,7 +99,9 @@ class StreamContract:
         self._guard_host_wait = True
         self._swapped = False
         self._config = self._snapshot()
-        self.stats = {"runs": 0, "fences": 0, "host_waits": 0, "device_syncs": 0}
+        self.stats = {"runs": 0, "fences": 0, "host_waits": 0, "device_syncs": 0, "sdk_waits": 0}
+        """Counters: runs; device-side fences; host waits and device syncs streamsafe made; and runs in
+        which the SDK itself made the host wait (``non_blocking=False``)."""
         if os.environ.get("STREAMSAFE_SANITIZE") == "1":
             _sanitize.enable_from_environment()
         _ = self.plan  # validates the strategy for these streams now (e.g. async where unsound)
@@ -167,11 +170,8 @@ class StreamContract:
         fences: list[Fence] = []
         if self._last_plan is not None:  # the previous output may still be read, or converted
             for consumer in self._since_run:
-                fences += [
-                    f for f in consumer_fences(plan.strategy, run_stream=run_stream, conversion=plan.conversion, consumer=consumer)
-                    if f.when == "before next run"
-                ]
-            fences += reuse_fences(plan.strategy, run_stream=run_stream, conversion=plan.conversion)
+                fences += self._consumer_fences(plan, consumer)[1]
+            fences += self._consumer_fences(plan, None)[1]
         fences += plan.at("before run")
         for producer in producers[1:]:
             if producer != producers[0]:
@@ -192,6 +192,7 @@ class StreamContract:
         self._last_plan = plan
         self._config = self._snapshot()
         self.stats["runs"] += 1
+        self.stats["sdk_waits"] += not plan.non_blocking
         return SafeOutput(raw, SafeImage(self, raw.image, self.generation, self.device))
 
     def _producer_of(self, arr: Any) -> Stream | None:
@@ -233,7 +234,10 @@ class StreamContract:
     def _apply(self, fences: list[Fence]) -> None:
         synced = False
         for fence in fences:
-            if fence.action == "device-wait":
+            if fence.action == "device-wait" and _NVTX is None:  # the hot path
+                self.backend.fence(fence.waiter, fence.signaller)  # type: ignore[arg-type]
+                self.stats["fences"] += 1
+            elif fence.action == "device-wait":
                 assert fence.waiter is not None and fence.signaller is not None
                 with _nvtx(f"streamsafe {fence.hazard} fence", self.backend):
                     self.backend.fence(fence.waiter, fence.signaller)
@@ -262,14 +266,28 @@ class StreamContract:
             consumer = self._consumer or plan.sdk
         else:
             consumer = as_stream(stream, device=self.device, backend=self.backend)
-        fences = consumer_fences(plan.strategy, run_stream=plan.run_stream, conversion=plan.conversion, consumer=consumer)
-        self._apply([f for f in fences if f.when == "at import"])
+        self._apply(self._consumer_fences(plan, consumer)[0])
         self._since_run[consumer] = None
         self._outstanding[consumer] = None
         self._last_consumer = consumer
         self._hold(consumer)
         if _sanitize.active() is not None:
             _sanitize.active().consumer_reads(self, image, consumer)
+
+    def _consumer_fences(self, plan: FencePlan, consumer: Stream | None) -> tuple[list[Fence], list[Fence]]:
+        """(at import, before next run) for ``consumer``; ``None``: the 8-bit result's reuse. Cached."""
+        key = (plan.strategy, plan.run_stream, plan.conversion, consumer)
+        cached = self._consumer_plans.get(key)
+        if cached is None:
+            if consumer is None:
+                fences = reuse_fences(plan.strategy, run_stream=plan.run_stream, conversion=plan.conversion)
+            else:
+                fences = consumer_fences(plan.strategy, run_stream=plan.run_stream, conversion=plan.conversion, consumer=consumer)
+            cached = self._consumer_plans[key] = (
+                [f for f in fences if f.when == "at import"],
+                [f for f in fences if f.when == "before next run"],
+            )
+        return cached
 
     def _hold(self, consumer: Stream) -> None:
         """Keep the framework's object for ``consumer`` alive: a stream a consumer made for one copy

@@ -89,6 +89,9 @@ class Stream:
         """``(device, handle)``: the stream's key in a vector clock."""
         return (self.device, self.handle)
 
+    def __hash__(self) -> int:  # device and handle identify a stream; hashing the kind enum is slow
+        return hash((self.device, self.handle))
+
     def __cuda_stream__(self) -> tuple[int, int]:
         return (0, self.ptr)
 

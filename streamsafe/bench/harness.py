@@ -1,0 +1,230 @@
+"""The benchmark harness: strategies side by side, interleaved, with every raw sample kept.
+
+:func:`run_bench` checks its arguments and hands over to :func:`_loop`, which, for each
+scenario, warms every strategy's pipeline up (untimed), then runs blocks of frames in
+turn, A B C A B C ..., so that drift (clocks, thermals, other tenants) hits all alike.
+Each block ends when its pipeline has drained (the host waited for its GPU work), so a
+block's wall time is its own. Per frame it keeps the device latency a pipeline reports,
+and per block the wall time and the host thread's CPU time. Clocks are injectable, so
+the harness itself is tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..strategy import Strategy, as_strategy
+
+__all__ = ["Pipeline", "PipelineFactory", "Samples", "BenchResult", "run_bench", "ProgressFn"]
+
+
+class Pipeline(Protocol):
+    """One strategy's pipeline for one scenario."""
+
+    def step(self, frame: int) -> None:
+        """Produce, run and consume one frame (issue its work; may block where the strategy does)."""
+        ...
+
+    def drain(self) -> list[float]:
+        """Wait for all issued work; return the device latency (ms) of each frame since the last drain
+        (empty where the backend has no clock)."""
+        ...
+
+    def check(self) -> tuple[int, int]:
+        """Verify the frames since the last check against the reference: (checked, corrupt). Untimed."""
+        ...
+
+    def counters(self) -> dict[str, int]:
+        """Running totals: ``fences``, ``host_waits``, ``runs``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+PipelineFactory = Callable[[str, Strategy], Pipeline]
+"""``factory(scenario, strategy) -> Pipeline``."""
+ProgressFn = Callable[[int, int, str], None]
+"""``progress(done_blocks, total_blocks, label)``."""
+
+
+@dataclass
+class Samples:
+    """Raw measurements of one strategy in one scenario."""
+
+    scenario: str
+    strategy: str
+    frames: int = 0
+    block_wall_s: list[float] = field(default_factory=list)
+    block_frames: list[int] = field(default_factory=list)
+    block_cpu_s: list[float] = field(default_factory=list)
+    latency_ms: list[float] = field(default_factory=list)
+    fences: int = 0
+    host_waits: int = 0
+    runs: int = 0
+    checked: int = 0
+    corrupt: int = 0
+
+    @property
+    def fps(self) -> float:
+        wall = sum(self.block_wall_s)
+        return self.frames / wall if wall > 0 else float("nan")
+
+    @property
+    def cpu_ms_per_frame(self) -> float:
+        return 1000 * sum(self.block_cpu_s) / self.frames if self.frames else float("nan")
+
+    def latency(self, q: float) -> float:
+        """The ``q``-quantile (0..1) of per-frame device latency in ms; NaN without samples."""
+        xs = sorted(self.latency_ms)
+        if not xs:
+            return float("nan")
+        return xs[min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))]
+
+    @property
+    def fences_per_frame(self) -> float:
+        return self.fences / self.runs if self.runs else 0.0
+
+    @property
+    def host_waits_per_frame(self) -> float:
+        return self.host_waits / self.runs if self.runs else 0.0
+
+    @property
+    def block_fps(self) -> list[float]:
+        return [n / w for n, w in zip(self.block_frames, self.block_wall_s) if w > 0]
+
+    @property
+    def fps_spread(self) -> float:
+        """Relative spread of per-block frames/s (stdev / mean): a difference smaller than this is noise."""
+        xs = self.block_fps
+        return statistics.pstdev(xs) / statistics.fmean(xs) if len(xs) > 1 else 0.0
+
+
+@dataclass
+class BenchResult:
+    """Every sample of a run, with where it ran."""
+
+    backend: str
+    timed: bool
+    """False on the model: counts are meaningful there, times are not."""
+    scenarios: list[str]
+    strategies: list[str]
+    frames: int
+    warmup: int
+    block: int
+    samples: dict[tuple[str, str], Samples]
+    order: list[tuple[str, str]] = field(default_factory=list)
+    """The (scenario, strategy) of each timed block, in the order they ran."""
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, scenario: str, strategy: str) -> Samples:
+        return self.samples[(scenario, strategy)]
+
+    def ratio(self, scenario: str, strategy: str, to: str) -> float:
+        """frames/s of ``strategy`` over frames/s of ``to`` in ``scenario`` (NaN if either is missing)."""
+        a, b = self.samples.get((scenario, strategy)), self.samples.get((scenario, to))
+        if a is None or b is None or not self.timed:
+            return float("nan")
+        return a.fps / b.fps
+
+
+def run_bench(
+    factory: PipelineFactory,
+    scenarios: Sequence[str],
+    strategies: Iterable[Strategy | str],
+    *,
+    frames: int = 200,
+    warmup: int = 20,
+    block: int = 20,
+    backend: str = "cuda",
+    timed: bool = True,
+    clock: Callable[[], float] = time.perf_counter,
+    cpu_clock: Callable[[], float] = time.thread_time,
+    progress: ProgressFn | None = None,
+    environment: dict[str, Any] | None = None,
+) -> BenchResult:
+    """Run every scenario with every strategy, interleaved in blocks of ``block`` frames.
+
+    ``frames`` timed frames per strategy and scenario (a multiple of ``block``), after
+    ``warmup`` untimed ones. Blocks the host for the whole run.
+    """
+    names = [as_strategy(s, allow_none=True).value for s in strategies]
+    if not names:
+        raise ValueError("strategies is empty: name at least one (e.g. 'none', 'event', 'device')")
+    if len(set(names)) != len(names):
+        raise ValueError(f"strategies repeat: {names}")
+    if not scenarios:
+        raise ValueError("scenarios is empty")
+    if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
+        raise ValueError(f"frames must be a positive integer, got {frames!r}")
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise ValueError(f"block must be a positive integer, got {block!r}")
+    if frames % block:
+        raise ValueError(f"frames ({frames}) must be a multiple of block ({block}) so every strategy runs whole blocks")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+    return _loop(factory, list(scenarios), names, frames, warmup, block, backend, timed, clock, cpu_clock, progress, environment or {})
+
+
+def _loop(
+    factory: PipelineFactory,
+    scenarios: list[str],
+    strategies: list[str],
+    frames: int,
+    warmup: int,
+    block: int,
+    backend: str,
+    timed: bool,
+    clock: Callable[[], float],
+    cpu_clock: Callable[[], float],
+    progress: ProgressFn | None,
+    environment: dict[str, Any],
+) -> BenchResult:
+    result = BenchResult(backend, timed, scenarios, strategies, frames, warmup, block, {}, [], environment)
+    total = len(scenarios) * len(strategies) * (frames // block)
+    done = 0
+    for scenario in scenarios:
+        pipelines = {name: factory(scenario, Strategy(name)) for name in strategies}
+        try:
+            for name, pipe in pipelines.items():  # warm-up: untimed, unchecked, uncounted
+                for i in range(warmup):
+                    pipe.step(i)
+                pipe.drain()
+                pipe.check()
+            base = {name: pipe.counters() for name, pipe in pipelines.items()}
+            for name in strategies:
+                result.samples[(scenario, name)] = Samples(scenario, name)
+            next_frame = {name: warmup for name in strategies}
+            for _ in range(frames // block):
+                for name, pipe in pipelines.items():
+                    samples = result.samples[(scenario, name)]
+                    c0, t0 = cpu_clock(), clock()
+                    for _ in range(block):
+                        pipe.step(next_frame[name])
+                        next_frame[name] += 1
+                    samples.latency_ms += pipe.drain()
+                    t1, c1 = clock(), cpu_clock()
+                    samples.block_wall_s.append(t1 - t0)
+                    samples.block_cpu_s.append(c1 - c0)
+                    samples.block_frames.append(block)
+                    samples.frames += block
+                    checked, corrupt = pipe.check()
+                    samples.checked += checked
+                    samples.corrupt += corrupt
+                    result.order.append((scenario, name))
+                    done += 1
+                    if progress is not None:
+                        progress(done, total, f"{scenario} / {name}")
+            for name, pipe in pipelines.items():
+                now, start = pipe.counters(), base[name]
+                samples = result.samples[(scenario, name)]
+                samples.fences = now.get("fences", 0) - start.get("fences", 0)
+                samples.host_waits = now.get("host_waits", 0) - start.get("host_waits", 0)
+                samples.runs = now.get("runs", 0) - start.get("runs", 0)
+        finally:
+            for pipe in pipelines.values():
+                pipe.close()
+    return result

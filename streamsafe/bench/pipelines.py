@@ -1,0 +1,330 @@
+"""Benchmark scenarios and the pipelines that run them, on the GPU or on the model.
+
+Every pipeline is the same user program: frames produced on the user's stream S (a
+torch side stream, non-blocking), the effect called through a contract with the
+strategy under test (``none``: the raw effect with ``non_blocking=True``, the unfenced
+floor), each output copied by the scenario's consumer, and every copy checked against a
+NumPy reference after its block (untimed). The emulated effects' stage costs are set
+with their latency knob, so the GPU work per frame is realistic and known.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..backend import SimBackend
+from ..contract import StreamContract
+from ..strategy import Strategy
+from ..testing import _kernels as K
+from ..testing.effects import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
+
+__all__ = ["BenchScenario", "SCENARIOS", "scenario_by_key", "GpuPipeline", "SimPipeline", "gpu_factory", "sim_factory"]
+
+
+@dataclass(frozen=True)
+class BenchScenario:
+    key: str
+    title: str
+    effect: str = "sr"  # sr | vfg | hdr
+    encoding: str = "RGB8"
+    size: tuple[int, int] = (540, 960)
+    out: tuple[int, int] = (1080, 1920)
+    consumer: str = "torch"  # torch | cupy | jax
+    unrelated_gpu_ms: float = 0.0
+    cpu_ms: float = 0.0
+    stage_us: dict[str, float] = field(default_factory=lambda: {"inference": 800.0, "conversion": 100.0})
+    multiplier: int = 4
+
+
+SCENARIOS: tuple[BenchScenario, ...] = (
+    BenchScenario("a", "plain loop, 540p->1080p"),
+    BenchScenario("b", "+2 ms unrelated GPU work on another stream", unrelated_gpu_ms=2.0),
+    BenchScenario("c", "+0.8 ms CPU work, 1.0 ms GPU", cpu_ms=0.8, stage_us={"inference": 900.0, "conversion": 100.0}),
+    BenchScenario("d-cupy", "CuPy consumer", consumer="cupy"),
+    BenchScenario("d-jax", "JAX consumer", consumer="jax"),
+    BenchScenario("e-4k", "1080p->4K", size=(1080, 1920), out=(2160, 3840), stage_us={"inference": 1500.0, "conversion": 200.0}),
+    BenchScenario("e-rgb10", "RGB10A2, 540p->1080p", encoding="RGB10A2"),
+    BenchScenario("f-vfg", "VideoFrameGeneration x4, 1080p", effect="vfg", size=(1080, 1920), out=(1080, 1920),
+                  stage_us={"inference": 300.0, "conversion": 60.0}),
+    BenchScenario("f-hdr", "TrueHDR, 1080p", effect="hdr", encoding="RGB10A2", size=(1080, 1920), out=(1080, 1920),
+                  stage_us={"inference": 800.0}),
+)
+
+
+def scenario_by_key(key: str) -> BenchScenario:
+    for sc in SCENARIOS:
+        if sc.key == key:
+            return sc
+    raise ValueError(f"unknown scenario {key!r}: one of {', '.join(s.key for s in SCENARIOS)}")
+
+
+# -- inputs and references (NumPy; shared by both backends) ----------------------------------------
+
+_REFS: dict[tuple[Any, ...], list[tuple[list[np.ndarray], list[np.ndarray]]]] = {}
+POOL = 4  # distinct input frames, so that a stale frame never equals the right one
+
+
+def _inputs_and_refs(sc: BenchScenario, size: tuple[int, int], out: tuple[int, int]) -> list[tuple[list[np.ndarray], list[np.ndarray]]]:
+    """For each pool slot: the inputs of one step and the references of its outputs."""
+    key = (sc.key, size, out)
+    if key in _REFS:
+        return _REFS[key]
+    rng = np.random.default_rng(42)
+    h, w = size
+    base = [rng.random((3, h, w), dtype=np.float32) for _ in range(POOL)]
+    slots = []
+    for i in range(POOL):
+        x = base[i]
+        if sc.effect == "hdr":
+            slots.append(([x], [K.tone_map_hdr(np, x, contrast=100, saturation=100, middle_gray=50, luminance=650)]))
+        elif sc.effect == "sr":
+            if sc.encoding == "RGB10A2":
+                packed = K.pack_rgb10a2(np, x)
+                ref = K.pack_rgb10a2(np, K.resize_bilinear(np, K.unpack_rgb10a2(np, packed), *out))
+                slots.append(([packed], [ref]))
+            else:
+                ref = K.to_rgb8(np, K.resize_bilinear(np, x, *out)).astype(np.float32) / np.float32(255)
+                slots.append(([x], [ref]))
+        else:
+            nxt = base[(i + 1) % POOL]
+            refs = []
+            for j in range(1, sc.multiplier):
+                mixed = K.blend(np, x, nxt, j / sc.multiplier, True)
+                refs.append(K.to_rgb8(np, mixed).astype(np.float32) / np.float32(255))
+            slots.append(([x, nxt], refs))
+    _REFS[key] = slots
+    return slots
+
+
+def _make_effect(sc: BenchScenario, backend: Any, size: tuple[int, int], out: tuple[int, int], gpu: bool) -> Any:
+    lat = dict(sc.stage_us) if gpu else None
+    if sc.effect == "hdr":
+        fx: Any = TrueHDR(backend=backend, latency_us=lat)
+    elif sc.effect == "sr":
+        fx = VideoSuperRes(backend=backend, latency_us=lat, image_encoding=ImageEncoding[sc.encoding])
+        fx.output_height, fx.output_width = out
+    else:
+        fx = VideoFrameGeneration(backend=backend, latency_us=lat)
+        fx.input_height, fx.input_width = size
+        fx.frame_multiplier = sc.multiplier
+    fx.load()
+    return fx
+
+
+class _Runner:
+    """Calls the effect the way the strategy says: raw (``none``) or through a contract."""
+
+    def __init__(self, effect: Any, stream: Any, strategy: Strategy) -> None:
+        self.effect = effect
+        self.strategy = strategy
+        self.contract = None if strategy is Strategy.NONE else StreamContract(effect, stream, strategy=strategy)
+        self.stream = stream
+        self.runs = 0
+
+    def run(self, sc: BenchScenario, inputs: list[Any], consume: Any) -> list[Any]:
+        """One step: one output (three for frame generation x4), each consumed before the next
+        run overwrites the SDK's single output buffer. Returns the consumer's copies."""
+        calls: list[dict[str, Any]] = (
+            [{"frame_index": j} for j in range(1, sc.multiplier)] if sc.effect == "vfg" else [{}]
+        )
+        copies = []
+        for kw in calls:
+            self.runs += 1
+            if self.contract is None:
+                out = self.effect.run(*inputs, stream_ptr=self.stream.ptr, non_blocking=True, **kw)
+            else:
+                out = self.contract.run(*inputs, **kw)
+            copies.append(consume(out.image))
+        return copies
+
+    def counters(self) -> dict[str, int]:
+        if self.contract is None:
+            return {"fences": 0, "host_waits": 0, "runs": self.runs}
+        st = self.contract.stats
+        return {"fences": st["fences"], "host_waits": st["host_waits"] + st["device_syncs"] + st["sdk_waits"], "runs": self.runs}
+
+    def close(self) -> None:
+        if self.contract is not None:
+            self.contract.close()
+        else:
+            self.effect.close()
+
+
+class GpuPipeline:
+    """The scenario on the GPU: torch produces on a side stream S; the consumer copies on S."""
+
+    def __init__(self, sc: BenchScenario, strategy: Strategy) -> None:
+        import torch
+
+        from ..backend.cuda import CudaBackend
+        from ..streams import as_stream
+        from ..testing._engines import spin_cycles_per_us
+
+        self.sc, self.torch = sc, torch
+        self.backend = CudaBackend()
+        self.side = torch.cuda.Stream()
+        self.stream = as_stream(self.side, backend=self.backend)
+        self.unrelated = torch.cuda.Stream() if sc.unrelated_gpu_ms else None
+        self.cycles = spin_cycles_per_us(0)
+        self.effect = _make_effect(sc, self.backend, sc.size, sc.out, gpu=True)
+        self.runner = _Runner(self.effect, self.stream, strategy)
+        slots = _inputs_and_refs(sc, sc.size, sc.out)
+        self.inputs = [[self._upload(x) for x in xs] for xs, _ in slots]
+        self.refs = [[torch.from_numpy(_as_signed(r)).cuda() for r in rs] for _, rs in slots]
+        torch.cuda.synchronize()
+        self.events: list[tuple[Any, Any]] = []
+        self.kept: list[tuple[Any, Any]] = []
+        if sc.consumer == "cupy":
+            import cupy
+
+            from_external = getattr(cupy.cuda.Stream, "from_external", None)
+            self.cupy_stream = from_external(self.side) if from_external else cupy.cuda.ExternalStream(self.side.cuda_stream)
+
+    def _upload(self, x: np.ndarray) -> Any:
+        t = self.torch.from_numpy(_as_signed(x)).cuda()
+        return t.view(self.torch.uint32) if x.dtype == np.uint32 else t
+
+    def _consume(self, image: Any) -> Any:
+        sc = self.sc
+        if sc.consumer == "torch":
+            return self.torch.from_dlpack(image).clone()
+        if sc.consumer == "cupy":
+            import cupy
+
+            with self.cupy_stream:
+                return cupy.from_dlpack(image).copy()
+        import jax
+        import jax.numpy as jnp
+
+        from ..outputs import JaxDLPackAdapter
+
+        view = jax.dlpack.from_dlpack(image if not _is_raw(image) else JaxDLPackAdapter(image, 0), copy=False)
+        out = jnp.array(view, copy=True)
+        out.block_until_ready()
+        if self.runner.contract is not None:
+            self.runner.contract._consumers_done()
+        return out
+
+    def step(self, frame: int) -> None:
+        torch, sc = self.torch, self.sc
+        if self.unrelated is not None:
+            with torch.cuda.stream(self.unrelated):
+                torch.cuda._sleep(int(sc.unrelated_gpu_ms * 1000 * self.cycles))
+        if sc.cpu_ms:
+            end = time.perf_counter() + sc.cpu_ms / 1000
+            while time.perf_counter() < end:
+                pass
+        slot = frame % POOL
+        with torch.cuda.stream(self.side):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for k, copy in enumerate(self.runner.run(sc, self.inputs[slot], self._consume)):
+                self.kept.append((copy, self.refs[slot][k]))
+            stop.record()
+        self.events.append((start, stop))
+
+    def drain(self) -> list[float]:
+        self.torch.cuda.synchronize()
+        latencies = [a.elapsed_time(b) for a, b in self.events]
+        self.events.clear()
+        return latencies
+
+    def check(self) -> tuple[int, int]:
+        torch = self.torch
+        corrupt = 0
+        for got, ref in self.kept:
+            if self.sc.consumer == "jax":
+                got = torch.from_numpy(_as_signed(np.asarray(got))).cuda()
+            elif self.sc.consumer == "cupy":
+                got = torch.from_dlpack(got)
+            if got.dtype == torch.uint32:
+                got = got.view(torch.int32)
+            if got.dtype == torch.int32:
+                g, r = got.to(torch.int64) & 0xFFFFFFFF, ref.to(torch.int64) & 0xFFFFFFFF
+                diff = max(int(((g >> s & 0x3FF) - (r >> s & 0x3FF)).abs().max()) for s in (0, 10, 20))
+                corrupt += diff > 1
+            else:
+                corrupt += float((got - ref).abs().max()) > 1.5 / 255
+        checked = len(self.kept)
+        self.kept.clear()
+        return checked, corrupt
+
+    def counters(self) -> dict[str, int]:
+        return self.runner.counters()
+
+    def close(self) -> None:
+        self.torch.cuda.synchronize()
+        self.runner.close()
+
+
+class SimPipeline:
+    """The scenario on the model, with small frames: fences, host waits and corruption are real; times are not."""
+
+    SIZE = (16, 16)
+
+    def __init__(self, sc: BenchScenario, strategy: Strategy) -> None:
+        self.sc = sc
+        self.sim = SimBackend(scheduler="adversarial")
+        self.stream = self.sim.create_stream(non_blocking=True)
+        self.unrelated = self.sim.create_stream(non_blocking=True) if sc.unrelated_gpu_ms else None
+        h, w = self.SIZE
+        out = self.SIZE if sc.effect in ("hdr", "vfg") else (2 * h, 2 * w)
+        self.effect = _make_effect(sc, self.sim, self.SIZE, out, gpu=False)
+        self.runner = _Runner(self.effect, self.stream, strategy)
+        self.slots = _inputs_and_refs(sc, self.SIZE, out)
+        self.kept: list[tuple[Any, np.ndarray]] = []
+        self._scratch = self.sim.empty(4, name="unrelated work")
+
+    def step(self, frame: int) -> None:
+        sim, sc = self.sim, self.sc
+        if self.unrelated is not None:
+            sim.launch(self.unrelated, "unrelated work", writes=[self._scratch])
+        xs, refs = self.slots[frame % POOL]
+        with sim.use_stream(self.stream):
+            inputs = []
+            for x in xs:
+                arr = sim.empty(x.shape, x.dtype, name="input")
+                buf = arr.buffer
+                sim.launch(self.stream, "producer.write", lambda buf=buf, x=x: np.copyto(buf.data, x), writes=[buf])
+                inputs.append(arr)
+            def consume(image: Any) -> Any:
+                return sim.copy(sim.from_dlpack(image, stream=self.stream), self.stream, name="consumer.copy")
+
+            for k, copy in enumerate(self.runner.run(sc, inputs, consume)):
+                self.kept.append((copy, refs[k]))
+
+    def drain(self) -> list[float]:
+        self.sim.synchronize_device(0)
+        return []
+
+    def check(self) -> tuple[int, int]:
+        corrupt = sum(not np.array_equal(self.sim.download(copy), ref) for copy, ref in self.kept)
+        checked = len(self.kept)
+        self.kept.clear()
+        return checked, corrupt
+
+    def counters(self) -> dict[str, int]:
+        return self.runner.counters()
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+def _as_signed(x: np.ndarray) -> np.ndarray:
+    return x.view(np.int32) if x.dtype == np.uint32 else x
+
+
+def _is_raw(image: Any) -> bool:
+    return not hasattr(image, "__dlpack__")
+
+
+def gpu_factory(scenario: str, strategy: Strategy) -> GpuPipeline:
+    return GpuPipeline(scenario_by_key(scenario), strategy)
+
+
+def sim_factory(scenario: str, strategy: Strategy) -> SimPipeline:
+    return SimPipeline(scenario_by_key(scenario), strategy)
