@@ -42,6 +42,9 @@ class FakePipeline:
         self.pending = 0
         return out
 
+    def settle(self) -> None:
+        self.log.append((self.name, "settle", 0))
+
     def check(self) -> tuple[int, int]:
         n = self.steps - sum(1 for e in self.log if e[0] == self.name and e[1] == "checked")
         self.log += [(self.name, "checked", 0)] * n
@@ -85,6 +88,7 @@ def test_exact_sample_counts_and_warmup_excluded() -> None:
 def test_blocks_are_interleaved() -> None:
     result, log, _ = bench({"none": 0.001, "event": 0.002, "device": 0.004})
     assert result.order == [("a", "none"), ("a", "event"), ("a", "device")] * 2
+    assert [n for n, kind, _ in log if kind == "settle"] == ["none", "event", "device"] * 2  # one per timed block
     steps = [n for n, kind, _ in log if kind == "step"]
     assert steps[6:] == ["none"] * 3 + ["event"] * 3 + ["device"] * 3 + ["none"] * 3 + ["event"] * 3 + ["device"] * 3
 

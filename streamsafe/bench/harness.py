@@ -30,8 +30,12 @@ class Pipeline(Protocol):
         ...
 
     def drain(self) -> list[float]:
-        """Wait for all issued work; return the device latency (ms) of each frame since the last drain
-        (empty where the backend has no clock)."""
+        """Wait for the pipeline's own work (not for unrelated load); return the device latency (ms)
+        of each frame since the last drain (empty where the backend has no clock)."""
+        ...
+
+    def settle(self) -> None:
+        """Untimed, before each block: let unrelated load issued by earlier blocks finish."""
         ...
 
     def check(self) -> tuple[int, int]:
@@ -201,6 +205,7 @@ def _loop(
             for _ in range(frames // block):
                 for name, pipe in pipelines.items():
                     samples = result.samples[(scenario, name)]
+                    pipe.settle()
                     c0, t0 = cpu_clock(), clock()
                     for _ in range(block):
                         pipe.step(next_frame[name])

@@ -228,10 +228,17 @@ class GpuPipeline:
         self.events.append((start, stop))
 
     def drain(self) -> list[float]:
-        self.torch.cuda.synchronize()
+        """Wait for this pipeline's streams: S (producer, consumer), stream 0 (conversion; it also
+        covers the blocking shadow stream of ``async``). Not for the unrelated stream."""
+        self.side.synchronize()
+        self.torch.cuda.default_stream().synchronize()
         latencies = [a.elapsed_time(b) for a, b in self.events]
         self.events.clear()
         return latencies
+
+    def settle(self) -> None:
+        if self.unrelated is not None:
+            self.unrelated.synchronize()
 
     def check(self) -> tuple[int, int]:
         torch = self.torch
@@ -300,6 +307,9 @@ class SimPipeline:
     def drain(self) -> list[float]:
         self.sim.synchronize_device(0)
         return []
+
+    def settle(self) -> None:
+        pass
 
     def check(self) -> tuple[int, int]:
         corrupt = sum(not np.array_equal(self.sim.download(copy), ref) for copy, ref in self.kept)
