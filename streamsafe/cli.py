@@ -78,7 +78,7 @@ def _bench(args: argparse.Namespace) -> int:
         env = {"gpu": gpus[0].get("name", "?"), "driver": report["cuda"].get("driver"), "packages": report["packages"],
                "python": report["python"]}
         factory = gpu_factory
-        frames, warmup, block = args.frames or 200, args.warmup if args.warmup is not None else 20, args.block or 20
+        frames, warmup, block = args.frames or 100, args.warmup if args.warmup is not None else 20, args.block or 20
     else:
         from .doctor import collect
 
@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--backend", choices=["auto", "sim", "cuda"], default="auto")
     bench.add_argument("--scenario", default="all", help="comma-separated scenario keys (a, b, c, d-cupy, d-jax, e-4k, e-rgb10, f-vfg, f-hdr) or all")
     bench.add_argument("--strategy", default="all", help="comma-separated strategies or all")
-    bench.add_argument("--frames", type=_positive, help="timed frames per strategy and scenario (default 200 on cuda, 8 on sim)")
+    bench.add_argument("--frames", type=_positive, help="timed frames per strategy and scenario (default 100 on cuda, 8 on sim)")
     bench.add_argument("--warmup", type=int, help="untimed frames first (default 20 on cuda, 2 on sim)")
     bench.add_argument("--block", type=_positive, help="frames per interleaved block (default 20 on cuda, 4 on sim)")
     bench.add_argument("--json", metavar="PATH", help="write environment, summary and every raw sample")

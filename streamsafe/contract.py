@@ -120,7 +120,7 @@ class StreamContract:
         if self.strategy not in (Strategy.ASYNC, Strategy.AUTO):
             return None
         if self._shadow is None:
-            self._shadow = self.backend.create_stream(non_blocking=False, device=self.device)  # type: ignore[attr-defined]
+            self._shadow = self.backend.acquire_stream(self.device, non_blocking=False)  # type: ignore[attr-defined]
         return self._shadow
 
     @property
@@ -162,6 +162,7 @@ class StreamContract:
         stream_ptr = kwargs.pop("stream_ptr", None)
         user_nb = bool(kwargs.pop("non_blocking", False))
         sdk = self._sdk_stream() if stream_ptr is None else as_stream(stream_ptr, device=self.device, backend=self.backend)
+        _refresh_torch()
         inputs = [(i, a) for i, a in enumerate(args) if not isinstance(a, (int, float, bool))]
         producers = [self._producer_of(a) for _, a in inputs]  # validates every input first
         self._check_unguarded_change()
@@ -197,6 +198,8 @@ class StreamContract:
 
     def _producer_of(self, arr: Any) -> Stream | None:
         """Validate an input and find its producer's stream (``None``: unknown, forward instead)."""
+        if _TORCH_TENSOR is not None and isinstance(arr, _TORCH_TENSOR):
+            return self._torch_producer(arr)
         if not (hasattr(arr, "__dlpack__") and hasattr(arr, "__dlpack_device__")):
             raise InputArrayError(
                 "input", arr, "it has no __dlpack__/__dlpack_device__ (a CUDA array is required)",
@@ -228,6 +231,27 @@ class StreamContract:
             with cupy.cuda.Device(self.device):
                 return as_stream(cupy.cuda.get_current_stream(), backend=self.backend)
         return None  # JAX and unknown producers: forward __dlpack__(stream=S)
+
+    def _torch_producer(self, arr: Any) -> Stream:
+        """The fast path for torch tensors: device from ``get_device()``, stream from torch's raw
+        current-stream pointer (no Python stream object), kind from the driver."""
+        dev = arr.get_device()
+        if dev < 0:
+            raise InputArrayError(
+                "input", arr, "it is a CPU tensor, not a CUDA one", f"Move it to the GPU first (tensor.to('cuda:{self.device}'))."
+            )
+        if dev != self.device:
+            raise InputArrayError(
+                "input", arr, f"it is on CUDA device {dev} but the effect runs on device {self.device}",
+                f"Copy it to device {self.device}, or use an effect created with device={dev}.",
+            )
+        if self._input is not None:
+            return self._input
+        import torch
+
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        handle = raw(dev) if raw is not None else torch.cuda.current_stream(dev).cuda_stream
+        return as_stream(handle, device=dev, backend=self.backend)
 
     # -- fences --------------------------------------------------------------------------------
 
@@ -415,8 +439,9 @@ class StreamContract:
         self._cls.close(self.effect)
         self.generation += 1
         self.closed = True
-        if self._shadow is not None and hasattr(self.backend, "destroy_stream"):
-            self.backend.destroy_stream(self._shadow)  # type: ignore[attr-defined]
+        if self._shadow is not None:
+            # Pooled, never destroyed: torch records events on it later for inputs given record_stream().
+            self.backend.release_stream(self._shadow)  # type: ignore[attr-defined]
             self._shadow = None
 
     # -- the guard (``with`` and the decorator) --------------------------------------------------
@@ -576,6 +601,22 @@ def _load_nvtx() -> Any:
 
 
 _NVTX = _load_nvtx()
+
+
+def _torch_tensor_type() -> Any:
+    import sys
+
+    torch = sys.modules.get("torch")
+    return getattr(torch, "Tensor", None)
+
+
+_TORCH_TENSOR: Any = None  # set lazily: importing streamsafe must not import torch
+
+
+def _refresh_torch() -> None:
+    global _TORCH_TENSOR
+    if _TORCH_TENSOR is None:
+        _TORCH_TENSOR = _torch_tensor_type()
 
 
 def stream_contract(effect: Any, stream: Any = None, strategy: Strategy | str = "auto", **kwargs: Any) -> StreamContract:

@@ -99,6 +99,7 @@ class CudaBackend:
         self._lock = threading.Lock()
         self._cu_streams: dict[int, Any] = {}
         self._local = threading.local()
+        self._stream_pool: dict[tuple[int, bool], list[Stream]] = {}
         self._count = int(_check(self._d.cuDeviceGetCount(), "cuDeviceGetCount"))
 
     @staticmethod
@@ -185,9 +186,26 @@ class CudaBackend:
         return Stream(dev, int(handle), StreamKind.NON_BLOCKING if non_blocking else StreamKind.BLOCKING, self)
 
     def destroy_stream(self, stream: Stream) -> None:
-        """Destroy a stream made by :meth:`create_stream` once its work completes. Does not block."""
+        """Destroy a stream made by :meth:`create_stream` once its work completes. Does not block.
+
+        Only for streams no framework knows: torch's allocator records events on every stream
+        passed to ``record_stream`` when the tensor is freed, long after; use
+        :meth:`acquire_stream`/:meth:`release_stream` for those."""
         _check(self._d.cuStreamDestroy(self._cu_stream(stream.handle)), "cuStreamDestroy")
         self._cu_streams.pop(stream.handle, None)
+
+    def acquire_stream(self, device: int, *, non_blocking: bool = False) -> Stream:
+        """A stream from this backend's pool (created when none is free); never destroyed."""
+        with self._lock:
+            free = self._stream_pool.setdefault((device, non_blocking), [])
+            if free:
+                return free.pop()
+        return self.create_stream(non_blocking=non_blocking, device=device)
+
+    def release_stream(self, stream: Stream) -> None:
+        """Return a pooled stream; it stays alive for whoever still records on it."""
+        with self._lock:
+            self._stream_pool.setdefault((stream.device, stream.kind is StreamKind.NON_BLOCKING), []).append(stream)
 
     def current_stream(self, device: int | None = None) -> Stream:
         """The current stream of the framework in use (torch, then CuPy), else the legacy stream."""

@@ -205,6 +205,7 @@ class SimBackend:
         self._host_clock = VectorClock()
         self._current: dict[int, Stream] = {}
         self._buffers: weakref.WeakSet[SimBuffer] = weakref.WeakSet()
+        self._stream_pool: dict[tuple[int, bool], list[Stream]] = {}
         self._unordered: list[tuple[int, Op]] = []  # (earlier op's index, later op) of reported races
         self._pool: EventPool[SimEvent] = EventPool(SimEvent, lambda e: None, max_free_events)
         self.stats = {"fences": 0, "host_waits": 0, "ops_run": 0}
@@ -251,6 +252,14 @@ class SimBackend:
 
     def destroy_stream(self, stream: Stream) -> None:
         """Forget nothing: the model keeps a stream's history for its race reports."""
+
+    def acquire_stream(self, device: int, *, non_blocking: bool = False) -> Stream:
+        """A stream from the pool (created when none is free), as on the driver backend."""
+        free = self._stream_pool.setdefault((device, non_blocking), [])
+        return free.pop() if free else self.create_stream(non_blocking=non_blocking, device=device)
+
+    def release_stream(self, stream: Stream) -> None:
+        self._stream_pool.setdefault((stream.device, stream.kind is StreamKind.NON_BLOCKING), []).append(stream)
 
     def legacy_stream(self, device: int = 0) -> Stream:
         return self._streams[(device, LEGACY_HANDLE)].stream
