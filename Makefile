@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test doctor bench clean
+.PHONY: run test doctor bench docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,14 @@ test: $(VENV)/.installed
 
 doctor: $(VENV)/.installed
 	$(VENV)/bin/streamsafe doctor
+
+bench: $(VENV)/.installed
+	$(VENV)/bin/streamsafe bench
+
+docs: $(VENV)/.installed
+	$(PY) -m pip install --quiet matplotlib
+	$(PY) docs/gen_api.py
+	$(PY) docs/make_figures.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
