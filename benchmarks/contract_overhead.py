@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+
+from _interleave import interleave
 from typing import Any
 
 
@@ -44,8 +45,6 @@ class OverheadResult:
 
 
 def measure_contract_overhead(*, blocks: int = 40, per_block: int = 500, warmup: int = 2000) -> OverheadResult:
-    if blocks < 1 or per_block < 1 or warmup < 0:
-        raise ValueError(f"blocks and per_block must be >= 1 and warmup >= 0, got {blocks}, {per_block}, {warmup}")
     import torch
 
     import streamsafe as ss
@@ -71,23 +70,7 @@ def measure_contract_overhead(*, blocks: int = 40, per_block: int = 500, warmup:
         "contract.run() [event]": contract,
         "contract.run() + import [event]": contract_and_import,
     }
-    return _loop(strategies, blocks, per_block, warmup, torch.cuda.synchronize)
-
-
-def _loop(strategies: dict[str, Callable[[], None]], blocks: int, per_block: int, warmup: int, sync: Callable[[], None]) -> OverheadResult:
-    for fn in strategies.values():
-        for _ in range(warmup):
-            fn()
-    sync()
-    result = OverheadResult({name: [] for name in strategies})
-    for _ in range(blocks):
-        for name, fn in strategies.items():
-            t0 = time.perf_counter_ns()
-            for _ in range(per_block):
-                fn()
-            result.samples_us[name].append((time.perf_counter_ns() - t0) / per_block / 1000)
-            sync()
-    return result
+    return OverheadResult(interleave(strategies, blocks=blocks, per_block=per_block, warmup=warmup, sync=torch.cuda.synchronize))
 
 
 def format_result(result: OverheadResult) -> str:

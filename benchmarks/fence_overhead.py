@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+
+from _interleave import interleave
 
 
 @dataclass
@@ -36,8 +37,6 @@ class FenceResult:
 
 def measure_fence_overhead(*, blocks: int = 50, per_block: int = 200, warmup: int = 2000) -> FenceResult:
     """Interleave blocks of each strategy; each sample is one block's mean time per fence."""
-    if blocks < 1 or per_block < 1 or warmup < 0:
-        raise ValueError(f"blocks and per_block must be >= 1 and warmup >= 0, got {blocks}, {per_block}, {warmup}")
     import torch
 
     import streamsafe as ss
@@ -62,24 +61,7 @@ def measure_fence_overhead(*, blocks: int = 50, per_block: int = 200, warmup: in
         "torch.cuda.Event record+wait (fresh event)": torch_event_fence,
         "torch.cuda.synchronize (idle device)": torch_synchronize,
     }
-    return _loop(strategies, blocks, per_block, warmup, torch.cuda.synchronize)
-
-
-def _loop(strategies: dict[str, Callable[[], None]], blocks: int, per_block: int, warmup: int, sync: Callable[[], None]) -> FenceResult:
-    for fn in strategies.values():
-        for _ in range(warmup):
-            fn()
-    sync()
-    result = FenceResult({name: [] for name in strategies})
-    for _ in range(blocks):
-        for name, fn in strategies.items():
-            t0 = time.perf_counter_ns()
-            for _ in range(per_block):
-                fn()
-            t1 = time.perf_counter_ns()
-            result.samples_us[name].append((t1 - t0) / per_block / 1000)
-            sync()
-    return result
+    return FenceResult(interleave(strategies, blocks=blocks, per_block=per_block, warmup=warmup, sync=torch.cuda.synchronize))
 
 
 def format_result(result: FenceResult) -> str:

@@ -26,6 +26,17 @@ _CONSUMED = (
 )
 
 
+def _check_export(device: tuple[int, int], copy: bool | None, dl_device: tuple[int, int] | None) -> None:
+    """The export rules both producers here share: no copy during export, no other device."""
+    if copy:
+        raise BufferError(
+            "the output cannot be copied during export (copy=True; JAX's PJRT does not support it either): "
+            "import with copy=False and copy afterwards (the seed's JAX recipe: jnp.array(view, copy=True))"
+        )
+    if dl_device is not None and tuple(dl_device) != device:
+        raise BufferError(f"the output lives on {device} and cannot be exported to {tuple(dl_device)}")
+
+
 class SafeImage:
     """A DLPack producer for one output of a contract's ``run()``; importable once."""
 
@@ -61,13 +72,7 @@ class SafeImage:
         import and :class:`~streamsafe.errors.StaleOutputError` if the buffer was reused since.
         """
         self.check_importable()
-        if copy:
-            raise BufferError(
-                "streamsafe outputs cannot be copied during export (copy=True); import with copy=False and copy "
-                "afterwards (the seed's JAX recipe: jnp.array(view, copy=True))"
-            )
-        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
-            raise BufferError(f"the output lives on {self.__dlpack_device__()} and cannot be exported to {tuple(dl_device)}")
+        _check_export(self.__dlpack_device__(), copy, dl_device)
         self._contract._on_import(self, stream)
         self._consumed = True
         return self._capsule
@@ -194,10 +199,7 @@ class JaxDLPackAdapter:
     ) -> Any:
         if self._used:
             raise BufferError(_CONSUMED)
-        if copy:
-            raise BufferError("the capsule cannot be copied during export (PJRT does not support it); use copy=False")
-        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
-            raise BufferError(f"the capsule lives on {self.__dlpack_device__()}, not {tuple(dl_device)}")
+        _check_export(self.__dlpack_device__(), copy, dl_device)
         if isinstance(self._capsule, SafeImage):
             capsule = self._capsule.__dlpack__(stream=stream, max_version=max_version)
         else:

@@ -176,3 +176,24 @@ def test_bench_cli_rejects_unknown_names(capsys: pytest.CaptureFixture[str]) -> 
     assert "unknown strategy 'fastest'" in capsys.readouterr().err
     assert main(["bench", "--backend", "sim", "--frames", "5", "--block", "2", "--quiet"]) == 2
     assert "multiple of block" in capsys.readouterr().err
+
+
+def test_micro_benchmark_interleave_loop() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "_interleave.py"
+    spec = importlib.util.spec_from_file_location("_interleave", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    calls: list[str] = []
+    syncs: list[int] = []
+    samples = mod.interleave(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+        blocks=3, per_block=2, warmup=1, sync=lambda: syncs.append(1),
+    )
+    assert calls == ["a", "b"] + ["a", "a", "b", "b"] * 3
+    assert {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3} and len(syncs) == 7
+    with pytest.raises(ValueError, match="blocks and per_block must be >= 1"):
+        mod.interleave({}, blocks=0, per_block=1, warmup=0, sync=lambda: None)

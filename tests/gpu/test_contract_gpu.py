@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import streamsafe as ss
+from _lane import lane_output
 from streamsafe.testing import _kernels as K
 
 pytestmark = pytest.mark.gpu
@@ -21,9 +22,6 @@ H, W, OH, OW = 64, 64, 128, 128
 SOAK = int(os.environ.get("STREAMSAFE_SOAK_FRAMES", "10000"))
 
 
-def _out(name: str) -> Path | None:
-    folder = os.environ.get("STREAMSAFE_GPU_OUT")
-    return Path(folder) / name if folder else None
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +41,7 @@ def test_gpu_matrix_every_strategy_fixes_every_hazard(torch_cuda) -> None:  # ty
     rows = run_matrix(backend="cuda", frames=100, size=(64, 64), strategies=STRATEGIES)
     table = format_table(rows)
     print(table)
-    if (path := _out("hazards-strategies-gpu.json")) is not None:
+    if (path := lane_output("hazards-strategies-gpu.json")) is not None:
         path.write_text(rows_to_json(rows))
         path.with_suffix(".txt").write_text(table + "\n")
     for row in rows:
@@ -114,7 +112,7 @@ def test_soak_zero_corruption_for_every_strategy(torch_cuda, frames) -> None:  #
                 c.close()
         summary[strategy] = {"frames": done, "corrupt": wrong, "seconds": round(time.perf_counter() - start, 2)}
         print(f"soak {strategy}: {wrong} corrupt of {done} frames ({summary[strategy]['seconds']} s)")
-    if (path := _out("soak.json")) is not None:
+    if (path := lane_output("soak.json")) is not None:
         path.write_text(json.dumps(summary, indent=1))
     for strategy, result in summary.items():
         assert result["frames"] >= SOAK - 9 and result["corrupt"] == 0, (strategy, result)
@@ -158,7 +156,7 @@ def test_seed_samples_run_inside_a_contract_without_device_syncs(torch_cuda, fra
             bad["jax"] += not np.allclose(np.asarray(output), want, atol=1.5 / 255)
     sr.close()
     print(f"seed samples inside a contract, {n} frames each, corrupted: {bad}")
-    if (path := _out("seed-samples.json")) is not None:
+    if (path := lane_output("seed-samples.json")) is not None:
         path.write_text(json.dumps({"frames": n, "corrupt": bad}))
     assert bad == {"torch": 0, "cupy": 0, "jax": 0}
 
@@ -193,5 +191,5 @@ def test_sanitize_reports_a_deliberately_missing_fence(torch_cuda, frames) -> No
     text = str(info.value)
     print(text)
     assert "VideoSuperRes.conversion" in text and "consumer.copy" in text
-    if (path := _out("sanitize.txt")) is not None:
+    if (path := lane_output("sanitize.txt")) is not None:
         path.write_text(text + "\n")

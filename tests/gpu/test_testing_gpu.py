@@ -13,15 +13,13 @@ import numpy as np
 import pytest
 
 import streamsafe as ss
+from _lane import lane_output
 from streamsafe.testing import _kernels as K
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _out(name: str) -> Path | None:
-    folder = os.environ.get("STREAMSAFE_GPU_OUT")
-    return Path(folder) / name if folder else None
 
 
 def test_gpu_hazard_matrix_agrees_with_the_model(torch_cuda) -> None:  # type: ignore[no-untyped-def]
@@ -31,7 +29,7 @@ def test_gpu_hazard_matrix_agrees_with_the_model(torch_cuda) -> None:  # type: i
     rows = run_matrix(backend="cuda", frames=200, size=(64, 64))
     table = format_table(rows)
     print(table)
-    if (path := _out("hazards-gpu.json")) is not None:
+    if (path := lane_output("hazards-gpu.json")) is not None:
         path.write_text(rows_to_json(rows))
         path.with_suffix(".txt").write_text(table + "\n")
     for row in rows:
@@ -102,7 +100,7 @@ def test_design_table_is_reproduced_by_the_emulated_super_res(torch_cuda) -> Non
             lines.append(f"{sdk_kind:<15} {str(nb):<13} {cells[0]:>8}  {cells[1]:>11}  {cells[2]:>11}")
     text = "\n".join(lines)
     print(text)
-    if (path := _out("design-table.txt")) is not None:
+    if (path := lane_output("design-table.txt")) is not None:
         path.write_text(text + "\n")
     # H2: with non_blocking=True on a non-blocking stream the conversion races inference inside run();
     # no fence placed after run() can repair it (DESIGN.md: 39/40/39).
@@ -160,5 +158,5 @@ def test_gpu_effects_match_numpy(torch_cuda) -> None:  # type: ignore[no-untyped
     assert np.abs((goth >> 10 & 0x3FF).astype(int) - (wanth >> 10 & 0x3FF).astype(int)).max() <= 1
     for fx in (sr, sr10, hdr):
         fx.close()
-    if (path := _out("gpu-effects.json")) is not None:
+    if (path := lane_output("gpu-effects.json")) is not None:
         path.write_text(json.dumps({"rgb8_max_abs_err": float(np.abs(got - want).max())}))
