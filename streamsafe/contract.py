@@ -148,7 +148,10 @@ class StreamContract:
 
     def run(self, *args: Any, **kwargs: Any) -> SafeOutput:
         """``effect.run(...)`` with the plan's fences. Blocks the host only where the plan says
-        (the SDK's own wait under ``event``/``stream``/``device``, host waits under ``stream``/``device``)."""
+        (the SDK's own wait under ``event``/``stream``/``device``, host waits under ``stream``/``device``).
+
+        ``stream_ptr=`` names the SDK stream for this call. The plan decides ``non_blocking``;
+        a caller's ``non_blocking`` is used only by strategy ``none``."""
         return self._call("run", args, kwargs)
 
     def run_at_timestep(self, *args: Any, **kwargs: Any) -> SafeOutput:
@@ -183,10 +186,10 @@ class StreamContract:
                 call_args[i] = _Forwarding(arr, run_stream)
         self._apply(fences)
         self._since_run.clear()
-        self.generation += 1
         if _sanitize.active() is not None:
             _sanitize.active().producer_writes(self, [a for _, a in inputs], producers)
         raw = method(self.effect, *call_args, stream_ptr=run_stream.ptr, non_blocking=plan.non_blocking, **kwargs)
+        self.generation += 1  # only now: an input the SDK rejects leaves the previous output valid
         if any(f.hazard == "H12" for f in plan.fences):
             self._protect_inputs([a for _, a in inputs], run_stream)
         self._prune_keepalive()

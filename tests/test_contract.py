@@ -389,3 +389,12 @@ def test_warning_free_normal_use(sim: ss.SimBackend) -> None:
         c = ss.StreamContract(make_sr(sim))
         for i in range(3):
             c.run(frame(sim, i)[0]).numpy()
+
+
+def test_an_input_the_sdk_rejects_keeps_the_previous_output_valid(sim: ss.SimBackend) -> None:
+    c = ss.StreamContract(make_sr(sim))
+    arr, data = frame(sim)
+    out = c.run(arr)
+    with pytest.raises(ss.EffectConfigError, match="RGB8 input must be float32"):
+        c.run(sim.array(np.zeros((3, 16, 16), np.float64)))
+    np.testing.assert_array_equal(out.numpy(), expected(data))
