@@ -159,7 +159,7 @@ def plan_fences(
     fences: list[Fence] = []
     release: list[Fence] = []
     if strategy is not Strategy.NONE:
-        fences += _before_run(strategy, run_stream, sdk, producer)
+        fences += _before_run(run_stream, sdk, producer)
         if conversion is not None and not implicitly_ordered(run_stream, conversion):
             fences.append(Fence("H2", "inside run", "sdk-blocking", None, run_stream, f"stream 0 does not wait for {run_stream.kind} streams"))
         elif strategy is Strategy.ASYNC and conversion is not None:
@@ -182,15 +182,17 @@ def _wait(strategy: Strategy, hazard: str, when: When, waiter: Stream, signaller
     return Fence(hazard, when, "device-wait", waiter, signaller, why)
 
 
-def _before_run(strategy: Strategy, run_stream: Stream, sdk: Stream, producer: Stream | None) -> list[Fence]:
+def _before_run(run_stream: Stream, sdk: Stream, producer: Stream | None) -> list[Fence]:
+    # The input edge is always ordered on the device (or by the producer, through DLPack),
+    # never by a host wait, whatever the strategy: the host need not stall for a producer.
     fences: list[Fence] = []
     if run_stream != sdk and not implicitly_ordered(sdk, run_stream):
-        fences.append(_wait(strategy, "H1", "before run", run_stream, sdk, "work already issued on the SDK stream comes first"))
+        fences.append(Fence("H1", "before run", "device-wait", run_stream, sdk, "work already issued on the SDK stream comes first"))
     if producer is None:
         fences.append(Fence("H1", "before run", "forward-dlpack", run_stream, None, "the input's stream is not known"))
     elif producer != sdk or run_stream != sdk:
         if not implicitly_ordered(producer, run_stream) and not any(f.signaller == producer for f in fences):
-            fences.append(_wait(strategy, "H1", "before run", run_stream, producer, "the SDK takes the input with no stream"))
+            fences.append(Fence("H1", "before run", "device-wait", run_stream, producer, "the SDK takes the input with no stream"))
     return fences
 
 

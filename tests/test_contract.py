@@ -74,6 +74,14 @@ def test_event_plan_has_no_host_wait_except_h6(sim: ss.SimBackend, p: str, s: st
         assert [f.hazard for f in plan.on_release] == ["H6"]
 
 
+@pytest.mark.parametrize("strategy", ["auto", "event", "async", "stream", "device"])
+def test_inputs_are_never_ordered_by_a_host_wait(sim: ss.SimBackend, strategy: str) -> None:
+    producer, sdk = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    plan = ss.StreamContract(make_sr(sim), sdk, strategy=strategy, input_stream=producer).plan
+    h1 = [f for f in plan.fences if f.hazard == "H1"]
+    assert h1 and all(f.action == "device-wait" and not f.blocks_host for f in h1), str(plan)
+
+
 def test_fences_only_where_kinds_leave_an_edge_open(sim: ss.SimBackend) -> None:
     blocking, legacy = sim.create_stream(), sim.legacy_stream()
     plan = plan_fences(ss.Strategy.EVENT, sdk=blocking, conversion=legacy, consumer=blocking, producer=blocking)
