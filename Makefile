@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test doctor bench docs clean
+.PHONY: run test doctor bench docs lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ doctor: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/streamsafe bench
+
+lint: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[lint]'
+	$(VENV)/bin/ruff check streamsafe tests benchmarks docs
+	$(VENV)/bin/mypy streamsafe
 
 docs: $(VENV)/.installed
 	$(PY) -m pip install --quiet matplotlib

@@ -27,12 +27,12 @@ def main() -> None:
         sr.output_width, sr.output_height = 1920, 1080
         sr.load()
         if label == "raw":
-            def run() -> None:
+            def run(sr: VideoSuperRes = sr) -> None:
                 sr.run(x, stream_ptr=side.cuda_stream, non_blocking=True)
         else:
             c = ss.StreamContract(sr, side, strategy=label)
 
-            def run() -> None:
+            def run(c: ss.StreamContract = c) -> None:
                 with torch.cuda.stream(side):
                     c.run(x).torch()
         for _ in range(50):

@@ -10,11 +10,18 @@ MODULES = ["streamsafe", "streamsafe.testing", "streamsafe.bench"]
 HEADER = "# API reference\n\nGenerated from the docstrings by `python3 docs/gen_api.py`; do not edit by hand.\n"
 
 
+# Module-level aliases some signatures use (the classes re-export the enums under these names).
+_ALIASES = {"'_Encoding'": "'ImageEncoding'", "'_Quality'": "'QualityLevel'", "'_Mode'": "'Mode'"}
+
+
 def _sig(obj: object) -> str:
     try:
-        return str(inspect.signature(obj))  # type: ignore[arg-type]
+        text = str(inspect.signature(obj))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return ""
+    for alias, name in _ALIASES.items():
+        text = text.replace(alias, name)
+    return text
 
 
 def _doc(obj: object) -> str:

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["main"]
 
@@ -77,7 +78,7 @@ def _bench(args: argparse.Namespace) -> int:
         gpus = report["cuda"].get("gpus") or [{}]
         env = {"gpu": gpus[0].get("name", "?"), "driver": report["cuda"].get("driver"), "packages": report["packages"],
                "python": report["python"]}
-        factory = gpu_factory
+        factory: Any = gpu_factory
         frames, warmup, block = args.frames or 100, args.warmup if args.warmup is not None else 20, args.block or 20
     else:
         from .doctor import collect

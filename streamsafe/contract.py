@@ -186,8 +186,9 @@ class StreamContract:
                 call_args[i] = _Forwarding(arr, run_stream)
         self._apply(fences)
         self._since_run.clear()
-        if _sanitize.active() is not None:
-            _sanitize.active().producer_writes(self, [a for _, a in inputs], producers)
+        shadow = _sanitize.active()
+        if shadow is not None:
+            shadow.producer_writes(self, [a for _, a in inputs], producers)
         raw = method(self.effect, *call_args, stream_ptr=run_stream.ptr, non_blocking=plan.non_blocking, **kwargs)
         self.generation += 1  # only now: an input the SDK rejects leaves the previous output valid
         if any(f.hazard == "H12" for f in plan.fences):
@@ -298,8 +299,9 @@ class StreamContract:
         self._outstanding[consumer] = None
         self._last_consumer = consumer
         self._hold(consumer)
-        if _sanitize.active() is not None:
-            _sanitize.active().consumer_reads(self, image, consumer)
+        shadow = _sanitize.active()
+        if shadow is not None:
+            shadow.consumer_reads(self, image, consumer)
 
     def _consumer_fences(self, plan: FencePlan, consumer: Stream | None) -> tuple[list[Fence], list[Fence]]:
         """(at import, before next run) for ``consumer``; ``None``: the 8-bit result's reuse. Cached."""
@@ -424,8 +426,9 @@ class StreamContract:
         if any(k in CONFIG_ATTRS for k in changes):
             self._before_release()
             self.generation += 1
+        set_attr: Any = self._cls.__setattr__  # the effect's own (property setters, validation)
         for name, value in attrs.items():
-            self._cls.__setattr__(self.effect, name, value)
+            set_attr(self.effect, name, value)
         self._config = self._snapshot()
 
     def synchronize(self) -> None:
@@ -556,12 +559,14 @@ def _guarded_class(cls: type) -> type:
     if hasattr(cls, "run_at_timestep"):
         ns["run_at_timestep"] = lambda self, *a, **k: contract_of(self).run_at_timestep(*a, **k)
 
+    set_attr: Any = cls.__setattr__
+
     def __setattr__(self: Any, name: str, value: Any) -> None:
         contract = self.__dict__.get("_streamsafe_contract")
         if contract is not None and name in CONFIG_ATTRS:
             contract.configure(**{name: value})
         else:
-            cls.__setattr__(self, name, value)
+            set_attr(self, name, value)
 
     ns["__setattr__"] = __setattr__
     guarded = type(cls.__name__, (cls,), ns)

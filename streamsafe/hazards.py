@@ -240,6 +240,7 @@ def run_scenario(
         if sc.close_each_frame:
             effect = _make_effect(sc, lab, (h, w), out_hw, gpu)
             runner = wrap(effect, streams, sc)
+        assert runner is not None and effect is not None
         out = runner.run(frame, stream_ptr=sdk.ptr, non_blocking=sc.non_blocking)
         del frame  # the pipeline keeps no reference to its input (lets an allocator recycle it)
         if sc.consumer_waits_for_conversion and strategy == "none":
@@ -259,9 +260,9 @@ def run_scenario(
             corrupt += 1
     races = lab.races()
     found = sorted({classify(r) for r in races})
-    streams = f"P={sc.producer} S={sc.sdk} L=legacy C={sc.consumer}"
+    stream_text = f"P={sc.producer} S={sc.sdk} L=legacy C={sc.consumer}"
     if sc.effect == "TrueHDR" or sc.encoding == "RGB10A2":
-        streams = streams.replace(" L=legacy", "")
+        stream_text = stream_text.replace(" L=legacy", "")
     return Row(
         hazard=sc.hazard,
         scenario=sc.title,
@@ -269,7 +270,7 @@ def run_scenario(
         strategy=strategy,
         effect=sc.effect,
         encoding=sc.encoding,
-        streams=streams,
+        streams=stream_text,
         non_blocking=sc.non_blocking,
         race_reported=bool(races) if sc.hazard == "-" else sc.hazard in found,
         hazards_reported=found,

@@ -226,7 +226,7 @@ def _release_fence(strategy: Strategy, consumer: Stream) -> Fence:
 
 def _dedupe(fences: list[Fence]) -> list[Fence]:
     seen: set[tuple[str, str, object, object]] = set()
-    out = []
+    out: list[Fence] = []
     for f in fences:
         key = (f.when, f.action, f.waiter, f.signaller)
         if key in seen and f.action != "device-sync":

@@ -218,7 +218,7 @@ def test_decorator_takes_the_stream_at_each_call(sim: ss.SimBackend) -> None:
 
     streams = [sim.create_stream(non_blocking=True), sim.create_stream(), sim.legacy_stream()]
     copies = []
-    for i, s in enumerate(streams):
+    for s in streams:
         with sim.use_stream(s):
             copies += pipeline(sim, upscale, c_stream, frames=1)
     check(sim, copies)

@@ -290,3 +290,11 @@ def test_frame_generation_validation(sim: ss.SimBackend) -> None:
     b = sim.array(np.zeros((3, 16, 32), np.float32))
     with pytest.raises(ss.EffectConfigError, match="does not match input_width x input_height = 16x16"):
         vfg.run(a, b, frame_index=1)
+
+
+def test_true_hdr_output_is_always_rgb10a2(sim: ss.SimBackend) -> None:
+    hdr = TrueHDR(backend=sim)
+    hdr.image_encoding = ImageEncoding.RGB10A2  # allowed: no change
+    with pytest.raises(ss.EffectConfigError, match="TrueHDR output is always RGB10A2"):
+        hdr.image_encoding = ImageEncoding.RGB8
+    assert hdr.image_encoding is ImageEncoding.RGB10A2

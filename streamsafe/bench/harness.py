@@ -193,7 +193,7 @@ def _loop(
     for scenario in scenarios:
         pipelines = {name: factory(scenario, Strategy(name)) for name in strategies}
         try:
-            for name, pipe in pipelines.items():  # warm-up: untimed, unchecked, uncounted
+            for pipe in pipelines.values():  # warm-up: untimed, unchecked, uncounted
                 for i in range(warmup):
                     pipe.step(i)
                 pipe.drain()

@@ -296,7 +296,11 @@ class SimPipeline:
             for x in xs:
                 arr = sim.empty(x.shape, x.dtype, name="input")
                 buf = arr.buffer
-                sim.launch(self.stream, "producer.write", lambda buf=buf, x=x: np.copyto(buf.data, x), writes=[buf])
+
+                def write(buf: Any = buf, x: np.ndarray = x) -> None:
+                    np.copyto(buf.data, x)
+
+                sim.launch(self.stream, "producer.write", write, writes=[buf])
                 inputs.append(arr)
             def consume(image: Any) -> Any:
                 return sim.copy(sim.from_dlpack(image, stream=self.stream), self.stream, name="consumer.copy")

@@ -225,6 +225,5 @@ def spin_cycles_per_us(device: int = 0) -> float:
 def engine_for(backend: Backend | None, device: int) -> Engine:
     """The engine for ``backend`` (default: the current one)."""
     be = backend if backend is not None else current_backend()
-    if isinstance(be, SimBackend):
-        return SimEngine(be, device)
-    return CupyEngine(be, device)
+    engine: Any = SimEngine(be, device) if isinstance(be, SimBackend) else CupyEngine(be, device)
+    return engine  # type: ignore[no-any-return]

@@ -103,6 +103,11 @@ def _positive_int(effect: str, name: str, value: Any, lo: int = 1, hi: int = 163
     return int(value)
 
 
+_Encoding = ImageEncoding  # for annotations inside classes that re-export the enums as attributes
+_Quality = QualityLevel
+_Mode = Mode
+
+
 class _Effect:
     """What the three effects share: life cycle, inputs, stages and the output buffer."""
 
@@ -113,7 +118,7 @@ class _Effect:
         self,
         *,
         device: int,
-        image_encoding: ImageEncoding,
+        image_encoding: _Encoding,
         backend: Backend | None,
         latency_us: float | Mapping[str, float] | None,
     ) -> None:
@@ -141,17 +146,17 @@ class _Effect:
         return self._device
 
     @property
-    def image_encoding(self) -> ImageEncoding:
+    def image_encoding(self) -> _Encoding:
         return self._encoding
 
     @image_encoding.setter
-    def image_encoding(self, value: ImageEncoding) -> None:
+    def image_encoding(self, value: _Encoding) -> None:
         value = self._check_encoding(value)
         if value != self._encoding:
             self._release_output("encoding change")
         self._encoding = value
 
-    def _check_encoding(self, value: Any) -> ImageEncoding:
+    def _check_encoding(self, value: Any) -> _Encoding:
         try:
             return ImageEncoding(value)
         except ValueError:
@@ -245,7 +250,7 @@ class _Effect:
             )
         return self.engine.import_capsule(obj.__dlpack__())
 
-    def _check_image(self, what: str, array: Any, encoding: ImageEncoding) -> tuple[int, int]:
+    def _check_image(self, what: str, array: Any, encoding: _Encoding) -> tuple[int, int]:
         shape, dtype = self.engine.shape_dtype(array)
         if encoding is ImageEncoding.RGB8:
             if len(shape) != 3 or shape[0] != 3 or dtype != np.float32:
@@ -377,10 +382,10 @@ class VideoSuperRes(_Effect):
 
     def __init__(
         self,
-        quality: QualityLevel = QualityLevel.HIGH,
+        quality: _Quality = QualityLevel.HIGH,
         device: int = 0,
         strength: float = 1.0,
-        image_encoding: ImageEncoding = ImageEncoding.RGB8,
+        image_encoding: _Encoding = ImageEncoding.RGB8,
         *,
         backend: Backend | None = None,
         latency_us: float | Mapping[str, float] | None = None,
@@ -392,11 +397,11 @@ class VideoSuperRes(_Effect):
         self._out: list[int | None] = [None, None]
 
     @property
-    def quality(self) -> QualityLevel:
+    def quality(self) -> _Quality:
         return self._quality
 
     @quality.setter
-    def quality(self, value: QualityLevel) -> None:
+    def quality(self, value: _Quality) -> None:
         try:
             self._quality = QualityLevel(value)
         except ValueError:
@@ -462,10 +467,10 @@ class VideoFrameGeneration(_Effect):
 
     def __init__(
         self,
-        mode: Mode = Mode.MEDIUM,
+        mode: _Mode = Mode.MEDIUM,
         automatic_shot_change_detection_enabled: bool = True,
         device: int = 0,
-        image_encoding: ImageEncoding = ImageEncoding.RGB8,
+        image_encoding: _Encoding = ImageEncoding.RGB8,
         *,
         backend: Backend | None = None,
         latency_us: float | Mapping[str, float] | None = None,
@@ -477,11 +482,11 @@ class VideoFrameGeneration(_Effect):
         self._multiplier = 2
 
     @property
-    def mode(self) -> Mode:
+    def mode(self) -> _Mode:
         return self._mode
 
     @mode.setter
-    def mode(self, value: Mode) -> None:
+    def mode(self, value: _Mode) -> None:
         try:
             self._mode = Mode(value)
         except ValueError:
@@ -585,10 +590,15 @@ class TrueHDR(_Effect):
         self.luminance = luminance
         self.debanding_off = debanding_off
 
-    @property  # type: ignore[override]
-    def image_encoding(self) -> ImageEncoding:
+    @property
+    def image_encoding(self) -> _Encoding:
         """Always RGB10A2: TrueHDR has no RGB8 output path."""
         return ImageEncoding.RGB10A2
+
+    @image_encoding.setter
+    def image_encoding(self, value: _Encoding) -> None:
+        if self._check_encoding(value) is not ImageEncoding.RGB10A2:
+            raise EffectConfigError("TrueHDR", "image_encoding", value, "TrueHDR output is always RGB10A2")
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in TrueHDR._RANGES:

@@ -29,7 +29,9 @@ STREAM_KINDS = ("legacy", "per-thread", "blocking", "non-blocking")
 
 class Lab(Protocol):
     name: str
-    backend: Backend
+
+    @property
+    def backend(self) -> Backend: ...
 
     def stream(self, kind: str) -> Stream: ...
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,7 +53,6 @@ def test_gpu_matrix_every_strategy_fixes_every_hazard(torch_cuda) -> None:  # ty
 
 def _consume(kind: str, out: Any, streams: dict[str, Any]) -> Any:
     import cupy
-    import torch
 
     if kind == "torch":
         return out.torch(streams["torch"])

@@ -122,8 +122,12 @@ def test_host_waits_and_query(torch_cuda, cuda_backend) -> None:  # type: ignore
         ev = be.acquire_event(0)
         be.record(ev, stream)
         assert not be.query(ev)  # still spinning
-        {"stream": lambda: be.synchronize_stream(stream), "event": lambda: be.synchronize_event(ev),
-         "device": lambda: be.synchronize_device(0)}[sync]()
+        if sync == "stream":
+            be.synchronize_stream(stream)
+        elif sync == "event":
+            be.synchronize_event(ev)
+        else:
+            be.synchronize_device(0)
         assert be.query(ev)
         be.release_event(ev)
         assert bool((x == 7.0).all().item())
