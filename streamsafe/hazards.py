@@ -318,14 +318,12 @@ def run_matrix(
             lab = SimLab()
             if trace is not None:
                 lab.backend.trace = []
-            model = run_scenario(sc, lab, frames=4, strategy=strategy, wrap=wrap)
+            model_frames = (frames or 4) if backend == "sim" else 4
+            model = run_scenario(sc, lab, frames=model_frames, strategy=strategy, wrap=wrap)
+            model.model_frames, model.model_corrupt_frames = model.frames, model.corrupt_frames
             if trace is not None:
                 trace.append({"scenario": sc.id, "strategy": strategy, "ops": lab.backend.trace, "races": model.races})
             if backend == "sim":
-                model.frames = model.model_frames = frames or 4
-                if frames and frames != 4:
-                    model = run_scenario(sc, SimLab(), frames=frames, strategy=strategy, wrap=wrap)
-                model.model_frames, model.model_corrupt_frames = model.frames, model.corrupt_frames
                 rows.append(model)
                 continue
             real = run_scenario(sc, GpuLab(), frames=frames or 100, size=size or (64, 64), strategy=strategy, wrap=wrap)

@@ -225,14 +225,12 @@ def _release_fence(strategy: Strategy, consumer: Stream) -> Fence:
 
 
 def _dedupe(fences: list[Fence]) -> list[Fence]:
+    """One fence per (when, action, waiter, signaller): device syncs have neither, so one per ``when``."""
     seen: set[tuple[str, str, object, object]] = set()
     out: list[Fence] = []
     for f in fences:
         key = (f.when, f.action, f.waiter, f.signaller)
-        if key in seen and f.action != "device-sync":
-            continue
-        if f.action == "device-sync" and any(o.action == "device-sync" and o.when == f.when for o in out):
-            continue
-        seen.add(key)
-        out.append(f)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
     return out
