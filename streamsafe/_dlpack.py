@@ -4,10 +4,39 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DLPACK_CPU", "DLPACK_CUDA", "SimCapsule"]
+__all__ = ["DLPACK_CPU", "DLPACK_CUDA", "SimCapsule", "check_input_device", "require_cuda_input"]
 
 DLPACK_CPU = 1
 DLPACK_CUDA = 2
+
+
+def check_input_device(what: str, obj: Any, dev_type: int, dev_id: int, device: int) -> None:
+    """Raise :class:`~streamsafe.errors.InputArrayError` unless the input is on CUDA ``device``."""
+    from .errors import InputArrayError
+
+    if dev_type != DLPACK_CUDA:
+        raise InputArrayError(
+            what, obj, f"it lives on DLPack device type {dev_type}, not CUDA ({DLPACK_CUDA})",
+            f"Move it to the GPU first (e.g. tensor.to('cuda:{device}')).",
+        )
+    if dev_id != device:
+        raise InputArrayError(
+            what, obj, f"it is on CUDA device {dev_id} but the effect runs on device {device}",
+            f"Copy it to device {device}, or use an effect created with device={dev_id}.",
+        )
+
+
+def require_cuda_input(what: str, obj: Any, device: int) -> None:
+    """Raise :class:`~streamsafe.errors.InputArrayError` unless ``obj`` speaks DLPack from CUDA ``device``."""
+    from .errors import InputArrayError
+
+    if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
+        raise InputArrayError(
+            what, obj, "it has no __dlpack__/__dlpack_device__ (a CUDA array is required)",
+            "Pass a torch/CuPy/JAX CUDA array.",
+        )
+    dev_type, dev_id = obj.__dlpack_device__()
+    check_input_device(what, obj, int(dev_type), int(dev_id), device)
 
 
 class SimCapsule:

@@ -29,10 +29,10 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from . import _sanitize
-from ._dlpack import DLPACK_CUDA
+from ._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, require_cuda_input
 from .backend import Backend, SimBackend, current_backend
 from .backend.sim import SimArray
-from .errors import EffectStateError, InputArrayError, StreamsafeError, UnguardedChangeError
+from .errors import EffectStateError, StreamsafeError, UnguardedChangeError
 from .frameworks import framework_of
 from .outputs import SafeImage, SafeOutput
 from .plan import Fence, FencePlan, _release_fence, consumer_fences, plan_fences, reuse_fences
@@ -204,22 +204,7 @@ class StreamContract:
         """Validate an input and find its producer's stream (``None``: unknown, forward instead)."""
         if _TORCH_TENSOR is not None and isinstance(arr, _TORCH_TENSOR):
             return self._torch_producer(arr)
-        if not (hasattr(arr, "__dlpack__") and hasattr(arr, "__dlpack_device__")):
-            raise InputArrayError(
-                "input", arr, "it has no __dlpack__/__dlpack_device__ (a CUDA array is required)",
-                "Pass a torch/CuPy/JAX CUDA array.",
-            )
-        dev_type, dev_id = arr.__dlpack_device__()
-        if int(dev_type) != DLPACK_CUDA:
-            raise InputArrayError(
-                "input", arr, f"it lives on DLPack device type {int(dev_type)}, not CUDA ({DLPACK_CUDA})",
-                f"Move it to the GPU first (e.g. tensor.to('cuda:{self.device}')).",
-            )
-        if int(dev_id) != self.device:
-            raise InputArrayError(
-                "input", arr, f"it is on CUDA device {int(dev_id)} but the effect runs on device {self.device}",
-                f"Copy it to device {self.device}, or use an effect created with device={int(dev_id)}.",
-            )
+        require_cuda_input("input", arr, self.device)
         if self._input is not None:
             return self._input
         if isinstance(arr, SimArray):
@@ -239,16 +224,8 @@ class StreamContract:
     def _torch_producer(self, arr: Any) -> Stream:
         """The fast path for torch tensors: device from ``get_device()``, stream from torch's raw
         current-stream pointer (no Python stream object), kind from the driver."""
-        dev = arr.get_device()
-        if dev < 0:
-            raise InputArrayError(
-                "input", arr, "it is a CPU tensor, not a CUDA one", f"Move it to the GPU first (tensor.to('cuda:{self.device}'))."
-            )
-        if dev != self.device:
-            raise InputArrayError(
-                "input", arr, f"it is on CUDA device {dev} but the effect runs on device {self.device}",
-                f"Copy it to device {self.device}, or use an effect created with device={dev}.",
-            )
+        dev = arr.get_device()  # -1 for a CPU tensor
+        check_input_device("input", arr, DLPACK_CPU if dev < 0 else DLPACK_CUDA, dev, self.device)
         if self._input is not None:
             return self._input
         import torch

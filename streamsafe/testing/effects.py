@@ -30,9 +30,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._dlpack import DLPACK_CUDA
 from ..backend import Backend
-from ..errors import EffectConfigError, EffectStateError, InputArrayError
+from .._dlpack import require_cuda_input
+from ..errors import EffectConfigError, EffectStateError
 from . import _kernels as K
 from ._engines import Engine, engine_for
 
@@ -232,22 +232,7 @@ class _Effect:
 
     def _acquire(self, obj: Any, what: str) -> Any:
         """Take an input as the SDK does: ``__dlpack__()`` with no stream; then import it zero-copy."""
-        if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
-            raise InputArrayError(
-                what, obj, "it has no __dlpack__/__dlpack_device__ (a CUDA array is required)",
-                "Pass a torch/CuPy/JAX CUDA array.",
-            )
-        dev_type, dev_id = obj.__dlpack_device__()
-        if int(dev_type) != DLPACK_CUDA:
-            raise InputArrayError(
-                what, obj, f"it lives on DLPack device type {int(dev_type)}, not CUDA ({DLPACK_CUDA})",
-                f"Move it to the GPU first (e.g. tensor.to('cuda:{self._device}')).",
-            )
-        if int(dev_id) != self._device:
-            raise InputArrayError(
-                what, obj, f"it is on CUDA device {int(dev_id)} but the effect runs on device {self._device}",
-                f"Copy it to device {self._device}, or create the effect with device={int(dev_id)}.",
-            )
+        require_cuda_input(what, obj, self._device)
         return self.engine.import_capsule(obj.__dlpack__())
 
     def _check_image(self, what: str, array: Any, encoding: _Encoding) -> tuple[int, int]:
