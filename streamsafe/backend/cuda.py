@@ -248,6 +248,9 @@ class CudaBackend:
         """Record ``event`` on ``stream`` (``cuEventRecord``). Does not block the host."""
         if _sanitize._ACTIVE is not None:
             _sanitize._ACTIVE.record(event, stream)
+        self._record_raw(event, stream)
+
+    def _record_raw(self, event: CudaEvent, stream: Stream) -> None:
         if stream.kind is StreamKind.LEGACY or stream.kind is StreamKind.PER_THREAD:
             with self._in_context(stream.device):
                 _check(self._d.cuEventRecord(event.handle, self._stream_arg(stream)), "cuEventRecord")
@@ -258,6 +261,9 @@ class CudaBackend:
         """Make later work on ``stream`` wait for ``event``'s latest record. Does not block the host."""
         if _sanitize._ACTIVE is not None:
             _sanitize._ACTIVE.wait(stream, event)
+        self._wait_raw(stream, event)
+
+    def _wait_raw(self, stream: Stream, event: CudaEvent) -> None:
         if stream.kind is StreamKind.LEGACY or stream.kind is StreamKind.PER_THREAD:
             with self._in_context(stream.device):
                 _check(self._d.cuStreamWaitEvent(self._stream_arg(stream), event.handle, 0), "cuStreamWaitEvent")
@@ -314,13 +320,13 @@ class CudaBackend:
             if err != _SUCCESS:
                 _check((err,), "cuEventRecord")
         else:
-            self.record(event, signaller)
+            self._record_raw(event, signaller)  # mirrored once, as a fence, above
         if waiter.kind is StreamKind.NON_BLOCKING or waiter.kind is StreamKind.BLOCKING:
             err = self._d.cuStreamWaitEvent(self._cu_stream(waiter.handle), event.handle, 0)[0]
             if err != _SUCCESS:
                 _check((err,), "cuStreamWaitEvent")
         else:
-            self.wait(waiter, event)
+            self._wait_raw(waiter, event)
 
     def __repr__(self) -> str:
         return f"CudaBackend(devices={self._count})"
