@@ -33,7 +33,7 @@ from ._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, require_cuda_i
 from .backend import Backend, SimBackend, current_backend
 from .backend.sim import SimArray
 from .errors import EffectStateError, StreamsafeError, UnguardedChangeError
-from .frameworks import framework_of
+from .frameworks import framework_of, torch_current_stream_handle
 from .outputs import SafeImage, SafeOutput
 from .plan import Fence, FencePlan, _release_fence, consumer_fences, plan_fences, reuse_fences
 from .strategy import Strategy, as_strategy
@@ -230,9 +230,7 @@ class StreamContract:
             return self._input
         import torch
 
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        handle = raw(dev) if raw is not None else torch.cuda.current_stream(dev).cuda_stream
-        return as_stream(handle, device=dev, backend=self.backend)
+        return as_stream(torch_current_stream_handle(torch, dev), device=dev, backend=self.backend)
 
     # -- fences --------------------------------------------------------------------------------
 

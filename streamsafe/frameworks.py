@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["framework_of", "framework_current_stream_handle", "loaded_frameworks"]
+__all__ = ["framework_of", "framework_current_stream_handle", "loaded_frameworks", "torch_current_stream_handle"]
 
 
 def loaded_frameworks() -> list[str]:
@@ -28,6 +28,12 @@ def framework_of(obj: Any) -> str | None:
     return None
 
 
+def torch_current_stream_handle(torch: Any, device: int) -> int:
+    """torch's current stream pointer on ``device``, without building a Python stream object."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return int(raw(device)) if raw is not None else int(torch.cuda.current_stream(device).cuda_stream)
+
+
 def framework_current_stream_handle(device: int, framework: str | None = None) -> tuple[int, str] | None:
     """The raw handle of the current stream of ``framework`` (or the first loaded one) on ``device``.
 
@@ -39,7 +45,7 @@ def framework_current_stream_handle(device: int, framework: str | None = None) -
         if name == "torch" and "torch" in sys.modules:
             torch = sys.modules["torch"]
             if torch.cuda.is_available() and torch.cuda.is_initialized():
-                return int(torch.cuda.current_stream(device).cuda_stream), "torch"
+                return torch_current_stream_handle(torch, device), "torch"
         if name == "cupy" and "cupy" in sys.modules:
             cupy = sys.modules["cupy"]
             with cupy.cuda.Device(device):

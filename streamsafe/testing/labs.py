@@ -174,7 +174,7 @@ class GpuLab:
             if data.dtype == np.uint32:
                 src = src.view(torch.uint32)
         self._upload.synchronize()
-        self._keep.append(src)
+        self._keep.append(src)  # kept: the copy on the producer stream below reads it later (no record_stream)
         with torch.cuda.stream(self.torch_stream(stream)):
             dst = torch.empty_like(src)
             self._spin(delay_us)
