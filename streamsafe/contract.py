@@ -26,25 +26,26 @@ import functools
 import os
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
-from . import _sanitize
+from . import _sanitize, guard, hooks
 from ._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, require_cuda_input
 from .backend import Backend, SimBackend, current_backend
 from .backend.sim import SimArray
-from .errors import EffectStateError, StreamsafeError, UnguardedChangeError
+from .errors import EffectConfigError, EffectStateError, StreamsafeError, UnguardedChangeError
 from .frameworks import framework_of, torch_current_stream_handle
+from .guard import CONFIG_ATTRS, call_raw
+from .ledger import Ledger, apply_fences, ledger_of, new_stats
 from .outputs import SafeImage, SafeOutput
-from .plan import Fence, FencePlan, _release_fence, consumer_fences, plan_fences, reuse_fences
+from .plan import Fence, FencePlan, plan_fences
 from .strategy import Strategy, as_strategy
 from .streams import LEGACY_HANDLE, Stream, as_stream
 
-__all__ = ["StreamContract", "stream_contract", "stream_safe", "CONFIG_ATTRS"]
-
-CONFIG_ATTRS = ("output_width", "output_height", "image_encoding", "input_width", "input_height")
-"""Attributes whose change may release or replace the SDK's output buffer (H6)."""
+__all__ = ["StreamContract", "stream_contract", "stream_safe", "CONFIG_ATTRS", "tracked_raw_call", "tracked_setattr"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+_INPUT_KWARGS = ("input_array", "previous", "current", "rgb_input")
 
 
 class StreamContract:
@@ -52,7 +53,9 @@ class StreamContract:
 
     ``strategy`` is a :class:`~streamsafe.Strategy` or its name; ``"none"`` also needs
     ``allow_none=True``. ``backend`` defaults to the effect's own (emulated effects) or the
-    current backend. Constructing a contract does not block and issues no GPU work.
+    current backend. Every contract, decorator and guard on one effect shares the effect's
+    :class:`~streamsafe.ledger.Ledger`, so their fences see each other's readers and outputs.
+    Constructing a contract does not block and issues no GPU work.
     """
 
     def __init__(
@@ -67,13 +70,18 @@ class StreamContract:
         backend: Backend | None = None,
         allow_none: bool = False,
     ) -> None:
+        _check_effect(effect)
         self.strategy = as_strategy(strategy, allow_none=allow_none)
         if getattr(effect, "closed", False):
             raise EffectStateError(type(effect).__name__, "stream_contract", "closed", "Create a new effect.")
         self.effect = effect
         self._cls = type(effect)
         self.device = int(getattr(effect, "device", 0))
-        self.backend: Backend = backend or _effect_backend(effect) or current_backend()
+        existing = ledger_of(effect, create=False)
+        self.backend: Backend = backend or _effect_backend(effect) or (existing.backend if existing else None) or current_backend()
+        self.ledger: Ledger = existing or ledger_of(effect, self.backend)  # type: ignore[assignment]
+        if self.ledger.backend is None:
+            self.ledger.backend = self.backend
         dev, be = self.device, self.backend
         self._sdk_fixed = None if stream is None else as_stream(stream, device=dev, backend=be)
         self._input = None if input_stream is None else as_stream(input_stream, device=dev, backend=be)
@@ -83,28 +91,26 @@ class StreamContract:
             if conversion_stream is not None
             else as_stream(LEGACY_HANDLE, device=dev, backend=be)
         )
-        self.generation = 0
         self.closed = False
+        self.guard_owner: Any = None
+        """The class-level guard that made this contract, if any."""
         self._shadow: Stream | None = None
         self._plans: dict[tuple[Any, ...], FencePlan] = {}
-        self._consumer_plans: dict[tuple[Any, ...], tuple[list[Fence], list[Fence]]] = {}
         self._last_plan: FencePlan | None = None
-        self._since_run: dict[Stream, None] = {}
-        self._outstanding: dict[Stream, None] = {}
-        self._last_consumer: Stream | None = None
-        self._holds: dict[Stream, Any] = {}  # consumer stream objects kept alive while fences still need them
-        self._keepalive: list[tuple[Any, Any]] = []
-        self._torch_streams: dict[int, Any] = {}
-        self._guard_depth = 0
-        self._guard_host_wait = True
-        self._swapped = False
+        self._patched_instance = False
+        self._tracked = guard.install(self._cls)
         self._config = self._snapshot()
-        self.stats = {"runs": 0, "fences": 0, "host_waits": 0, "device_syncs": 0, "sdk_waits": 0}
+        self.stats = new_stats()
         """Counters: runs; device-side fences; host waits and device syncs streamsafe made; and runs in
         which the SDK itself made the host wait (``non_blocking=False``)."""
         if os.environ.get("STREAMSAFE_SANITIZE") == "1":
             _sanitize.enable_from_environment()
         _ = self.plan  # validates the strategy for these streams now (e.g. async where unsound)
+
+    @property
+    def generation(self) -> int:
+        """The effect's output generation (shared by every guard on the effect)."""
+        return self.ledger.generation
 
     # -- plans ---------------------------------------------------------------------------------
 
@@ -129,18 +135,29 @@ class StreamContract:
         sdk = self._sdk_stream()
         return self.plan_for(producer=self._input or sdk, sdk=sdk)
 
-    def plan_for(self, *, producer: Stream | None, sdk: Stream | None = None, consumer: Stream | None = None, non_blocking: bool = False) -> FencePlan:
-        """The plan for given streams (``producer=None``: unknown, forwarded). Cached; does not block."""
+    def plan_for(
+        self,
+        *,
+        producer: Stream | None,
+        sdk: Stream | None = None,
+        consumer: Stream | None = None,
+        non_blocking: bool = False,
+        input_writers: tuple[Stream, ...] = (),
+    ) -> FencePlan:
+        """The plan for given streams (``producer=None``: unknown, forwarded; ``input_writers``: more
+        streams that may write an input after the call). Cached; does not block."""
         sdk = sdk or self._sdk_stream()
         consumer = consumer or self._consumer or sdk
         conversion = self.conversion_stream
         shadow = self._shadow_stream()
-        key = (producer, sdk, consumer, conversion, shadow, non_blocking)
+        key = (producer, sdk, consumer, conversion, shadow, non_blocking, input_writers)
         plan = self._plans.get(key)
         if plan is None:
+            if len(self._plans) > 256:
+                self._plans.clear()
             plan = self._plans[key] = plan_fences(
                 self.strategy, sdk=sdk, conversion=conversion, consumer=consumer, producer=producer,
-                shadow=shadow, user_non_blocking=non_blocking,
+                shadow=shadow, user_non_blocking=non_blocking, input_writers=input_writers,
             )
         return plan
 
@@ -148,7 +165,9 @@ class StreamContract:
 
     def run(self, *args: Any, **kwargs: Any) -> SafeOutput:
         """``effect.run(...)`` with the plan's fences. Blocks the host only where the plan says
-        (the SDK's own wait under ``event``/``stream``/``device``, host waits under ``stream``/``device``).
+        (the SDK's own wait under ``event``/``stream``/``device``, host waits under ``stream``/``device``,
+        and a wait for outstanding copies when an input's size changes, since the SDK may then
+        reallocate its buffers).
 
         ``stream_ptr=`` names the SDK stream for this call. The plan decides ``non_blocking``;
         a caller's ``non_blocking`` is used only by strategy ``none``."""
@@ -158,47 +177,72 @@ class StreamContract:
         """``effect.run_at_timestep(...)`` with the plan's fences (see :meth:`run`)."""
         return self._call("run_at_timestep", args, kwargs)
 
+    def _refuse_closed(self, call: str) -> NoReturn:
+        raise EffectStateError(type(self.effect).__name__, call, "closed", "Create a new effect and contract.")
+
     def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SafeOutput:
-        if self.closed:
-            raise EffectStateError(type(self.effect).__name__, name, "closed", "Create a new effect and contract.")
-        method = getattr(self._cls, name)
+        ledger = self.ledger
+        if self.closed or ledger.closed:
+            self._refuse_closed(name)
         stream_ptr = kwargs.pop("stream_ptr", None)
         user_nb = bool(kwargs.pop("non_blocking", False))
-        sdk = self._sdk_stream() if stream_ptr is None else as_stream(stream_ptr, device=self.device, backend=self.backend)
+        be, dev = self.backend, self.device
+        sdk = self._sdk_stream() if stream_ptr is None else as_stream(stream_ptr, device=dev, backend=be)
         _refresh_torch()
-        inputs = [(i, a) for i, a in enumerate(args) if not isinstance(a, (int, float, bool))]
-        producers = [self._producer_of(a) for _, a in inputs]  # validates every input first
-        self._check_unguarded_change()
-        plan = self.plan_for(producer=producers[0] if producers else sdk, sdk=sdk, non_blocking=user_nb)
-        run_stream = plan.run_stream
-        fences: list[Fence] = []
-        if self._last_plan is not None:  # the previous output may still be read, or converted
-            for consumer in self._since_run:
-                fences += self._consumer_fences(plan, consumer)[1]
-            fences += self._consumer_fences(plan, None)[1]
-        fences += plan.at("before run")
-        for producer in producers[1:]:
-            if producer != producers[0]:
-                fences += self.plan_for(producer=producer, sdk=sdk, non_blocking=user_nb).at("before run")
-        call_args = list(args)
-        for (i, arr), producer in zip(inputs, producers):
-            if producer is None and plan.strategy is not Strategy.NONE:
-                call_args[i] = _Forwarding(arr, run_stream)
-        self._apply(fences)
-        self._since_run.clear()
-        shadow = _sanitize.active()
-        if shadow is not None:
-            shadow.producer_writes(self, [a for _, a in inputs], producers)
-        raw = method(self.effect, *call_args, stream_ptr=run_stream.ptr, non_blocking=plan.non_blocking, **kwargs)
-        self.generation += 1  # only now: an input the SDK rejects leaves the previous output valid
-        if any(f.hazard == "H12" for f in plan.fences):
-            self._protect_inputs([a for _, a in inputs], run_stream)
-        self._prune_keepalive()
-        self._last_plan = plan
-        self._config = self._snapshot()
-        self.stats["runs"] += 1
-        self.stats["sdk_waits"] += not plan.non_blocking
-        return SafeOutput(raw, SafeImage(self, raw.image, self.generation, self.device))
+        arrays = [a for a in args if not isinstance(a, (int, float, bool))]
+        arrays += [kwargs[k] for k in _INPUT_KWARGS if k in kwargs]
+        producers = [self._producer_of(a) for a in arrays]  # validates every input first
+        with ledger.using(name):
+            self._check_unguarded_change()
+            first = producers[0] if producers else sdk
+            extra: tuple[Stream, ...] = ()
+            if self._input is not None or first is None or len(producers) > 1:
+                current = be.current_stream(dev)
+                extra = tuple(dict.fromkeys(p for p in (*producers[1:], current) if p is not None))
+            plan = self.plan_for(producer=first, sdk=sdk, non_blocking=user_nb, input_writers=extra)
+            run_stream = plan.run_stream
+            shapes = tuple(_shape_of(a) for a in arrays)
+            escaped_current = be.current_stream(dev) if ledger.escaped else None
+            fences = ledger.before_run(plan, shapes, escaped_current)
+            fences += plan.at("before run")
+            for producer in producers[1:]:
+                if producer != first:
+                    fences += self.plan_for(producer=producer, sdk=sdk, non_blocking=user_nb, input_writers=extra).at("before run")
+            if hooks.observers and not isinstance(be, SimBackend):
+                for arr, producer in zip(arrays, producers):  # before the fences that order them
+                    if producer is not None:
+                        for o in hooks.observers:
+                            o.on_input_write(_sanitize.array_key(arr), producer, dev)
+            apply_fences(be, dev, fences, self.stats)
+            call_args = list(args)
+            call_kwargs = dict(kwargs)
+            if plan.strategy is not Strategy.NONE and None in producers:
+                for i, a in enumerate(call_args):
+                    if not isinstance(a, (int, float, bool)) and self._producer_is_unknown(a, arrays, producers):
+                        call_args[i] = _Forwarding(a, run_stream)
+                for k in _INPUT_KWARGS:
+                    if k in call_kwargs and self._producer_is_unknown(call_kwargs[k], arrays, producers):
+                        call_kwargs[k] = _Forwarding(call_kwargs[k], run_stream)
+            raw = call_raw(self.effect, name, *call_args, stream_ptr=run_stream.ptr, non_blocking=plan.non_blocking, **call_kwargs)
+            # only now: an input the SDK rejects leaves the previous output valid and its readers known
+            generation = ledger.after_run(plan, shapes, self.stats, self._consumer or sdk)
+            after = plan.at("after run")
+            if after:
+                apply_fences(be, dev, [f for f in after if f.action == "device-wait"], self.stats)
+                self._protect_inputs(arrays, run_stream)
+            ledger.prune_keepalive()
+            self._last_plan = plan
+            self._config = self._snapshot()
+            self.stats["runs"] += 1
+            self.stats["sdk_waits"] += not plan.non_blocking
+        return SafeOutput(raw, SafeImage(ledger, raw.image, generation, dev, self._consumer or sdk))
+
+    @staticmethod
+    def _producer_is_unknown(arr: Any, arrays: list[Any], producers: list[Stream | None]) -> bool:
+        for a, p in zip(arrays, producers):
+            if a is arr:
+                return p is None
+        return False
 
     def _producer_of(self, arr: Any) -> Stream | None:
         """Validate an input and find its producer's stream (``None``: unknown, forward instead)."""
@@ -232,144 +276,22 @@ class StreamContract:
 
         return as_stream(torch_current_stream_handle(torch, dev), device=dev, backend=self.backend)
 
-    # -- fences --------------------------------------------------------------------------------
-
-    def _apply(self, fences: list[Fence]) -> None:
-        synced = False
-        for fence in fences:
-            if fence.action == "device-wait" and _NVTX is None:  # hot path: skips the _nvtx context manager (measured ~0.5 us per run)
-                self.backend.fence(fence.waiter, fence.signaller)  # type: ignore[arg-type]
-                self.stats["fences"] += 1
-            elif fence.action == "device-wait":
-                assert fence.waiter is not None and fence.signaller is not None
-                with _nvtx(f"streamsafe {fence.hazard} fence", self.backend):
-                    self.backend.fence(fence.waiter, fence.signaller)
-                self.stats["fences"] += 1
-            elif fence.action == "host-wait":
-                assert fence.signaller is not None
-                with _nvtx(f"streamsafe {fence.hazard} host wait", self.backend):
-                    event = self.backend.acquire_event(self.device)
-                    try:
-                        self.backend.record(event, fence.signaller)
-                        self.backend.synchronize_event(event)
-                    finally:
-                        self.backend.release_event(event)
-                self.stats["host_waits"] += 1
-            elif fence.action == "device-sync" and not synced:
-                with _nvtx(f"streamsafe {fence.hazard} device sync", self.backend):
-                    self.backend.synchronize_device(self.device)
-                self.stats["device_syncs"] += 1
-                synced = True
-
-    def _on_import(self, image: SafeImage, stream: Any) -> None:
-        """A consumer imports the current output on ``stream``: order it after the SDK (H3/H4)."""
-        plan = self._last_plan
-        assert plan is not None
-        if stream is None or (isinstance(stream, int) and stream == -1):
-            consumer = self._consumer or plan.sdk
-        else:
-            consumer = as_stream(stream, device=self.device, backend=self.backend)
-        self._apply(self._consumer_fences(plan, consumer)[0])
-        self._since_run[consumer] = None
-        self._outstanding[consumer] = None
-        self._last_consumer = consumer
-        self._hold(consumer)
-        shadow = _sanitize.active()
-        if shadow is not None:
-            shadow.consumer_reads(self, image, consumer)
-
-    def _consumer_fences(self, plan: FencePlan, consumer: Stream | None) -> tuple[list[Fence], list[Fence]]:
-        """(at import, before next run) for ``consumer``; ``None``: the 8-bit result's reuse. Cached."""
-        key = (plan.strategy, plan.run_stream, plan.conversion, consumer)
-        cached = self._consumer_plans.get(key)
-        if cached is None:
-            if consumer is None:
-                fences = reuse_fences(plan.strategy, run_stream=plan.run_stream, conversion=plan.conversion)
-            else:
-                fences = consumer_fences(plan.strategy, run_stream=plan.run_stream, conversion=plan.conversion, consumer=consumer)
-            cached = self._consumer_plans[key] = (
-                [f for f in fences if f.when == "at import"],
-                [f for f in fences if f.when == "before next run"],
-            )
-        return cached
-
-    def _hold(self, consumer: Stream) -> None:
-        """Keep the framework's object for ``consumer`` alive: a stream a consumer made for one copy
-        (``with cupy.cuda.Stream(): ...``) would otherwise be destroyed before the next run's fence
-        is recorded on it, and a destroyed handle cannot be used."""
-        if consumer in self._holds or consumer.ptr in (0, 1, 2):
-            return
-        import sys
-
-        if "cupy" in sys.modules:
-            current = sys.modules["cupy"].cuda.get_current_stream()
-            if current.ptr == consumer.handle:
-                self._holds[consumer] = current
-                return
-        if "torch" in sys.modules:
-            torch = sys.modules["torch"]
-            if torch.cuda.is_initialized():
-                current = torch.cuda.current_stream(self.device)
-                if current.cuda_stream == consumer.handle:
-                    self._holds[consumer] = current
-
-    def _release_holds(self) -> None:
-        for consumer in list(self._holds):
-            if consumer not in self._since_run and consumer not in self._outstanding:
-                del self._holds[consumer]
-
-    def _consumers_done(self) -> None:
-        """The host waited for the last consumer's copy (a helper that blocks)."""
-        if self._last_consumer is not None:
-            self._outstanding.pop(self._last_consumer, None)
-            self._since_run.pop(self._last_consumer, None)
-            self._release_holds()
-
-    def _before_release(self) -> None:
-        """H6: the host waits for every copy that may still read the buffer."""
-        if self.strategy is Strategy.NONE:
-            return
-        fences = [_release_fence(self._last_plan.strategy if self._last_plan else self.strategy, c) for c in self._outstanding]
-        self._apply(fences)
-        self._outstanding.clear()
-        self._since_run.clear()
-        self._release_holds()
-
     # -- inputs after an asynchronous run (H12) ------------------------------------------------
 
     def _protect_inputs(self, inputs: list[Any], run_stream: Stream) -> None:
+        """Keep each input from being recycled while the run stream may still read it: torch's
+        ``record_stream`` (the allocator then waits for the run stream), else a keep-alive until
+        an event recorded on the run stream completes. Does not block."""
         others = []
         for arr in inputs:
             if framework_of(arr) == "torch":
-                arr.record_stream(self._torch_stream(run_stream))
+                arr.record_stream(self.ledger.torch_stream(run_stream))
+            elif isinstance(arr, SimArray) and hasattr(arr, "record_stream"):
+                arr.record_stream(run_stream)
             else:
                 others.append(arr)
         if others:
-            event = self.backend.acquire_event(self.device)
-            self.backend.record(event, run_stream)
-            self._keepalive.append((event, others))
-
-    def _torch_stream(self, stream: Stream) -> Any:
-        ts = self._torch_streams.get(stream.handle)
-        if ts is None:
-            import torch
-
-            if stream.ptr == 0:
-                ts = torch.cuda.default_stream(self.device)
-            else:
-                ts = torch.cuda.ExternalStream(stream.ptr, device=self.device)
-            self._torch_streams[stream.handle] = ts
-        return ts
-
-    def _prune_keepalive(self) -> None:
-        while self._keepalive and self.backend.query(self._keepalive[0][0]):
-            self.backend.release_event(self._keepalive.pop(0)[0])
-
-    def _drain_keepalive(self) -> None:
-        for event, _ in self._keepalive:
-            self.backend.synchronize_event(event)
-            self.backend.release_event(event)
-        self._keepalive.clear()
+            self.ledger.keep_alive(others, run_stream)
 
     # -- configuration and life cycle -----------------------------------------------------------
 
@@ -378,47 +300,71 @@ class StreamContract:
 
     def _check_unguarded_change(self) -> None:
         now = self._snapshot()
-        if now == self._config or not self._outstanding:
+        if now == self._config:
+            return
+        ledger = self.ledger
+        if not (ledger.outstanding or ledger.readers):
             self._config = now
             return
         changes = ", ".join(
             f"{name} {old} -> {new}" for name, old, new in zip(CONFIG_ATTRS, self._config, now) if old != new
         )
-        consumers = ", ".join(str(c) for c in self._outstanding)
+        consumers = ", ".join(str(c) for c in {**ledger.outstanding, **ledger.readers})
         error = UnguardedChangeError(type(self.effect).__name__, changes, consumers)
         self._config = now
-        self._outstanding.clear()
-        self._since_run.clear()
-        self.generation += 1
+        ledger.released()
         if _sanitize.active() is not None or _sanitize.sim_sanitizing(self.backend):
             raise error
-        warnings.warn(str(error), RuntimeWarning, stacklevel=4)
+        warnings.warn(str(error), RuntimeWarning, stacklevel=5)
 
     def configure(self, **attrs: Any) -> None:
         """Set effect attributes. A change that may release the output buffer (output size,
-        encoding) first makes the host wait for every copy still reading it (H6)."""
-        changes = {k: v for k, v in attrs.items() if getattr(self.effect, k, object()) != v}
-        if any(k in CONFIG_ATTRS for k in changes):
-            self._before_release()
-            self.generation += 1
-        set_attr: Any = self._cls.__setattr__  # the effect's own (property setters, validation)
-        for name, value in attrs.items():
-            set_attr(self.effect, name, value)
-        self._config = self._snapshot()
+        encoding) first makes the host wait for every stream that may still read it (H6); the
+        output stays valid if the effect rejects the value. Unknown attributes and a closed
+        effect are refused before anything happens."""
+        name = type(self.effect).__name__
+        if self.closed or self.ledger.closed:
+            raise EffectStateError(name, "configure", "closed", "Create a new effect and contract.")
+        for attr, value in attrs.items():
+            if attr.startswith("_") or not hasattr(self.effect, attr):
+                known = sorted(a for a in dir(self._cls) if not a.startswith("_") and not callable(getattr(self._cls, a, None)))
+                raise EffectConfigError(name, attr, value, f"{name} has no attribute {attr!r}; its settings are {', '.join(known)}")
+        ledger = self.ledger
+        with ledger.using("configure"):
+            changes = {k: v for k, v in attrs.items() if getattr(self.effect, k, object()) != v}
+            releasing = [k for k in changes if k in CONFIG_ATTRS]
+            if releasing:
+                apply_fences(self.backend, self.device, ledger.release_fences(self._last_plan, self.strategy), self.stats)
+            done = []
+            try:
+                for attr, value in attrs.items():
+                    call_raw(self.effect, "__setattr__", attr, value)
+                    done.append(attr)
+            finally:
+                if any(k in releasing for k in done):
+                    ledger.released()
+                self._config = self._snapshot()
 
     def synchronize(self) -> None:
-        """Block the host until every copy of an output issued through this contract is done."""
-        self._before_release()
-        self._drain_keepalive()
+        """Block the host until every copy of the current output that streamsafe knows of, and the
+        SDK's own work, is done. Outputs stay valid."""
+        ledger = self.ledger
+        with ledger.using("synchronize"):
+            apply_fences(self.backend, self.device, ledger.release_fences(self._last_plan, self.strategy), self.stats)
+            ledger.waited()
+            ledger.drain_keepalive()
 
     def close(self) -> None:
         """Close the effect once every copy is done (H6). Blocks the host for those copies. Idempotent."""
         if self.closed:
             return
-        self._before_release()
-        self._drain_keepalive()
-        self._cls.close(self.effect)
-        self.generation += 1
+        ledger = self.ledger
+        if not ledger.closed:
+            with ledger.using("close"):
+                apply_fences(self.backend, self.device, ledger.release_fences(self._last_plan, self.strategy), self.stats)
+                ledger.drain_keepalive()
+                call_raw(self.effect, "close")
+                ledger.closed_effect(self.effect)
         self.closed = True
         if self._shadow is not None:
             # Pooled, never destroyed: torch records events on it later for inputs given record_stream().
@@ -428,71 +374,120 @@ class StreamContract:
     # -- the guard (``with`` and the decorator) --------------------------------------------------
 
     def __enter__(self) -> StreamContract:
-        self._install_guard(host_wait_on_exit=True)
+        self._install_guard()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._remove_guard()
+        self._remove_guard(host_wait=True)
 
     @contextlib.contextmanager
     def guarded(self, *, host_wait_on_exit: bool = True) -> Iterator[StreamContract]:
         """Route ``effect.run``/``run_at_timestep``/``close`` and configuration changes through
-        this contract inside the block."""
-        self._install_guard(host_wait_on_exit=host_wait_on_exit)
+        this contract inside the block. Blocks nest: the innermost guard takes plain calls."""
+        self._install_guard()
         try:
             yield self
         finally:
-            self._remove_guard()
+            self._remove_guard(host_wait=host_wait_on_exit)
 
-    def _install_guard(self, *, host_wait_on_exit: bool) -> None:
-        owner = self.effect.__dict__.get("_streamsafe_contract")
-        if owner is not None and owner is not self:
+    def _install_guard(self) -> None:
+        if self.closed:
+            self._refuse_closed("stream_contract")
+        if self._tracked:
+            guard.push(self.effect, self)
+            return
+        # A class that refuses new attributes: patch the instance, if it has a __dict__.
+        instance_dict = getattr(self.effect, "__dict__", None)
+        if instance_dict is None:
             raise StreamsafeError(
-                f"{type(self.effect).__name__} is already guarded by another StreamContract; "
-                "use that contract, or leave its block first"
+                f"cannot guard plain {type(self.effect).__name__}.run(): its class refuses new attributes and its "
+                "instances have no __dict__. Call the contract instead: c.run(...), c.close()."
             )
-        self._guard_depth += 1
-        if self._guard_depth > 1:
-            return
-        self._guard_host_wait = host_wait_on_exit
-        self.effect.__dict__["_streamsafe_contract"] = self
-        try:
-            self.effect.__class__ = _guarded_class(self._cls)
-            self._swapped = True
-        except TypeError:  # a class whose instances cannot change class: patch the instance
-            for name in ("run", "run_at_timestep", "close"):
-                if hasattr(self._cls, name):
-                    self.effect.__dict__[name] = getattr(self, name)
-            self._swapped = False
+        if "run" in instance_dict:
+            raise StreamsafeError(f"{type(self.effect).__name__} is already guarded by another StreamContract; use that one")
+        for name in ("run", "run_at_timestep", "close"):
+            if hasattr(self._cls, name):
+                instance_dict[name] = getattr(self, name)
+        self._patched_instance = True
 
-    def _remove_guard(self) -> None:
-        self._guard_depth -= 1
-        if self._guard_depth > 0:
-            return
-        if self._swapped:
-            self.effect.__class__ = self._cls
-        else:
+    def _remove_guard(self, *, host_wait: bool) -> None:
+        if self._tracked:
+            guard.pop(self.effect, self)
+        elif self._patched_instance:
             for name in ("run", "run_at_timestep", "close"):
                 self.effect.__dict__.pop(name, None)
-        self.effect.__dict__.pop("_streamsafe_contract", None)
-        if self.closed or self.strategy is Strategy.NONE:
-            return
-        if self._guard_host_wait:
-            # Later unguarded use may run on any stream: only a host wait keeps the copies safe.
-            self._before_release()
-        elif self._last_plan is not None:
-            # The decorator: order the SDK's streams after the copies, on the device.
-            plan = self._last_plan
-            fences: list[Fence] = []
-            for consumer in self._since_run:
-                fences += [
-                    f for f in consumer_fences(plan.strategy, run_stream=plan.sdk, conversion=plan.conversion, consumer=consumer)
-                    if f.when == "before next run"
-                ]
-            self._apply(fences)
+            self._patched_instance = False
+        if host_wait and not self.closed and not self.ledger.closed and self.strategy is not Strategy.NONE:
+            # The copies made in the block are complete when it ends, as the vendor's recipe ends
+            # with a wait for the copy stream (and untracked later use may run on any stream).
+            self.synchronize()
+
+    def __copy__(self) -> NoReturn:
+        raise TypeError("a StreamContract cannot be copied: it orders one effect's streams; make another for another effect")
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        self.__copy__()
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("a StreamContract cannot be pickled: it holds live CUDA streams and a GPU effect")
 
     def __repr__(self) -> str:
         return f"StreamContract({type(self.effect).__name__}, strategy={self.strategy.value}, backend={self.backend.name})"
+
+
+def tracked_raw_call(effect: Any, ledger: Ledger, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A plain ``run()`` on an effect no guard holds now, but which has a ledger: the SDK's raw call and
+    output, preceded by the device waits that keep the copies streamsafe knows of safe (H5), and a
+    release wait when an input's size changed; older outputs become stale. Blocks the host only then."""
+    from .plan import plan_fences
+
+    if name == "close":
+        with ledger.using("close"):
+            apply_fences(ledger._backend(), ledger.device, ledger.release_fences(None), ledger.unguarded_stats)
+            ledger.drain_keepalive()
+            result = call_raw(effect, "close")
+            ledger.closed_effect(effect)
+        return result
+    be, dev = ledger._backend(), ledger.device
+    stream_ptr = kwargs.get("stream_ptr", 0)
+    sdk = as_stream(stream_ptr, device=dev, backend=be)
+    conversion = None if _is_rgb10a2(effect) else as_stream(LEGACY_HANDLE, device=dev, backend=be)
+    plan = plan_fences(Strategy.EVENT, sdk=sdk, conversion=conversion, consumer=sdk, producer=sdk)
+    arrays = [a for a in args if hasattr(a, "__dlpack__")] + [kwargs[k] for k in _INPUT_KWARGS if k in kwargs]
+    shapes = tuple(_shape_of(a) for a in arrays)
+    with ledger.using(name):
+        current = be.current_stream(dev) if ledger.escaped else None
+        apply_fences(be, dev, ledger.before_run(plan, shapes, current), ledger.unguarded_stats)
+        result = call_raw(effect, name, *args, **kwargs)
+        ledger.after_unguarded_run(plan.sdk_streams, shapes)
+    return result
+
+
+def tracked_setattr(effect: Any, ledger: Ledger, attr: str, value: Any) -> None:
+    """A plain change of an output-size or encoding attribute outside any guard: the host waits for
+    the readers streamsafe knows of before the effect may release its buffer (H6)."""
+    if getattr(effect, attr, object()) == value:
+        call_raw(effect, "__setattr__", attr, value)
+        return
+    with ledger.using("configure"):
+        apply_fences(ledger._backend(), ledger.device, ledger.release_fences(None), ledger.unguarded_stats)
+        call_raw(effect, "__setattr__", attr, value)
+        ledger.released()
+
+
+def _check_effect(effect: Any) -> None:
+    if effect is None or isinstance(effect, type) or not callable(getattr(effect, "run", None)):
+        what = "a class" if isinstance(effect, type) else f"{type(effect).__name__}"
+        raise TypeError(
+            f"StreamContract needs an effect instance with a run() method (nvvfx.VideoSuperRes, VideoFrameGeneration, "
+            f"TrueHDR, or streamsafe.testing's), got {effect!r} ({what}). Create the effect first, e.g. "
+            "sr = VideoSuperRes(); sr.load(); then StreamContract(sr)."
+        )
+
+
+def _shape_of(arr: Any) -> Any:
+    shape = getattr(arr, "shape", None)
+    return tuple(shape) if shape is not None else None
 
 
 class _Forwarding:
@@ -516,41 +511,6 @@ class _Forwarding:
         return getattr(self._arr, name)
 
 
-_GUARDED: dict[type, type] = {}
-
-
-def _guarded_class(cls: type) -> type:
-    guarded = _GUARDED.get(cls)
-    if guarded is not None:
-        return guarded
-
-    def contract_of(self: Any) -> StreamContract:
-        return self.__dict__["_streamsafe_contract"]  # type: ignore[no-any-return]
-
-    ns: dict[str, Any] = {
-        "run": lambda self, *a, **k: contract_of(self).run(*a, **k),
-        "close": lambda self: contract_of(self).close(),
-    }
-    if hasattr(cls, "run_at_timestep"):
-        ns["run_at_timestep"] = lambda self, *a, **k: contract_of(self).run_at_timestep(*a, **k)
-
-    set_attr: Any = cls.__setattr__
-
-    def __setattr__(self: Any, name: str, value: Any) -> None:
-        contract = self.__dict__.get("_streamsafe_contract")
-        if contract is not None and name in CONFIG_ATTRS:
-            contract.configure(**{name: value})
-        else:
-            set_attr(self, name, value)
-
-    ns["__setattr__"] = __setattr__
-    guarded = type(cls.__name__, (cls,), ns)
-    guarded.__qualname__ = cls.__qualname__
-    guarded.__module__ = cls.__module__
-    _GUARDED[cls] = guarded
-    return guarded
-
-
 def _effect_backend(effect: Any) -> Backend | None:
     engine = getattr(type(effect), "engine", None)
     if isinstance(engine, property):
@@ -563,27 +523,6 @@ def _is_rgb10a2(effect: Any) -> bool:
         return True
     encoding = getattr(effect, "image_encoding", None)
     return getattr(encoding, "name", str(encoding)).upper().endswith("RGB10A2")
-
-
-@contextlib.contextmanager
-def _nvtx(message: str, backend: Backend) -> Iterator[None]:
-    if isinstance(backend, SimBackend) or _NVTX is None:
-        yield
-        return
-    with _NVTX.annotate(message, domain="streamsafe"):
-        yield
-
-
-def _load_nvtx() -> Any:
-    try:
-        import nvtx
-
-        return nvtx
-    except ImportError:
-        return None
-
-
-_NVTX = _load_nvtx()
 
 
 def _torch_tensor_type() -> Any:
@@ -606,9 +545,12 @@ def stream_contract(effect: Any, stream: Any = None, strategy: Strategy | str = 
     """A :class:`StreamContract` to use as ``with stream_contract(sr, stream) as c:``.
 
     Inside the block, plain ``sr.run(...)``/``sr.run_at_timestep(...)``/``sr.close()`` and
-    changes of the output size or encoding go through the contract; they are restored on
-    exit (also on error). On exit the host waits for outstanding copies, so later
-    unguarded use cannot overwrite a buffer a fenced consumer still reads.
+    changes of the output size or encoding go through the contract (blocks nest: the
+    innermost takes them). Leaving the block makes the host wait for the copies issued in it
+    (like the ``stream.synchronize()`` that ends the vendor's recipe). After the block, plain
+    calls return the SDK's raw output again, but streamsafe still orders them after the copies
+    it knows of, on the device, and an output made in the block may still be imported after
+    it, until the next run.
     """
     return StreamContract(effect, stream, strategy=strategy, **kwargs)
 
@@ -616,7 +558,8 @@ def stream_contract(effect: Any, stream: Any = None, strategy: Strategy | str = 
 def stream_safe(effect: Any, stream: Any = None, strategy: Strategy | str = "auto", **kwargs: Any) -> Callable[[F], F]:
     """Decorator: the effect is guarded for each call of the function; the SDK stream is
     ``stream``, else the current stream at each call. The wrapper's ``.contract`` is the contract.
-    Between calls, the SDK's streams are ordered after outstanding copies on the device."""
+    It shares the effect's ledger with every other guard: the next run, through any of them,
+    waits on the device for the copies of this one's outputs."""
     contract = StreamContract(effect, stream, strategy=strategy, **kwargs)
 
     def decorate(fn: F) -> F:

@@ -25,6 +25,7 @@ __all__ = [
     "StrategyError",
     "StaleOutputError",
     "UnguardedChangeError",
+    "ConcurrentUseError",
 ]
 
 
@@ -181,4 +182,19 @@ class UnguardedChangeError(StreamsafeError, RuntimeError):
             f"{effect} was reconfigured directly between runs ({changes}) while copies on {consumers} "
             "may still read the released buffer (H6). Change it through the contract "
             "(c.configure(...) or inside `with stream_contract(...)`), which waits for the copies first."
+        )
+
+
+class ConcurrentUseError(StreamsafeError, RuntimeError):
+    """Two threads used one effect (through any of its guards) at the same time."""
+
+    def __init__(self, effect: str, call: str, owner: str, caller: str) -> None:
+        self.effect = effect
+        self.call = call
+        self.owner = owner
+        self.caller = caller
+        super().__init__(
+            f"{effect}: thread {caller!r} called {call}() while thread {owner!r} is inside a call on the same effect. "
+            "An effect and its contracts are used by one thread at a time: give each thread its own effect and "
+            "contract, or serialise the calls (a lock or a queue around run() and the copy of its output)."
         )

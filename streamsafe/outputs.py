@@ -4,19 +4,20 @@
 ``jax.dlpack.from_dlpack(out.image)`` pass their stream to ``__dlpack__``; the
 :class:`SafeImage` makes that stream wait for the SDK (H3/H4) before handing over the
 capsule, and tells the contract which stream now reads the buffer (for H5/H6).
-:class:`JaxDLPackAdapter` is the seed's adapter, complete with the protocol.
+:class:`JaxDLPackAdapter` is the adapter from the vendor's documentation, complete with the protocol.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from ._dlpack import DLPACK_CUDA
-from .errors import StaleOutputError
+from . import hooks
+from ._dlpack import DLPACK_CUDA, capsule_data_key
+from .streams import Stream, as_stream
 
 if TYPE_CHECKING:
-    from .contract import StreamContract
+    from .ledger import Ledger
 
 __all__ = ["SafeImage", "SafeOutput", "JaxDLPackAdapter"]
 
@@ -31,27 +32,39 @@ def _check_export(device: tuple[int, int], copy: bool | None, dl_device: tuple[i
     if copy:
         raise BufferError(
             "the output cannot be copied during export (copy=True; JAX's PJRT does not support it either): "
-            "import with copy=False and copy afterwards (the seed's JAX recipe: jnp.array(view, copy=True))"
+            "import with copy=False and copy afterwards (the vendor's documented JAX recipe: jnp.array(view, copy=True))"
         )
     if dl_device is not None and tuple(dl_device) != device:
         raise BufferError(f"the output lives on {device} and cannot be exported to {tuple(dl_device)}")
 
 
 class SafeImage:
-    """A DLPack producer for one output of a contract's ``run()``; importable once."""
+    """A DLPack producer for one output of a guarded ``run()``; importable once.
 
-    __slots__ = ("_contract", "_capsule", "_generation", "_device", "_consumed")
+    It talks to the effect's :class:`~streamsafe.ledger.Ledger`, not to the contract that made
+    it, so an output of one guard is ordered against every other guard's runs.
+    """
 
-    def __init__(self, contract: StreamContract, capsule: Any, generation: int, device: int) -> None:
-        self._contract = contract
+    __slots__ = ("_ledger", "_capsule", "_generation", "_device", "_consumed", "_default_consumer", "_escapes", "_consumer")
+
+    def __init__(self, ledger: Ledger, capsule: Any, generation: int, device: int, default_consumer: Stream) -> None:
+        self._ledger = ledger
         self._capsule = capsule
         self._generation = generation
         self._device = device
+        self._default_consumer = default_consumer
         self._consumed = False
+        self._escapes = True
+        self._consumer: Stream | None = None
 
     @property
     def consumed(self) -> bool:
         return self._consumed
+
+    @property
+    def generation(self) -> int:
+        """The effect's output generation this image belongs to."""
+        return self._generation
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (DLPACK_CUDA, self._device)
@@ -68,12 +81,20 @@ class SafeImage:
         else a stream pointer; ``None``/``-1``: the contract's consumer stream).
 
         Orders the consumer stream after the SDK's writes on the device (or by a host wait
-        under the ``stream``/``device`` strategies). Raises :class:`BufferError` on a second
-        import and :class:`~streamsafe.errors.StaleOutputError` if the buffer was reused since.
+        under the ``stream``/``device`` strategies), and the effect's next run and release after
+        the consumer. Raises :class:`BufferError` on a second import and
+        :class:`~streamsafe.errors.StaleOutputError` if the buffer was reused since.
         """
         self.check_importable()
         _check_export(self.__dlpack_device__(), copy, dl_device)
-        self._contract._on_import(self, stream)
+        ledger = self._ledger
+        if stream is None or (isinstance(stream, int) and stream == -1):
+            consumer = self._default_consumer
+        else:
+            consumer = as_stream(stream, device=self._device, backend=ledger._backend())
+        key = capsule_data_key(self._capsule) if hooks.observers else None
+        ledger.import_output(self._generation, consumer, escapes=self._escapes, key=key)
+        self._consumer = consumer
         self._consumed = True
         return self._capsule
 
@@ -81,14 +102,16 @@ class SafeImage:
         """Raise if the capsule was consumed or its buffer has been reused or released."""
         if self._consumed:
             raise BufferError(_CONSUMED)
-        current = self._contract.generation
-        if self._generation != current:
-            raise StaleOutputError(
-                "this output",
-                self._generation,
-                current,
-                "Copy each output before the next run(), close() or resize (out.torch(), out.cupy(), ...).",
-            )
+        self._ledger.check_current(self._generation)
+
+    def __copy__(self) -> NoReturn:
+        raise TypeError("a SafeImage cannot be copied: its capsule can be imported once (copy the imported array instead)")
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        self.__copy__()
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("a SafeImage cannot be pickled: it points at GPU memory the SDK owns; pickle a copy (out.numpy())")
 
     def __repr__(self) -> str:
         state = "consumed" if self._consumed else f"run #{self._generation}"
@@ -102,38 +125,67 @@ class SafeOutput:
     and return an array the framework owns, which may outlive the effect.
     """
 
+    __slots__ = ("raw", "image")
+
     def __init__(self, raw: Any, image: SafeImage) -> None:
         self.raw = raw
         self.image = image
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
         return getattr(self.raw, name)
+
+    def __copy__(self) -> NoReturn:
+        raise TypeError("a SafeOutput cannot be copied: its image can be imported once; copy the data (out.torch(), ...)")
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        self.__copy__()
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("a SafeOutput cannot be pickled: it points at GPU memory the SDK owns; pickle a copy (out.numpy())")
 
     def __repr__(self) -> str:
         return f"SafeOutput({type(self.raw).__name__}, image={self.image!r})"
+
+    def record_stream(self, stream: Any) -> None:
+        """Declare that a zero-copy view of this output is also read on ``stream`` (any stream
+        object streamsafe accepts), like torch's ``Tensor.record_stream``: ``stream`` is ordered
+        after the SDK's writes now, and the effect's next run and release wait for it. Needed
+        for a view read on a stream that is neither the one it was imported on nor the current
+        one at the next run. Does not block the host."""
+        image = self.image
+        ledger = image._ledger
+        ledger.add_reader(image._generation, as_stream(stream, device=image._device, backend=ledger._backend()))
+
+    def _copied(self) -> SafeImage:
+        image = self.image
+        image.check_importable()
+        image._escapes = False  # the helper copies at once; no view leaves it
+        return image
 
     def torch(self, stream: Any = None) -> Any:
         """A torch copy, issued on ``stream`` (a torch stream) or torch's current stream. Does not block."""
         import torch
 
-        self.image.check_importable()
+        image = self._copied()
         if stream is None:
-            return torch.from_dlpack(self.image).clone()
+            return torch.from_dlpack(image).clone()
         with torch.cuda.stream(stream):
-            return torch.from_dlpack(self.image).clone()
+            return torch.from_dlpack(image).clone()
 
     def cupy(self, stream: Any = None) -> Any:
         """A CuPy copy, issued on ``stream`` (a CuPy stream) or CuPy's current stream. Does not block."""
         import cupy
 
-        self.image.check_importable()
+        image = self._copied()
         if stream is None:
-            return cupy.from_dlpack(self.image).copy()
+            return cupy.from_dlpack(image).copy()
         with stream:
-            return cupy.from_dlpack(self.image).copy()
+            return cupy.from_dlpack(image).copy()
 
     def jax(self) -> Any:
-        """A JAX copy: the seed's recipe with JAX's own stream fenced instead of a device sync.
+        """A JAX copy: the vendor's documented recipe with JAX's own stream fenced instead of a device sync.
 
         Zero-copy import (JAX passes its stream to ``__dlpack__``), then
         ``jnp.array(copy=True)`` and ``block_until_ready()``. Blocks the host until the copy is done.
@@ -141,21 +193,21 @@ class SafeOutput:
         import jax
         import jax.numpy as jnp
 
-        self.image.check_importable()
-        view = jax.dlpack.from_dlpack(self.image, copy=False)
+        image = self._copied()
+        view = jax.dlpack.from_dlpack(image, copy=False)
         out = jnp.array(view, copy=True)
         out.block_until_ready()
-        self.image._contract._consumers_done()
+        image._ledger.reader_done(image._generation, image._consumer)
         return out
 
     def numpy(self) -> Any:
         """A host copy (NumPy). Blocks the host until it is complete."""
-        self.image.check_importable()
-        backend = self.image._contract.backend
+        image = self._copied()
+        backend = image._ledger._backend()
         from .backend import SimBackend
 
         if isinstance(backend, SimBackend):
-            view = backend.from_dlpack(self.image)
+            view = backend.from_dlpack(image)
             result = backend.download(view)
         elif "torch" in sys.modules or _importable("torch"):
             result = self.torch().cpu().numpy()
@@ -163,7 +215,7 @@ class SafeOutput:
             import cupy
 
             result = cupy.asnumpy(self.cupy())
-        self.image._contract._consumers_done()
+        image._ledger.reader_done(image._generation, image._consumer)
         return result
 
 
@@ -174,11 +226,11 @@ def _importable(name: str) -> bool:
 
 
 class JaxDLPackAdapter:
-    """The seed's adapter for JAX >= 0.7.2, with the whole producer protocol.
+    """The vendor's documented adapter for JAX >= 0.7.2, with the whole producer protocol.
 
     Wraps a raw capsule (e.g. ``result.image`` from the SDK); that orders nothing, so use
     it after the SDK's work is complete. Given a contract's ``out.image`` (inside
-    ``with stream_contract(...)`` the seed's code passes exactly that), it forwards JAX's
+    ``with stream_contract(...)`` the documented code passes exactly that), it forwards JAX's
     stream to it, so the import is fenced. Handed out once; then :class:`BufferError`.
     """
 

@@ -13,14 +13,15 @@ the SDK releases its buffer (H6: ``close()``, an output-size or encoding change)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from .errors import StrategyError
 from .strategy import Strategy
 from .streams import Stream, StreamKind, implicitly_ordered
 
-__all__ = ["Fence", "FencePlan", "plan_fences", "consumer_fences", "reuse_fences", "Action", "When"]
+__all__ = ["Fence", "FencePlan", "plan_fences", "consumer_fences", "reuse_fences", "release_fences", "Action", "When"]
 
 Action = Literal["device-wait", "host-wait", "device-sync", "forward-dlpack", "sdk-blocking", "shadow-stream", "protect-input"]
 When = Literal["before run", "inside run", "after run", "at import", "before next run", "before release"]
@@ -75,9 +76,68 @@ class FencePlan:
     fences: tuple[Fence, ...]
     on_release: tuple[Fence, ...]
     reason: str
+    input_writers: tuple[Stream, ...] = ()
+    """The streams that may write or recycle an input next (H12): the producer, the SDK stream, the current one."""
+    _cache: dict[Any, tuple[Fence, ...]] = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     def at(self, when: When) -> tuple[Fence, ...]:
         return tuple(f for f in self.fences if f.when == when)
+
+    @property
+    def output_writer(self) -> Stream:
+        """The stream whose work writes the output last: the conversion stream (RGB8), else the run stream."""
+        return self.conversion if self.conversion is not None else self.run_stream
+
+    @property
+    def sdk_streams(self) -> tuple[Stream, ...]:
+        """Every stream on which this plan's ``run()`` issues SDK work (run stream, conversion stream)."""
+        if self.conversion is None or self.conversion == self.run_stream:
+            return (self.run_stream,)
+        return (self.run_stream, self.conversion)
+
+    def import_fences(self, consumer: Stream) -> tuple[Fence, ...]:
+        """H3/H4: what a consumer importing this plan's output on ``consumer`` waits for. Cached."""
+        key = ("import", consumer)
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self._cache[key] = tuple(
+                f for f in consumer_fences(self.strategy, run_stream=self.run_stream, conversion=self.conversion, consumer=consumer)
+                if f.when == "at import"
+            )
+        return cached
+
+    def reuse_fences(self, readers: Iterable[Stream], previous_sdk: Iterable[Stream]) -> tuple[Fence, ...]:
+        """H5, before this plan's ``run()``: the SDK streams wait for every stream that may still read the
+        previous output (``readers``) and for the previous run's SDK streams (``previous_sdk``: the SDK
+        buffers they wrote or read are about to be overwritten, also when the SDK stream changed)."""
+        readers, previous_sdk = tuple(readers), tuple(previous_sdk)
+        key = ("reuse", readers, previous_sdk)
+        cached = self._cache.get(key)
+        if cached is None:
+            fences: list[Fence] = []
+            if self.strategy is not Strategy.NONE:
+                for consumer in readers:
+                    fences += [f for f in consumer_fences(
+                        self.strategy, run_stream=self.run_stream, conversion=self.conversion, consumer=consumer
+                    ) if f.when == "before next run"]
+                for previous in previous_sdk:
+                    if implicitly_ordered(previous, self.run_stream):
+                        continue
+                    why = (
+                        "the next inference overwrites the 8-bit result stream 0 converts"
+                        if previous.kind is StreamKind.LEGACY and self.conversion is not None
+                        else "the SDK's buffers were last used on another stream"
+                    )
+                    fences.append(_wait(self.strategy, "H5", "before run", self.run_stream, previous, why))
+            cached = tuple(_dedupe(fences))
+            if len(self._cache) < 256:
+                self._cache[key] = cached
+        return cached
+
+    def release_fences(self, streams: Iterable[Stream]) -> tuple[Fence, ...]:
+        """H6: before the SDK releases its buffers (close, resize, an input-size change), the host waits
+        for every stream that may still read them (``streams``)."""
+        return tuple(release_fences(self.strategy, streams))
 
     @property
     def host_waits(self) -> tuple[Fence, ...]:
@@ -108,10 +168,13 @@ def plan_fences(
     producer: Stream | None,
     shadow: Stream | None = None,
     user_non_blocking: bool = False,
+    input_writers: Iterable[Stream] = (),
 ) -> FencePlan:
     """The plan for one call. ``conversion`` is ``None`` for RGB10A2 output; ``producer`` is
     ``None`` when the input's stream is unknown (then ``__dlpack__(stream=...)`` is forwarded);
-    ``shadow`` is the blocking stream ``async`` runs the SDK on."""
+    ``shadow`` is the blocking stream ``async`` runs the SDK on; ``input_writers`` are the
+    streams that may write or recycle an input after the call (the producer and the SDK stream
+    are always among them)."""
     requested = strategy
     h2_open = conversion is not None and not implicitly_ordered(sdk, conversion)
     if strategy is Strategy.AUTO:
@@ -164,13 +227,21 @@ def plan_fences(
             fences.append(Fence("H2", "inside run", "sdk-blocking", None, run_stream, f"stream 0 does not wait for {run_stream.kind} streams"))
         elif strategy is Strategy.ASYNC and conversion is not None:
             fences.append(Fence("H2", "inside run", "shadow-stream", run_stream, sdk, "no host wait for inference"))
-        if non_blocking and (producer is None or not implicitly_ordered(producer, run_stream)):
-            fences.append(Fence("H12", "after run", "protect-input", None, run_stream, "the host does not wait for the input transfer"))
+        writers = _unique([w for w in (producer, sdk, *input_writers) if w is not None])
+        if non_blocking:
+            open_writers = [w for w in writers if not implicitly_ordered(w, run_stream)]
+            if open_writers or producer is None:
+                fences.append(Fence("H12", "after run", "protect-input", None, run_stream, "the host does not wait for the input transfer"))
+            for w in open_writers:
+                fences.append(Fence("H12", "after run", "device-wait", w, run_stream, "a rewrite or a recycled allocation on it must wait for the SDK's read"))
         fences += consumer_fences(strategy, run_stream=run_stream, conversion=conversion, consumer=consumer)
         fences += reuse_fences(strategy, run_stream=run_stream, conversion=conversion)
-        release.append(_release_fence(strategy, consumer))
+        release += release_fences(strategy, [consumer])
+    else:
+        writers = ()
     return FencePlan(
-        requested, strategy, non_blocking, sdk, run_stream, conversion, producer, consumer, tuple(fences), tuple(release), reason
+        requested, strategy, non_blocking, sdk, run_stream, conversion, producer, consumer, tuple(fences), tuple(release), reason,
+        tuple(writers),
     )
 
 
@@ -218,10 +289,19 @@ def reuse_fences(strategy: Strategy, *, run_stream: Stream, conversion: Stream |
     return [_wait(strategy, "H5", "before next run", run_stream, conversion, "the next inference overwrites the 8-bit result stream 0 converts")]
 
 
-def _release_fence(strategy: Strategy, consumer: Stream) -> Fence:
+def release_fences(strategy: Strategy, streams: Iterable[Stream]) -> list[Fence]:
+    """H6: the host waits for each stream that may still touch a buffer the SDK is about to release
+    (one device sync instead under ``device``; nothing under ``none``)."""
+    why = "close()/resize releases the buffer with no stream order"
+    if strategy is Strategy.NONE:
+        return []
     if strategy is Strategy.DEVICE:
-        return Fence("H6", "before release", "device-sync", None, None, "close()/resize releases the buffer with no stream order")
-    return Fence("H6", "before release", "host-wait", None, consumer, "close()/resize releases the buffer with no stream order")
+        return [Fence("H6", "before release", "device-sync", None, None, why)]
+    return [Fence("H6", "before release", "host-wait", None, s, why) for s in _unique(list(streams))]
+
+
+def _unique(streams: list[Stream]) -> list[Stream]:
+    return list(dict.fromkeys(streams))
 
 
 def _dedupe(fences: list[Fence]) -> list[Fence]:

@@ -225,11 +225,17 @@ def test_decorator_takes_the_stream_at_each_call(sim: ss.SimBackend) -> None:
     assert upscale.contract.stats["runs"] == 3 and type(sr) is VideoSuperRes
 
 
-def test_nested_contracts_are_refused(sim: ss.SimBackend) -> None:
+def test_nested_guards_share_the_effect_and_the_innermost_takes_plain_calls(sim: ss.SimBackend) -> None:
     sr = make_sr(sim)
-    with ss.stream_contract(sr), pytest.raises(ss.StreamsafeError, match="already guarded by another StreamContract"):
-        with ss.stream_contract(sr):
-            pass
+    c_stream = sim.create_stream(non_blocking=True)
+    with ss.stream_contract(sr, strategy="event") as outer:
+        inner = ss.StreamContract(sr, sim.create_stream(non_blocking=True))  # made while a block is open: no recursion
+        with inner:
+            copies = pipeline(sim, sr.run, c_stream, frames=2)
+        copies += pipeline(sim, sr.run, c_stream, frames=1)
+    check(sim, copies)
+    assert (inner.stats["runs"], outer.stats["runs"]) == (2, 1)
+    assert inner.ledger is outer.ledger
 
 
 # -- safe outputs ----------------------------------------------------------------------------------

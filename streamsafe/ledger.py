@@ -1,0 +1,382 @@
+"""The ordering ledger: one per effect instance, shared by every guard on it.
+
+Every contract, decorator, class-level guard and tracked unguarded call on one effect
+reads and writes the same :class:`Ledger`. It knows, for the SDK's buffers:
+
+* the **output generation**: bumped by every ``run()`` that returns, every release
+  (close, output-size or encoding change, an input-size change); an output of an older
+  generation can no longer be imported (:class:`~streamsafe.errors.StaleOutputError`);
+* the **readers** of the current output: every stream a consumer imported it on, or
+  declared with :meth:`~streamsafe.outputs.SafeOutput.record_stream`, and the framework's
+  current stream when a zero-copy view escaped; the next ``run()`` waits for them (H5);
+* the **SDK streams** of the last run (run stream, conversion stream): the next run, on
+  whatever stream, waits for them before it overwrites the SDK's buffers (H5);
+* the **outstanding** readers the host has not waited for since the last release: a
+  release (close, resize) makes the host wait for them first (H6; the SDK waits for its own
+  work itself);
+* the **inputs** the SDK may still read after an asynchronous run (H12): kept alive until an
+  event on the run stream completes (torch tensors use ``record_stream`` instead).
+
+Outputs talk to the ledger through :meth:`Ledger.import_output`, :meth:`Ledger.check_current`,
+:meth:`Ledger.add_reader` and :meth:`Ledger.reader_done`. Ledgers are held weakly by
+effect; an effect that cannot be weakly referenced is held until it is closed.
+
+Thread rule: an effect, and so its ledger and contracts, is used by one thread at a time.
+Calls from two threads at once raise :class:`~streamsafe.errors.ConcurrentUseError`; calls
+that a program serialises itself (a lock, a queue) are fine.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import deque
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from . import hooks
+from .backend import Backend, SimBackend
+from .errors import ConcurrentUseError, StaleOutputError
+from .plan import Fence, FencePlan
+from .strategy import Strategy
+from .streams import Stream
+
+__all__ = ["Ledger", "ledger_of", "apply_fences", "new_stats"]
+
+_MAX_KEEPALIVE = 64
+
+_LEDGERS: weakref.WeakKeyDictionary[Any, Ledger] = weakref.WeakKeyDictionary()
+_PINNED: dict[int, tuple[Any, Ledger]] = {}
+_registry_lock = threading.Lock()
+
+
+def ledger_of(effect: Any, backend: Backend | None = None, *, create: bool = True) -> Ledger | None:
+    """The ledger of ``effect`` (made on first use when ``create``). Does not block."""
+    try:
+        ledger = _LEDGERS.get(effect)
+    except TypeError:  # cannot be weakly referenced
+        pinned = _PINNED.get(id(effect))
+        ledger = pinned[1] if pinned is not None and pinned[0] is effect else None
+    if ledger is not None or not create:
+        return ledger
+    with _registry_lock:
+        try:
+            ledger = _LEDGERS.get(effect)
+            if ledger is None:
+                ledger = _LEDGERS[effect] = Ledger(effect, backend)
+        except TypeError:
+            pinned = _PINNED.get(id(effect))
+            if pinned is not None and pinned[0] is effect:
+                return pinned[1]
+            ledger = Ledger(effect, backend)
+            _PINNED[id(effect)] = (effect, ledger)
+    return ledger
+
+
+def _forget(effect: Any) -> None:
+    """Drop a pinned ledger once its effect is closed (weakly held ledgers go with their effect)."""
+    pinned = _PINNED.get(id(effect))
+    if pinned is not None and pinned[0] is effect:
+        del _PINNED[id(effect)]
+
+
+def new_stats() -> dict[str, int]:
+    """Counters of one guard: runs; device-side fences; host waits and device syncs streamsafe
+    made; runs in which the SDK itself made the host wait (``non_blocking=False``)."""
+    return {"runs": 0, "fences": 0, "host_waits": 0, "device_syncs": 0, "sdk_waits": 0}
+
+
+def apply_fences(backend: Backend, device: int, fences: Iterable[Fence], stats: dict[str, int]) -> None:
+    """Issue ``fences`` through ``backend``. Device waits do not block the host; host waits and
+    device syncs do (one device sync at most per call)."""
+    synced = False
+    nvtx = _NVTX if _NVTX is not None and not isinstance(backend, SimBackend) else None
+    for fence in fences:
+        action = fence.action
+        if nvtx is not None and action in ("device-wait", "host-wait", "device-sync"):
+            with nvtx.annotate(f"streamsafe {fence.hazard} {action}", domain="streamsafe"):
+                synced = _apply_one(backend, device, fence, stats, synced)
+            continue
+        if action == "device-wait":  # the hot path, inline
+            backend.fence(fence.waiter, fence.signaller)  # type: ignore[arg-type]
+            stats["fences"] += 1
+        else:
+            synced = _apply_one(backend, device, fence, stats, synced)
+
+
+def _apply_one(backend: Backend, device: int, fence: Fence, stats: dict[str, int], synced: bool) -> bool:
+    action = fence.action
+    if action == "device-wait":
+        backend.fence(fence.waiter, fence.signaller)  # type: ignore[arg-type]
+        stats["fences"] += 1
+    elif action == "host-wait":
+        assert fence.signaller is not None
+        event = backend.acquire_event(device)
+        try:
+            backend.record(event, fence.signaller)
+            backend.synchronize_event(event)
+        finally:
+            backend.release_event(event)
+        stats["host_waits"] += 1
+    elif action == "device-sync" and not synced:
+        backend.synchronize_device(device)
+        stats["device_syncs"] += 1
+        synced = True
+    return synced
+
+
+def _load_nvtx() -> Any:
+    try:
+        import nvtx
+
+        return nvtx
+    except ImportError:
+        return None
+
+
+_NVTX = _load_nvtx()
+
+
+class Ledger:
+    """The ordering state of one effect instance. See the module docstring."""
+
+    def __init__(self, effect: Any, backend: Backend | None) -> None:
+        self.name = type(effect).__name__
+        self.device = int(getattr(effect, "device", 0))
+        self.backend = backend
+        self.generation = 0
+        self.closed = False
+        self.plan: FencePlan | None = None
+        """The plan of the run that wrote the current output (``None`` before the first run)."""
+        self.out_stats: dict[str, int] = new_stats()
+        self.unguarded_stats: dict[str, int] = new_stats()
+        """Fences made for tracked raw calls (plain ``run()`` outside any guard)."""
+        self.default_consumer: Stream | None = None
+        self.readers: dict[Stream, None] = {}
+        self.escaped = False
+        self.previous_sdk: tuple[Stream, ...] = ()
+        self.outstanding: dict[Stream, None] = {}
+        self.input_shapes: tuple[Any, ...] | None = None
+        self.holds: dict[Stream, Any] = {}
+        self.keepalive: deque[tuple[Any, Any]] = deque()
+        self.torch_streams: dict[int, Any] = {}
+        self.default_contract: Any = None
+        """The contract a class-level guard (:func:`streamsafe.guard`) made for this effect."""
+        self._lock = threading.RLock()
+        self._owner: str | None = None
+
+    # -- the thread rule --------------------------------------------------------------------------
+
+    @contextmanager
+    def using(self, call: str) -> Iterator[Ledger]:
+        """Hold the effect for one call; another thread's concurrent call raises. Does not block."""
+        if not self._lock.acquire(blocking=False):
+            raise ConcurrentUseError(self.name, call, self._owner or "another thread", threading.current_thread().name)
+        outer = self._owner
+        self._owner = threading.current_thread().name
+        try:
+            yield self
+        finally:
+            self._owner = outer
+            self._lock.release()
+
+    # -- outputs ------------------------------------------------------------------------------------
+
+    def check_current(self, generation: int, what: str = "this output") -> None:
+        """Raise :class:`~streamsafe.errors.StaleOutputError` unless ``generation`` is the current output."""
+        if generation != self.generation:
+            raise StaleOutputError(
+                what, generation, self.generation,
+                "Copy each output before the next run(), close() or resize (out.torch(), out.cupy(), ...).",
+            )
+
+    def import_output(self, generation: int, consumer: Stream, *, escapes: bool, key: Any = None) -> None:
+        """A consumer on ``consumer`` imports output ``generation``: order it after the SDK's writes
+        (H3/H4, on the device, or by a host wait under ``stream``/``device``) and remember it as a
+        reader until the next run, and as outstanding until the next release. ``escapes``: the
+        consumer keeps a zero-copy view (not one of streamsafe's copy helpers)."""
+        with self.using("import"):
+            self.check_current(generation)
+            plan = self.plan
+            assert plan is not None
+            if hooks.observers and key is not None and not isinstance(self.backend, SimBackend):
+                for o in hooks.observers:
+                    o.on_output_read(key, consumer, self.device)
+            apply_fences(self._backend(), self.device, plan.import_fences(consumer), self.out_stats)
+            self.readers[consumer] = None
+            self.outstanding[consumer] = None
+            self.escaped = self.escaped or escapes
+            self._hold(consumer)
+
+    def add_reader(self, generation: int, stream: Stream) -> None:
+        """Declare that ``stream`` reads output ``generation`` (a view used on another stream):
+        orders it after the SDK's writes now, and the next run and release after it."""
+        with self.using("record_stream"):
+            self.check_current(generation)
+            assert self.plan is not None
+            apply_fences(self._backend(), self.device, self.plan.import_fences(stream), self.out_stats)
+            self.readers[stream] = None
+            self.outstanding[stream] = None
+            self._hold(stream)
+
+    def reader_done(self, generation: int, stream: Stream | None) -> None:
+        """The host waited for the copy on ``stream`` (a helper that blocks): it reads no more."""
+        if stream is None or generation != self.generation or self.escaped:
+            return
+        self.readers.pop(stream, None)
+        self.outstanding.pop(stream, None)
+        self._release_holds()
+
+    # -- runs -----------------------------------------------------------------------------------------
+
+    def before_run(self, plan: FencePlan, input_shapes: tuple[Any, ...], current: Stream | None) -> list[Fence]:
+        """What must come before ``plan``'s run: a release wait when the inputs' size changed (the SDK
+        may reallocate its buffers inside ``run()``), then the SDK streams wait for the readers of
+        the current output and for the previous run's SDK streams (H5)."""
+        fences: list[Fence] = []
+        if self.input_shapes is not None and input_shapes != self.input_shapes:
+            fences += self.release_fences(plan)
+        readers: Iterable[Stream] = self.readers
+        if self.escaped and current is not None and current not in self.readers:
+            readers = (*self.readers, current)  # a view escaped: the framework's current stream may read it
+        if self.plan is not None or self.previous_sdk:
+            fences += plan.reuse_fences(tuple(readers), self.previous_sdk)
+        return fences
+
+    def after_run(self, plan: FencePlan, input_shapes: tuple[Any, ...], stats: dict[str, int], default_consumer: Stream) -> int:
+        """Record a run that returned: a new output generation written by ``plan``'s streams. Returns it."""
+        self.generation += 1
+        self.plan = plan
+        self.out_stats = stats
+        self.default_consumer = default_consumer
+        self.readers = {}
+        self.escaped = False
+        self.previous_sdk = plan.sdk_streams
+        self.input_shapes = input_shapes
+        self._release_holds()
+        return self.generation
+
+    def after_unguarded_run(self, sdk_streams: tuple[Stream, ...], input_shapes: tuple[Any, ...]) -> None:
+        """A raw ``run()`` outside any guard returned: its output is not ours to hand out, but the
+        next guarded run must wait for its streams, and older outputs are stale."""
+        self.generation += 1
+        self.plan = None
+        self.readers = {}
+        self.escaped = False
+        self.previous_sdk = sdk_streams
+        self.input_shapes = input_shapes
+        self._release_holds()
+
+    # -- releases ---------------------------------------------------------------------------------------
+
+    def release_fences(self, plan: FencePlan | None, strategy: Strategy | None = None) -> list[Fence]:
+        """H6: the host waits for every stream that may still touch the SDK's buffers."""
+        streams = [*self.outstanding, *self.readers]
+        if not streams:
+            return []
+        if plan is not None:
+            return list(plan.release_fences(streams))
+        from .plan import release_fences
+
+        return release_fences(strategy or Strategy.EVENT, streams)
+
+    def released(self) -> None:
+        """The host waited for every reader and the SDK released or replaced its buffers."""
+        self.generation += 1
+        self.readers = {}
+        self.outstanding = {}
+        self.escaped = False
+        self.previous_sdk = ()
+        self.input_shapes = None
+        self._release_holds()
+
+    def waited(self) -> None:
+        """The host waited for every outstanding stream (:meth:`StreamContract.synchronize`)."""
+        if not self.escaped:
+            self.readers = {}
+        self.outstanding = {s: None for s in self.readers}
+        self._release_holds()
+
+    def closed_effect(self, effect: Any) -> None:
+        self.released()
+        self.closed = True
+        self.drain_keepalive()
+        _forget(effect)
+
+    # -- inputs (H12) --------------------------------------------------------------------------------------
+
+    def keep_alive(self, objects: list[Any], run_stream: Stream) -> None:
+        """Keep ``objects`` alive until the work issued so far on ``run_stream`` is done. Does not block
+        (beyond a bound: past 64 pending entries the host waits for the oldest)."""
+        be = self._backend()
+        event = be.acquire_event(self.device)
+        be.record(event, run_stream)
+        self.keepalive.append((event, objects))
+        self.prune_keepalive()
+        while len(self.keepalive) > _MAX_KEEPALIVE:
+            old, _ = self.keepalive.popleft()
+            be.synchronize_event(old)
+            be.release_event(old)
+
+    def prune_keepalive(self) -> None:
+        be = self._backend()
+        while self.keepalive and be.query(self.keepalive[0][0]):
+            be.release_event(self.keepalive.popleft()[0])
+
+    def drain_keepalive(self) -> None:
+        be = self._backend()
+        while self.keepalive:
+            event, _ = self.keepalive.popleft()
+            be.synchronize_event(event)
+            be.release_event(event)
+
+    def torch_stream(self, stream: Stream) -> Any:
+        ts = self.torch_streams.get(stream.handle)
+        if ts is None:
+            import torch
+
+            if stream.ptr == 0:
+                ts = torch.cuda.default_stream(self.device)
+            else:
+                ts = torch.cuda.ExternalStream(stream.ptr, device=self.device)
+            self.torch_streams[stream.handle] = ts
+        return ts
+
+    # -- consumer stream objects ----------------------------------------------------------------------------
+
+    def _hold(self, consumer: Stream) -> None:
+        """Keep the framework's object for ``consumer`` alive: a stream a consumer made for one copy
+        (``with cupy.cuda.Stream(): ...``) would otherwise be destroyed before the next run's fence
+        is recorded on it, and a destroyed handle cannot be used."""
+        if consumer in self.holds or consumer.ptr in (0, 1, 2):
+            return
+        import sys
+
+        if "cupy" in sys.modules:
+            current = sys.modules["cupy"].cuda.get_current_stream()
+            if current.ptr == consumer.handle:
+                self.holds[consumer] = current
+                return
+        if "torch" in sys.modules:
+            torch = sys.modules["torch"]
+            if torch.cuda.is_initialized():
+                current = torch.cuda.current_stream(self.device)
+                if current.cuda_stream == consumer.handle:
+                    self.holds[consumer] = current
+
+    def _release_holds(self) -> None:
+        if self.holds:
+            for consumer in list(self.holds):
+                if consumer not in self.readers and consumer not in self.outstanding:
+                    del self.holds[consumer]
+
+    def _backend(self) -> Backend:
+        if self.backend is None:
+            from .backend import current_backend
+
+            self.backend = current_backend()
+        return self.backend
+
+    def __repr__(self) -> str:
+        return f"<streamsafe Ledger {self.name} cuda:{self.device} output #{self.generation}, {len(self.readers)} reader(s)>"
