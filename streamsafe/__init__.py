@@ -15,6 +15,7 @@ from .clocks import HOST, VectorClock, is_ordered_after
 from .contract import StreamContract, stream_contract, stream_safe
 from .errors import (
     BackendUnavailableError,
+    ConcurrentUseError,
     CudaDriverError,
     DeviceMismatchError,
     EffectConfigError,
@@ -28,6 +29,8 @@ from .errors import (
     StreamValueError,
     UnguardedChangeError,
 )
+from .guarding import ClassGuard, guard, unguard
+from .ledger import Ledger
 from .outputs import JaxDLPackAdapter, SafeImage, SafeOutput
 from .plan import Fence, FencePlan, plan_fences
 from .races import Access, Race
@@ -41,6 +44,8 @@ __all__ = [
     "AdversarialScheduler",
     "BackendUnavailableError",
     "ChoiceScheduler",
+    "ClassGuard",
+    "ConcurrentUseError",
     "CudaBackend",
     "CudaDriverError",
     "DeviceMismatchError",
@@ -51,6 +56,7 @@ __all__ = [
     "HOST",
     "InputArrayError",
     "JaxDLPackAdapter",
+    "Ledger",
     "InOrderScheduler",
     "Race",
     "RaceError",
@@ -72,12 +78,14 @@ __all__ = [
     "as_stream",
     "cuda_available",
     "current_backend",
+    "guard",
     "implicitly_ordered",
     "is_ordered_after",
     "plan_fences",
     "sanitize",
     "stream_contract",
     "stream_safe",
+    "unguard",
     "use_backend",
 ]
 

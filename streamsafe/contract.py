@@ -28,14 +28,14 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
-from . import _sanitize, guard, hooks
+from . import _sanitize, guarding, hooks
 from ._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, require_cuda_input
 from .backend import Backend, SimBackend, current_backend
 from .backend.sim import SimArray
 from .errors import EffectConfigError, EffectStateError, StreamsafeError, UnguardedChangeError
 from .frameworks import framework_of, torch_current_stream_handle
-from .guard import CONFIG_ATTRS, call_raw
-from .ledger import Ledger, apply_fences, ledger_of, new_stats
+from .guarding import CONFIG_ATTRS, call_raw
+from .ledger import Ledger, apply_fences, ledger_of, new_stats, view_owner, views_exist
 from .outputs import SafeImage, SafeOutput
 from .plan import Fence, FencePlan, plan_fences
 from .strategy import Strategy, as_strategy
@@ -98,7 +98,7 @@ class StreamContract:
         self._plans: dict[tuple[Any, ...], FencePlan] = {}
         self._last_plan: FencePlan | None = None
         self._patched_instance = False
-        self._tracked = guard.install(self._cls)
+        self._tracked = guarding.install(self._cls)
         self._config = self._snapshot()
         self.stats = new_stats()
         """Counters: runs; device-side fences; host waits and device syncs streamsafe made; and runs in
@@ -214,6 +214,8 @@ class StreamContract:
                         for o in hooks.observers:
                             o.on_input_write(_sanitize.array_key(arr), producer, dev)
             apply_fences(be, dev, fences, self.stats)
+            if views_exist():
+                self._read_views(arrays, run_stream)
             call_args = list(args)
             call_kwargs = dict(kwargs)
             if plan.strategy is not Strategy.NONE and None in producers:
@@ -236,6 +238,15 @@ class StreamContract:
             self.stats["runs"] += 1
             self.stats["sdk_waits"] += not plan.non_blocking
         return SafeOutput(raw, SafeImage(ledger, raw.image, generation, dev, self._consumer or sdk))
+
+    def _read_views(self, arrays: list[Any], run_stream: Stream) -> None:
+        """An input that is a zero-copy view of another guarded effect's output (effects chained by
+        views): this run reads that output, so its effect's next run must wait for it."""
+        for arr in arrays:
+            found = view_owner(_sanitize.array_key(arr))
+            if found is not None and found[0] is not self.ledger:
+                owner, generation = found
+                owner.add_reader(generation, run_stream)
 
     @staticmethod
     def _producer_is_unknown(arr: Any, arrays: list[Any], producers: list[Stream | None]) -> bool:
@@ -394,7 +405,7 @@ class StreamContract:
         if self.closed:
             self._refuse_closed("stream_contract")
         if self._tracked:
-            guard.push(self.effect, self)
+            guarding.push(self.effect, self)
             return
         # A class that refuses new attributes: patch the instance, if it has a __dict__.
         instance_dict = getattr(self.effect, "__dict__", None)
@@ -412,7 +423,7 @@ class StreamContract:
 
     def _remove_guard(self, *, host_wait: bool) -> None:
         if self._tracked:
-            guard.pop(self.effect, self)
+            guarding.pop(self.effect, self)
         elif self._patched_instance:
             for name in ("run", "run_at_timestep", "close"):
                 self.effect.__dict__.pop(name, None)

@@ -42,11 +42,14 @@ from .plan import Fence, FencePlan
 from .strategy import Strategy
 from .streams import Stream
 
-__all__ = ["Ledger", "ledger_of", "apply_fences", "new_stats"]
+__all__ = ["Ledger", "ledger_of", "apply_fences", "new_stats", "view_owner", "views_exist"]
 
 _MAX_KEEPALIVE = 64
 
 _LEDGERS: weakref.WeakKeyDictionary[Any, Ledger] = weakref.WeakKeyDictionary()
+_VIEWS: dict[Any, tuple[weakref.ref[Ledger], int]] = {}
+"""Memory of outputs imported as zero-copy views: key -> (ledger, generation). A view passed as
+another guarded effect's input makes that run a reader of the output (effects chained by views)."""
 _PINNED: dict[int, tuple[Any, Ledger]] = {}
 _registry_lock = threading.Lock()
 
@@ -79,6 +82,29 @@ def _forget(effect: Any) -> None:
     pinned = _PINNED.get(id(effect))
     if pinned is not None and pinned[0] is effect:
         del _PINNED[id(effect)]
+
+
+def view_owner(key: Any) -> tuple[Ledger, int] | None:
+    """The ledger and generation whose current output ``key`` is a view of, if any."""
+    found = _VIEWS.get(key)
+    if found is None:
+        return None
+    ledger = found[0]()
+    if ledger is None or ledger.generation != found[1]:
+        del _VIEWS[key]
+        return None
+    return ledger, found[1]
+
+
+def views_exist() -> bool:
+    return bool(_VIEWS)
+
+
+def _prune_views() -> None:
+    for key, (ref, generation) in list(_VIEWS.items()):
+        ledger = ref()
+        if ledger is None or ledger.generation != generation:
+            del _VIEWS[key]
 
 
 def new_stats() -> dict[str, int]:
@@ -208,6 +234,13 @@ class Ledger:
             self.outstanding[consumer] = None
             self.escaped = self.escaped or escapes
             self._hold(consumer)
+
+    def add_view(self, key: Any, generation: int) -> None:
+        """Remember that output ``generation``'s memory (``key``) left as a zero-copy view."""
+        if key is not None:
+            if len(_VIEWS) > 1024:
+                _prune_views()
+            _VIEWS[key] = (weakref.ref(self), generation)
 
     def add_reader(self, generation: int, stream: Stream) -> None:
         """Declare that ``stream`` reads output ``generation`` (a view used on another stream):

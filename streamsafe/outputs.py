@@ -92,8 +92,10 @@ class SafeImage:
             consumer = self._default_consumer
         else:
             consumer = as_stream(stream, device=self._device, backend=ledger._backend())
-        key = capsule_data_key(self._capsule) if hooks.observers else None
+        key = capsule_data_key(self._capsule) if hooks.observers or self._escapes else None
         ledger.import_output(self._generation, consumer, escapes=self._escapes, key=key)
+        if self._escapes:
+            ledger.add_view(key, self._generation)
         self._consumer = consumer
         self._consumed = True
         return self._capsule

@@ -1,0 +1,437 @@
+"""Regression tests: the seven ordering holes found by hunting on the model (issue 8), each by name.
+
+Every test runs a pipeline a user can write on the model with the adversarial scheduler (an
+unordered pair is run in the order that breaks it) and checks each frame against NumPy and the
+race report. Each one failed before the per-effect ledger; the controls show the race is real.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+from streamsafe.testing import ImageEncoding, TrueHDR, VideoSuperRes
+from streamsafe.testing import _kernels as K
+
+FENCED = ["auto", "event", "async", "stream", "device"]
+
+
+@pytest.fixture
+def sim() -> ss.SimBackend:
+    return ss.SimBackend(scheduler="adversarial")
+
+
+def make_sr(sim: ss.SimBackend, size: int = 32, **kw: Any) -> VideoSuperRes:
+    sr = VideoSuperRes(backend=sim, **kw)
+    sr.output_width, sr.output_height = size, size
+    sr.load()
+    return sr
+
+
+def data_of(seed: int, h: int = 16, w: int = 16) -> np.ndarray:
+    return np.random.default_rng(seed).random((3, h, w), dtype=np.float32)
+
+
+def write(sim: ss.SimBackend, arr: Any, data: np.ndarray, stream: ss.Stream) -> None:
+    sim.launch(stream, "producer.write", lambda: np.copyto(arr.buffer.data, data), writes=[arr])
+
+
+def fresh(sim: ss.SimBackend, seed: int, stream: ss.Stream, h: int = 16, w: int = 16) -> tuple[Any, np.ndarray]:
+    data = data_of(seed, h, w)
+    arr = sim.empty((3, h, w), np.float32, name=f"frame{seed}")
+    write(sim, arr, data, stream)
+    return arr, data
+
+
+def sr_expected(data: np.ndarray, size: int = 32) -> np.ndarray:
+    return K.to_rgb8(np, K.resize_bilinear(np, data, size, size)).astype(np.float32) / np.float32(255)
+
+
+def hdr_expected(data: np.ndarray) -> np.ndarray:
+    return K.tone_map_hdr(np, data, contrast=100, saturation=100, middle_gray=50, luminance=650)
+
+
+def import_copy(sim: ss.SimBackend, out: Any, stream: ss.Stream) -> Any:
+    """``torch.from_dlpack(out.image).clone()`` on ``stream``, spelled for the model."""
+    return sim.copy(sim.from_dlpack(out.image, stream=stream), stream, name="consumer.copy")
+
+
+def verify(sim: ss.SimBackend, copies: list[tuple[Any, np.ndarray]]) -> int:
+    """Wait for everything, then count wrong frames."""
+    sim.synchronize_device()
+    return sum(not np.array_equal(sim.download(copy, sim.legacy_stream()), want) for copy, want in copies)
+
+
+def contract(sr: Any, stream: Any, strategy: str, **kw: Any) -> ss.StreamContract:
+    try:
+        return ss.StreamContract(sr, stream, strategy=strategy, allow_none=strategy == "none", **kw)
+    except ss.StrategyError:
+        pytest.skip(f"{strategy} is refused for these streams")
+
+
+# -- 1. a decoder surface rewritten in place every frame ---------------------------------------------
+
+
+def in_place_surface(sim: ss.SimBackend, strategy: str, sdk_kind: str) -> tuple[int, int]:
+    s = sim.legacy_stream() if sdk_kind == "legacy" else sim.create_stream(non_blocking=sdk_kind == "non-blocking")
+    consumer = sim.create_stream(non_blocking=True)
+    c = contract(make_sr(sim), s, strategy)
+    surface = sim.empty((3, 16, 16), np.float32, name="decoder surface")
+    outs = []
+    with sim.use_stream(s):
+        for i in range(4):
+            data = data_of(i)
+            write(sim, surface, data, s)
+            outs.append((c.run(surface), data))
+    copies = [(import_copy(sim, outs[-1][0], consumer), sr_expected(outs[-1][1]))]
+    return verify(sim, copies), len(sim.races)
+
+
+@pytest.mark.parametrize("sdk_kind", ["blocking", "legacy", "non-blocking"])
+@pytest.mark.parametrize("strategy", FENCED)
+def test_hole1_surface_rewritten_in_place(sim: ss.SimBackend, strategy: str, sdk_kind: str) -> None:
+    assert in_place_surface(sim, strategy, sdk_kind) == (0, 0)
+
+
+def test_hole1_control_the_rewrite_races_without_fences(sim: ss.SimBackend) -> None:
+    corrupt, races = in_place_surface(sim, "none", "blocking")
+    assert races > 0
+
+
+def test_hole1_blocking_stream_rewrite_waits_for_the_shadow_stream(sim: ss.SimBackend) -> None:
+    """The case the issue measured: auto resolves to async (a blocking shadow stream), and the
+    producer's next write on the blocking SDK stream is not ordered after the shadow's read."""
+    s = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(make_sr(sim), s)
+    assert c.plan.strategy is ss.Strategy.ASYNC
+    h12 = [f for f in c.plan.fences if f.hazard == "H12" and f.action == "device-wait"]
+    assert [(f.waiter, f.signaller) for f in h12] == [(s, c.plan.run_stream)]
+
+
+# -- 2. allocator reuse: the input is made on S while another stream is current at run() ------------
+
+
+def allocator_reuse(sim: ss.SimBackend, strategy: str) -> tuple[int, int]:
+    s = sim.create_stream(non_blocking=True)
+    consumer = sim.create_stream(non_blocking=True)
+    c = contract(make_sr(sim), s, strategy)
+    copies = []
+    for i in range(4):
+        data = data_of(i)
+        x = sim.empty((3, 16, 16), np.float32, stream=s, name="fresh input")  # from S's pool
+        write(sim, x, data, s)
+        out = c.run(x)  # the current stream is the legacy stream here
+        del x  # freed: the allocator hands the block to the next allocation on S
+        copies.append((import_copy(sim, out, consumer), sr_expected(data)))
+    return verify(sim, copies), len(sim.races)
+
+
+@pytest.mark.parametrize("strategy", FENCED)
+def test_hole2_allocator_reuse_of_a_freed_input(sim: ss.SimBackend, strategy: str) -> None:
+    assert allocator_reuse(sim, strategy) == (0, 0)
+
+
+def test_hole2_control_reuse_races_without_fences(sim: ss.SimBackend) -> None:
+    assert allocator_reuse(sim, "none")[1] > 0
+
+
+# -- 3. consumers forgotten while the output is still valid ----------------------------------------------
+
+
+def _view_then(sim: ss.SimBackend, strategy: str, between: str) -> tuple[int, int]:
+    s = sim.create_stream(non_blocking=True)
+    consumer = sim.create_stream(non_blocking=True)
+    sr = make_sr(sim)
+    c = contract(sr, s, strategy)
+    with c:
+        x, data = fresh(sim, 0, s)
+        out = sr.run(x)
+        view = sim.from_dlpack(out.image, stream=consumer)  # a zero-copy view, kept
+        if between == "rejected run":
+            with pytest.raises(ss.EffectConfigError):
+                sr.run(sim.empty((3, 16, 16), np.float64))  # the SDK rejects the dtype: the output stays valid
+        elif between == "synchronize":
+            c.synchronize()
+    if between == "re-enter":
+        c.__enter__()
+    copy = sim.copy(view, consumer, name="consumer.copy")  # issued only now, from the kept view
+    y, _ = fresh(sim, 1, s)
+    c.run(y)  # must wait for the copy
+    if between == "re-enter":
+        c.__exit__(None, None, None)
+    return verify(sim, [(copy, sr_expected(data))]), len(sim.races)
+
+
+@pytest.mark.parametrize("between", ["rejected run", "synchronize", "re-enter"])
+@pytest.mark.parametrize("strategy", FENCED)
+def test_hole3_readers_survive_until_the_next_run(sim: ss.SimBackend, strategy: str, between: str) -> None:
+    assert _view_then(sim, strategy, between) == (0, 0)
+
+
+def test_hole3_control(sim: ss.SimBackend) -> None:
+    assert _view_then(sim, "none", "synchronize")[1] > 0
+
+
+# -- 4. TrueHDR: an input-size change reallocates the output inside run() ----------------------------------
+
+
+def hdr_resize(sim: ss.SimBackend, strategy: str) -> tuple[int, int]:
+    s = sim.create_stream(non_blocking=True)
+    consumer = sim.create_stream(non_blocking=True)
+    hdr = TrueHDR(backend=sim)
+    hdr.load()
+    c = contract(hdr, s, strategy)
+    x, data = fresh(sim, 0, s, 16, 16)
+    copy = import_copy(sim, c.run(x), consumer)  # pending
+    y, _ = fresh(sim, 1, s, 32, 32)
+    c.run(y)  # the SDK frees and reallocates its output from the host
+    return verify(sim, [(copy, hdr_expected(data))]), len(sim.races)
+
+
+@pytest.mark.parametrize("strategy", FENCED)
+def test_hole4_truehdr_resolution_change_waits_for_pending_copies(sim: ss.SimBackend, strategy: str) -> None:
+    assert hdr_resize(sim, strategy) == (0, 0)
+
+
+def test_hole4_control(sim: ss.SimBackend) -> None:
+    assert hdr_resize(sim, "none")[1] > 0
+
+
+# -- 5. auto, RGB10A2, the SDK stream changes between calls, outputs not imported ----------------------------
+
+
+def changing_sdk_stream(sim: ss.SimBackend, strategy: str) -> tuple[int, int]:
+    streams = [sim.create_stream(non_blocking=True) for _ in range(2)]
+    consumer = sim.create_stream(non_blocking=True)
+    sr = make_sr(sim, image_encoding=ImageEncoding.RGB10A2)
+    c = contract(sr, None, strategy)
+    last = None
+    for i in range(4):
+        with sim.use_stream(streams[i % 2]):
+            data = data_of(i)
+            x = sim.empty((16, 16), np.uint32, name=f"frame{i}")
+            write(sim, x, K.pack_rgb10a2(np, data), streams[i % 2])
+            last = (c.run(x, non_blocking=True), data)  # the caller's non_blocking counts only under none
+    assert last is not None
+    want = K.pack_rgb10a2(np, K.resize_bilinear(np, K.unpack_rgb10a2(np, K.pack_rgb10a2(np, last[1])), 32, 32))
+    return verify(sim, [(import_copy(sim, last[0], consumer), want)]), len(sim.races)
+
+
+@pytest.mark.parametrize("strategy", FENCED)
+def test_hole5_sdk_stream_changes_between_runs(sim: ss.SimBackend, strategy: str) -> None:
+    assert changing_sdk_stream(sim, strategy) == (0, 0)
+
+
+def test_hole5_control(sim: ss.SimBackend) -> None:
+    assert changing_sdk_stream(sim, "none")[1] > 0
+
+
+# -- 6. state per effect, not per contract ---------------------------------------------------------------------
+
+
+def guards_mixed(sim: ss.SimBackend, strategy: str, how: str) -> tuple[int, int]:
+    s = sim.create_stream(non_blocking=True)
+    consumer = sim.create_stream(non_blocking=True)
+    sr = make_sr(sim)
+    none_ok = {"allow_none": strategy == "none"}
+    main = contract(sr, s, strategy)
+    other = contract(sr, sim.create_stream(non_blocking=True), strategy)
+    decorated = ss.stream_safe(sr, s, strategy=strategy, **none_ok)(lambda a: sr.run(a))
+    copies = []
+    for i in range(4):
+        x, data = fresh(sim, i, s)
+        with sim.use_stream(s):  # the input's producer is the current stream at run()
+            if how == "block per frame":
+                with ss.stream_contract(sr, s, strategy=strategy, **none_ok):
+                    out = sr.run(x)
+            elif how == "second contract":
+                out = (main if i % 2 else other).run(x)
+            elif how == "decorator":
+                out = main.run(x) if i % 2 else decorated(x)
+            else:
+                out = main.run(x)
+        copies.append((import_copy(sim, out, consumer), sr_expected(data)))  # after the block / guard
+        if how == "unguarded run":  # a raw run in between: still ordered after the copy; raw output
+            with sim.use_stream(s):
+                raw = sr.run(fresh(sim, 100 + i, s)[0], stream_ptr=s.ptr)
+            assert not isinstance(raw, ss.SafeOutput)
+    return verify(sim, copies), len(sim.races)
+
+
+@pytest.mark.parametrize("how", ["block per frame", "second contract", "decorator", "unguarded run"])
+@pytest.mark.parametrize("strategy", FENCED)
+def test_hole6_every_guard_shares_the_effect_state(sim: ss.SimBackend, strategy: str, how: str) -> None:
+    assert guards_mixed(sim, strategy, how) == (0, 0)
+
+
+def test_hole6_control(sim: ss.SimBackend) -> None:
+    assert guards_mixed(sim, "none", "second contract")[1] > 0
+
+
+@pytest.mark.parametrize("second", ["contract", "decorator", "unguarded"])
+def test_hole6_an_output_of_one_guard_is_stale_after_another_ran(sim: ss.SimBackend, second: str) -> None:
+    sr = make_sr(sim)
+    c1 = ss.StreamContract(sr)
+    out = c1.run(fresh(sim, 0, sim.legacy_stream())[0])
+    x = fresh(sim, 1, sim.legacy_stream())[0]
+    if second == "contract":
+        ss.StreamContract(sr).run(x)
+    elif second == "decorator":
+        ss.stream_safe(sr)(lambda a: sr.run(a))(x)
+    else:
+        sr.run(x)
+    with pytest.raises(ss.StaleOutputError, match="came from run #1"):
+        sim.from_dlpack(out.image)
+
+
+def test_hole6_a_second_guard_inside_an_open_block_does_not_recurse(sim: ss.SimBackend) -> None:
+    sr = make_sr(sim)
+    consumer = sim.create_stream(non_blocking=True)
+    copies = []
+    with ss.stream_contract(sr):
+        c2 = ss.stream_contract(sr, sim.create_stream(non_blocking=True))
+        deco = ss.stream_safe(sr)(lambda a: sr.run(a))
+        for run in (c2.run, deco, sr.run):
+            x, data = fresh(sim, len(copies), sim.legacy_stream())
+            copies.append((import_copy(sim, run(x), consumer), sr_expected(data)))
+        with c2:
+            x, data = fresh(sim, 9, sim.legacy_stream())
+            copies.append((import_copy(sim, sr.run(x), consumer), sr_expected(data)))
+    assert verify(sim, copies) == 0 and sim.races == []
+
+
+class SlottedSuperRes(VideoSuperRes):
+    """An effect class whose instances have no ``__dict__`` (as a compiled binding may)."""
+
+    __slots__ = ()
+
+
+def test_hole6_effects_without_dict_are_guarded(sim: ss.SimBackend) -> None:
+    sr = SlottedSuperRes.__new__(SlottedSuperRes)
+    VideoSuperRes.__init__(sr, backend=sim)
+    sr.output_width, sr.output_height = 32, 32
+    sr.load()
+    consumer = sim.create_stream(non_blocking=True)
+    copies = []
+    with ss.stream_contract(sr, sim.create_stream(non_blocking=True)):
+        for i in range(3):
+            x, data = fresh(sim, i, sim.legacy_stream())
+            out = sr.run(x)
+            assert isinstance(out, ss.SafeOutput)
+            copies.append((import_copy(sim, out, consumer), sr_expected(data)))
+    assert verify(sim, copies) == 0 and sim.races == []
+
+
+# -- 7. a view read on another stream than the one it was imported on ------------------------------------------
+
+
+def view_on_second_stream(sim: ss.SimBackend, strategy: str, declare: str) -> tuple[int, int]:
+    s = sim.create_stream(non_blocking=True)
+    c1, c2 = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    c = contract(make_sr(sim), s, strategy, input_stream=s)
+    copies = []
+    current = sim.use_stream(c2) if declare == "current" else sim.use_stream(sim.legacy_stream())
+    with current:  # "current": the reading stream is the framework's current stream at the next run
+        for i in range(3):
+            x, data = fresh(sim, i, s)
+            out = c.run(x)
+            view = sim.from_dlpack(out.image, stream=c1)
+            sim.fence(c2, c1)  # the user's correct fence: C2 waits for the import stream
+            if declare == "record_stream":
+                out.record_stream(c2)
+            copies.append((sim.copy(view, c2, name="consumer.copy"), sr_expected(data)))
+        c.run(fresh(sim, 50, s)[0])
+    return verify(sim, copies), len(sim.races)
+
+
+@pytest.mark.parametrize("declare", ["record_stream", "current"])
+@pytest.mark.parametrize("strategy", FENCED)
+def test_hole7_view_read_on_a_declared_or_current_stream(sim: ss.SimBackend, strategy: str, declare: str) -> None:
+    assert view_on_second_stream(sim, strategy, declare) == (0, 0)
+
+
+def test_hole7_an_undeclared_stream_is_reported_by_the_model(sim: ss.SimBackend) -> None:
+    """A stream streamsafe cannot see must be declared; the model (and sanitize mode) names the race."""
+    with ss.sanitize(sim), pytest.raises(ss.RaceError, match="consumer.copy"):
+        view_on_second_stream(sim, "event", "nothing")
+
+
+def test_hole7_effects_chained_through_a_view(sim: ss.SimBackend) -> None:
+    """TrueHDR's output, imported as a view, is VideoSuperRes's input: TrueHDR's next run waits for it."""
+    s1, s2 = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    hdr = TrueHDR(backend=sim)
+    hdr.load()
+    sr = make_sr(sim, image_encoding=ImageEncoding.RGB10A2)
+    c_hdr, c_sr = ss.StreamContract(hdr, s1), ss.StreamContract(sr, s2)
+    consumer = sim.create_stream(non_blocking=True)
+    copies = []
+    for i in range(3):
+        x, data = fresh(sim, i, s1)
+        view = sim.from_dlpack(c_hdr.run(x).image, stream=s2)
+        with sim.use_stream(s2):
+            out = c_sr.run(view)
+        want = K.pack_rgb10a2(np, K.resize_bilinear(np, K.unpack_rgb10a2(np, hdr_expected(data)), 32, 32))
+        copies.append((import_copy(sim, out, consumer), want))
+    assert verify(sim, copies) == 0 and sim.races == []
+
+
+# -- H7 detection and the thread rule ------------------------------------------------------------------------------
+
+
+def test_a_view_read_after_close_is_reported(sim: ss.SimBackend) -> None:
+    sr = make_sr(sim)
+    c = ss.StreamContract(sr)
+    view = sim.from_dlpack(c.run(fresh(sim, 0, sim.legacy_stream())[0]).image)
+    c.close()
+    with ss.sanitize(sim), pytest.raises(ss.RaceError):
+        sim.copy(view, sim.legacy_stream())
+
+
+def test_two_threads_on_one_effect_at_once_raise_a_clear_error(sim: ss.SimBackend) -> None:
+    sr = make_sr(sim)
+    c = ss.StreamContract(sr)
+    inside, release = threading.Event(), threading.Event()
+
+    def busy() -> None:  # another thread in the middle of a call on the same effect
+        with c.ledger.using("run"):
+            inside.set()
+            release.wait(5)
+
+    t = threading.Thread(target=busy, name="decoder-thread")
+    t.start()
+    inside.wait(5)
+    try:
+        with pytest.raises(ss.ConcurrentUseError, match="'decoder-thread' is inside a call on the same effect"):
+            c.run(fresh(sim, 0, sim.legacy_stream())[0])
+        with pytest.raises(ss.ConcurrentUseError, match="one thread at a time"):
+            sr.run(fresh(sim, 0, sim.legacy_stream())[0])
+    finally:
+        release.set()
+        t.join()
+    c.run(fresh(sim, 1, sim.legacy_stream())[0])  # serialised use is fine
+
+
+def test_one_contract_per_thread_on_one_model(sim: ss.SimBackend) -> None:
+    wrong: list[int] = []
+
+    def pipeline(seed: int) -> None:
+        s, consumer = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+        c = ss.StreamContract(make_sr(sim), s)
+        copies = []
+        for i in range(20):
+            x, data = fresh(sim, seed * 100 + i, s)
+            copies.append((import_copy(sim, c.run(x), consumer), sr_expected(data)))
+        sim.synchronize_stream(consumer)
+        wrong.append(sum(not np.array_equal(sim.download(cp, consumer), want) for cp, want in copies))
+        c.close()
+
+    threads = [threading.Thread(target=pipeline, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == [0, 0, 0, 0] and sim.races == []
