@@ -37,7 +37,7 @@ from .frameworks import framework_of, torch_current_stream_handle
 from .guarding import CONFIG_ATTRS, call_raw
 from .ledger import Ledger, apply_fences, ledger_of, new_stats, view_owner, views_exist
 from .outputs import SafeImage, SafeOutput
-from .plan import Fence, FencePlan, plan_fences
+from .plan import FencePlan, plan_fences
 from .strategy import Strategy, as_strategy
 from .streams import LEGACY_HANDLE, Stream, as_stream
 

@@ -238,7 +238,7 @@ def plan_fences(
         fences += reuse_fences(strategy, run_stream=run_stream, conversion=conversion)
         release += release_fences(strategy, [consumer])
     else:
-        writers = ()
+        writers = []
     return FencePlan(
         requested, strategy, non_blocking, sdk, run_stream, conversion, producer, consumer, tuple(fences), tuple(release), reason,
         tuple(writers),

@@ -205,8 +205,8 @@ class GpuPipeline:
         view = jax.dlpack.from_dlpack(image if not _is_raw(image) else JaxDLPackAdapter(image, 0), copy=False)
         out = jnp.array(view, copy=True)
         out.block_until_ready()
-        if self.runner.contract is not None:
-            self.runner.contract._consumers_done()
+        if not _is_raw(image):
+            image._ledger.reader_done(image.generation, image._consumer)
         return out
 
     def step(self, frame: int) -> None:
