@@ -4,6 +4,12 @@ It runs unchanged on the real SDK, or on streamsafe's emulation after
 ``streamsafe.testing.install_fake_nvvfx()`` (see ``tests/gpu/test_testing_gpu.py``).
 Everything runs on torch's current stream, so no extra synchronisation is needed.
 Prints one line per effect; exits non-zero if an output has the wrong shape or dtype.
+
+The names are nvvfx 0.2's: ``VideoSuperRes.QualityLevel`` (BICUBIC, LOW ... ULTRA upscale; the
+DENOISE_* and DEBLUR_* levels run at 1x only, output size = input size; STREAMING_MEDIUM and
+STREAMING_ULTRA upscale with low latency), ``VideoFrameGeneration.Mode`` (LOW, MEDIUM, HIGH),
+``frame_multiplier`` in [2, 8]. Super resolution from 540p is within every scale's input limit
+(2x: 2160p, 3x: 720p, 4x: 540p).
 """
 
 import numpy as np

@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
+import textwrap
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -63,3 +67,151 @@ def test_pytest_plugin_fixture(fake_nvvfx: types.ModuleType) -> None:
 
 def test_sim_backend_fixture(sim_backend: ss.SimBackend) -> None:
     assert ss.current_backend() is sim_backend
+
+
+def test_context_manager_leaves_an_existing_install_in_place() -> None:
+    mod = install_fake_nvvfx()
+    try:
+        with fake_ctx() as inner:
+            assert inner is mod
+        assert sys.modules["nvvfx"] is mod  # the block did not install it, so it does not remove it
+    finally:
+        uninstall_fake_nvvfx()
+    assert "nvvfx" not in sys.modules
+
+
+def test_fixture_shadows_a_real_module_for_one_test_only(tmp_path: Path) -> None:
+    _write(tmp_path, "conftest.py", "import sys, types\nsys.modules['nvvfx'] = types.ModuleType('nvvfx')\n")
+    _write(
+        tmp_path,
+        "test_it.py",
+        """
+        import sys
+        from streamsafe.testing import is_fake_nvvfx
+
+        REAL = sys.modules["nvvfx"]
+
+        def test_fixture(fake_nvvfx):
+            import nvvfx
+            assert nvvfx is fake_nvvfx and is_fake_nvvfx(nvvfx)
+
+        def test_after():
+            import nvvfx
+            assert nvvfx is REAL
+        """,
+    )
+    assert _run_pytest(tmp_path) == {"passed": 2}
+
+
+# -- the fixture and a session-wide install (issue 9): run pytest on a generated test directory ---------
+
+_SESSION_TESTS = """
+import pytest
+
+from streamsafe.testing import fake_nvvfx as fake_ctx, is_fake_nvvfx
+
+SESSION = []
+
+
+def test_before():
+    import nvvfx
+
+    assert is_fake_nvvfx(nvvfx)
+    SESSION.append(nvvfx)
+
+
+def test_fixture(fake_nvvfx):
+    import nvvfx
+
+    assert nvvfx is fake_nvvfx is SESSION[0]  # the session's module, not a second one
+
+
+def test_after_the_fixture():
+    import nvvfx  # failed with ModuleNotFoundError when the fixture undid the session install
+
+    assert nvvfx is SESSION[0]
+    from nvvfx import VideoSuperRes
+
+    assert VideoSuperRes.QualityLevel.DENOISE_HIGH == 10
+
+
+def test_context_manager_inside():
+    with fake_ctx() as mod:
+        assert mod is SESSION[0]
+
+
+def test_after_the_context_manager():
+    import nvvfx
+
+    assert nvvfx is SESSION[0]
+"""
+
+
+def _write(root: Path, name: str, text: str) -> None:
+    (root / name).write_text(textwrap.dedent(text))
+
+
+def _run_pytest(root: Path) -> dict[str, int]:
+    """Run pytest (with streamsafe's plugin, as installed) on ``root`` in a fresh process; outcome counts."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--rootdir", str(root), str(root)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"the generated suite failed (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    summary = proc.stdout.strip().splitlines()[-1]
+    return {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped)", summary)}
+
+
+@pytest.mark.parametrize(
+    "conftest",
+    [
+        # at import of conftest.py
+        "from streamsafe.testing import install_fake_nvvfx\n\ninstall_fake_nvvfx()\n",
+        # in a session-scoped autouse fixture
+        """
+        import pytest
+
+        from streamsafe.testing import install_fake_nvvfx, uninstall_fake_nvvfx
+
+        @pytest.fixture(scope="session", autouse=True)
+        def _nvvfx():
+            install_fake_nvvfx()
+            yield
+            uninstall_fake_nvvfx()
+        """,
+    ],
+    ids=["conftest-import", "session-fixture"],
+)
+def test_fixture_leaves_a_session_wide_install_in_place(tmp_path: Path, conftest: str) -> None:
+    _write(tmp_path, "conftest.py", conftest)
+    _write(tmp_path, "test_session.py", _SESSION_TESTS)
+    assert _run_pytest(tmp_path) == {"passed": 5}
+
+
+def test_fixture_without_a_session_install_is_undone_after_the_test(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        "test_alone.py",
+        """
+        import sys
+
+        import pytest
+
+
+        def test_fixture(fake_nvvfx):
+            import nvvfx
+
+            assert nvvfx is fake_nvvfx
+
+
+        def test_after():
+            assert "nvvfx" not in sys.modules
+            with pytest.raises(ModuleNotFoundError):
+                import nvvfx  # noqa: F401
+        """,
+    )
+    assert _run_pytest(tmp_path) == {"passed": 2}

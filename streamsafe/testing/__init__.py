@@ -8,6 +8,8 @@ tested in CI. ``install_fake_nvvfx()`` lets ``from nvvfx import VideoSuperRes`` 
 from __future__ import annotations
 
 from .effects import (
+    INPUT_LIMITS,
+    SAME_RESOLUTION_QUALITIES,
     STAGES,
     ImageEncoding,
     Mode,
@@ -19,9 +21,11 @@ from .effects import (
     VideoSuperRes,
     VideoSuperResOutput,
 )
-from .fake_nvvfx import fake_nvvfx, install_fake_nvvfx, uninstall_fake_nvvfx
+from .fake_nvvfx import build_fake_nvvfx, fake_nvvfx, install_fake_nvvfx, is_fake_nvvfx, uninstall_fake_nvvfx
 
 __all__ = [
+    "INPUT_LIMITS",
+    "SAME_RESOLUTION_QUALITIES",
     "STAGES",
     "ImageEncoding",
     "Mode",
@@ -32,7 +36,9 @@ __all__ = [
     "VideoFrameGenerationOutput",
     "VideoSuperRes",
     "VideoSuperResOutput",
+    "build_fake_nvvfx",
     "fake_nvvfx",
     "install_fake_nvvfx",
+    "is_fake_nvvfx",
     "uninstall_fake_nvvfx",
 ]

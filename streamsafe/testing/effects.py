@@ -19,11 +19,41 @@ real (see :mod:`streamsafe.testing._kernels`): bilinear resize, blend, a PQ tone
 
 Beyond the SDK's signature, each constructor takes ``backend=`` (default: the current
 backend: the GPU if there is one, else the model) and ``latency_us=``.
+
+The public surface (names, values, ranges) follows nvvfx 0.2 as its documentation and NVIDIA's
+sample programs use it; where they say nothing the emulation chooses, and says so:
+
+* ``QualityLevel``: the SDK's ``NVVFX_QUALITY_LEVEL`` values (0-4 upscaling, 8-11 denoise,
+  12-15 deblur, 16-19 high bitrate, 21 and 23 streaming). Sources: the README of
+  github.com/NVIDIA-Maxine/nvidia-vfx-python-samples (``STREAMING_MEDIUM`` (21),
+  ``STREAMING_ULTRA`` (23), the DENOISE_/DEBLUR_ names) and the VFX SDK's VideoSuperRes sample
+  (mode table 0-23).
+* 1x (output size = input size) only with ``DENOISE_*``/``DEBLUR_*``, and those qualities only
+  at 1x ("Upscaling is not supported in Denoise and Deblur"; the samples' ``--scale 1``).
+  Every other quality upscales: output from 1x to 4x the input in each dimension, larger than
+  the input in at least one.
+* Input-size limit per scale, from the VFX SDK's Super Resolution table
+  (docs.nvidia.com/maxine/vfx/latest/Filters/SuperResolution.html): up to 2x: 2160p, 3x: 720p,
+  4x: 540p. The scale is the larger of the two output/input ratios, rounded up to a whole
+  factor. Chosen here: "Np" means the frame fits an N*16/9 x N box in either orientation
+  (portrait allowed), 1x (denoise/deblur) allows 2160p like 2x, and the minimum side is 16
+  pixels (the SDK's table says 90), so tests on the model stay cheap.
+* ``VideoFrameGeneration.frame_multiplier`` in [2, 8] and ``frame_index`` in [1, M - 1]
+  (docs.nvidia.com/maxine/vfx/latest/Filters/VideoFrameGeneration.html); the C API's
+  ``FrameMultiplier = 0`` (explicit timestep mode) is the Python ``run_at_timestep()``, so 0 is
+  refused here with that fix. ``Mode``: LOW 0, MEDIUM 1, HIGH 2 (same page; samples' ``--mode``).
+* TrueHDR tunables: contrast and saturation [0, 200], middle_gray [10, 100], luminance
+  [400, 2000] nits, debanding_off 0 or 1 (the samples' README).
+* Invalid values raise :class:`~streamsafe.EffectConfigError` (a ``ValueError``, as the wheel
+  raises for out-of-range tunables); calls in the wrong state raise
+  :class:`~streamsafe.EffectStateError` (a ``RuntimeError``). Each message names the value,
+  the rule and the fix.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -40,6 +70,8 @@ __all__ = [
     "ImageEncoding",
     "QualityLevel",
     "Mode",
+    "SAME_RESOLUTION_QUALITIES",
+    "INPUT_LIMITS",
     "VideoSuperRes",
     "VideoFrameGeneration",
     "TrueHDR",
@@ -60,19 +92,46 @@ class ImageEncoding(enum.IntEnum):
 
 
 class QualityLevel(enum.IntEnum):
-    """Super-resolution quality (accepted and validated; the emulation's arithmetic ignores it)."""
+    """``VideoSuperRes.QualityLevel``: the SDK's ``NVVFX_QUALITY_LEVEL`` values.
+
+    0-4 upscale (``BICUBIC`` is the non-AI baseline), 8-11 denoise and 12-15 deblur (1x only),
+    16-19 upscale for high-bitrate sources, 21 and 23 low-latency streaming upscale. Validated
+    as the SDK does; the emulation's arithmetic (bilinear resize) ignores the level.
+    """
 
     BICUBIC = 0
     LOW = 1
     MEDIUM = 2
     HIGH = 3
     ULTRA = 4
-    DENOISE = 5
-    DEBLUR = 6
+    DENOISE_LOW = 8
+    DENOISE_MEDIUM = 9
+    DENOISE_HIGH = 10
+    DENOISE_ULTRA = 11
+    DEBLUR_LOW = 12
+    DEBLUR_MEDIUM = 13
+    DEBLUR_HIGH = 14
+    DEBLUR_ULTRA = 15
+    HIGHBITRATE_LOW = 16
+    HIGHBITRATE_MEDIUM = 17
+    HIGHBITRATE_HIGH = 18
+    HIGHBITRATE_ULTRA = 19
+    STREAMING_MEDIUM = 21
+    STREAMING_ULTRA = 23
+
+
+SAME_RESOLUTION_QUALITIES = frozenset(q for q in QualityLevel if q.name.startswith(("DENOISE_", "DEBLUR_")))
+"""The qualities that run at 1x only (output size = input size); no other quality runs at 1x."""
+
+INPUT_LIMITS: dict[int, tuple[int, int]] = {1: (3840, 2160), 2: (3840, 2160), 3: (1280, 720), 4: (960, 540)}
+"""Largest input per whole scale factor, as a (long side, short side) box: 2160p, 720p, 540p."""
+
+MIN_SIDE = 16
+"""The emulation's smallest input side (the SDK documents 90; kept small for cheap model tests)."""
 
 
 class Mode(enum.IntEnum):
-    """Frame-generation quality mode (accepted; the emulation's arithmetic ignores it)."""
+    """``VideoFrameGeneration.Mode``: the model mode (accepted; the emulation's arithmetic ignores it)."""
 
     LOW = 0
     MEDIUM = 1
@@ -97,10 +156,14 @@ class TrueHDROutput:
     """A raw DLPack capsule of the SDK-owned RGB10A2 output buffer."""
 
 
-def _positive_int(effect: str, name: str, value: Any, lo: int = 1, hi: int = 16384) -> int:
+def _positive_int(effect: str, name: str, value: Any, lo: int = 1, hi: int = 16384, fix: str = "") -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= int(value) <= hi:
-        raise EffectConfigError(effect, name, value, f"must be an integer in [{lo}, {hi}]")
+        raise EffectConfigError(effect, name, value, f"must be an integer in [{lo}, {hi}]{fix}")
     return int(value)
+
+
+def _members(enum_type: type[enum.IntEnum]) -> str:
+    return ", ".join(f"{m.name} ({int(m)})" for m in enum_type)
 
 
 _Encoding = ImageEncoding  # for annotations inside classes that re-export the enums as attributes
@@ -160,7 +223,9 @@ class _Effect:
         try:
             return ImageEncoding(value)
         except ValueError:
-            raise EffectConfigError(self._name, "image_encoding", value, "must be ImageEncoding.RGB8 or RGB10A2") from None
+            raise EffectConfigError(
+                self._name, "image_encoding", value, f"must be an ImageEncoding value, one of {_members(ImageEncoding)}"
+            ) from None
 
     @property
     def latency_us(self) -> dict[str, float]:
@@ -175,7 +240,9 @@ class _Effect:
             value = {stage: float(value) for stage in STAGES}
         unknown = set(value) - set(STAGES)
         if unknown or any(v < 0 for v in value.values()):
-            raise EffectConfigError(self._name, "latency_us", value, f"stages are {', '.join(STAGES)}; values >= 0")
+            raise EffectConfigError(
+                self._name, "latency_us", value, f"stages are {', '.join(STAGES)}; values >= 0 microseconds"
+            )
         self._latency = {stage: float(value.get(stage, 0.0)) for stage in STAGES}
 
     @property
@@ -240,17 +307,28 @@ class _Effect:
         if encoding is ImageEncoding.RGB8:
             if len(shape) != 3 or shape[0] != 3 or dtype != np.float32:
                 raise EffectConfigError(
-                    self._name, what, f"shape {shape}, dtype {dtype}", "RGB8 input must be float32 (3, H, W) in [0, 1]"
+                    self._name,
+                    what,
+                    f"shape {shape}, dtype {dtype}",
+                    "RGB8 input must be float32 (3, H, W) in [0, 1]; convert it, e.g. x.permute(2, 0, 1).float() / 255",
                 )
             h, w = shape[1], shape[2]
         else:
             if len(shape) != 2 or dtype != np.uint32:
                 raise EffectConfigError(
-                    self._name, what, f"shape {shape}, dtype {dtype}", "RGB10A2 input must be uint32 (H, W), packed R10G10B10A2"
+                    self._name,
+                    what,
+                    f"shape {shape}, dtype {dtype}",
+                    "RGB10A2 input must be uint32 (H, W), packed R10G10B10A2; pack it, or use ImageEncoding.RGB8",
                 )
             h, w = shape
         if not (16 <= h <= 8192 and 16 <= w <= 8192):
-            raise EffectConfigError(self._name, what, f"{w}x{h}", "width and height must be in [16, 8192]")
+            raise EffectConfigError(
+                self._name,
+                what,
+                f"{w}x{h}",
+                f"width and height must be in [{MIN_SIDE}, 8192]; resize the frame into that range",
+            )
         return h, w
 
     # -- stages ------------------------------------------------------------------------------------
@@ -387,10 +465,17 @@ class VideoSuperRes(_Effect):
 
     @quality.setter
     def quality(self, value: _Quality) -> None:
+        """Changeable between runs; the scale rules are checked at ``load()`` and each ``run()``."""
         try:
             self._quality = QualityLevel(value)
         except ValueError:
-            raise EffectConfigError(self._name, "quality", value, f"must be one of {[q.name for q in QualityLevel]}") from None
+            raise EffectConfigError(
+                self._name,
+                "quality",
+                value,
+                f"must be a QualityLevel value, one of {_members(QualityLevel)}; "
+                "pass a member, e.g. VideoSuperRes.QualityLevel.HIGH or VideoSuperRes.QualityLevel['DENOISE_HIGH']",
+            ) from None
 
     @property
     def strength(self) -> float:
@@ -399,7 +484,9 @@ class VideoSuperRes(_Effect):
     @strength.setter
     def strength(self, value: float) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-            raise EffectConfigError(self._name, "strength", value, "must be a number in [0.0, 1.0]")
+            raise EffectConfigError(
+                self._name, "strength", value, "must be a number in [0.0, 1.0]; 1.0 is the full effect, lower values weaken it"
+            )
         self._strength = float(value)
 
     input_width = property(lambda self: self._in[0], lambda self, v: self._set_dim(self._in, 0, "input_width", v))
@@ -408,7 +495,7 @@ class VideoSuperRes(_Effect):
     output_height = property(lambda self: self._out[1], lambda self, v: self._set_dim(self._out, 1, "output_height", v, True))
 
     def _set_dim(self, dims: list[int | None], i: int, name: str, value: int, output: bool = False) -> None:
-        value = _positive_int(self._name, name, value, 16, 16384)
+        value = _positive_int(self._name, name, value, MIN_SIDE, 16384, "; pass a pixel count in that range")
         if output and dims[i] is not None and dims[i] != value:
             self._release_output("output-size change")
         dims[i] = value
@@ -418,6 +505,54 @@ class VideoSuperRes(_Effect):
             raise EffectStateError(
                 self._name, "load", "missing its output size", "Set output_width and output_height before load()."
             )
+        if self._in[0] is not None and self._in[1] is not None:  # known early: check the scale rules now
+            self._check_scale(self._in[0], self._in[1], self._out[0], self._out[1])
+
+    def _check_scale(self, w: int, h: int, ow: int, oh: int) -> None:
+        """The SDK's rules for an input of ``w x h`` and an output of ``ow x oh`` at this quality."""
+        q = self._quality
+        size = f"{ow}x{oh}"
+        if q in SAME_RESOLUTION_QUALITIES:
+            if (ow, oh) != (w, h):
+                raise EffectConfigError(
+                    self._name,
+                    "output size",
+                    size,
+                    f"{q.name} denoises or deblurs at 1x only, so the output must equal the input size {w}x{h}; "
+                    f"set output_width={w} and output_height={h}, or choose an upscaling quality such as HIGH",
+                )
+        else:
+            if not (w <= ow <= 4 * w and h <= oh <= 4 * h):
+                raise EffectConfigError(
+                    self._name,
+                    "output size",
+                    size,
+                    f"must be 1x to 4x the input size {w}x{h} in each dimension; "
+                    f"set output_width and output_height within [{w}, {4 * w}] x [{h}, {4 * h}]",
+                )
+            if (ow, oh) == (w, h):
+                level = q.name.split("_")[-1] if q.name.endswith(("LOW", "MEDIUM", "HIGH", "ULTRA")) else "HIGH"
+                raise EffectConfigError(
+                    self._name,
+                    "output size",
+                    size,
+                    f"equals the input size (1x), which only the DENOISE_* and DEBLUR_* qualities allow, not {q.name}; "
+                    f"choose e.g. QualityLevel.DENOISE_{level} or QualityLevel.DEBLUR_{level}, "
+                    "or set an output larger than the input",
+                )
+        factor = max(ow / w, oh / h)
+        bucket = max(2, math.ceil(factor - 1e-9)) if factor > 1 else 1
+        long_max, short_max = INPUT_LIMITS[bucket]
+        if max(w, h) > long_max or min(w, h) > short_max:
+            larger = [f"{k}x up to {v[0]}x{v[1]}" for k, v in INPUT_LIMITS.items() if k != 1 and v[0] > long_max]
+            hint = f" ({', '.join(larger)})" if larger else ""
+            raise EffectConfigError(
+                self._name,
+                "input size",
+                f"{w}x{h}",
+                f"at {factor:g}x (output {size}) the input must fit {long_max}x{short_max} ({short_max}p, either "
+                f"orientation); use a smaller input or a lower scale{hint}",
+            )
 
     def run(self, input_array: Any, *, non_blocking: bool = False, stream_ptr: int = 0) -> VideoSuperResOutput:
         """Upscale one frame. Blocks the host only with ``non_blocking=False`` (until inference ends)."""
@@ -426,14 +561,15 @@ class VideoSuperRes(_Effect):
         h, w = self._check_image("input_array", arr, self._encoding)
         if (self._in[0] is not None and self._in[0] != w) or (self._in[1] is not None and self._in[1] != h):
             raise EffectConfigError(
-                self._name, "input_array", f"{w}x{h}", f"does not match input_width x input_height = {self._in[0]}x{self._in[1]}"
+                self._name,
+                "input_array",
+                f"{w}x{h}",
+                f"does not match input_width x input_height = {self._in[0]}x{self._in[1]}; "
+                "pass frames of that size, or set input_width and input_height to the new size",
             )
         ow, oh = self._out[0], self._out[1]
         assert ow is not None and oh is not None
-        if not (w <= ow <= 4 * w and h <= oh <= 4 * h):
-            raise EffectConfigError(
-                self._name, "output size", f"{ow}x{oh}", f"must be 1x to 4x the input size {w}x{h} in each dimension"
-            )
+        self._check_scale(w, h, ow, oh)
         rgb10 = self._encoding is ImageEncoding.RGB10A2
 
         def infer(xp: Any, staged: Sequence[Any]) -> Any:
@@ -475,7 +611,12 @@ class VideoFrameGeneration(_Effect):
         try:
             self._mode = Mode(value)
         except ValueError:
-            raise EffectConfigError(self._name, "mode", value, f"must be one of {[m.name for m in Mode]}") from None
+            raise EffectConfigError(
+                self._name,
+                "mode",
+                value,
+                f"must be a Mode value, one of {_members(Mode)}; pass a member, e.g. VideoFrameGeneration.Mode.MEDIUM",
+            ) from None
 
     @property
     def frame_multiplier(self) -> int:
@@ -483,13 +624,22 @@ class VideoFrameGeneration(_Effect):
 
     @frame_multiplier.setter
     def frame_multiplier(self, value: int) -> None:
-        self._multiplier = _positive_int(self._name, "frame_multiplier", value, 2, 8)
+        """M in [2, 8]: ``run(frame_index=i)`` makes the frame at i / M, for i in [1, M - 1]."""
+        self._multiplier = _positive_int(
+            self._name,
+            "frame_multiplier",
+            value,
+            2,
+            8,
+            "; M - 1 frames are generated between two inputs, at i / M. "
+            "For other positions (the C API's FrameMultiplier = 0) call run_at_timestep() instead",
+        )
 
     input_width = property(lambda self: self._in[0], lambda self, v: self._set_in(0, "input_width", v))
     input_height = property(lambda self: self._in[1], lambda self, v: self._set_in(1, "input_height", v))
 
     def _set_in(self, i: int, name: str, value: int) -> None:
-        value = _positive_int(self._name, name, value, 16, 8192)
+        value = _positive_int(self._name, name, value, MIN_SIDE, 8192, "; pass a pixel count in that range")
         if self._in[i] is not None and self._in[i] != value:
             self._release_output("output-size change")
         self._in[i] = value
@@ -505,7 +655,11 @@ class VideoFrameGeneration(_Effect):
         self._check_ready("run")
         if isinstance(frame_index, bool) or not isinstance(frame_index, (int, np.integer)) or not 1 <= frame_index < self._multiplier:
             raise EffectConfigError(
-                self._name, "frame_index", frame_index, f"must be an integer in [1, frame_multiplier - 1] = [1, {self._multiplier - 1}]"
+                self._name,
+                "frame_index",
+                frame_index,
+                f"must be an integer in [1, frame_multiplier - 1] = [1, {self._multiplier - 1}]; "
+                "raise frame_multiplier first, or use run_at_timestep() for an explicit position",
             )
         return self._generate(previous, current, frame_index / self._multiplier, stream_ptr, non_blocking)
 
@@ -515,7 +669,13 @@ class VideoFrameGeneration(_Effect):
         """Generate the frame at ``timestep`` in the open interval (0, 1) between two inputs."""
         self._check_ready("run_at_timestep")
         if isinstance(timestep, bool) or not isinstance(timestep, (int, float)) or not 0.0 < float(timestep) < 1.0:
-            raise EffectConfigError(self._name, "timestep", timestep, "must be a number in the open interval (0.0, 1.0)")
+            raise EffectConfigError(
+                self._name,
+                "timestep",
+                timestep,
+                "must be a number in the open interval (0.0, 1.0) (0 is the previous frame, 1 the current one); "
+                "pass a position strictly between them, e.g. 0.5",
+            )
         return self._generate(previous, current, float(timestep), stream_ptr, non_blocking)
 
     def _generate(self, previous: Any, current: Any, t: float, stream_ptr: int, non_blocking: bool) -> VideoFrameGenerationOutput:
@@ -527,7 +687,11 @@ class VideoFrameGeneration(_Effect):
         for what, hw in (("previous", hw_prev), ("current", hw_cur)):
             if hw != want:
                 raise EffectConfigError(
-                    self._name, what, f"{hw[1]}x{hw[0]}", f"does not match input_width x input_height = {want[1]}x{want[0]}"
+                    self._name,
+                    what,
+                    f"{hw[1]}x{hw[0]}",
+                    f"does not match input_width x input_height = {want[1]}x{want[0]}; frame generation does not "
+                    "scale: pass two frames of that size, or set input_width and input_height to theirs",
                 )
         rgb10 = self._encoding is ImageEncoding.RGB10A2
         detect = self.automatic_shot_change_detection_enabled
@@ -554,6 +718,13 @@ class TrueHDR(_Effect):
         "middle_gray": (10, 100),
         "luminance": (400, 2000),
         "debanding_off": (0, 1),
+    }
+    _MEANING: ClassVar[dict[str, str]] = {
+        "contrast": "100 is neutral, higher steepens the tone curve",
+        "saturation": "100 is neutral, 0 is gray",
+        "middle_gray": "where SDR middle gray lands on the HDR curve; 50 is the default",
+        "luminance": "the target display's peak in nits, e.g. 1000",
+        "debanding_off": "1 skips the debanding pass, 0 keeps it",
     }
 
     def __init__(
@@ -583,12 +754,16 @@ class TrueHDR(_Effect):
     @image_encoding.setter
     def image_encoding(self, value: _Encoding) -> None:
         if self._check_encoding(value) is not ImageEncoding.RGB10A2:
-            raise EffectConfigError("TrueHDR", "image_encoding", value, "TrueHDR output is always RGB10A2")
+            raise EffectConfigError(
+                "TrueHDR", "image_encoding", value, "TrueHDR output is always RGB10A2 (its input is RGB8 float32); leave it"
+            )
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in TrueHDR._RANGES:
             lo, hi = TrueHDR._RANGES[name]
-            value = _positive_int("TrueHDR", name, value, lo, hi)
+            if name == "debanding_off" and isinstance(value, bool):
+                value = int(value)  # chosen: a bool is taken as 0/1 (the samples pass 0 or 1)
+            value = _positive_int("TrueHDR", name, value, lo, hi, f"; {TrueHDR._MEANING[name]}")
         super().__setattr__(name, value)
 
     def run(self, rgb_input: Any, *, non_blocking: bool = False, stream_ptr: int = 0) -> TrueHDROutput:

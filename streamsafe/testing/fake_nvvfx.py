@@ -2,6 +2,15 @@
 
 For user code written against the real SDK (``from nvvfx import VideoSuperRes``) that
 must run in CI, where the real wheel cannot be installed and there is no GPU.
+
+Three ways, from widest to narrowest:
+
+* :func:`install_fake_nvvfx` for the whole process (e.g. at the top of a ``conftest.py``);
+* ``with fake_nvvfx():`` for a block;
+* the pytest fixture ``fake_nvvfx`` (streamsafe's pytest plugin) for one test.
+
+The block and the fixture undo only what they did: inside a process-wide install they leave
+it in place.
 """
 
 from __future__ import annotations
@@ -12,21 +21,40 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["install_fake_nvvfx", "uninstall_fake_nvvfx", "fake_nvvfx"]
+__all__ = ["install_fake_nvvfx", "uninstall_fake_nvvfx", "fake_nvvfx", "is_fake_nvvfx", "build_fake_nvvfx"]
 
 _MARK = "__streamsafe_fake__"
 _saved: list[Any] = []
 
+# The names the emulated module exports: the SDK's effect classes, their outputs and enums.
+_SDK_NAMES = (
+    "VideoSuperRes",
+    "VideoFrameGeneration",
+    "TrueHDR",
+    "VideoSuperResOutput",
+    "VideoFrameGenerationOutput",
+    "TrueHDROutput",
+    "ImageEncoding",
+    "QualityLevel",
+    "Mode",
+)
 
-def _build_module() -> types.ModuleType:
+
+def is_fake_nvvfx(module: Any) -> bool:
+    """True when ``module`` is streamsafe's emulated ``nvvfx``."""
+    return module is not None and bool(getattr(module, _MARK, False))
+
+
+def build_fake_nvvfx() -> types.ModuleType:
+    """A new emulated ``nvvfx`` module object, not put in ``sys.modules``."""
     from . import effects
 
     mod = types.ModuleType("nvvfx", "streamsafe's emulation of nvvfx 0.2 (streamsafe.testing)")
-    for name in effects.__all__:
+    for name in _SDK_NAMES:
         setattr(mod, name, getattr(effects, name))
     mod.__version__ = "0.2.0+streamsafe"  # type: ignore[attr-defined]
     setattr(mod, _MARK, True)
-    mod.__all__ = list(effects.__all__)  # type: ignore[attr-defined]
+    mod.__all__ = list(_SDK_NAMES)  # type: ignore[attr-defined]
     return mod
 
 
@@ -34,17 +62,18 @@ def install_fake_nvvfx(*, force: bool = False) -> types.ModuleType:
     """Put the emulated ``nvvfx`` in ``sys.modules``; returns it.
 
     If a real ``nvvfx`` is already imported it is kept unless ``force=True`` (it is
-    restored by :func:`uninstall_fake_nvvfx`). Installing twice is harmless.
+    restored by :func:`uninstall_fake_nvvfx`). Installing twice is harmless: the second call
+    returns the module already there.
     """
     current = sys.modules.get("nvvfx")
-    if current is not None and getattr(current, _MARK, False):
-        return current
+    if is_fake_nvvfx(current):
+        return current  # type: ignore[return-value]
     if current is not None and not force:
         raise RuntimeError(
             "a real nvvfx module is already imported; pass force=True to shadow it with the emulation"
         )
     _saved.append(current)
-    mod = _build_module()
+    mod = build_fake_nvvfx()
     sys.modules["nvvfx"] = mod
     return mod
 
@@ -52,7 +81,7 @@ def install_fake_nvvfx(*, force: bool = False) -> types.ModuleType:
 def uninstall_fake_nvvfx() -> None:
     """Remove the emulated ``nvvfx`` and restore what was there before (if anything)."""
     current = sys.modules.get("nvvfx")
-    if current is None or not getattr(current, _MARK, False):
+    if not is_fake_nvvfx(current):
         return
     previous = _saved.pop() if _saved else None
     if previous is None:
@@ -63,9 +92,15 @@ def uninstall_fake_nvvfx() -> None:
 
 @contextlib.contextmanager
 def fake_nvvfx(*, force: bool = False) -> Iterator[types.ModuleType]:
-    """``with fake_nvvfx() as nvvfx:``: the emulation inside the block, undone after."""
+    """``with fake_nvvfx() as nvvfx:``: the emulation inside the block.
+
+    Undone after the block only if the block installed it: an emulation that was already in
+    place (a process-wide :func:`install_fake_nvvfx`) stays.
+    """
+    already = is_fake_nvvfx(sys.modules.get("nvvfx"))
     mod = install_fake_nvvfx(force=force)
     try:
         yield mod
     finally:
-        uninstall_fake_nvvfx()
+        if not already and sys.modules.get("nvvfx") is mod:
+            uninstall_fake_nvvfx()

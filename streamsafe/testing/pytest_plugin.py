@@ -1,12 +1,17 @@
 """pytest plugin (entry point ``pytest11``): fixtures for testing pipelines without a GPU.
 
-* ``fake_nvvfx``: ``import nvvfx`` resolves to the emulated effects during the test.
+* ``fake_nvvfx``: ``import nvvfx`` resolves to the emulated effects during the test. It goes
+  through pytest's ``monkeypatch``, so whatever ``sys.modules["nvvfx"]`` held before the test
+  is back after it. An emulation installed for the whole session (``install_fake_nvvfx()`` in a
+  ``conftest.py``) is used as it is and left in place; a real ``nvvfx`` is shadowed for the
+  test only.
 * ``sim_backend``: a fresh :class:`~streamsafe.SimBackend` (race-directed adversarial
   scheduler) made current for the test, so effects created without ``backend=`` use it.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from types import ModuleType
 
@@ -14,11 +19,16 @@ import pytest
 
 
 @pytest.fixture
-def fake_nvvfx() -> Iterator[ModuleType]:
-    from .fake_nvvfx import fake_nvvfx as _ctx
+def fake_nvvfx(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    from .fake_nvvfx import build_fake_nvvfx, is_fake_nvvfx
 
-    with _ctx() as mod:
-        yield mod
+    current = sys.modules.get("nvvfx")
+    if is_fake_nvvfx(current):
+        assert current is not None
+        return current  # a session-wide install: use it, leave it
+    mod = build_fake_nvvfx()
+    monkeypatch.setitem(sys.modules, "nvvfx", mod)  # undone (restored or removed) after the test
+    return mod
 
 
 @pytest.fixture
