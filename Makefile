@@ -12,6 +12,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
+# run: the environment, then a verdict per hazard; exits 1 if a fenced strategy corrupts a frame or
+# misses a race (`streamsafe hazards --full` prints every row of the matrix).
 run: $(VENV)/.installed
 	$(VENV)/bin/streamsafe doctor
 	$(VENV)/bin/streamsafe hazards

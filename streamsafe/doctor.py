@@ -11,6 +11,7 @@ import importlib.metadata
 import importlib.util
 import platform
 import sys
+import textwrap
 from typing import Any
 
 from ._version import __version__
@@ -30,6 +31,7 @@ _PACKAGES = (
     "jaxlib",
     "nvvfx",
     "nvtx",
+    "tqdm",
     "pytest",
     "hypothesis",
 )
@@ -137,7 +139,7 @@ def format_report(report: dict[str, Any]) -> str:
         for gpu in cuda["gpus"]:
             lines.append(f"  cuda:{gpu['index']}  {gpu['name']}  (compute capability {gpu['compute_capability']})")
     else:
-        lines.append(f"  not available: {cuda['reason']}")
+        lines += textwrap.wrap(f"not available: {cuda['reason']}", 98, initial_indent="  ", subsequent_indent="    ")
     if report["stream_defaults"]:
         lines += ["", "stream kinds (read with cuStreamGetFlags):"]
         for row in report["stream_defaults"]:

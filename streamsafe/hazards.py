@@ -32,6 +32,13 @@ __all__ = [
     "run_scenario",
     "run_matrix",
     "format_table",
+    "format_summary",
+    "format_verdict",
+    "failures",
+    "auto_fence",
+    "HAZARD_EDGES",
+    "LEGEND",
+    "LEGEND_FULL",
     "rows_to_json",
     "chrome_trace",
 ]
@@ -333,41 +340,250 @@ def run_matrix(
     return rows
 
 
-def format_table(rows: Sequence[Row]) -> str:
-    """The matrix as an aligned text table."""
-    gpu = any(r.backend != "sim" for r in rows)
-    title = (
-        "Hazard matrix on the GPU (corrupt = frames whose copy differs from NumPy; race = the model's verdict)"
-        if gpu
-        else "Hazard matrix on the simulated backend (no GPU; corrupt = frames wrong under the adversarial schedule)"
-    )
-    head = ["hazard", "scenario", "strategy", "streams", "nb", "enc", "race?", "reported", "corrupt"]
-    if gpu:
-        head.append("model")
-    body = []
-    for r in rows:
-        line = [
-            r.hazard + (" (control)" if r.safe else ""),
-            r.scenario,
-            r.strategy,
-            r.streams,
-            "yes" if r.non_blocking else "no",
-            r.encoding,
-            "RACE" if r.race_reported else "none",
-            ",".join(r.hazards_reported) or "-",
-            f"{r.corrupt_frames}/{r.frames}",
-        ]
-        if gpu:
-            line.append(f"{r.model_corrupt_frames}/{r.model_frames}")
-        body.append(line)
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+# -- presentation ------------------------------------------------------------------------------
+# Everything below reads Row fields only (plus the contract's printable plan for the fence
+# column), so it holds whatever numbers the matrix produces.
+
+HAZARD_EDGES: dict[str, str] = {
+    "H1": "the SDK reads the input on S before P has written it",
+    "H2": "the RGB8 conversion on L reads before inference on S wrote (inside run())",
+    "H3": "the copy on C reads before the conversion on L wrote",
+    "H4": "the copy on C reads before inference on S wrote (RGB10A2, TrueHDR)",
+    "H5": "the next run() overwrites the output while C still copies it",
+    "H6": "close()/resize frees the output while C still copies it",
+    "H12": "P writes the input again (allocator reuse) while S still reads it",
+    "-": "no hazard: every stream is the legacy stream",
+}
+"""One line per hazard id: what goes wrong without a fence (P, S, L, C as in the legend)."""
+
+_KIND_LETTER = {"legacy": "0", "per-thread": "t", "blocking": "b", "non-blocking": "n", "sdk": "S"}
+
+LEGEND = """\
+Legend
+  P S L C  streams: P input producer, S the SDK's stream_ptr, L the RGB8 conversion (stream 0),
+           C the consumer that imports and copies the output
+  race?    without streamsafe (strategy none), did the model see this row's hazard race? It checks
+           every pair of accesses (happens-before), so a race counts even when timing hides it
+  corrupt  frames whose copy differs from a NumPy reference, of the frames run
+  auto event async stream device
+           the fenced strategies: auto picks the cheapest sound plan; event = device-side event
+           fences, run(non_blocking=False); async = SDK on a blocking shadow stream,
+           non_blocking=True; stream = host waits for each stream involved; device = host waits
+           for the whole device (the vendor's documented fallback)
+  ok       no corrupt frame and no race: the strategy fixed it
+  2/4 H3   2 of 4 frames corrupt; H3 = a race of hazard H3 the fence missed. Any such cell FAILs
+  control  stream kinds that make the hazard impossible: they show no fence is needed there.
+           Another hazard may still race there without streamsafe (marked *): not a failure
+  fence    what auto does for this hazard on that row's streams ("X waits on Y": a device-side
+           event wait, the host does not block)"""
+
+LEGEND_FULL = """\
+  --full matrix columns:
+  hazard   the hazard a scenario provokes; "ctl" = its control
+  P S L C  stream kinds: 0 legacy default stream (stream 0), t per-thread default stream,
+           b blocking stream, n non-blocking stream, S the SDK stream itself, - not used
+           (RGB10A2 output has no conversion)
+  nb       run(non_blocking=...) the pipeline asks for (a fenced strategy may override it)
+  enc      output encoding: RGB8 (float32 3xHxW, converted on L) or RGB10A2 (packed uint32)
+  races    hazards of every race the model reported ("-": none)
+  model    on a GPU: corrupt frames on the model for the same scenario (the GPU count is timing)"""
+
+
+def _stream_letters(streams: str) -> str:
+    kinds = dict(part.split("=", 1) for part in streams.split())
+    return " ".join(_KIND_LETTER.get(kinds[k], "?") if k in kinds else "-" for k in "PSLC")
+
+
+def _align(head: Sequence[str], body: Sequence[Sequence[str]], indent: str = "") -> tuple[str, list[str]]:
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    lines = [title, "", fmt.format(*head), fmt.format(*("-" * w for w in widths))]
-    lines += [fmt.format(*line) for line in body]
+    return indent + fmt.format(*head).rstrip(), [indent + fmt.format(*line).rstrip() for line in body]
+
+
+def _title(rows: Sequence[Row]) -> str:
+    n = "/".join(map(str, sorted({r.frames for r in rows})))
+    if any(r.backend != "sim" for r in rows):
+        return f"(GPU: {n} frames per scenario; corrupt: on the GPU; race: the model's verdict)"
+    return f"(simulated backend, no GPU: {n} frames per scenario, adversarial schedule)"
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    """Every row of the matrix, grouped by strategy (``streamsafe hazards --full``)."""
+    gpu = any(r.backend != "sim" for r in rows)
+    head = ["hazard", "scenario", "P S L C", "nb", "enc", "races", "corrupt"] + (["model"] if gpu else [])
+    lines = [f"Hazard matrix {_title(rows)}"]
+    for strategy in dict.fromkeys(r.strategy for r in rows):
+        body = []
+        for r in rows:
+            if r.strategy != strategy:
+                continue
+            line = [
+                r.hazard + (" ctl" if r.safe and r.hazard != "-" else ""),
+                r.scenario,
+                _stream_letters(r.streams),
+                "yes" if r.non_blocking else "no",
+                r.encoding,
+                ",".join(r.hazards_reported) or "-",
+                f"{r.corrupt_frames}/{r.frames}",
+            ]
+            if gpu:
+                line.append(f"{r.model_corrupt_frames}/{r.model_frames}")
+            body.append(line)
+        what = "no streamsafe: the raw effect" if strategy == "none" else "streamsafe with this strategy"
+        header, text = _align(head, body, "  ")
+        lines += ["", f"strategy {strategy} ({what})", header, *text]
+    return "\n".join(lines)
+
+
+def failures(rows: Sequence[Row]) -> list[Row]:
+    """Rows where a fenced strategy (anything but ``none``) corrupted a frame or left a race."""
+    return [
+        r for r in rows
+        if r.strategy != "none"
+        and (r.corrupt_frames > 0 or r.model_corrupt_frames > 0 or r.race_reported or bool(r.hazards_reported))
+    ]
+
+
+def _cell(r: Row) -> str:
+    if r.corrupt_frames == 0 and not r.race_reported and not r.hazards_reported:
+        return "ok"
+    races = ",".join(r.hazards_reported) or (r.hazard if r.race_reported else "")
+    return f"{r.corrupt_frames}/{r.frames}" + (f" {races}" if races else "")
+
+
+def _letter(stream: Any, named: dict[str, Any], shadow: Any, prefer: str) -> str:
+    """``stream`` as P/S/L/C (or ``shadow``); where two names are one stream, ``prefer`` wins."""
+    if stream is not None and stream == shadow and shadow != named["S"]:
+        return "shadow"
+    for letter in dict.fromkeys(prefer + "SPCL"):
+        if named.get(letter) is not None and stream == named[letter]:
+            return letter
+    return str(stream)
+
+
+# Which name a fence's (waiter, signaller) most likely means, by when it happens.
+_ROLES = {"before run": ("S", "P"), "inside run": ("L", "S"), "after run": ("P", "S"), "at import": ("C", "L"),
+          "before next run": ("S", "C"), "before release": ("S", "C")}
+
+
+def _fence_text(fence: Any, named: dict[str, Any], shadow: Any) -> str:
+    wp, sp = _ROLES.get(fence.when, ("S", "S"))
+    w, s = _letter(fence.waiter, named, shadow, wp), _letter(fence.signaller, named, shadow, sp)
+    text = {
+        "device-wait": f"{w} waits on {s}",
+        "host-wait": f"host waits for {s}",
+        "device-sync": "host waits for the device",
+        "forward-dlpack": f"__dlpack__(stream={w})",
+        "sdk-blocking": "run(non_blocking=False)",
+        "shadow-stream": "SDK on a blocking shadow stream, non_blocking=True",
+        "protect-input": f"input kept from reuse until {s} read it",
+    }.get(fence.action, fence.action)
+    when = {"before next run": " before the next run()", "before release": " before close()"}.get(fence.when, "")
+    return text + when
+
+
+def auto_fence(sc: Scenario) -> str:
+    """What ``strategy="auto"`` plans for ``sc.hazard`` on ``sc``'s streams, in P/S/L/C terms."""
+    from .contract import StreamContract
+
+    try:
+        lab = SimLab()
+        sdk = lab.stream(sc.sdk)
+        named = {
+            "S": sdk,
+            "P": sdk if sc.producer == "sdk" else lab.stream(sc.producer),
+            "C": sdk if sc.consumer == "sdk" else lab.stream(sc.consumer),
+            "L": None if sc.encoding == "RGB10A2" or sc.effect == "TrueHDR" else lab.stream("legacy"),
+        }
+        effect = _make_effect(sc, lab, (16, 16), (32, 32), False)
+        contract = StreamContract(
+            effect, sdk, strategy="auto", input_stream=named["P"] if named["P"] != sdk else None,
+            consumer_stream=named["C"],
+        )
+        plan = contract.plan
+        effect.close()
+    except Exception as e:  # the fence column is informative only; the matrix itself has run
+        return f"(no plan: {type(e).__name__})"
+    fences = [f for f in (*plan.fences, *plan.on_release) if f.hazard == sc.hazard]
+    resolved = plan.strategy.value
+    label = "auto" if resolved == "auto" else f"auto = {resolved}"
+    texts = list(dict.fromkeys(_fence_text(f, named, plan.run_stream) for f in fences))
+    return f"fence ({label}): " + ("; ".join(texts) if texts else "none needed")
+
+
+def format_summary(rows: Sequence[Row], scenarios: Sequence[Scenario] = SCENARIOS) -> str:
+    """One short table per hazard: does it race without streamsafe, and what each strategy leaves."""
+    by_cell = {(r.hazard, r.scenario, r.safe, r.strategy): r for r in rows}
+    strategies = [s for s in dict.fromkeys(r.strategy for r in rows) if s != "none"]
+    keys = list(dict.fromkeys((r.hazard, r.scenario, r.safe) for r in rows))
+    known = {(sc.hazard, sc.title, sc.safe): sc for sc in scenarios}
+    head = ["scenario", "race?", "corrupt", *strategies]
+    body: list[list[str]] = []
+    notes: dict[int, str] = {}  # body index -> footnote, for controls corrupted by another hazard
+    for hazard, title, safe in keys:
+        base = by_cell.get((hazard, title, safe, "none"))
+        race, corrupt = "-", "-"
+        if base is not None:
+            race = "yes" if base.race_reported else "no"
+            corrupt = f"{base.corrupt_frames}/{base.frames}"
+            others = [h for h in base.hazards_reported if h != hazard]
+            if safe and not base.race_reported and (base.corrupt_frames or others):
+                corrupt += "*"
+                culprit = ", ".join(others) or "another hazard"
+                notes[len(body)] = (
+                    f"* {culprit} races here without streamsafe (see its table), {hazard} does not: the control passes"
+                    if others else f"* frames corrupted by another hazard, not {hazard}: the control passes"
+                )
+            elif not safe and hazard != "-" and not base.race_reported:
+                notes[len(body)] = "! this scenario did not show its hazard without streamsafe"
+        cells = [_cell(by_cell[(hazard, title, safe, s)]) if (hazard, title, safe, s) in by_cell else "-" for s in strategies]
+        body.append([title, race, corrupt, *cells])
+    header, text = _align(head, body, "  ")
+    over = " " * header.index("race?") + "no streamsafe"
+    if strategies:
+        over = f"{over:<{header.index(strategies[0], header.index('corrupt'))}}with streamsafe, per strategy"
+    lines = [f"Verdict per hazard {_title(rows)}", "", over, header]
+    for hazard in dict.fromkeys(k[0] for k in keys):
+        group = [(j, k) for j, k in enumerate(keys) if k[0] == hazard]
+        lines += ["", f"{hazard:<4}{HAZARD_EDGES.get(hazard, '')}"]
+        hazard_rows = [j for j, k in group if not k[2]]
+        controls = [j for j, k in group if k[2]]
+        for j in hazard_rows:
+            if keys[j] in known:
+                lines.append(f"    {auto_fence(known[keys[j]])}")
+        for j in hazard_rows:
+            lines += [text[j], *([f"    {notes[j]}"] if j in notes else [])]
+        if controls and hazard != "-":
+            lines.append(f"  controls (these stream kinds make {hazard} impossible):")
+        for j in controls:
+            lines += [text[j], *([f"    {notes[j]}"] if j in notes else [])]
+    return "\n".join(lines)
+
+
+def format_verdict(rows: Sequence[Row]) -> str:
+    """The last word: PASS, or FAIL with each fenced row that corrupted a frame or missed a race."""
+    bad = failures(rows)
+    fenced = [r for r in rows if r.strategy != "none"]
+    names = ", ".join(dict.fromkeys(r.strategy for r in fenced))
+    if not fenced:
+        return ("VERDICT: nothing to judge: only strategy none ran (no streamsafe). "
+                "Run without --strategy to compare the fenced strategies.")
+    if not bad:
+        total = sum(r.frames for r in fenced)
+        scenarios = len({(r.hazard, r.scenario, r.safe) for r in fenced})
+        return (f"VERDICT: PASS. Every fenced strategy ({names}) copied all {total} frames\n"
+                f"intact, and the model found no race, in {scenarios} scenarios.")
+    lines = [f"VERDICT: FAIL. {len(bad)} fenced run(s) corrupted frames or missed a race:"]
+    for r in bad:
+        races = ",".join(r.hazards_reported) or (r.hazard if r.race_reported else "")
+        what = [f"{r.corrupt_frames}/{r.frames} frames corrupt"] + ([f"race {races} missed"] if races else [])
+        lines.append(f"  {r.strategy:<6}  {r.hazard:<3}  {r.scenario}: {', '.join(what)}")
+    lines.append("See every row with --full, and the model's timelines with --trace FILE.")
     return "\n".join(lines)
 
 
 def rows_to_json(rows: Sequence[Row]) -> str:
+    """Every row as one JSON array of objects (the fields of :class:`Row`)."""
     return json.dumps([asdict(r) for r in rows], indent=1)
 
 
