@@ -264,6 +264,37 @@ class _BenchProgress:
 # -- parser ------------------------------------------------------------------------------------
 
 
+def _run(args: argparse.Namespace) -> int:
+    from .runner import RACE_EXIT_STATUS, format_report, run_program
+    from .strategy import Strategy
+
+    if args.module is None and not args.program:
+        raise UsageError("give a script to run (streamsafe run [options] script.py [args...]) or -m module")
+    if args.strategy not in {s.value for s in Strategy} - {"none"}:
+        raise UsageError(f"unknown strategy {args.strategy!r}: choose auto, event, async, stream or device")
+    target, rest = (args.module, list(args.program)) if args.module else (args.program[0], list(args.program[1:]))
+    if args.module is None and not os.path.isfile(target):
+        raise UsageError(f"{target}: no such file")
+    if args.report:
+        _check_writable(args.report, "--report")
+    try:
+        report = run_program(target, rest, module=args.module is not None, strategy=args.strategy,
+                             sanitize=args.sanitize, fake_nvvfx=args.fake_nvvfx)
+    except ImportError as e:
+        if "nvvfx" in str(e) and not args.fake_nvvfx:
+            raise UsageError(f"cannot import nvvfx ({e}); install NVIDIA's nvvfx, or pass --fake-nvvfx "
+                             "to run on streamsafe's emulation") from None
+        raise
+    sys.stdout.flush()
+    print(format_report(report), file=sys.stderr)
+    if args.report:
+        with open(args.report, "w") as f:
+            f.write(report.to_json() + "\n")
+    if report.races and report.exit_status == 0:
+        return RACE_EXIT_STATUS
+    return report.exit_status
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streamsafe",
@@ -314,6 +345,28 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--png", metavar="PATH", help="write a frames/s chart (needs matplotlib)")
     bench.add_argument("--quiet", action="store_true", help="no progress bar (there is none when stderr is not a terminal)")
     bench.set_defaults(func=_bench)
+    run = sub.add_parser(
+        "run",
+        help="run a Python program unchanged, with every nvvfx effect it creates guarded",
+        description="Run a Python program unchanged (as compute-sanitizer or nsys wrap a binary): every nvvfx "
+                    "effect it creates goes through its own stream contract from its first run(), with the "
+                    "program's own current stream (torch or CuPy) as the SDK stream at each call. At exit, a "
+                    "report per effect goes to stderr: runs, fences by hazard, host waits, the strategy chosen "
+                    "and why, and races found (with --sanitize).",
+        epilog="Exit status: the program's; 3 when --sanitize found a race and the program exited 0; "
+               "2 for a usage error.\nExamples:\n  streamsafe run --fake-nvvfx video_super_resolution.py -i in.mp4\n"
+               "  streamsafe run --sanitize --report report.json -m mypackage.pipeline --frames 100",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("--strategy", default="auto", help="auto (default), event, async, stream or device")
+    run.add_argument("--sanitize", action="store_true",
+                     help="check every access with the happens-before model; races are reported at exit")
+    run.add_argument("--fake-nvvfx", action="store_true",
+                     help="make `import nvvfx` load streamsafe's emulation (no SDK needed; no GPU needed)")
+    run.add_argument("--report", metavar="FILE", help="also write the report as JSON")
+    run.add_argument("-m", dest="module", metavar="MODULE", help="run a module as a script (like python -m)")
+    run.add_argument("program", nargs="*", help="the script and its arguments (or the module's arguments)")
+    run.set_defaults(func=_run)
     return parser
 
 
@@ -327,9 +380,32 @@ def _positive(text: str) -> int:
     return value
 
 
+def _split_run(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``run``'s own options end at the script (or after ``-m MODULE``); the rest is the program's."""
+    takes_value = {"--strategy", "--report"}
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            return argv[: i + 2], argv[i + 2:]
+        if arg in takes_value:
+            i += 2
+        elif arg.startswith("-") and arg != "-":
+            i += 1
+        else:
+            return argv[:i], argv[i:]
+    return argv, []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    program: list[str] | None = None
+    if argv and argv[0] == "run":
+        argv, program = _split_run(argv)
     args = parser.parse_args(argv)
+    if program is not None:
+        args.program = program
     try:
         return int(args.func(args))
     except UsageError as e:

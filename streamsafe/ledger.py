@@ -109,7 +109,8 @@ def _prune_views() -> None:
 
 def new_stats() -> dict[str, int]:
     """Counters of one guard: runs; device-side fences; host waits and device syncs streamsafe
-    made; runs in which the SDK itself made the host wait (``non_blocking=False``)."""
+    made; runs in which the SDK itself made the host wait (``non_blocking=False``); and, under
+    each hazard's name (``"H1"``, ``"H3"``, ...), the fences of any kind made for it."""
     return {"runs": 0, "fences": 0, "host_waits": 0, "device_syncs": 0, "sdk_waits": 0}
 
 
@@ -127,12 +128,15 @@ def apply_fences(backend: Backend, device: int, fences: Iterable[Fence], stats: 
         if action == "device-wait":  # the hot path, inline
             backend.fence(fence.waiter, fence.signaller)  # type: ignore[arg-type]
             stats["fences"] += 1
+            stats[fence.hazard] = stats.get(fence.hazard, 0) + 1
         else:
             synced = _apply_one(backend, device, fence, stats, synced)
 
 
 def _apply_one(backend: Backend, device: int, fence: Fence, stats: dict[str, int], synced: bool) -> bool:
     action = fence.action
+    if action in ("device-wait", "host-wait") or (action == "device-sync" and not synced):
+        stats[fence.hazard] = stats.get(fence.hazard, 0) + 1
     if action == "device-wait":
         backend.fence(fence.waiter, fence.signaller)  # type: ignore[arg-type]
         stats["fences"] += 1

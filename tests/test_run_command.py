@@ -1,0 +1,181 @@
+"""``streamsafe run`` and the class-level guard, on the model: unmodified programs made safe."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+from streamsafe.testing import VideoSuperRes
+from streamsafe.testing import _kernels as K
+
+# A program written against nvvfx as a user would, on the model: its current stream is a
+# non-blocking stream, it imports each output on that stream and reads it back later.
+PROGRAM = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import nvvfx
+    import streamsafe as ss
+    from streamsafe.testing import _kernels as K
+
+    sim = ss.SimBackend(scheduler="adversarial")
+    mode = sys.argv[1] if len(sys.argv) > 1 else "same-stream"
+    with ss.use_backend(sim):
+        sr = nvvfx.VideoSuperRes(quality=nvvfx.QualityLevel.HIGH)
+        sr.output_width = sr.output_height = 32
+        sr.load()
+        side, other = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+        copies = []
+        with sim.use_stream(side):                      # the program's current stream
+            for i in range(6):
+                data = np.random.default_rng(i).random((3, 16, 16), dtype=np.float32)
+                x = sim.empty((3, 16, 16), np.float32)
+                sim.launch(side, "producer.write", lambda x=x, d=data: np.copyto(x.buffer.data, d), writes=[x])
+                out = sr.run(x, stream_ptr=side.ptr)
+                view = sim.from_dlpack(out.image)          # torch.from_dlpack(out.image)
+                reader = other if mode == "other-stream" else side
+                if reader is other:
+                    sim.fence(other, side)
+                copies.append((sim.copy(view, reader), data))
+        sr.close()
+        sim.synchronize_device()
+        want = lambda d: K.to_rgb8(np, K.resize_bilinear(np, d, 32, 32)).astype(np.float32) / np.float32(255)
+        corrupt = sum(not np.array_equal(c.numpy(), want(d)) for c, d in copies)
+    print(f"corrupt frames: {corrupt} of {len(copies)}")
+    sys.exit(1 if corrupt else 0)
+    """
+)
+
+
+@pytest.fixture
+def program(tmp_path: Path) -> Path:
+    path = tmp_path / "pipeline.py"
+    path.write_text(PROGRAM)
+    return path
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "streamsafe", "run", *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_the_program_corrupts_frames_unguarded(program: Path) -> None:
+    code = "import runpy, sys, streamsafe.testing as t; t.install_fake_nvvfx(); sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    done = subprocess.run([sys.executable, "-c", code, str(program)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "corrupt frames: 0 of" not in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("strategy", ["auto", "event", "async", "stream", "device"])
+def test_streamsafe_run_makes_it_safe_unchanged(program: Path, tmp_path: Path, strategy: str) -> None:
+    report = tmp_path / "report.json"
+    done = run_cli("--fake-nvvfx", "--sanitize", "--strategy", strategy, "--report", str(report), str(program))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "corrupt frames: 0 of 6" in done.stdout
+    assert "1 effect(s) guarded" in done.stderr and "sanitize: no race found" in done.stderr
+    data = json.loads(report.read_text())
+    [effect] = data["effects"]
+    assert (effect["effect"], effect["runs"], effect["requested"]) == ("VideoSuperRes", 6, strategy)
+    assert data["races"] == [] and data["exit_status"] == 0
+    assert sum(effect["fences_by_hazard"].values()) >= 1
+
+
+def test_sanitize_reports_a_race_streamsafe_cannot_see_and_exits_3(program: Path) -> None:
+    """The copy on a second stream that nothing declared: the model reports it, the exit status says so."""
+    done = run_cli("--fake-nvvfx", "--sanitize", str(program), "other-stream")
+    assert "race(s) found" in done.stderr, done.stderr
+    assert done.returncode in (1, 3)
+
+
+def test_module_form_and_exit_status_pass_through(tmp_path: Path) -> None:
+    pkg = tmp_path / "mypipe"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text("import sys, nvvfx\nprint('args', sys.argv[1:], nvvfx.__name__)\nsys.exit(4)\n")
+    done = run_cli("--fake-nvvfx", "-m", "mypipe", "--frames", "3", cwd=tmp_path)
+    assert done.returncode == 4 and "args ['--frames', '3'] nvvfx" in done.stdout, done.stdout + done.stderr
+    assert "0 effect(s) guarded" in done.stderr
+
+
+def test_clear_errors(tmp_path: Path) -> None:
+    done = run_cli(str(tmp_path / "missing.py"))
+    assert done.returncode == 2 and "no such file" in done.stderr and "Traceback" not in done.stderr
+    script = tmp_path / "s.py"
+    script.write_text("import nvvfx\n")
+    done = run_cli(str(script))
+    assert done.returncode == 2 and "pass --fake-nvvfx" in done.stderr and "Traceback" not in done.stderr
+    done = run_cli("--strategy", "fastest", "--fake-nvvfx", str(script))
+    assert done.returncode == 2 and "unknown strategy 'fastest'" in done.stderr
+
+
+# -- the class-level guard -------------------------------------------------------------------------------
+
+
+def _frames(sim: ss.SimBackend, sr: Any, n: int, stream: ss.Stream) -> int:
+    copies = []
+    with sim.use_stream(stream):
+        for i in range(n):
+            data = np.random.default_rng(i).random((3, 16, 16), dtype=np.float32)
+            x = sim.empty((3, 16, 16), np.float32)
+            sim.launch(stream, "producer.write", lambda x=x, d=data: np.copyto(x.buffer.data, d), writes=[x])
+            copies.append((sim.copy(sim.from_dlpack(sr.run(x).image), stream), data))
+    sim.synchronize_device()
+    want = [K.to_rgb8(np, K.resize_bilinear(np, d, 32, 32)).astype(np.float32) / np.float32(255) for _, d in copies]
+    return sum(not np.array_equal(sim.download(c, stream), w) for (c, _), w in zip(copies, want))
+
+
+class Slotted(VideoSuperRes):
+    __slots__ = ()
+
+
+@pytest.mark.parametrize("cls", [VideoSuperRes, Slotted])
+def test_guard_a_class_guards_every_instance_from_its_first_run(cls: type) -> None:
+    sim = ss.SimBackend(scheduler="adversarial")
+    made_before = cls(backend=sim)
+    with ss.guard(cls, strategy="auto") as g:
+        made_after = cls(backend=sim)
+        for sr in (made_before, made_after):
+            sr.output_width = sr.output_height = 32
+            sr.load()
+            assert _frames(sim, sr, 3, sim.create_stream(non_blocking=True)) == 0
+            assert isinstance(sr.run(sim.array(np.zeros((3, 16, 16), np.float32))), ss.SafeOutput)
+    assert [c.stats["runs"] for c in g.contracts] == [4, 4]
+    assert sim.races == []
+    raw = made_after.run(sim.array(np.zeros((3, 16, 16), np.float32)))  # undone: the raw output again
+    assert not isinstance(raw, ss.SafeOutput)
+
+
+def test_guard_a_module_and_undo() -> None:
+    from streamsafe.testing import fake_nvvfx
+
+    with fake_nvvfx() as nvvfx:
+        g = ss.guard(nvvfx)
+        assert set(g.classes) == {nvvfx.VideoSuperRes, nvvfx.VideoFrameGeneration, nvvfx.TrueHDR}
+        ss.unguard(nvvfx)
+        assert not g.active
+    with pytest.raises(TypeError, match="pass an effect class, a module"):
+        ss.guard(42)
+
+
+def test_unguarded_effects_corrupt_as_the_control() -> None:
+    sim = ss.SimBackend(scheduler="adversarial")
+    sr = VideoSuperRes(backend=sim)
+    sr.output_width = sr.output_height = 32
+    sr.load()
+    s = sim.create_stream(non_blocking=True)
+    with sim.use_stream(s):
+        pass
+    # unguarded, non_blocking=True on a non-blocking stream: H2 corrupts
+    copies = []
+    for i in range(3):
+        data = np.random.default_rng(i).random((3, 16, 16), dtype=np.float32)
+        x = sim.array(data)
+        out = sr.run(x, stream_ptr=s.ptr, non_blocking=True)
+        copies.append((sim.copy(sim.from_dlpack(out.image, stream=s), s), data))
+    assert sim.races
