@@ -11,7 +11,7 @@ Three ways in::
 
     c = ss.StreamContract(sr, stream)                            # used directly: c.run(...), c.close()
 
-Streams (DESIGN.md section 2): **P** the input's producer (declared ``input_stream``, else
+Streams (docs/design.md, "The four streams"): **P** the input's producer (declared ``input_stream``, else
 the producer framework's current stream at call time, else forwarded through
 ``__dlpack__(stream=S)``), **S** the SDK stream (the contract's ``stream``, a
 ``stream_ptr`` passed to ``run``, else the current stream at call time), **L** the RGB8

@@ -1,4 +1,4 @@
-"""The hazard matrix: each hazard of DESIGN.md section 2, run on the emulated effects.
+"""The hazard matrix: each hazard of the hazard table (docs/design.md), run on the emulated effects.
 
 Every scenario is a short pipeline (producer → effect → consumer) on streams of chosen
 kinds. It runs on a lab: the model (:class:`~streamsafe.testing.labs.SimLab`), which

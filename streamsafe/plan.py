@@ -1,4 +1,4 @@
-"""Fence plans: which edge of DESIGN.md's hazard table needs which fence, and why.
+"""Fence plans: which edge of the hazard table (docs/design.md) needs which fence, and why.
 
 :func:`plan_fences` is a pure function of the strategy, the stream kinds and the
 effect's encoding. Its result, a :class:`FencePlan`, is a value you can print and
@@ -198,7 +198,7 @@ def plan_fences(
             Strategy.EVENT: "device-side event fences; the SDK runs with non_blocking=False",
             Strategy.ASYNC: "the SDK runs on a blocking shadow stream with non_blocking=True; no host wait",
             Strategy.STREAM: "the host synchronises each stream involved",
-            Strategy.DEVICE: "the seed's device-wide synchronisation",
+            Strategy.DEVICE: "the device-wide synchronisation of the vendor's documented recipe",
             Strategy.NONE: "no fences (benchmarks only): every open edge stays open",
         }[strategy]
     if strategy is Strategy.ASYNC:

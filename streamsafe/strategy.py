@@ -19,7 +19,7 @@ class Strategy(str, enum.Enum):
       ``non_blocking=True``; the host never waits for inference. Sound only when the
       RGB8 conversion runs on the legacy stream.
     * ``stream``: host-synchronise the streams involved.
-    * ``device``: the seed's device-wide synchronisation (the vendor's fallback).
+    * ``device``: the device-wide synchronisation of the vendor's documented recipe (its fallback).
     * ``none``: no fences at all; for benchmarks, needs ``allow_none=True``.
     """
 

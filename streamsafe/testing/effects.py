@@ -1,6 +1,6 @@
 """Emulated nvvfx 0.2 effects: the SDK's API and, exactly, its stream behaviour.
 
-What each ``run()`` does, in order (the seed document's description of the SDK):
+What each ``run()`` does, in order (as the vendor's documentation describes the SDK):
 
 1. takes each input with ``__dlpack__()`` and **no stream** (H1);
 2. copies it into an internal buffer on ``stream_ptr`` (the "transfer" stage);
@@ -268,7 +268,7 @@ class _Effect:
 
     def close(self) -> None:
         """Release the SDK buffers. Blocks the host until the SDK's own work is done, but orders
-        nothing after the consumer's work (as the seed documents). Idempotent."""
+        nothing after the consumer's work (as the vendor's documentation says). Idempotent."""
         if self._closed:
             return
         self._release_output("close")
