@@ -230,10 +230,10 @@ class Ledger:
             self.check_current(generation)
             plan = self.plan
             assert plan is not None
-            if hooks.observers and key is not None and not isinstance(self.backend, SimBackend):
-                for o in hooks.observers:
-                    o.on_output_read(key, consumer, self.device)
             apply_fences(self._backend(), self.device, plan.import_fences(consumer), self.out_stats)
+            if hooks.observers and key is not None and not isinstance(self.backend, SimBackend):
+                for o in hooks.observers:  # after the fences that order it
+                    o.on_output_read(key, consumer, self.device)
             self.readers[consumer] = None
             self.outstanding[consumer] = None
             self.escaped = self.escaped or escapes
