@@ -1,0 +1,234 @@
+"""The example programs under examples/ on a CPU: options, the no-GPU message, the PyAV helpers,
+and the --verify references against the emulation on the model. (They run on a GPU in
+scripts/gpu_examples.sh.)"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+from streamsafe.testing import TrueHDR, VideoFrameGeneration, VideoSuperRes
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+PROGRAMS = ["video_super_resolution.py", "video_frame_generation.py", "true_hdr.py"]
+
+
+@pytest.fixture
+def vio(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    return importlib.import_module("_video_io")
+
+
+def _load(name: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    return importlib.import_module(name.removesuffix(".py"))
+
+
+def _run(program: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, **(env or {})}
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, str(EXAMPLES / program), *args], capture_output=True, text=True,
+                          env=full, timeout=60)
+
+
+def _has_cuda_torch() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+# -- the programs' command lines -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_help_exits_zero_without_torch_or_pyav(program: str) -> None:
+    result = _run(program, "--help")
+    assert result.returncode == 0, result.stderr
+    for option in ("--input", "--output", "--frames", "--side-stream", "--verify", "--emulation-latency-us"):
+        assert option in result.stdout
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_programs_are_plain_nvvfx_programs(program: str) -> None:
+    source = (EXAMPLES / program).read_text()
+    assert "streamsafe" not in "\n".join(line for line in source.splitlines() if "import" in line)
+    assert "stream_ptr=torch.cuda.current_stream().cuda_stream" in source or "stream_ptr = torch.cuda.current_stream().cuda_stream" in source
+    assert "torch.from_dlpack(out.image).clone()" in source
+    assert "synchronize" not in source
+
+
+@pytest.mark.parametrize(
+    ("program", "args"),
+    [
+        ("video_super_resolution.py", ["--scale", "5"]),
+        ("video_super_resolution.py", ["--frames", "0"]),
+        ("video_frame_generation.py", ["--timestep", "1.0"]),
+        ("true_hdr.py", ["--debanding-off", "2"]),
+        ("true_hdr.py", ["--size", "15x9"]),
+    ],
+)
+def test_bad_options_are_usage_errors(program: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = _load(program, monkeypatch).build_parser()
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(args)
+    assert exc.value.code == 2
+
+
+def test_options_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = _load("video_frame_generation.py", monkeypatch).build_parser()
+    args = parser.parse_args(["-i", "in.mp4", "-o", "out.mp4", "--frames", "60", "--side-stream", "--copy-stream",
+                              "--non-blocking", "--emulation-latency-us", "300", "--verify", "--timestep", "0.25",
+                              "--size", "64x48"])
+    assert (args.input, args.output, args.frames, args.timestep, args.size) == ("in.mp4", "out.mp4", 60, 0.25, (64, 48))
+    assert args.side_stream and args.copy_stream and args.non_blocking and args.verify
+    assert args.emulation_latency_us == 300.0
+
+
+@pytest.mark.skipif(_has_cuda_torch(), reason="this machine has a CUDA GPU")
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_without_a_gpu_the_program_says_so(program: str) -> None:
+    result = _run(program, "--frames", "2", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert program in result.stderr and ("GPU" in result.stderr or "PyTorch" in result.stderr)
+    assert "Traceback" not in result.stderr
+
+
+# -- the PyAV helpers --------------------------------------------------------------------------------
+
+
+def test_synthesized_frames_move_without_a_shot_change(vio: Any) -> None:
+    frames = list(vio.synthesize_frames(4, 64, 48))
+    assert [f.shape for f in frames] == [(48, 64, 3)] * 4 and frames[0].dtype == np.uint8
+    for a, b in zip(frames, frames[1:]):
+        diff = np.abs(a.astype(np.int16) - b.astype(np.int16))
+        assert diff.max() > 100  # the square moved: a stale frame shows
+        assert diff.mean() / 255 < 0.25  # below frame generation's shot-change threshold
+
+
+def test_encode_then_decode_a_clip(vio: Any, tmp_path: Path) -> None:
+    pytest.importorskip("av")
+    frames = list(vio.synthesize_frames(5, 64, 48))
+    path = tmp_path / "clip.mp4"
+    assert vio.write_clip(str(path), frames, Fraction(25)) == 5
+    clip = vio.open_clip(str(path), frames=None)
+    assert (clip.width, clip.height, clip.fps) == (64, 48, Fraction(25))
+    decoded = list(clip.frames)
+    assert len(decoded) == 5
+    for want, got in zip(frames, decoded):
+        assert got.shape == want.shape and got.dtype == np.uint8
+        assert np.abs(got.astype(np.int16) - want).mean() < 12  # lossy, but the same pictures
+    assert len(list(vio.open_clip(str(path), frames=2).frames)) == 2
+
+
+def test_open_clip_without_input_synthesizes(vio: Any) -> None:
+    clip = vio.open_clip(None, frames=3, size=(32, 16))
+    assert (clip.width, clip.height) == (32, 16)
+    assert len(list(clip.frames)) == 3
+    with pytest.raises(FileNotFoundError):
+        vio.open_clip("/nonexistent/video.mp4", frames=1)
+
+
+def test_writer_in_memory_and_ten_bit(vio: Any, tmp_path: Path) -> None:
+    pytest.importorskip("av")
+    with vio.VideoWriter(None, 32, 16, Fraction(30)) as w:
+        for f in vio.synthesize_frames(3, 32, 16):
+            w.write(f)
+    assert w.frames_written == 3 and w.bit_depth == 8
+    packed = vio.rgb24_to_rgb10a2(next(vio.synthesize_frames(1, 32, 16)))
+    with vio.VideoWriter(str(tmp_path / "hdr.mp4"), 32, 16, Fraction(30), bit_depth=10) as w:
+        w.write(vio.to_video_frame(packed))  # rgb48, reduced to 8 bits if the build has no 10-bit encoder
+    assert w.frames_written == 1 and (tmp_path / "hdr.mp4").stat().st_size > 0
+
+
+def test_pixel_conversions(vio: Any) -> None:
+    rgb = np.array([[[0, 128, 255]]], dtype=np.uint8)
+    packed = vio.rgb24_to_rgb10a2(rgb)
+    assert packed.dtype == np.uint32 and int(packed[0, 0]) >> 30 == 3
+    assert vio.rgb10a2_codes(packed)[0, 0].tolist() == [0, 514, 1023]
+    assert vio.rgb10a2_to_rgb48(packed)[0, 0].tolist() == [0, (514 << 6) | (514 >> 4), 65535]
+    assert vio.float_to_rgb24(vio.rgb24_to_float(rgb)).tolist() == rgb.tolist()
+
+
+# -- --verify's references are the emulation's arithmetic (on the model) ------------------------------
+
+
+def _sim_run(effect: Any, sim: ss.SimBackend, *inputs: np.ndarray, **call: Any) -> np.ndarray:
+    out = effect.run(*(sim.array(x) for x in inputs), **call)
+    sim.synchronize_device()
+    return sim.from_dlpack(out.image).numpy().copy()
+
+
+@pytest.mark.parametrize("encoding", ["RGB8", "RGB10A2"])
+def test_verifier_matches_the_emulated_super_res(vio: Any, encoding: str) -> None:
+    sim = ss.SimBackend()
+    frames = list(vio.synthesize_frames(2, 48, 32))
+    to_input = vio.rgb24_to_float if encoding == "RGB8" else vio.rgb24_to_rgb10a2
+    sr = VideoSuperRes(backend=sim, image_encoding=VideoSuperRes.ImageEncoding[encoding])
+    sr.output_width, sr.output_height = 96, 64
+    sr.load()
+    outputs = [_sim_run(sr, sim, to_input(f)) for f in frames]
+    verifier = vio.FrameVerifier("super_res", encoding, output_width=96, output_height=64)
+    assert verifier.check(outputs[0], frames[0]) and verifier.check(outputs[1], frames[1])
+    assert not verifier.check(outputs[0], frames[1])  # a stale frame is caught
+    assert verifier.summary() == 1
+
+
+@pytest.mark.parametrize("encoding", ["RGB8", "RGB10A2"])
+def test_verifier_matches_the_emulated_frame_generation(vio: Any, encoding: str) -> None:
+    sim = ss.SimBackend()
+    a, b, c = vio.synthesize_frames(3, 48, 32)
+    to_input = vio.rgb24_to_float if encoding == "RGB8" else vio.rgb24_to_rgb10a2
+    vfg = VideoFrameGeneration(backend=sim, image_encoding=VideoFrameGeneration.ImageEncoding[encoding])
+    vfg.input_width, vfg.input_height = 48, 32
+    vfg.frame_multiplier = 4
+    vfg.load()
+    verifier = vio.FrameVerifier("frame_gen", encoding)
+    got = _sim_run(vfg, sim, to_input(a), to_input(b), frame_index=1)
+    assert verifier.check(got, a, b, timestep=0.25)
+    assert not verifier.check(got, a, b, timestep=0.75)
+    got = _sim_run(vfg, sim, to_input(b), to_input(c), frame_index=2)
+    assert verifier.check(got, b, c, timestep=0.5)
+    out = vfg.run_at_timestep(sim.array(to_input(b)), sim.array(to_input(c)), 0.3)
+    sim.synchronize_device()
+    assert verifier.check(sim.from_dlpack(out.image).numpy().copy(), b, c, timestep=0.3)
+    assert verifier.checked == 4 and verifier.corrupt == [1]
+
+
+def test_verifier_matches_the_emulated_true_hdr(vio: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    sim = ss.SimBackend()
+    a, b = vio.synthesize_frames(2, 48, 32)
+    hdr = TrueHDR(backend=sim, luminance=1000, saturation=120)
+    hdr.load()
+    verifier = vio.FrameVerifier("true_hdr", "RGB8", contrast=100, saturation=120, middle_gray=50, luminance=1000)
+    assert verifier.check(_sim_run(hdr, sim, vio.rgb24_to_float(a)), a)
+    assert not verifier.check(_sim_run(hdr, sim, vio.rgb24_to_float(b)), a)
+    assert verifier.summary() == 1
+    assert "corrupt frames: 1 of 2" in capsys.readouterr().out
+
+
+def test_emulation_latency_only_on_the_emulation(vio: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from streamsafe.testing import build_fake_nvvfx
+
+    sr = VideoSuperRes(backend=ss.SimBackend())
+    vio.set_emulation_latency(build_fake_nvvfx(), sr, 300, "x.py")
+    assert sr.latency_us == {"transfer": 0.0, "inference": 300.0, "conversion": 300.0}
+
+    class Real:
+        pass
+
+    other = VideoSuperRes(backend=ss.SimBackend())
+    vio.set_emulation_latency(Real(), other, 300, "x.py")
+    assert other.latency_us["conversion"] == 0.0
+    assert "ignored" in capsys.readouterr().err
