@@ -1,11 +1,27 @@
-"""Host time a StreamContract adds to one run(), ``event`` strategy (issue 4 target: <= 25 us median).
+"""Host time streamsafe adds to one frame, side by side with the same fences written by hand.
 
 Run on a GPU machine:  PYTHONPATH=. python3 benchmarks/contract_overhead.py [--json PATH]
 
-A null effect (same signature as nvvfx's run(), returns a pre-built output, issues no
-GPU work) isolates streamsafe's own cost: the plan lookup, the input checks and the
-fences. Measured for the SDK stream a torch side stream (non-blocking: the most fences),
-with and without a consumer import each frame. Interleaved blocks; raw samples kept.
+A null effect (nvvfx's run() signature, RGB8, issues no GPU work, returns a fresh raw DLPack
+capsule of a pre-allocated buffer, as the SDK does) isolates streamsafe's own cost. The
+streams are those of bench scenario (a): the user's torch side stream S (non-blocking)
+produces the input, is the SDK stream, and imports the output (torch's current stream);
+stream 0 converts. For each strategy (``event``; ``auto``, which picks ``async`` here) the rows are:
+
+* ``contract.run()`` (no import, as before) and ``contract.run() + out.image import``
+  (``torch.from_dlpack(out.image)``);
+* ``hand, same fences + raw capsule import``: the fences the contract places per frame (the
+  count is checked against the contract's counters), issued by hand with raw ``cuda.bindings``
+  events bound once per site (no streamsafe), then ``torch.from_dlpack`` of the SDK's raw capsule;
+* ``hand, minimal + raw capsule import``: the fewest fences that are correct for these streams
+  (:mod:`streamsafe.bench.hand`: ``hand-sync`` beside ``event``, ``hand`` beside ``auto``).
+
+Plus ``raw effect.run()`` and ``raw capsule import`` (no fences: unsafe, the floor of the calls).
+The import step alone is also timed inside each frame: ``torch.from_dlpack(out.image)`` vs the
+hand's import fence + ``torch.from_dlpack(capsule)`` vs a bare ``torch.from_dlpack(capsule)``.
+Targets (issue 10): ``contract.run() + out.image import`` at most 5 us over ``hand, same fences +
+raw capsule import``; an ``out.image`` import as cheap as a raw capsule's. Interleaved blocks;
+every raw sample kept.
 """
 
 from __future__ import annotations
@@ -15,82 +31,264 @@ import json
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from _interleave import interleave
-from typing import Any
 
 
 class NullSuperRes:
-    """nvvfx.VideoSuperRes's run() signature and RGB8 encoding; does nothing."""
+    """nvvfx.VideoSuperRes's run() signature and RGB8 encoding; no GPU work, a fresh raw capsule per run."""
 
     device = 0
     image_encoding = "RGB8"
 
-    def __init__(self) -> None:
-        self._out = type("Out", (), {"image": object()})()
+    def __init__(self, buffer: Any) -> None:
+        self._buffer = buffer
 
     def run(self, input_array: Any, *, non_blocking: bool = False, stream_ptr: int = 0) -> Any:
-        return self._out
+        return _Out(self._buffer.__dlpack__(stream=-1))  # the SDK's plain (unversioned) capsule, no stream sync
 
     def close(self) -> None:
         pass
 
 
+class _Out:
+    __slots__ = ("image",)
+
+    def __init__(self, image: Any) -> None:
+        self.image = image
+
+
 @dataclass
 class OverheadResult:
     samples_us: dict[str, list[float]] = field(default_factory=dict)
+    """Per row, one sample per block: host microseconds per frame."""
+    import_samples_us: dict[str, list[float]] = field(default_factory=dict)
+    """The import step alone (timed inside the frame), one sample per block: microseconds per import."""
+    fences_per_frame: dict[str, float] = field(default_factory=dict)
+    plans: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
 
     def median(self, name: str) -> float:
-        return statistics.median(self.samples_us[name])
+        xs = self.samples_us.get(name) or self.import_samples_us[name]
+        return statistics.median(xs)
+
+    def summary(self) -> dict[str, float]:
+        """streamsafe over hand, in median microseconds per frame (the issue-10 targets), and ratios."""
+        m = self.median
+        out: dict[str, float] = {}
+        for s in ("event", "auto"):
+            ours = m(f"contract.run() + out.image import [{s}]")
+            out[f"contract + import - hand, same fences + import [{s}] (us)"] = ours - m(f"hand, same fences + raw capsule import [{s}]")
+            out[f"contract + import - hand, minimal + import [{s}] (us)"] = ours - m(f"hand, minimal + raw capsule import [{s}]")
+            out[f"contract + import / hand, same fences + import [{s}]"] = ours / m(f"hand, same fences + raw capsule import [{s}]")
+            out[f"out.image import - (hand fence + raw capsule import) [{s}] (us)"] = (
+                m(f"import: out.image [{s}]") - m(f"import: hand fence + raw capsule [{s}]")
+            )
+            out[f"out.image import - raw capsule import [{s}] (us)"] = m(f"import: out.image [{s}]") - m("import: raw capsule")
+        return out
 
 
 def measure_contract_overhead(*, blocks: int = 40, per_block: int = 500, warmup: int = 2000) -> OverheadResult:
+    """Interleave every row in blocks; each sample is one block's mean host time per frame (us)."""
     import torch
 
-    import streamsafe as ss
+    return _measure(torch, blocks=blocks, per_block=per_block, warmup=warmup)
 
+
+class _Timers:
+    """Side-channel timers for the import step inside a frame, flushed to one sample per block."""
+
+    def __init__(self) -> None:
+        self.acc: dict[str, list[int]] = {}
+        self.samples: dict[str, list[float]] = {}
+        self.flushes = 0
+
+    def add(self, name: str, ns: int) -> None:
+        acc = self.acc.get(name)
+        if acc is None:
+            acc = self.acc[name] = [0, 0]
+            self.samples[name] = []
+        acc[0] += ns
+        acc[1] += 1
+
+    def flush(self) -> None:
+        """Called by the interleave loop's sync after the warm-up and after every block: the first is dropped."""
+        self.flushes += 1
+        for name, acc in self.acc.items():
+            if acc[1] and self.flushes > 1:
+                self.samples[name].append(acc[0] / acc[1] / 1000)
+            acc[0] = acc[1] = 0
+
+
+def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> OverheadResult:
+    import time
+
+    import streamsafe as ss
+    from streamsafe.bench.hand import RawFences
+    from streamsafe.streams import LEGACY_HANDLE, as_stream
+
+    torch.cuda.set_device(0)
+    be = ss.CudaBackend()
     side = torch.cuda.Stream()
     x = torch.zeros(3, 16, 16, device="cuda")
-    raw_fx, fx, fx_import = NullSuperRes(), NullSuperRes(), NullSuperRes()
-    c = ss.StreamContract(fx, side, strategy="event")
-    c_import = ss.StreamContract(fx_import, side, strategy="event")
-    ptr = side.cuda_stream
+    out_buf = torch.zeros(3, 32, 32, device="cuda")
+    S = as_stream(side, backend=be)
+    L = as_stream(LEGACY_HANDLE, device=0, backend=be)
+    raw = RawFences(0)
+    timers = _Timers()
+    clock = time.perf_counter_ns
+    rows: dict[str, Callable[[], None]] = {}
+    fences: dict[str, float] = {}
+    result = OverheadResult()
+    result.environment = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)}
+    keep: list[Any] = []
+    from_dlpack = torch.from_dlpack
 
-    def raw() -> None:
-        raw_fx.run(x, stream_ptr=ptr, non_blocking=False)
+    raw_fx = NullSuperRes(out_buf)
+    ptr = S.ptr
 
-    def contract() -> None:
-        c.run(x)
+    def raw_run() -> None:
+        raw_fx.run(x, stream_ptr=ptr, non_blocking=True)
 
-    def contract_and_import() -> None:
-        c_import.run(x).image.__dlpack__(stream=ptr)
+    def raw_import() -> None:
+        image = raw_fx.run(x, stream_ptr=ptr, non_blocking=True).image
+        t0 = clock()
+        from_dlpack(image)
+        timers.add("import: raw capsule", clock() - t0)
 
-    strategies: dict[str, Callable[[], None]] = {
-        "raw effect.run()": raw,
-        "contract.run() [event]": contract,
-        "contract.run() + import [event]": contract_and_import,
-    }
-    return OverheadResult(interleave(strategies, blocks=blocks, per_block=per_block, warmup=warmup, sync=torch.cuda.synchronize))
+    rows["raw effect.run()"] = raw_run
+    rows["raw capsule import"] = raw_import
+    fences["raw effect.run()"] = fences["raw capsule import"] = 0
+
+    for strategy in ("event", "auto"):
+        fx, fx_import = NullSuperRes(out_buf), NullSuperRes(out_buf)
+        with torch.cuda.stream(side):
+            c = ss.StreamContract(fx, side, strategy=strategy)
+            c_import = ss.StreamContract(fx_import, side, strategy=strategy)
+        keep += [fx, fx_import, c, c_import]
+        result.plans[strategy] = str(c.plan)
+        import_name = f"import: out.image [{strategy}]"
+
+        def contract_run(c: Any = c) -> None:
+            c.run(x)
+
+        def contract_import(c: Any = c_import, name: str = import_name) -> None:
+            image = c.run(x).image
+            t0 = clock()
+            from_dlpack(image)
+            timers.add(name, clock() - t0)
+
+        # The fences the contract's plan places per frame, by hand, in the same order, the last one the import's.
+        if strategy == "event":
+            # before run (H5): L waits S (the copy), S waits L (the 8-bit result); run(non_blocking=False);
+            # at import (H3): S waits L.
+            before, after = [raw.site(L, S), raw.site(S, L)], [raw.site(S, L)]
+            run_ptr, nb, protect = S.ptr, False, None
+            minimal = [], [raw.site(S, L)]  # hand-sync
+            min_ptr, min_nb = S.ptr, False
+        else:
+            # auto -> async: the SDK on a blocking stream B. Before run: B and L wait S (H5), B waits S (H1);
+            # after run: S waits B (H12) and the input is record_stream'ed on B; at import: S waits L (H3).
+            B = raw.blocking_stream()
+            b_torch = torch.cuda.ExternalStream(B.handle, device=0)
+            before, after = [raw.site(B, S), raw.site(L, S), raw.site(B, S)], [raw.site(S, B), raw.site(S, L)]
+            run_ptr, nb, protect = B.ptr, True, b_torch
+            minimal = [raw.site(B, S)], [raw.site(S, L)]  # hand
+            min_ptr, min_nb = B.ptr, True
+        hand_fx = NullSuperRes(out_buf)
+        hand_import_name = f"import: hand fence + raw capsule [{strategy}]"
+
+        def hand_same(before: Any = before, after: Any = after, run_ptr: int = run_ptr, nb: bool = nb,
+                      protect: Any = protect, fx: Any = hand_fx, name: str = hand_import_name) -> None:
+            for f in before:
+                f()
+            image = fx.run(x, stream_ptr=run_ptr, non_blocking=nb).image
+            for f in after[:-1]:
+                f()
+            if protect is not None:
+                x.record_stream(protect)
+            t0 = clock()
+            after[-1]()
+            from_dlpack(image)
+            timers.add(name, clock() - t0)
+
+        def hand_minimal(before: Any = minimal[0], after: Any = minimal[1], run_ptr: int = min_ptr, nb: bool = min_nb,
+                         fx: Any = hand_fx) -> None:
+            for f in before:
+                f()
+            image = fx.run(x, stream_ptr=run_ptr, non_blocking=nb).image
+            for f in after:
+                f()
+            from_dlpack(image)
+
+        rows[f"contract.run() [{strategy}]"] = contract_run
+        rows[f"contract.run() + out.image import [{strategy}]"] = contract_import
+        rows[f"hand, same fences + raw capsule import [{strategy}]"] = hand_same
+        rows[f"hand, minimal + raw capsule import [{strategy}]"] = hand_minimal
+        hand_count = len(before) + len(after)
+        fences[f"hand, same fences + raw capsule import [{strategy}]"] = hand_count
+        fences[f"hand, minimal + raw capsule import [{strategy}]"] = len(minimal[0]) + len(minimal[1])
+
+        # The contract's fences per frame in steady state (its counters), to check the hand row matches.
+        with torch.cuda.stream(side):
+            for row, contract in ((contract_run, c), (contract_import, c_import)):
+                for _ in range(3):
+                    row()
+                start = contract.stats["fences"]
+                for _ in range(10):
+                    row()
+                fences[f"contract.run(){' + out.image import' if contract is c_import else ''} [{strategy}]"] = (
+                    (contract.stats["fences"] - start) / 10
+                )
+        torch.cuda.synchronize()
+        per_frame = fences[f"contract.run() + out.image import [{strategy}]"]
+        if per_frame != hand_count:
+            print(f"warning: contract + import [{strategy}] places {per_frame} fences per frame, the hand row "
+                  f"{hand_count}: update the hand row to the plan:\n{c.plan}")
+
+    def sync() -> None:
+        torch.cuda.synchronize()
+        timers.flush()
+
+    with torch.cuda.stream(side):
+        timers.flush()  # drop the checks' timings
+        timers.flushes = 0
+        result.samples_us = interleave(rows, blocks=blocks, per_block=per_block, warmup=warmup, sync=sync)
+    result.import_samples_us = timers.samples
+    result.fences_per_frame = fences
+    torch.cuda.synchronize()
+    raw.close()
+    return result
 
 
 def format_result(result: OverheadResult) -> str:
     base = result.median("raw effect.run()")
-    lines = [f"{'':<34} {'median us/run':>14} {'added by streamsafe':>20}"]
+    lines = [f"{'per frame':<50} {'median us':>10} {'over raw run()':>15} {'fences':>7}"]
     for name in result.samples_us:
         m = result.median(name)
-        lines.append(f"{name:<34} {m:>14.2f} {m - base:>20.2f}")
+        lines.append(f"{name:<50} {m:>10.2f} {m - base:>15.2f} {result.fences_per_frame.get(name, float('nan')):>7.1f}")
+    lines += ["", f"{'the import step alone (timed inside the frame)':<50} {'median us':>10}"]
+    for name in result.import_samples_us:
+        lines.append(f"{name:<50} {result.median(name):>10.2f}")
+    lines += ["", "streamsafe vs hand (medians)"]
+    for name, value in result.summary().items():
+        lines.append(f"{name:<72} {value:>8.2f}")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write raw samples here")
+    parser.add_argument("--blocks", type=int, default=40)
+    parser.add_argument("--per-block", type=int, default=500)
     args = parser.parse_args()
-    result = measure_contract_overhead()
+    result = measure_contract_overhead(blocks=args.blocks, per_block=args.per_block)
     print(format_result(result))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"medians_us": {k: result.median(k) for k in result.samples_us}, **asdict(result)}, f, indent=1)
+            json.dump({"medians_us": {k: result.median(k) for k in result.samples_us}, "summary": result.summary(),
+                       **asdict(result)}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -197,3 +198,234 @@ def test_micro_benchmark_interleave_loop() -> None:
     assert {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3} and len(syncs) == 7
     with pytest.raises(ValueError, match="blocks and per_block must be >= 1"):
         mod.interleave({}, blocks=0, per_block=1, warmup=0, sync=lambda: None)
+
+
+# -- hand-written references, the video server, and fence counts against the plan -----------------------
+
+from streamsafe.bench import ServerPipeline, sim_factory  # noqa: E402
+from streamsafe.bench.harness import Hand, as_row  # noqa: E402
+from streamsafe.bench.pipelines import SCENARIOS, SimPipeline, scenario_by_key  # noqa: E402
+
+SINGLE = [sc.key for sc in SCENARIOS if not sc.effects]
+COUNTED = ("device-wait",)
+PER_FRAME = ("before run", "after run", "at import")
+
+
+def test_references_come_from_the_factory_and_x_hand_uses_the_faster() -> None:
+    clock, log = FakeClock(), []
+    costs = {"none": 0.001, "event": 0.004, "hand": 0.002, "hand-sync": 0.008}
+
+    def factory(scenario: str, row: Any) -> FakePipeline:
+        return FakePipeline(row.value, clock, costs[row.value], log)
+
+    factory.references = ("hand", "hand-sync")  # type: ignore[attr-defined]
+    result = run_bench(factory, ["a"], ["none", "event"], frames=6, warmup=2, block=3, clock=clock, cpu_clock=clock)
+    assert result.strategies == ["none", "event", "hand", "hand-sync"]
+    assert result.best_hand("a") == "hand"
+    assert result.hand_ratio("a", "event") == pytest.approx(0.5)
+    table = format_table(result)
+    assert "x hand" in table and "x none" not in table and "none (unsafe)" in table
+    cell = next(c for c in to_json(result)["cells"] if c["strategy"] == "event")["summary"]
+    assert cell["ratio_to_hand"] == pytest.approx(0.5) and cell["hand_row"] == "hand"
+    assert next(c for c in to_json(result)["cells"] if c["strategy"] == "none")["summary"]["unsafe"] is True
+    assert run_bench(factory, ["a"], ["hand"], frames=3, warmup=0, block=3, clock=clock, cpu_clock=clock,
+                     references=()).strategies == ["hand"]
+    assert as_row("HAND") is Hand.HAND and as_row("auto") is Strategy.AUTO
+
+
+class FakeBlockPipeline(FakePipeline):
+    """Runs whole blocks itself, three frames per step, and reports worker CPU time."""
+
+    frames_per_step = 3
+
+    def run_block(self, first: int, count: int) -> float:
+        for i in range(first, first + count):
+            self.step(i)
+        return 0.5
+
+
+def test_block_pipelines_count_every_frame_and_worker_cpu() -> None:
+    clock, log = FakeClock(), []
+    result = run_bench(lambda s, r: FakeBlockPipeline(r.value, clock, 0.003, log), ["a"], ["event"], frames=6, warmup=2,
+                       block=3, clock=clock, cpu_clock=clock)
+    s = result.get("a", "event")
+    assert s.frames == 18 and s.block_frames == [9, 9]
+    assert s.fps == pytest.approx(1000)  # 9 frames per 9 ms block
+    assert s.block_cpu_s == pytest.approx([0.009 + 0.5, 0.009 + 0.5])
+    assert s.runs == 6  # effect calls, as the pipeline counts them
+
+
+def _steady(pipe: Any, warm: int = 3, frames: int = 6) -> tuple[float, float]:
+    for i in range(warm):
+        pipe.step(i)
+    c0 = pipe.counters()
+    for i in range(warm, warm + frames):
+        pipe.step(i)
+    c1 = pipe.counters()
+    runs = c1["runs"] - c0["runs"]
+    return (c1["fences"] - c0["fences"]) / runs, (c1["host_waits"] - c0["host_waits"]) / runs
+
+
+def _planned_fences(pipe: SimPipeline) -> int:
+    """The device waits per frame the contract's printed plan lists for the pipeline's streams: at
+    'before run', 'after run', 'at import' for the consumer, and 'before next run' for every stream
+    that reads the output (the consumer; with JAX, whose recipe keeps a zero-copy view, also S)."""
+    contract = pipe.runner.contract
+    assert contract is not None
+    S, C = pipe.stream, pipe.consumer
+    plan = contract.plan_for(producer=S, sdk=S, consumer=C)
+    if C == S:
+        assert plan == contract.plan  # the contract's own (printed) plan
+    printed = str(plan).splitlines()
+    listed = [f for f in plan.fences if f.action in COUNTED and f.when in PER_FRAME]
+    for f in listed:
+        assert f"  {f}" in printed
+    pattern = re.compile(r"^\s+H\d+\s+(before run|after run|at import)\s+.* waits on an event recorded on ")
+    assert len(listed) == sum(1 for line in printed if pattern.match(line))
+    next_run: set[tuple[Any, Any]] = set()
+    for reader in dict.fromkeys((C, S)):
+        p = contract.plan_for(producer=S, sdk=S, consumer=reader)
+        next_run |= {(f.waiter, f.signaller) for f in p.fences if f.action in COUNTED and f.when == "before next run"}
+    return len(listed) + len(next_run)
+
+
+@pytest.mark.parametrize("strategy", ["auto", "event", "async", "stream", "device"])
+@pytest.mark.parametrize("scenario", SINGLE)
+def test_fences_per_frame_match_the_plan(scenario: str, strategy: str) -> None:
+    """A change that adds (or drops) a fence shows here: the bench's count per frame, in steady state,
+    is what the contract's plan says for the scenario's streams."""
+    pipe = sim_factory(scenario, Strategy(strategy))
+    assert isinstance(pipe, SimPipeline)
+    try:
+        fences, _ = _steady(pipe)
+        assert fences == _planned_fences(pipe), str(pipe.runner.contract.plan)  # type: ignore[union-attr]
+    finally:
+        pipe.close()
+
+
+def test_fences_per_frame_match_the_plan_in_the_video_server() -> None:
+    pipe = sim_factory("server-2", Strategy.AUTO)
+    assert isinstance(pipe, ServerPipeline)
+    try:
+        pipe.run_block(0, 3)
+        c0 = pipe.counters()
+        pipe.run_block(3, 5)
+        c1 = pipe.counters()
+        assert c1["runs"] - c0["runs"] == 10
+        assert (c1["fences"] - c0["fences"]) / 10 == _planned_fences(pipe.lanes[0])
+    finally:
+        pipe.close()
+
+
+def _hand_expected(scenario: str, row: str) -> float:
+    if not scenario_by_key(scenario).conversion:
+        return 0
+    return 2 if row == "hand" else 1
+
+
+@pytest.mark.parametrize("row", ["hand", "hand-sync"])
+@pytest.mark.parametrize("scenario", SINGLE)
+def test_hand_rows_are_correct_on_the_model(scenario: str, row: str) -> None:
+    pipe = sim_factory(scenario, row)
+    assert isinstance(pipe, SimPipeline)
+    fences, host_waits = _steady(pipe)
+    pipe.drain()
+    checked, corrupt = pipe.check()
+    pipe.close()
+    assert checked > 0 and corrupt == 0
+    assert pipe.sim.races == []  # the happens-before model finds no unordered access either
+    assert fences == _hand_expected(scenario, row)
+    assert host_waits == (0 if row == "hand" else 1)
+
+
+@pytest.mark.parametrize("row", ["hand", "hand-sync"])
+@pytest.mark.parametrize("scenario", ["a", "d-jax", "f-vfg"])
+def test_every_hand_fence_is_needed(scenario: str, row: str) -> None:
+    """Minimal: without any one of its fences, the hand row races (and corrupts frames)."""
+    probe = sim_factory(scenario, row)
+    hand = probe.runner.hand  # type: ignore[attr-defined]
+    sites = len(hand._before) + len(hand._after) + (0 if hand.consumer_on_sdk else 1)
+    probe.close()
+    assert sites == _hand_expected(scenario, row)
+    for drop in range(sites):
+        pipe = sim_factory(scenario, row)
+        h = pipe.runner.hand  # type: ignore[attr-defined]
+        fences = [*h._before, *h._after]
+        if drop < len(fences):
+            gone = fences[drop]
+            h._before = tuple(f for f in h._before if f is not gone)
+            h._after = tuple(f for f in h._after if f is not gone)
+        else:
+            h.import_fence = lambda handle: None
+        for i in range(6):
+            pipe.step(i)
+        pipe.drain()
+        _, corrupt = pipe.check()
+        pipe.close()
+        assert pipe.sim.races and corrupt > 0, (scenario, row, drop)  # type: ignore[attr-defined]
+
+
+def test_none_is_the_unsafe_reference_on_the_model() -> None:
+    pipe = sim_factory("a", "none")
+    for i in range(6):
+        pipe.step(i)
+    pipe.drain()
+    _, corrupt = pipe.check()
+    pipe.close()
+    assert corrupt > 0 and pipe.sim.races  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("row", ["none", "auto", "event", "async", "device", "hand", "hand-sync"])
+def test_video_server_on_the_model_runs_one_thread_per_effect(row: str) -> None:
+    import threading
+
+    pipe = sim_factory("server-4", row)
+    assert isinstance(pipe, ServerPipeline) and pipe.frames_per_step == 4 and len(pipe.lanes) == 4
+    seen: dict[int, set[str]] = {}
+    for k, lane in enumerate(pipe.lanes):
+        step = lane.step
+
+        def traced(frame: int, k: int = k, step: Any = step) -> None:
+            seen.setdefault(k, set()).add(threading.current_thread().name)
+            step(frame)
+
+        lane.step = traced
+    try:
+        cpu = pipe.run_block(0, 6)
+        pipe.drain()
+        checked, corrupt = pipe.check()
+    finally:
+        pipe.close()
+    assert cpu >= 0 and checked == 24
+    names = [next(iter(v)) for v in seen.values()]
+    assert all(len(v) == 1 for v in seen.values()) and len(set(names)) == 4 and threading.main_thread().name not in names
+    assert (corrupt > 0) if row == "none" else (corrupt == 0)
+    assert pipe.lanes[0].sim is pipe.lanes[3].sim  # one device: stream 0 and device syncs are shared
+
+
+def test_video_server_errors_reach_the_caller() -> None:
+    pipe = sim_factory("server-2", "auto")
+    assert isinstance(pipe, ServerPipeline)
+
+    def boom(frame: int) -> None:
+        raise RuntimeError("lane failed")
+
+    pipe.lanes[1].step = boom
+    try:
+        with pytest.raises(RuntimeError, match="lane failed"):
+            pipe.run_block(0, 2)
+    finally:
+        pipe.close()
+
+
+def test_bench_cli_on_the_model_has_hand_rows_and_the_video_server(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--backend", "sim", "--scenario", "a,e-rgb10,server-2", "--strategy", "none,auto,device",
+                 "--frames", "4", "--block", "2", "--quiet", "--json", str(out)]) == 0
+    cells = {(c["scenario"], c["strategy"]): c["summary"] for c in json.loads(out.read_text())["cells"]}
+    for scenario in ("a", "e-rgb10", "server-2"):
+        for row in ("hand", "hand-sync"):
+            assert cells[(scenario, row)]["corrupt"] == 0 and cells[(scenario, row)]["checked"] > 0
+    assert cells[("a", "hand")]["fences_per_frame"] == 2 and cells[("a", "hand")]["host_waits_per_frame"] == 0
+    assert cells[("e-rgb10", "hand")]["fences_per_frame"] == 0
+    assert cells[("server-2", "none")]["corrupt"] > 0 and cells[("server-2", "auto")]["checked"] == 8

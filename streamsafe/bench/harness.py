@@ -5,12 +5,19 @@ scenario, warms every strategy's pipeline up (untimed), then runs blocks of fram
 turn, A B C A B C ..., so that drift (clocks, thermals, other tenants) hits all alike.
 Each block ends when its pipeline has drained (the host waited for its GPU work), so a
 block's wall time is its own. Per frame it keeps the device latency a pipeline reports,
-and per block the wall time and the host thread's CPU time. Clocks are injectable, so
-the harness itself is tested without a GPU.
+and per block the wall time and the host's CPU time. Clocks are injectable, so the
+harness itself is tested without a GPU.
+
+Rows are the library's strategies plus the hand-written references (:class:`Hand`): the
+fences an expert writes for the exact streams of a scenario, with raw events and no
+streamsafe. A factory that can build them says so with a ``references`` attribute, and
+:func:`run_bench` then adds them to every scenario. A pipeline that runs several effects on
+threads (the video server) implements ``run_block`` and ``frames_per_step``.
 """
 
 from __future__ import annotations
 
+import enum
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -19,7 +26,39 @@ from typing import Any, Protocol
 
 from ..strategy import Strategy, as_strategy
 
-__all__ = ["Pipeline", "PipelineFactory", "Samples", "BenchResult", "run_bench", "ProgressFn"]
+__all__ = ["Pipeline", "BlockPipeline", "PipelineFactory", "Samples", "BenchResult", "run_bench", "ProgressFn", "Hand", "Row", "as_row",
+           "HAND_ROWS", "UNSAFE_ROWS"]
+
+
+class Hand(str, enum.Enum):
+    """The hand-written references: raw events placed by an expert for the scenario's exact streams.
+
+    * ``hand``: the fastest correct recipe: the SDK on a *blocking* stream with ``non_blocking=True``
+      where stream 0 converts (the documented async trick), else ``non_blocking=True`` on the SDK stream.
+    * ``hand-sync``: the blocking recipe: ``non_blocking=False`` on the user's stream, with event fences.
+    """
+
+    HAND = "hand"
+    HAND_SYNC = "hand-sync"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+Row = Strategy | Hand
+"""One row of the bench: a library strategy or a hand-written reference."""
+HAND_ROWS: tuple[str, ...] = tuple(h.value for h in Hand)
+UNSAFE_ROWS: tuple[str, ...] = ("none",)
+"""Rows that place no fences: the unsafe reference, shown for what races cost, never a floor to reach."""
+
+
+def as_row(value: Row | str) -> Row:
+    """A bench row name as a :class:`Hand` or a :class:`~streamsafe.Strategy` (``none`` allowed)."""
+    if isinstance(value, Hand):
+        return value
+    if isinstance(value, str) and value.lower() in HAND_ROWS:
+        return Hand(value.lower())
+    return as_strategy(value, allow_none=True)
 
 
 class Pipeline(Protocol):
@@ -49,8 +88,19 @@ class Pipeline(Protocol):
     def close(self) -> None: ...
 
 
-PipelineFactory = Callable[[str, Strategy], Pipeline]
-"""``factory(scenario, strategy) -> Pipeline``."""
+class BlockPipeline(Pipeline, Protocol):
+    """A pipeline that runs a whole block itself (e.g. several effects, each on its own thread)."""
+
+    frames_per_step: int
+    """Frames one step produces (the video server: one per effect)."""
+
+    def run_block(self, first: int, count: int) -> float:
+        """Run steps ``first .. first + count - 1``; return the CPU seconds its worker threads used."""
+        ...
+
+
+PipelineFactory = Callable[[str, Row], Pipeline]
+"""``factory(scenario, row) -> Pipeline``; ``factory.references`` (optional): the hand rows it can build."""
 ProgressFn = Callable[[int, int, str], None]
 """``progress(done_blocks, total_blocks, label)``."""
 
@@ -134,6 +184,20 @@ class BenchResult:
             return float("nan")
         return a.fps / b.fps
 
+    def best_hand(self, scenario: str) -> str | None:
+        """The faster hand-written row of ``scenario`` that corrupted no frame (the honest floor), if any."""
+        rows = [h for h in HAND_ROWS if (scenario, h) in self.samples and not self.samples[(scenario, h)].corrupt]
+        if not rows:
+            return None
+        if not self.timed:
+            return rows[0]
+        return max(rows, key=lambda h: self.samples[(scenario, h)].fps)
+
+    def hand_ratio(self, scenario: str, strategy: str) -> float:
+        """frames/s of ``strategy`` over the best hand-written row's (NaN without one)."""
+        best = self.best_hand(scenario)
+        return float("nan") if best is None else self.ratio(scenario, strategy, best)
+
 
 def run_bench(
     factory: PipelineFactory,
@@ -149,13 +213,16 @@ def run_bench(
     cpu_clock: Callable[[], float] = time.thread_time,
     progress: ProgressFn | None = None,
     environment: dict[str, Any] | None = None,
+    references: Sequence[str] | None = None,
 ) -> BenchResult:
     """Run every scenario with every strategy, interleaved in blocks of ``block`` frames.
 
     ``frames`` timed frames per strategy and scenario (a multiple of ``block``), after
-    ``warmup`` untimed ones. Blocks the host for the whole run.
+    ``warmup`` untimed ones. ``references``: hand-written rows added to every scenario
+    (default: ``factory.references``, if the factory has it); rows already named are not
+    added twice. Blocks the host for the whole run.
     """
-    names = [as_strategy(s, allow_none=True).value for s in strategies]
+    names = [as_row(s).value for s in strategies]
     if not names:
         raise ValueError("strategies is empty: name at least one (e.g. 'none', 'event', 'device')")
     if len(set(names)) != len(names):
@@ -170,6 +237,8 @@ def run_bench(
         raise ValueError(f"frames ({frames}) must be a multiple of block ({block}) so every strategy runs whole blocks")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+    extra = getattr(factory, "references", ()) if references is None else references
+    names += [r for r in (as_row(x).value for x in extra) if r not in names]
     return _loop(factory, list(scenarios), names, frames, warmup, block, backend, timed, clock, cpu_clock, progress, environment or {})
 
 
@@ -191,11 +260,12 @@ def _loop(
     total = len(scenarios) * len(strategies) * (frames // block)
     done = 0
     for scenario in scenarios:
-        pipelines = {name: factory(scenario, Strategy(name)) for name in strategies}
+        pipelines: dict[str, Pipeline] = {}
         try:
+            for name in strategies:
+                pipelines[name] = factory(scenario, as_row(name))
             for pipe in pipelines.values():  # warm-up: untimed, unchecked, uncounted
-                for i in range(warmup):
-                    pipe.step(i)
+                _steps(pipe, 0, warmup)
                 pipe.drain()
                 pipe.check()
             base = {name: pipe.counters() for name, pipe in pipelines.items()}
@@ -207,15 +277,15 @@ def _loop(
                     samples = result.samples[(scenario, name)]
                     pipe.settle()
                     c0, t0 = cpu_clock(), clock()
-                    for _ in range(block):
-                        pipe.step(next_frame[name])
-                        next_frame[name] += 1
+                    workers_cpu = _steps(pipe, next_frame[name], block)
+                    next_frame[name] += block
                     samples.latency_ms += pipe.drain()
                     t1, c1 = clock(), cpu_clock()
+                    per_step = int(getattr(pipe, "frames_per_step", 1))
                     samples.block_wall_s.append(t1 - t0)
-                    samples.block_cpu_s.append(c1 - c0)
-                    samples.block_frames.append(block)
-                    samples.frames += block
+                    samples.block_cpu_s.append(c1 - c0 + workers_cpu)
+                    samples.block_frames.append(block * per_step)
+                    samples.frames += block * per_step
                     checked, corrupt = pipe.check()
                     samples.checked += checked
                     samples.corrupt += corrupt
@@ -233,3 +303,14 @@ def _loop(
             for pipe in pipelines.values():
                 pipe.close()
     return result
+
+
+def _steps(pipe: Pipeline, first: int, count: int) -> float:
+    """Steps ``first .. first + count - 1``: the pipeline's own block runner if it has one (returns the
+    CPU seconds of its worker threads), else one ``step`` after another on this thread (returns 0)."""
+    run_block = getattr(pipe, "run_block", None)
+    if run_block is not None:
+        return float(run_block(first, count)) if count else 0.0
+    for i in range(first, first + count):
+        pipe.step(i)
+    return 0.0

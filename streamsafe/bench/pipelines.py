@@ -2,10 +2,13 @@
 
 Every pipeline is the same user program: frames produced on the user's stream S (a
 torch side stream, non-blocking), the effect called through a contract with the
-strategy under test (``none``: the raw effect with ``non_blocking=True``, the unfenced
-floor), each output copied by the scenario's consumer, and every copy checked against a
-NumPy reference after its block (untimed). The emulated effects' stage costs are set
-with their latency knob, so the GPU work per frame is realistic and known.
+strategy under test (``none``: the raw effect with ``non_blocking=True``, no fence at all:
+the unsafe reference), or with the fences an expert writes by hand (``hand``,
+``hand-sync``: :mod:`streamsafe.bench.hand`), each output copied by the scenario's
+consumer, and every copy checked against a NumPy reference after its block (untimed).
+The emulated effects' stage costs are set with their latency knob, so the GPU work per
+frame is realistic and known. The video-server scenarios (``server-N``) run N such
+pipelines, each with its own effect, stream and thread (:mod:`streamsafe.bench.server`).
 """
 
 from __future__ import annotations
@@ -18,11 +21,16 @@ import numpy as np
 
 from ..backend import SimBackend
 from ..contract import StreamContract
+from ..outputs import SafeImage
 from ..strategy import Strategy
+from ..streams import LEGACY_HANDLE, Stream
 from ..testing import _kernels as K
 from ..testing.effects import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
+from .hand import FenceSites, HandRunner, RawFences, SimFences
+from .harness import HAND_ROWS, Hand, Pipeline, Row, as_row
 
-__all__ = ["BenchScenario", "SCENARIOS", "scenario_by_key", "GpuPipeline", "SimPipeline", "gpu_factory", "sim_factory"]
+__all__ = ["BenchScenario", "SCENARIOS", "SERVER_SIZES", "scenario_by_key", "GpuPipeline", "SimPipeline", "gpu_factory",
+           "sim_factory"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,17 @@ class BenchScenario:
     cpu_ms: float = 0.0
     stage_us: dict[str, float] = field(default_factory=lambda: {"inference": 800.0, "conversion": 100.0})
     multiplier: int = 4
+    effects: int = 0
+    """Video server: this many effects, each with its own stream and thread (0: one pipeline on the main thread)."""
+
+    @property
+    def conversion(self) -> bool:
+        """The output has the RGB8 conversion stage on stream 0."""
+        return self.effect != "hdr" and self.encoding == "RGB8"
+
+
+SERVER_SIZES = (1, 2, 4, 8)
+_SERVER_STAGES = {"inference": 2000.0, "conversion": 50.0}
 
 
 SCENARIOS: tuple[BenchScenario, ...] = (
@@ -52,6 +71,11 @@ SCENARIOS: tuple[BenchScenario, ...] = (
                   stage_us={"inference": 300.0, "conversion": 60.0}),
     BenchScenario("f-hdr", "TrueHDR, 1080p", effect="hdr", encoding="RGB10A2", size=(1080, 1920), out=(1080, 1920),
                   stage_us={"inference": 800.0}),
+    *(
+        BenchScenario(f"server-{n}", f"video server: {n} x (540p->1080p, 2 ms inference), a stream and a thread each",
+                      effects=n, stage_us=dict(_SERVER_STAGES))
+        for n in SERVER_SIZES
+    ),
 )
 
 
@@ -116,14 +140,33 @@ def _make_effect(sc: BenchScenario, backend: Any, size: tuple[int, int], out: tu
 
 
 class _Runner:
-    """Calls the effect the way the strategy says: raw (``none``) or through a contract."""
+    """Calls the effect the way the row says: raw (``none``), through a contract, or with the
+    hand-written fences of :mod:`streamsafe.bench.hand` (``hand_sites`` given)."""
 
-    def __init__(self, effect: Any, stream: Any, strategy: Strategy) -> None:
+    def __init__(
+        self,
+        effect: Any,
+        stream: Stream,
+        row: Row,
+        *,
+        sc: BenchScenario | None = None,
+        hand_sites: FenceSites | None = None,
+        legacy: Stream | None = None,
+        consumer_on_sdk: bool = True,
+    ) -> None:
         self.effect = effect
-        self.strategy = strategy
-        self.contract = None if strategy is Strategy.NONE else StreamContract(effect, stream, strategy=strategy)
+        self.strategy = row
         self.stream = stream
         self.runs = 0
+        self.contract: StreamContract | None = None
+        self.hand: HandRunner | None = None
+        if isinstance(row, Hand):
+            if hand_sites is None or legacy is None or sc is None:
+                raise ValueError(f"row {row.value!r} needs fence sites, the legacy stream and the scenario")
+            self.hand = HandRunner(effect, stream, row, hand_sites, conversion=sc.conversion, legacy=legacy,
+                                   consumer_on_sdk=consumer_on_sdk)
+        elif row is not Strategy.NONE:
+            self.contract = StreamContract(effect, stream, strategy=row)
 
     def run(self, sc: BenchScenario, inputs: list[Any], consume: Any) -> list[Any]:
         """One step: one output (three for frame generation x4), each consumed before the next
@@ -131,6 +174,8 @@ class _Runner:
         calls: list[dict[str, Any]] = (
             [{"frame_index": j} for j in range(1, sc.multiplier)] if sc.effect == "vfg" else [{}]
         )
+        if self.hand is not None:
+            return self.hand.run(calls, inputs, consume)
         copies = []
         for kw in calls:
             self.runs += 1
@@ -142,13 +187,17 @@ class _Runner:
         return copies
 
     def counters(self) -> dict[str, int]:
+        if self.hand is not None:
+            return self.hand.counters()
         if self.contract is None:
             return {"fences": 0, "host_waits": 0, "runs": self.runs}
         st = self.contract.stats
         return {"fences": st["fences"], "host_waits": st["host_waits"] + st["device_syncs"] + st["sdk_waits"], "runs": self.runs}
 
     def close(self) -> None:
-        if self.contract is not None:
+        if self.hand is not None:
+            self.hand.close()
+        elif self.contract is not None:
             self.contract.close()
         else:
             self.effect.close()
@@ -157,7 +206,7 @@ class _Runner:
 class GpuPipeline:
     """The scenario on the GPU: torch produces on a side stream S; the consumer copies on S."""
 
-    def __init__(self, sc: BenchScenario, strategy: Strategy) -> None:
+    def __init__(self, sc: BenchScenario, strategy: Row) -> None:
         import torch
 
         from ..backend.cuda import CudaBackend
@@ -165,13 +214,18 @@ class GpuPipeline:
         from ..testing._engines import spin_cycles_per_us
 
         self.sc, self.torch = sc, torch
+        torch.cuda.set_device(0)
         self.backend = CudaBackend()
         self.side = torch.cuda.Stream()
         self.stream = as_stream(self.side, backend=self.backend)
         self.unrelated = torch.cuda.Stream() if sc.unrelated_gpu_ms else None
         self.cycles = spin_cycles_per_us(0)
         self.effect = _make_effect(sc, self.backend, sc.size, sc.out, gpu=True)
-        self.runner = _Runner(self.effect, self.stream, strategy)
+        row = as_row(strategy)
+        hand = RawFences(0) if isinstance(row, Hand) else None
+        legacy = as_stream(LEGACY_HANDLE, device=0, backend=self.backend)
+        self.runner = _Runner(self.effect, self.stream, row, sc=sc, hand_sites=hand, legacy=legacy,
+                              consumer_on_sdk=sc.consumer != "jax")
         slots = _inputs_and_refs(sc, sc.size, sc.out)
         self.inputs = [[self._upload(x) for x in xs] for xs, _ in slots]
         self.refs = [[torch.from_numpy(_as_signed(r)).cuda() for r in rs] for _, rs in slots]
@@ -205,7 +259,7 @@ class GpuPipeline:
         view = jax.dlpack.from_dlpack(image if not _is_raw(image) else JaxDLPackAdapter(image, 0), copy=False)
         out = jnp.array(view, copy=True)
         out.block_until_ready()
-        if not _is_raw(image):
+        if isinstance(image, SafeImage):
             image._ledger.reader_done(image.generation, image._consumer)
         return out
 
@@ -263,25 +317,39 @@ class GpuPipeline:
     def counters(self) -> dict[str, int]:
         return self.runner.counters()
 
+    def thread_init(self) -> None:
+        """On a worker thread, before its first step: the device (and its primary context) current, for the
+        raw driver calls of the hand rows (``cudaDeviceSynchronize`` binds the context to the thread)."""
+        self.torch.cuda.set_device(0)
+        self.torch.cuda.synchronize()
+
     def close(self) -> None:
         self.torch.cuda.synchronize()
         self.runner.close()
 
 
 class SimPipeline:
-    """The scenario on the model, with small frames: fences, host waits and corruption are real; times are not."""
+    """The scenario on the model, with small frames: fences, host waits and corruption are real; times are not.
+
+    Inputs are allocated and written on S each frame (so a recycled allocation races like a
+    decoder's); the consumer copies on S, except JAX's, which imports and copies on a stream of
+    its own and makes the host wait for the copy (``block_until_ready``)."""
 
     SIZE = (16, 16)
 
-    def __init__(self, sc: BenchScenario, strategy: Strategy) -> None:
+    def __init__(self, sc: BenchScenario, strategy: Row, sim: SimBackend | None = None) -> None:
         self.sc = sc
-        self.sim = SimBackend(scheduler="adversarial")
+        self.sim = sim if sim is not None else SimBackend(scheduler="adversarial")
         self.stream = self.sim.create_stream(non_blocking=True)
         self.unrelated = self.sim.create_stream(non_blocking=True) if sc.unrelated_gpu_ms else None
         h, w = self.SIZE
         out = self.SIZE if sc.effect in ("hdr", "vfg") else (2 * h, 2 * w)
         self.effect = _make_effect(sc, self.sim, self.SIZE, out, gpu=False)
-        self.runner = _Runner(self.effect, self.stream, strategy)
+        row = as_row(strategy)
+        hand = SimFences(self.sim) if isinstance(row, Hand) else None
+        self.consumer = self.sim.create_stream(non_blocking=True) if sc.consumer == "jax" else self.stream
+        self.runner = _Runner(self.effect, self.stream, row, sc=sc, hand_sites=hand, legacy=self.sim.legacy_stream(0),
+                              consumer_on_sdk=sc.consumer != "jax")
         self.slots = _inputs_and_refs(sc, self.SIZE, out)
         self.kept: list[tuple[Any, np.ndarray]] = []
         self._scratch = self.sim.empty(4, name="unrelated work")
@@ -302,11 +370,17 @@ class SimPipeline:
 
                 sim.launch(self.stream, "producer.write", write, writes=[buf])
                 inputs.append(arr)
-            def consume(image: Any) -> Any:
-                return sim.copy(sim.from_dlpack(image, stream=self.stream), self.stream, name="consumer.copy")
-
-            for k, copy in enumerate(self.runner.run(sc, inputs, consume)):
+            for k, copy in enumerate(self.runner.run(sc, inputs, self._consume)):
                 self.kept.append((copy, refs[k]))
+
+    def _consume(self, image: Any) -> Any:
+        sim, consumer = self.sim, self.consumer
+        copy = sim.copy(sim.from_dlpack(image, stream=consumer), consumer, name="consumer.copy")
+        if consumer != self.stream:  # JAX: jnp.array(view, copy=True).block_until_ready()
+            sim.synchronize_stream(consumer)
+            if isinstance(image, SafeImage):
+                image._ledger.reader_done(image.generation, image._consumer)
+        return copy
 
     def drain(self) -> list[float]:
         self.sim.synchronize_device(0)
@@ -324,6 +398,9 @@ class SimPipeline:
     def counters(self) -> dict[str, int]:
         return self.runner.counters()
 
+    def thread_init(self) -> None:
+        pass
+
     def close(self) -> None:
         self.runner.close()
 
@@ -336,9 +413,28 @@ def _is_raw(image: Any) -> bool:
     return not hasattr(image, "__dlpack__")
 
 
-def gpu_factory(scenario: str, strategy: Strategy) -> GpuPipeline:
-    return GpuPipeline(scenario_by_key(scenario), strategy)
+class _Factory:
+    """``factory(scenario, row) -> Pipeline`` on the GPU or on the model; builds the hand rows too."""
+
+    references: tuple[str, ...] = HAND_ROWS
+
+    def __init__(self, gpu: bool) -> None:
+        self.gpu = gpu
+
+    def __call__(self, scenario: str, strategy: Row | str) -> Pipeline:
+        from .server import ServerPipeline
+
+        sc = scenario_by_key(scenario)
+        row = as_row(strategy)
+        if sc.effects:
+            return ServerPipeline.build(sc, row, gpu=self.gpu)
+        return GpuPipeline(sc, row) if self.gpu else SimPipeline(sc, row)
+
+    def __repr__(self) -> str:
+        return f"<streamsafe bench {'gpu' if self.gpu else 'sim'}_factory>"
 
 
-def sim_factory(scenario: str, strategy: Strategy) -> SimPipeline:
-    return SimPipeline(scenario_by_key(scenario), strategy)
+gpu_factory = _Factory(gpu=True)
+"""Pipelines on the GPU (torch, CuPy, JAX, cuda.bindings)."""
+sim_factory = _Factory(gpu=False)
+"""Pipelines on :class:`~streamsafe.SimBackend`: counts and corruption only."""

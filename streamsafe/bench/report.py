@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from .harness import BenchResult
+from .harness import HAND_ROWS, UNSAFE_ROWS, BenchResult
 
 __all__ = ["format_table", "to_json", "write_json", "write_png", "progress_bar"]
 
@@ -15,8 +15,13 @@ def _f(x: float, digits: int = 2) -> str:
     return "-" if x != x or math.isinf(x) else f"{x:.{digits}f}"
 
 
+def _label(strategy: str) -> str:
+    return f"{strategy} (unsafe)" if strategy in UNSAFE_ROWS else strategy
+
+
 def format_table(result: BenchResult) -> str:
-    """One row per scenario and strategy. On the model, times are shown as '-'."""
+    """One row per scenario and strategy. On the model, times are shown as '-'. ``x hand`` is relative
+    to the faster hand-written row of the scenario; ``none`` is marked unsafe (it corrupts frames)."""
     if result.timed:
         title = f"streamsafe bench on {result.environment.get('gpu', result.backend)}: {result.frames} timed frames per cell, interleaved blocks of {result.block}"
     else:
@@ -25,14 +30,16 @@ def format_table(result: BenchResult) -> str:
             "times are not measured"
         )
     head = ["scenario", "strategy", "frames/s", "p50 ms", "p99 ms", "CPU ms/frame", "fences/frame", "host waits/frame",
-            "corrupt", "x none", "x device", "spread"]
+            "corrupt", "x hand", "x device", "spread"]
     rows = []
     for scenario in result.scenarios:
         for strategy in result.strategies:
+            if (scenario, strategy) not in result.samples:
+                continue
             s = result.get(scenario, strategy)
             timed = result.timed
             rows.append([
-                scenario, strategy,
+                scenario, _label(strategy),
                 _f(s.fps, 1) if timed else "-",
                 _f(s.latency(0.5)) if timed else "-",
                 _f(s.latency(0.99)) if timed else "-",
@@ -40,7 +47,7 @@ def format_table(result: BenchResult) -> str:
                 _f(s.fences_per_frame, 1),
                 _f(s.host_waits_per_frame, 1),
                 f"{s.corrupt}/{s.checked}",
-                _f(result.ratio(scenario, strategy, "none")),
+                _f(result.hand_ratio(scenario, strategy)),
                 _f(result.ratio(scenario, strategy, "device")),
                 f"{100 * s.fps_spread:.1f}%" if timed else "-",
             ])
@@ -48,9 +55,19 @@ def format_table(result: BenchResult) -> str:
     fmt = "  ".join(f"{{:>{w}}}" if i >= 2 else f"{{:<{w}}}" for i, w in enumerate(widths))
     lines = [title, "", fmt.format(*head), fmt.format(*("-" * w for w in widths))]
     lines += [fmt.format(*r) for r in rows]
+    notes = []
+    if any(h in result.strategies for h in HAND_ROWS):
+        notes.append("hand, hand-sync: the fences an expert writes for these streams with raw events, no streamsafe "
+                     "(hand: no host wait where possible; hand-sync: non_blocking=False).")
+    if any(u in result.strategies for u in UNSAFE_ROWS):
+        notes.append("none (unsafe): no fences at all; shown for what races cost, not a floor: it corrupts frames.")
     if result.timed:
-        lines += ["", "x none / x device: frames/s relative to the unfenced floor / the vendor's device-sync fallback. "
-                  "spread: stdev of per-block frames/s over its mean; a difference smaller than that is noise."]
+        notes.append("x hand / x device: frames/s relative to the faster hand row / the vendor's device-sync fallback. "
+                     "spread: stdev of per-block frames/s over its mean; a difference smaller than that is noise.")
+        notes.append("server-N: N effects, each with its own stream and thread; frames/s is the aggregate, "
+                     "CPU ms/frame sums every thread.")
+    if notes:
+        lines += ["", *notes]
     return "\n".join(lines)
 
 
@@ -70,8 +87,14 @@ def to_json(result: BenchResult) -> dict[str, Any]:
                 "host_waits_per_frame": s.host_waits_per_frame,
                 "corrupt": s.corrupt,
                 "checked": s.checked,
-                "ratio_to_none": result.ratio(scenario, strategy, "none") if result.timed else None,
+                "ratio_to_hand": result.hand_ratio(scenario, strategy) if result.timed else None,
+                "hand_row": result.best_hand(scenario),
                 "ratio_to_device": result.ratio(scenario, strategy, "device") if result.timed else None,
+                "ratio_to_none": result.ratio(scenario, strategy, "none") if result.timed else None,
+                "unsafe": strategy in UNSAFE_ROWS,
+                "runs": s.runs,
+                "fences": s.fences,
+                "host_waits": s.host_waits,
             },
             "samples": {
                 "block_wall_s": s.block_wall_s,
@@ -107,7 +130,7 @@ def write_json(result: BenchResult, path: str) -> None:
 
 
 def write_png(result: BenchResult, path: str) -> str | None:
-    """A grouped bar chart of frames/s per strategy per scenario, the unfenced floor marked.
+    """A grouped bar chart of frames/s per strategy per scenario, the hand-written floor marked.
 
     Returns why nothing was written (no matplotlib, or the model: no times), else ``None``.
     """
@@ -120,30 +143,47 @@ def write_png(result: BenchResult, path: str) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (pip install 'streamsafe[bench]')"
-    scenarios, strategies = result.scenarios, [s for s in result.strategies]
-    fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(scenarios) * max(1, len(strategies)) / 3), 4.8))
-    width = 0.8 / len(strategies)
-    colors = {"none": "#bbbbbb", "auto": "#1b9e77", "event": "#66a61e", "async": "#7570b3", "stream": "#e6ab02", "device": "#d95f02"}
-    for j, strategy in enumerate(strategies):
-        xs = [i + (j - (len(strategies) - 1) / 2) * width for i in range(len(scenarios))]
-        ys = [result.get(sc, strategy).fps for sc in scenarios]
-        bars = ax.bar(xs, ys, width, label=strategy, color=colors.get(strategy, None))
-        for bar, sc in zip(bars, scenarios):
-            if result.get(sc, strategy).corrupt:
-                ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), "x", ha="center", va="bottom", color="red", fontsize=9)
-    if "none" in strategies:
-        for i, sc in enumerate(scenarios):
-            floor = result.get(sc, "none").fps
-            ax.hlines(floor, i - 0.45, i + 0.45, colors="black", linestyles="dashed", linewidth=1)
-    ax.set_xticks(range(len(scenarios)))
-    ax.set_xticklabels(scenarios)
-    ax.set_ylabel("frames/s (higher is better)")
-    ax.set_title(f"streamsafe bench, {result.environment.get('gpu', result.backend)} (dashed: unfenced floor; red x: corrupted frames)")
-    ax.legend(ncols=min(6, len(strategies)), fontsize=8)
-    fig.tight_layout()
+    strategies = list(result.strategies)
+    groups = [g for g in ([sc for sc in result.scenarios if not sc.startswith("server-")],
+                          [sc for sc in result.scenarios if sc.startswith("server-")]) if g]
+    widths = [max(3.0, 0.2 * len(g) * len(strategies)) for g in groups]
+    fig, axes = plt.subplots(1, len(groups), figsize=(min(22.0, sum(widths) + 1), 5.5), squeeze=False,
+                             gridspec_kw={"width_ratios": widths})
+    for ax, scenarios in zip(axes[0], groups):
+        _bars(ax, result, scenarios, strategies)
+    axes[0][0].set_ylabel("frames/s (higher is better)")
+    if len(groups) > 1:
+        axes[0][1].set_ylabel("aggregate frames/s, all effects")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncols=min(8, len(strategies)), fontsize=8)
+    fig.suptitle(f"streamsafe bench, {result.environment.get('gpu', result.backend)} "
+                 "(dashed: the faster hand-written row; hatched: unsafe, no fences; red x: corrupted frames)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 0.96))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return None
+
+
+_COLORS = {"none": "#bbbbbb", "auto": "#1b9e77", "event": "#66a61e", "async": "#7570b3", "stream": "#e6ab02",
+           "device": "#d95f02", "hand": "#333333", "hand-sync": "#888888"}
+
+
+def _bars(ax: Any, result: BenchResult, scenarios: list[str], strategies: list[str]) -> None:
+    width = 0.8 / len(strategies)
+    for j, strategy in enumerate(strategies):
+        xs = [i + (j - (len(strategies) - 1) / 2) * width for i in range(len(scenarios))]
+        ys = [result.samples[(sc, strategy)].fps if (sc, strategy) in result.samples else 0.0 for sc in scenarios]
+        bars = ax.bar(xs, ys, width, label=_label(strategy), color=_COLORS.get(strategy, None),
+                      hatch="//" if strategy in UNSAFE_ROWS else None)
+        for bar, sc in zip(bars, scenarios):
+            if (sc, strategy) in result.samples and result.get(sc, strategy).corrupt:
+                ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), "x", ha="center", va="bottom", color="red", fontsize=9)
+    for i, sc in enumerate(scenarios):
+        best = result.best_hand(sc)
+        if best is not None:
+            ax.hlines(result.get(sc, best).fps, i - 0.45, i + 0.45, colors="black", linestyles="dashed", linewidth=1)
+    ax.set_xticks(range(len(scenarios)))
+    ax.set_xticklabels(scenarios)
 
 
 def progress_bar(stream: Any) -> Any:

@@ -17,6 +17,7 @@ import weakref
 
 import numpy as np
 
+from .. import hooks
 from ..backend import Backend, SimBackend
 from ..backend.sim import SimArray
 from ..races import Race
@@ -179,15 +180,27 @@ class GpuLab:
             dst = torch.empty_like(src)
             self._spin(delay_us)
             dst.copy_(src)
+        if hooks.observers:  # the lab's own kernels, for sanitize mode (the model sees the same accesses)
+            for o in hooks.observers:
+                o.on_launch(stream, "producer.write", [], [dst.data_ptr()], self.device)
         if not recycle:
             self._keep.append(dst)
         return dst
 
     def consume(self, image: Any, stream: Stream, *, delay_us: float = 0.0) -> Any:
         torch = self._torch
+        key = None
+        if hooks.observers:
+            from .._dlpack import capsule_data_key
+
+            key = capsule_data_key(getattr(image, "_capsule", image))
         with torch.cuda.stream(self.torch_stream(stream)):
             self._spin(delay_us)
-            return torch.from_dlpack(image).clone()
+            copy = torch.from_dlpack(image).clone()
+        if key is not None:
+            for o in hooks.observers:
+                o.on_launch(stream, "consumer.copy", [key], [], self.device)
+        return copy
 
     def fence(self, waiter: Stream, signaller: Stream) -> None:
         self.backend.fence(waiter, signaller)
@@ -196,7 +209,7 @@ class GpuLab:
         self.backend.synchronize_stream(stream)
 
     def synchronize(self) -> None:
-        self._torch.cuda.synchronize(self.device)
+        self.backend.synchronize_device(self.device)  # through the backend: sanitize mode sees it
 
     def read(self, copy: Any) -> np.ndarray:
         return copy.cpu().numpy()
