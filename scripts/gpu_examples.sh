@@ -29,7 +29,7 @@ SUMMARY="$DIR/summary.txt"
 
 if ! python3 -c "import av" 2>/dev/null; then
   AVDIR=$(mktemp -d)
-  if ! python3 -m pip install --quiet --no-index --find-links .whl --target "$AVDIR" av > "$LOGS/pip.txt" 2>&1; then
+  if ! python3 -m pip install --quiet --no-index --find-links .whl --find-links .nvsamples/wheels --target "$AVDIR" av > "$LOGS/pip.txt" 2>&1; then
     echo "cannot install PyAV from .whl/ (see $LOGS/pip.txt)" | tee "$SUMMARY"
     exit 2
   fi

@@ -99,7 +99,8 @@ class StreamContract:
         self._last_plan: FencePlan | None = None
         self._patched_instance = False
         self._tracked = guarding.install(self._cls)
-        self._config = self._snapshot()
+        if self.ledger.config is None:
+            self.ledger.config = self._snapshot()
         self.stats = new_stats()
         """Counters: runs; device-side fences; host waits and device syncs streamsafe made; and runs in
         which the SDK itself made the host wait (``non_blocking=False``)."""
@@ -234,7 +235,7 @@ class StreamContract:
                 self._protect_inputs(arrays, run_stream)
             ledger.prune_keepalive()
             self._last_plan = plan
-            self._config = self._snapshot()
+            ledger.config = self._snapshot()
             self.stats["runs"] += 1
             self.stats["sdk_waits"] += not plan.non_blocking
         return SafeOutput(raw, SafeImage(ledger, raw.image, generation, dev, self._consumer or sdk))
@@ -310,19 +311,20 @@ class StreamContract:
         return tuple(getattr(self.effect, name, None) for name in CONFIG_ATTRS)
 
     def _check_unguarded_change(self) -> None:
+        """A change of output size or encoding made behind every guard's back (e.g. a property's
+        ``fset`` called directly): the buffer may have gone while copies read it."""
         now = self._snapshot()
-        if now == self._config:
-            return
         ledger = self.ledger
-        if not (ledger.outstanding or ledger.readers):
-            self._config = now
+        before = ledger.config
+        if before is None or now == before:
+            ledger.config = now
             return
-        changes = ", ".join(
-            f"{name} {old} -> {new}" for name, old, new in zip(CONFIG_ATTRS, self._config, now) if old != new
-        )
+        ledger.config = now
+        if not (ledger.outstanding or ledger.readers):
+            return
+        changes = ", ".join(f"{name} {old} -> {new}" for name, old, new in zip(CONFIG_ATTRS, before, now) if old != new)
         consumers = ", ".join(str(c) for c in {**ledger.outstanding, **ledger.readers})
         error = UnguardedChangeError(type(self.effect).__name__, changes, consumers)
-        self._config = now
         ledger.released()
         if _sanitize.active() is not None or _sanitize.sim_sanitizing(self.backend):
             raise error
@@ -354,7 +356,7 @@ class StreamContract:
             finally:
                 if any(k in releasing for k in done):
                     ledger.released()
-                self._config = self._snapshot()
+                ledger.config = self._snapshot()
 
     def synchronize(self) -> None:
         """Block the host until every copy of the current output that streamsafe knows of, and the
@@ -484,6 +486,7 @@ def tracked_setattr(effect: Any, ledger: Ledger, attr: str, value: Any) -> None:
         apply_fences(ledger._backend(), ledger.device, ledger.release_fences(None), ledger.unguarded_stats)
         call_raw(effect, "__setattr__", attr, value)
         ledger.released()
+        ledger.config = tuple(getattr(effect, name, None) for name in CONFIG_ATTRS)
 
 
 def _check_effect(effect: Any) -> None:

@@ -191,6 +191,8 @@ class Ledger:
         self.holds: dict[Stream, Any] = {}
         self.keepalive: deque[tuple[Any, Any]] = deque()
         self.torch_streams: dict[int, Any] = {}
+        self.config: tuple[Any, ...] | None = None
+        """The effect's output-size and encoding attributes as the last guard saw or set them."""
         self.default_contract: Any = None
         """The contract a class-level guard (:func:`streamsafe.guard`) made for this effect."""
         self._lock = threading.RLock()

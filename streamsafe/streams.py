@@ -158,7 +158,8 @@ def _handle_of(obj: Any) -> tuple[int, int | None]:
         dev = getattr(obj, "device", None)
         return int(obj.cuda_stream), getattr(dev, "index", None)
     if module.startswith("cupy") and hasattr(obj, "ptr"):
-        return int(obj.ptr), getattr(obj, "device_id", None)
+        dev = getattr(obj, "device_id", None)
+        return int(obj.ptr), dev if isinstance(dev, int) and dev >= 0 else None  # -1: CuPy's null/ptds stream objects
     protocol = getattr(obj, "__cuda_stream__", None)
     if protocol is not None:
         value = protocol() if callable(protocol) else protocol
