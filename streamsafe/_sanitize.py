@@ -1,49 +1,57 @@
-"""Sanitize mode's state: the happens-before shadow of real GPU calls.
+"""Sanitize mode's observer: a happens-before shadow of the real GPU calls.
 
-When active, every fence, event, synchronisation and emulated-effect stage issued
-through streamsafe, every producer write a contract sees at ``run()`` and every consumer
-import of a contract's output is mirrored into a :class:`~streamsafe.SimBackend` whose
-only job is its vector clocks. A missing fence raises :class:`~streamsafe.RaceError`
-naming both accesses, whether or not timing corrupted the data. It sees only what goes
-through streamsafe: a bare ``torch.cuda.synchronize()`` is invisible to it.
+A :class:`Shadow` is a :class:`streamsafe.hooks.Observer`. While registered (inside
+``ss.sanitize()``, or for the whole process with ``STREAMSAFE_SANITIZE=1``), every fence,
+event record and wait, host synchronisation, emulated-effect kernel and release, every
+producer write a contract sees at ``run()`` and every consumer import of a contract's
+output is mirrored into a :class:`~streamsafe.SimBackend` whose only job is its vector
+clocks. A missing fence raises :class:`~streamsafe.RaceError` naming both accesses, whether
+or not timing corrupted the data; a read of released memory raises a use-after-free report
+(H7). It sees only what goes through streamsafe: a bare ``torch.cuda.synchronize()`` is
+invisible to it.
+
+Memory is identified by its key (a device pointer): a *write* to a key whose mirror was
+released starts a new allocation at that address (allocators hand addresses out again), so
+it is checked against the old accesses like any reuse; a *read* of it is a use after free.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any
 
+from . import hooks
 from .backend.schedule import InOrderScheduler
-from .backend.sim import SimArray, SimBackend
+from .backend.sim import SimArray, SimBackend, SimBuffer
 from .streams import Stream, StreamKind
 
-__all__ = ["Shadow", "active", "activate", "deactivate", "sim_sanitizing", "enable_from_environment"]
+__all__ = ["Shadow", "active", "sim_sanitizing", "enable_from_environment", "array_key", "is_release"]
 
-_ACTIVE: Shadow | None = None
+_ENV_SHADOW: Shadow | None = None
+_env_lock = threading.Lock()
 
 
 def active() -> Shadow | None:
-    return _ACTIVE
+    """The most recently registered :class:`Shadow`, or ``None`` when sanitize mode is off."""
+    for observer in reversed(hooks.observers):
+        if isinstance(observer, Shadow):
+            return observer
+    return None
 
 
-def activate(shadow: Shadow | None) -> Shadow | None:
-    global _ACTIVE
-    previous, _ACTIVE = _ACTIVE, shadow
-    return previous
-
-
-def deactivate(previous: Shadow | None) -> None:
-    global _ACTIVE
-    _ACTIVE = previous
-
-
-def enable_from_environment() -> None:
-    """``STREAMSAFE_SANITIZE=1``: a process-wide shadow, started once."""
-    global _ACTIVE
-    if _ACTIVE is None:
-        _ACTIVE = Shadow()
+def enable_from_environment() -> Shadow:
+    """``STREAMSAFE_SANITIZE=1``: register one process-wide shadow, once; returns it."""
+    global _ENV_SHADOW
+    with _env_lock:
+        if _ENV_SHADOW is None:
+            _ENV_SHADOW = Shadow()
+            hooks.register(_ENV_SHADOW)
+        return _ENV_SHADOW
 
 
 def sim_sanitizing(backend: Any) -> bool:
+    """True when ``backend`` is a model that raises at races (``ss.sanitize(sim)``)."""
     return isinstance(backend, SimBackend) and backend.on_race == "raise"
 
 
@@ -61,87 +69,142 @@ def array_key(arr: Any) -> Any:
     return None
 
 
-class Shadow:
-    """The model that shadows real calls. Raises :class:`~streamsafe.RaceError` on the first race."""
+def is_release(name: str) -> bool:
+    """Whether a host write named ``name`` releases the memory (the effects name theirs
+    ``"<Effect>.release <what>"``; ``free``/``close`` count too)."""
+    lowered = name.lower()
+    return "release" in lowered or "free" in lowered or "close" in lowered
+
+
+class Shadow(hooks.Observer):
+    """The model that shadows real calls. Raises :class:`~streamsafe.RaceError` on the first race;
+    the model stays usable after it (the racing access is fully recorded). Thread-safe."""
 
     def __init__(self, devices: int = 16) -> None:
         self.sim = SimBackend(scheduler=InOrderScheduler(), on_race="raise", devices=devices)
+        self._lock = threading.RLock()
         self._streams: dict[tuple[int, int], Stream] = {}
         self._buffers: dict[Any, SimArray] = {}
-        self._events: dict[int, Any] = {}
+        self._events: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self._events_by_id: dict[int, Any] = {}
+        self._seen_writes: set[Any] = set()
+        """Memory whose writes are reported as launches (a lab, an instrumented producer): a contract's
+        assumed write at ``run()`` is then not added."""
 
     @property
     def races(self) -> list[Any]:
         return self.sim.races
 
     def stream(self, s: Stream) -> Stream:
-        mirror = self._streams.get(s.key)
-        if mirror is None:
-            if s.kind is StreamKind.LEGACY:
-                mirror = self.sim.legacy_stream(s.device)
-            elif s.kind is StreamKind.PER_THREAD:
-                mirror = self.sim.per_thread_stream(s.device)
-            else:
-                mirror = self.sim.create_stream(non_blocking=s.kind is StreamKind.NON_BLOCKING, device=s.device)
-            self._streams[s.key] = mirror
-        return mirror
+        with self._lock:
+            mirror = self._streams.get(s.key)
+            if mirror is None:
+                if s.kind is StreamKind.LEGACY:
+                    mirror = self.sim.legacy_stream(s.device)
+                elif s.kind is StreamKind.PER_THREAD:
+                    mirror = self.sim.per_thread_stream(s.device)
+                else:
+                    mirror = self.sim.create_stream(non_blocking=s.kind is StreamKind.NON_BLOCKING, device=s.device)
+                self._streams[s.key] = mirror
+            return mirror
 
     def buffer(self, key: Any, device: int = 0, name: str = "") -> SimArray:
-        mirror = self._buffers.get(key)
-        if mirror is None:
-            label = name or (f"buffer {key:#x}" if isinstance(key, int) else f"buffer {key}")
-            mirror = self._buffers[key] = self.sim.empty(1, device=device, name=label)
+        with self._lock:
+            mirror = self._buffers.get(key)
+            if mirror is None:
+                label = name or (f"buffer {key:#x}" if isinstance(key, int) else f"buffer {key}")
+                mirror = self._buffers[key] = self.sim.empty(1, device=device, name=label)
+            return mirror
+
+    def _reallocated(self, key: Any, device: int) -> SimArray:
+        """The mirror of ``key`` for a write: memory released before is allocated again at that address."""
+        mirror = self.buffer(key, device)
+        buf = mirror.buffer
+        if buf.freed:
+            buf.freed = False
+            buf.freed_by = None
         return mirror
 
     def _event(self, event: Any) -> Any:
-        mirror = self._events.get(id(event))
-        if mirror is None:
-            mirror = self._events[id(event)] = self.sim.create_event(event.device)
-        return mirror
+        with self._lock:
+            try:
+                mirror = self._events.get(event)
+                if mirror is None:
+                    mirror = self._events[event] = self.sim.create_event(event.device)
+            except TypeError:  # not weakly referenceable
+                mirror = self._events_by_id.get(id(event))
+                if mirror is None:
+                    mirror = self._events_by_id[id(event)] = self.sim.create_event(event.device)
+            return mirror
 
-    # -- ordering primitives ------------------------------------------------------------------
+    # -- hooks.Observer ---------------------------------------------------------------------------
 
-    def record(self, event: Any, stream: Stream) -> None:
-        self.sim.record(self._event(event), self.stream(stream))
-
-    def wait(self, stream: Stream, event: Any) -> None:
-        self.sim.wait(self.stream(stream), self._event(event))
-
-    def fence(self, waiter: Stream, signaller: Stream) -> None:
+    def on_fence(self, waiter: Any, signaller: Any) -> None:
         self.sim.fence(self.stream(waiter), self.stream(signaller))
 
-    def synchronize_event(self, event: Any) -> None:
+    def on_record(self, event: Any, stream: Any) -> None:
+        self.sim.record(self._event(event), self.stream(stream))
+
+    def on_wait(self, stream: Any, event: Any) -> None:
+        self.sim.wait(self.stream(stream), self._event(event))
+
+    def on_event_complete(self, event: Any) -> None:
         self.sim.synchronize_event(self._event(event))
 
-    def synchronize_stream(self, stream: Stream) -> None:
+    def on_stream_synchronize(self, stream: Any) -> None:
         self.sim.synchronize_stream(self.stream(stream))
 
-    def synchronize_device(self, device: int) -> None:
+    def on_device_synchronize(self, device: int) -> None:
         self.sim.synchronize_device(device)
 
-    # -- accesses -----------------------------------------------------------------------------
+    def on_launch(self, stream: Any, name: str, reads: list[Any], writes: list[Any], device: int) -> None:
+        if _is_model(stream):
+            return  # a SimBackend's own work: the model already sees the real accesses
+        with self._lock:
+            read_mirrors = [self.buffer(k, device) for k in reads if k is not None]
+            write_mirrors = [self._reallocated(k, device) for k in writes if k is not None]
+            self._seen_writes.update(k for k in writes if k is not None)
+        self.sim.launch(self.stream(stream), name, reads=read_mirrors, writes=write_mirrors)
 
-    def launch(self, stream: Stream, name: str, reads: list[Any], writes: list[Any]) -> None:
-        dev = stream.device
-        self.sim.launch(
-            self.stream(stream),
-            name,
-            reads=[self.buffer(k, dev) for k in reads if k is not None],
-            writes=[self.buffer(k, dev) for k in writes if k is not None],
-        )
+    def on_host_write(self, key: Any, name: str, device: int) -> None:
+        if key is None or isinstance(key, SimBuffer):
+            return
+        with self._lock:
+            mirror = self._reallocated(key, device)
+            self._seen_writes.discard(key)
+        if is_release(name):
+            self.sim.free(mirror, name=name)
+        else:
+            self.sim.host_access(name, writes=[mirror])
 
-    def host_write(self, key: Any, name: str, device: int = 0) -> None:
-        if key is not None:
-            self.sim.host_access(name, writes=[self.buffer(key, device)])
+    def on_input_write(self, key: Any, producer: Any, device: int) -> None:
+        if key is None or isinstance(key, SimBuffer) or producer is None or _is_model(producer):
+            return
+        if key in self._seen_writes:
+            return  # its producer reports its own writes (a lab, an instrumented kernel): no assumed write
+        with self._lock:
+            mirror = self._reallocated(key, device)
+        self.sim.launch(self.stream(producer), "producer.write", writes=[mirror])
+
+    def on_output_read(self, key: Any, consumer: Any, device: int) -> None:
+        if key is None or isinstance(key, SimBuffer) or _is_model(consumer):
+            return
+        self.sim.launch(self.stream(consumer), "consumer.copy (import)", reads=[self.buffer(key, device)])
+
+    # -- what contract.py calls today (thin wrappers over the hooks) --------------------------------
 
     def producer_writes(self, contract: Any, arrays: list[Any], producers: list[Stream | None]) -> None:
         for arr, producer in zip(arrays, producers):
             if producer is not None and not isinstance(arr, SimArray):
-                self.launch(producer, "producer.write", [], [array_key(arr)])
+                self.on_input_write(array_key(arr), producer, producer.device)
 
     def consumer_reads(self, contract: Any, image: Any, consumer: Stream) -> None:
         from ._dlpack import capsule_data_key
 
         if isinstance(contract.backend, SimBackend):
             return  # the model already sees the real accesses
-        self.launch(consumer, "consumer.copy (import)", [capsule_data_key(image._capsule)], [])
+        self.on_output_read(capsule_data_key(image._capsule), consumer, consumer.device)
+
+
+def _is_model(stream: Any) -> bool:
+    return isinstance(getattr(stream, "backend", None), SimBackend)

@@ -129,6 +129,7 @@ class GpuLab:
         self.backend: Backend = CudaBackend()
         torch.cuda.init()
         self._keep: list[Any] = []
+        self._recycled: set[int] = set()
         self._torch_streams: dict[int, Any] = {}
         self._upload = torch.cuda.Stream(device)
         from ._engines import spin_cycles_per_us
@@ -181,8 +182,12 @@ class GpuLab:
             self._spin(delay_us)
             dst.copy_(src)
         if hooks.observers:  # the lab's own kernels, for sanitize mode (the model sees the same accesses)
+            ptr = dst.data_ptr()
+            name = "producer.reuse" if recycle and ptr in self._recycled else "producer.write"
+            if recycle:
+                self._recycled.add(ptr)
             for o in hooks.observers:
-                o.on_launch(stream, "producer.write", [], [dst.data_ptr()], self.device)
+                o.on_launch(stream, name, [], [ptr], self.device)
         if not recycle:
             self._keep.append(dst)
         return dst

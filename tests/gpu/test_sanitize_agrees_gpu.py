@@ -2,8 +2,10 @@
 
 The same scenario runs twice: on the model (SimLab; its happens-before report) and with real
 kernels on the GPU inside ``ss.sanitize()`` (the shadow model fed only by what streamsafe, the
-emulated effects and the lab issue). The hazards reported must be the same, row by row: no false
-positive under any strategy, no race missed under ``none``.
+emulated effects and the lab issue). Row by row: a race on the GPU exactly where the model has
+one (no false positive under any strategy, no race missed under ``none``), and every hazard the
+model names is named on the GPU too. The GPU may name more: there, a released buffer's address
+is handed out again, so an unfenced H6 also shows as H5 on the next effect's buffer.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def test_sanitize_on_the_gpu_agrees_with_the_model(torch_cuda) -> None:  # type:
                 "gpu_races": [str(r) for r in shadow.races[:3]], "gpu_corrupt": real.corrupt_frames,
             }
             rows.append(row)
-            if sorted(model.hazards_reported) != gpu_hazards:
+            if bool(model.hazards_reported) != bool(gpu_hazards) or not set(model.hazards_reported) <= set(gpu_hazards):
                 disagree.append(row)
     out = lane_output("sanitize-agreement.json")
     if out is not None:
