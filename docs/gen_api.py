@@ -43,6 +43,12 @@ def render() -> str:
             if inspect.isclass(obj):
                 out.append(f"\n### class `{name}.{attr}{_sig(obj) if not issubclass(obj, BaseException) else ''}`\n\n{_doc(obj)}\n")
                 for meth_name, meth in sorted(vars(obj).items()):
+                    if getattr(meth, "__streamsafe_dispatch__", False):  # a guard's dispatcher: document the SDK's own
+                        from streamsafe import guarding
+
+                        meth = guarding._originals.get(obj, {}).get(meth_name)
+                        if meth is None:
+                            continue
                     if meth_name.startswith("_") or not (inspect.isfunction(meth) or isinstance(meth, property)):
                         continue
                     doc = _doc(meth)

@@ -1,5 +1,5 @@
 """Short GPU probe: does the spin delay work, and where does the seed-samples test crash?"""
-import faulthandler, sys, time
+import faulthandler, time
 faulthandler.enable(all_threads=True)
 import numpy as np, torch, cupy
 import streamsafe as ss

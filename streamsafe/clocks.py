@@ -39,20 +39,48 @@ class VectorClock:
     def items(self) -> Iterable[tuple[ActorId, SeqNum]]:
         return self._entries.items()
 
+    @classmethod
+    def _trusted(cls, entries: dict[ActorId, SeqNum]) -> VectorClock:
+        """A clock over ``entries`` (all positive, owned by the clock from now on), with no copy."""
+        clock = object.__new__(cls)
+        clock._entries = entries
+        return clock
+
     def join(self, *others: VectorClock) -> VectorClock:
         """The pointwise maximum: everything known to this clock or to any of ``others``."""
         merged = dict(self._entries)
         for other in others:
+            if other is self:
+                continue
             for actor, seq in other._entries.items():
                 if seq > merged.get(actor, 0):
                     merged[actor] = seq
-        return VectorClock(merged)
+        return VectorClock._trusted(merged)
 
     def advanced(self, actor: ActorId, seq: SeqNum) -> VectorClock:
         """A copy in which ``actor`` has reached ``seq``."""
         merged = dict(self._entries)
-        merged[actor] = max(seq, merged.get(actor, 0))
-        return VectorClock(merged)
+        if seq > merged.get(actor, 0):
+            merged[actor] = seq
+        return VectorClock._trusted(merged)
+
+    def joined_and_advanced(
+        self, other: VectorClock, more: Iterable[VectorClock] | None, actor: ActorId, seq: SeqNum
+    ) -> VectorClock:
+        """``self.join(other, *more).advanced(actor, seq)`` with one copy (the model's hot path)."""
+        merged = dict(self._entries)
+        if other is not self:
+            for a, s in other._entries.items():
+                if s > merged.get(a, 0):
+                    merged[a] = s
+        if more is not None:
+            for clock in more:
+                for a, s in clock._entries.items():
+                    if s > merged.get(a, 0):
+                        merged[a] = s
+        if seq > merged.get(actor, 0):
+            merged[actor] = seq
+        return VectorClock._trusted(merged)
 
     def covers(self, other: VectorClock) -> bool:
         """True when every operation known to ``other`` is known to this clock."""
@@ -71,7 +99,7 @@ class VectorClock:
 
 def is_ordered_after(clock: VectorClock, actor: ActorId, seq: SeqNum) -> bool:
     """True when an operation with ``clock`` starts after operation ``seq`` of ``actor`` ends."""
-    return clock[actor] >= seq
+    return clock._entries.get(actor, 0) >= seq
 
 
 def _actor_name(actor: ActorId) -> str:

@@ -20,6 +20,7 @@ nesting of blocks, decorators and class guards, and whether or not instances hav
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import types
@@ -120,7 +121,11 @@ def install(cls: type) -> bool:
                 if name != "__setattr__" and not hasattr(cls, name):
                     continue
                 saved[name] = cls.__dict__.get(name)
-                setattr(cls, name, _dispatcher(name))
+                dispatcher = _dispatcher(name)
+                original = raw_method(cls, name)
+                if original is not None and name != "__setattr__":
+                    functools.update_wrapper(dispatcher, original)  # help() and signatures show the SDK's
+                setattr(cls, name, dispatcher)
         except (TypeError, AttributeError):
             for name, value in saved.items():
                 _restore(cls, name, value)

@@ -3,10 +3,12 @@
     with ss.sanitize():
         ...   # a missing fence raises streamsafe.RaceError naming both accesses
 
-On the GPU, a happens-before model shadows every fence, event, synchronisation and
-emulated-effect stage issued through streamsafe, the input writes a contract sees and
-every import of a contract's output. On the simulated backend, the model itself raises
-instead of recording. ``STREAMSAFE_SANITIZE=1`` turns it on for the whole process.
+On the GPU, a happens-before model (a :class:`streamsafe.hooks.Observer`, registered for
+the block) shadows every fence, event, synchronisation, emulated-effect stage and release
+issued through streamsafe, the input writes a contract sees and every import of a
+contract's output; a read of released memory is reported too (H7). On the simulated
+backend, the model itself raises instead of recording. ``STREAMSAFE_SANITIZE=1`` turns it
+on for the whole process.
 The shadow costs host time; it is for tests and debugging.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from . import _sanitize
+from . import _sanitize, hooks
 from .backend import Backend, SimBackend, current_backend
 
 __all__ = ["sanitize"]
@@ -37,8 +39,8 @@ def sanitize(backend: Backend | None = None) -> Iterator[_sanitize.Shadow | SimB
             be.on_race = saved
         return
     shadow = _sanitize.Shadow()
-    previous = _sanitize.activate(shadow)
+    hooks.register(shadow)
     try:
         yield shadow
     finally:
-        _sanitize.deactivate(previous)
+        hooks.unregister(shadow)

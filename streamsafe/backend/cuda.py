@@ -3,7 +3,9 @@
 Events are created with ``CU_EVENT_DISABLE_TIMING`` and come from a bounded pool per
 device: a fence borrows one, records it, makes the waiter wait, and returns it at
 once (a wait captures the record it saw, so re-recording later is safe). In steady
-state no event is created per fence. Every driver error becomes a
+state no event is created per fence. Registered :mod:`streamsafe.hooks` observers (sanitize
+mode) hear of every fence, record and wait before the driver call, and of every host
+synchronisation after it; this module knows nothing of the model. Every driver error becomes a
 :class:`~streamsafe.errors.CudaDriverError` naming the call and the CUDA error.
 """
 
@@ -15,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .. import _sanitize
+from .. import hooks
 from ..errors import BackendUnavailableError, CudaDriverError, StreamValueError
 from ..frameworks import framework_current_stream_handle
 from ._pool import EventPool, EventPoolStats
@@ -246,8 +248,9 @@ class CudaBackend:
 
     def record(self, event: CudaEvent, stream: Stream) -> None:
         """Record ``event`` on ``stream`` (``cuEventRecord``). Does not block the host."""
-        if _sanitize._ACTIVE is not None:
-            _sanitize._ACTIVE.record(event, stream)
+        if hooks.observers:
+            for o in hooks.observers:
+                o.on_record(event, stream)
         self._record_raw(event, stream)
 
     def _record_raw(self, event: CudaEvent, stream: Stream) -> None:
@@ -259,8 +262,9 @@ class CudaBackend:
 
     def wait(self, stream: Stream, event: CudaEvent) -> None:
         """Make later work on ``stream`` wait for ``event``'s latest record. Does not block the host."""
-        if _sanitize._ACTIVE is not None:
-            _sanitize._ACTIVE.wait(stream, event)
+        if hooks.observers:
+            for o in hooks.observers:
+                o.on_wait(stream, event)
         self._wait_raw(stream, event)
 
     def _wait_raw(self, stream: Stream, event: CudaEvent) -> None:
@@ -276,29 +280,33 @@ class CudaBackend:
         if err == self._d.CUresult.CUDA_ERROR_NOT_READY:
             return False
         _check((err,), "cuEventQuery")
-        if _sanitize._ACTIVE is not None:
-            _sanitize._ACTIVE.synchronize_event(event)
+        if hooks.observers:
+            for o in hooks.observers:
+                o.on_event_complete(event)
         return True
 
     def synchronize_event(self, event: CudaEvent) -> None:
         """Block the host until ``event``'s latest record has completed."""
         _check(self._d.cuEventSynchronize(event.handle), "cuEventSynchronize")
-        if _sanitize._ACTIVE is not None:
-            _sanitize._ACTIVE.synchronize_event(event)
+        if hooks.observers:
+            for o in hooks.observers:
+                o.on_event_complete(event)
 
     def synchronize_stream(self, stream: Stream) -> None:
         """Block the host until all work issued to ``stream`` has completed."""
         with self._in_context(stream.device):
             _check(self._d.cuStreamSynchronize(self._stream_arg(stream)), "cuStreamSynchronize")
-        if _sanitize._ACTIVE is not None:
-            _sanitize._ACTIVE.synchronize_stream(stream)
+        if hooks.observers:
+            for o in hooks.observers:
+                o.on_stream_synchronize(stream)
 
     def synchronize_device(self, device: int) -> None:
         """Block the host until all work on ``device`` has completed (``cuCtxSynchronize``)."""
         with self._in_context(device):
             _check(self._d.cuCtxSynchronize(), "cuCtxSynchronize")
-        if _sanitize._ACTIVE is not None:
-            _sanitize._ACTIVE.synchronize_device(device)
+        if hooks.observers:
+            for o in hooks.observers:
+                o.on_device_synchronize(device)
 
     def fence(self, waiter: Stream, signaller: Stream) -> None:
         """Order later work on ``waiter`` after work issued so far on ``signaller``.
@@ -307,8 +315,9 @@ class CudaBackend:
         The wait captures the record, so each thread reuses one event per device from the
         pool for every fence. Does not block the host.
         """
-        if _sanitize._ACTIVE is not None:
-            _sanitize._ACTIVE.fence(waiter, signaller)
+        if hooks.observers:
+            for o in hooks.observers:
+                o.on_fence(waiter, signaller)
         events = getattr(self._local, "fence_events", None)
         if events is None:
             events = self._local.fence_events = {}

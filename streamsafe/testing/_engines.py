@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .. import _sanitize
+from .. import _sanitize, hooks
 from ..backend import Backend, SimBackend, current_backend
 from ..backend.sim import SimArray
 from ..streams import LEGACY_HANDLE, Stream, StreamKind, as_stream
@@ -160,9 +160,11 @@ class CupyEngine:
     def launch(self, stream: Stream, name: str, fn: KernelFn, reads: Sequence[Any], writes: Sequence[Any]) -> None:
         with self._cupy.cuda.Device(self.device), self._cupy_stream(stream):
             fn(self._cupy, reads, writes)
-        if _sanitize._ACTIVE is not None:
+        if hooks.observers:
             key = _sanitize.array_key
-            _sanitize._ACTIVE.launch(stream, name, [key(a) for a in reads], [key(a) for a in writes])
+            read_keys, write_keys = [key(a) for a in reads], [key(a) for a in writes]
+            for o in hooks.observers:
+                o.on_launch(stream, name, read_keys, write_keys, self.device)
 
     def delay(self, stream: Stream, us: float) -> None:
         """Spin on ``stream`` for ``us`` microseconds (widens race windows). Does not block the host."""
@@ -178,8 +180,10 @@ class CupyEngine:
         """Poison the buffer from an unrelated stream, with no ordering, then drop it (like a free)."""
         with self._cupy.cuda.Device(self.device), self._release_stream:
             array.view(self._cupy.uint8).fill(0xDE)
-        if _sanitize._ACTIVE is not None:
-            _sanitize._ACTIVE.host_write(_sanitize.array_key(array), name, self.device)
+        if hooks.observers:
+            released = _sanitize.array_key(array)
+            for o in hooks.observers:
+                o.on_host_write(released, name, self.device)
 
     def export(self, array: Any) -> Any:
         """A raw (unversioned) capsule, with no stream synchronisation, like the SDK's."""
