@@ -53,6 +53,7 @@ _STAGE_PAIRS: dict[tuple[str, str], str] = {
     ("consumer.copy", "inference"): "H5",
     ("conversion", "inference"): "H5",  # the next inference overwrites the 8-bit result still being converted
     ("consumer.copy", "release"): "H6",
+    ("release", "consumer.copy"): "H7",  # a read of released memory (a view kept across close or a resize)
     ("transfer", "producer.reuse"): "H12",
 }
 

@@ -78,9 +78,11 @@ class SimEngine:
         return self.backend.empty(shape, dtype, device=self.device, name=name)
 
     def launch(self, stream: Stream, name: str, fn: KernelFn, reads: Sequence[SimArray], writes: Sequence[SimArray]) -> None:
-        def body() -> None:
+        read_bufs, write_bufs = [a.buffer for a in reads], [a.buffer for a in writes]
+
+        def body() -> None:  # holds the memory, not the arrays: a pending kernel does not keep an input allocated
             with np.errstate(invalid="ignore"):  # racing reads may see the model's NaN poison
-                fn(np, [a.buffer.data for a in reads], [a.buffer.data for a in writes])
+                fn(np, [b.data for b in read_bufs], [b.data for b in write_bufs])
 
         self.backend.launch(stream, name, body, reads=reads, writes=writes)
 

@@ -58,7 +58,8 @@ class SimLab:
 
     def __init__(self, backend: SimBackend | None = None) -> None:
         self.backend: SimBackend = backend if backend is not None else SimBackend(scheduler="adversarial")
-        self._pool: list[tuple[weakref.ref[Any], Any, Stream]] = []
+        self._seen: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._keep: list[Any] = []
 
     def stream(self, kind: str) -> Stream:
         if kind == "legacy":
@@ -70,25 +71,18 @@ class SimLab:
         raise ValueError(f"unknown stream kind {kind!r}: one of {', '.join(STREAM_KINDS)}")
 
     def produce(self, data: np.ndarray, stream: Stream, *, delay_us: float = 0.0, recycle: bool = False) -> Any:
-        """Write a new input frame on ``stream``.
+        """Write a new input frame on ``stream``, in memory from the model's caching allocator.
 
-        ``recycle=True`` models a caching allocator (torch's): memory of an earlier input
-        that nobody references any more is handed out again on the same stream at once,
-        with no regard for other streams that may still read it (H12).
+        ``recycle=True``: the lab keeps no reference, so once the caller drops the frame the
+        allocator hands its memory to the next frame on this stream (H12), with no regard for
+        other streams that may still read it; else the lab keeps every frame alive.
         """
-        arr = None
-        if recycle:
-            for i, (ref, buffer, owner) in enumerate(self._pool):
-                if ref() is None and owner == stream and buffer.data.shape == data.shape:
-                    del self._pool[i]
-                    arr = SimArray(self.backend, buffer)
-                    break
-        op = "producer.reuse" if arr is not None else "producer.write"
-        if arr is None:
-            arr = self.backend.empty(data.shape, data.dtype, name="input frame")
-        if recycle:
-            self._pool.append((weakref.ref(arr), arr.buffer, stream))
+        arr = self.backend.empty(data.shape, data.dtype, stream=stream, name="input frame")
         buffer = arr.buffer  # the pending write must not keep the array object alive
+        op = "producer.reuse" if buffer in self._seen else "producer.write"
+        self._seen.add(buffer)
+        if not recycle:
+            self._keep.append(arr)
         self.backend.launch(stream, op, lambda: np.copyto(buffer.data, data), writes=[buffer])
         return arr
 
