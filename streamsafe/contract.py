@@ -234,8 +234,7 @@ class StreamContract:
                 apply_fences(be, dev, [f for f in after if f.action == "device-wait"], self.stats)
                 self._protect_inputs(arrays, run_stream)
             ledger.prune_keepalive()
-            self._last_plan = plan
-            ledger.config = self._snapshot()
+            self._last_plan = plan  # (run() changes no output-size or encoding attribute: the snapshot stays)
             self.stats["runs"] += 1
             self.stats["sdk_waits"] += not plan.non_blocking
         return SafeOutput(raw, SafeImage(ledger, raw.image, generation, dev, self._consumer or sdk))

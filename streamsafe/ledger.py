@@ -31,8 +31,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import deque
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from typing import Any
 
 from . import hooks
@@ -168,6 +167,29 @@ def _load_nvtx() -> Any:
 _NVTX = _load_nvtx()
 
 
+class _Using:
+    """The effect held by one thread for one call (cheaper than a generator-based context manager)."""
+
+    __slots__ = ("_ledger", "_call", "_outer")
+
+    def __init__(self, ledger: Ledger, call: str) -> None:
+        self._ledger = ledger
+        self._call = call
+
+    def __enter__(self) -> Ledger:
+        ledger = self._ledger
+        if not ledger._lock.acquire(blocking=False):
+            raise ConcurrentUseError(ledger.name, self._call, ledger._owner or "another thread", threading.current_thread().name)
+        self._outer = ledger._owner
+        ledger._owner = threading.current_thread().name
+        return ledger
+
+    def __exit__(self, *exc: object) -> None:
+        ledger = self._ledger
+        ledger._owner = self._outer
+        ledger._lock.release()
+
+
 class Ledger:
     """The ordering state of one effect instance. See the module docstring."""
 
@@ -200,18 +222,10 @@ class Ledger:
 
     # -- the thread rule --------------------------------------------------------------------------
 
-    @contextmanager
-    def using(self, call: str) -> Iterator[Ledger]:
-        """Hold the effect for one call; another thread's concurrent call raises. Does not block."""
-        if not self._lock.acquire(blocking=False):
-            raise ConcurrentUseError(self.name, call, self._owner or "another thread", threading.current_thread().name)
-        outer = self._owner
-        self._owner = threading.current_thread().name
-        try:
-            yield self
-        finally:
-            self._owner = outer
-            self._lock.release()
+    def using(self, call: str) -> _Using:
+        """Hold the effect for one call (a context manager); another thread's concurrent call raises
+        :class:`~streamsafe.errors.ConcurrentUseError`. Does not block."""
+        return _Using(self, call)
 
     # -- outputs ------------------------------------------------------------------------------------
 
