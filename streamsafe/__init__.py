@@ -29,13 +29,13 @@ from .errors import (
     StreamValueError,
     UnguardedChangeError,
 )
-from .guarding import ClassGuard, guard, unguard
+from .class_guard import ClassGuard, guard, unguard
 from .ledger import Ledger
 from .outputs import JaxDLPackAdapter, SafeImage, SafeOutput
 from .plan import Fence, FencePlan, plan_fences
 from .races import Access, Race
 from .sanitize import sanitize
-from .strategy import Strategy
+from .strategy import Strategy, StrategyName
 from .streams import Stream, StreamKind, as_stream, implicitly_ordered
 
 __all__ = [
@@ -67,6 +67,7 @@ __all__ = [
     "StaleOutputError",
     "Strategy",
     "StrategyError",
+    "StrategyName",
     "StreamContract",
     "Stream",
     "StreamKind",

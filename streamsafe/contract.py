@@ -34,7 +34,7 @@ from .backend import Backend, SimBackend, current_backend
 from .backend.sim import SimArray
 from .errors import EffectConfigError, EffectStateError, StreamsafeError, UnguardedChangeError
 from .frameworks import framework_of, torch_current_stream_handle
-from .guarding import CONFIG_ATTRS, call_raw
+from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, shape_of, tracked_raw_call, tracked_setattr
 from .ledger import Ledger, apply_fences, ledger_of, new_stats, view_owner, views_exist
 from .outputs import SafeImage, SafeOutput
 from .plan import FencePlan, plan_fences
@@ -44,8 +44,6 @@ from .streams import LEGACY_HANDLE, Stream, as_stream
 __all__ = ["StreamContract", "stream_contract", "stream_safe", "CONFIG_ATTRS", "tracked_raw_call", "tracked_setattr"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_INPUT_KWARGS = ("input_array", "previous", "current", "rgb_input")
 
 
 class StreamContract:
@@ -118,7 +116,7 @@ class StreamContract:
     @property
     def conversion_stream(self) -> Stream | None:
         """The RGB8 conversion stream (legacy unless declared), or ``None`` for RGB10A2 output."""
-        return None if _is_rgb10a2(self.effect) else self._conversion_spec
+        return None if is_rgb10a2(self.effect) else self._conversion_spec
 
     def _sdk_stream(self) -> Stream:
         return self._sdk_fixed if self._sdk_fixed is not None else as_stream(None, device=self.device, backend=self.backend)
@@ -191,7 +189,7 @@ class StreamContract:
         sdk = self._sdk_stream() if stream_ptr is None else as_stream(stream_ptr, device=dev, backend=be)
         _refresh_torch()
         arrays = [a for a in args if not isinstance(a, (int, float, bool))]
-        arrays += [kwargs[k] for k in _INPUT_KWARGS if k in kwargs]
+        arrays += [kwargs[k] for k in INPUT_KWARGS if k in kwargs]
         producers = [self._producer_of(a) for a in arrays]  # validates every input first
         with ledger.using(name):
             self._check_unguarded_change()
@@ -202,7 +200,7 @@ class StreamContract:
                 extra = tuple(dict.fromkeys(p for p in (*producers[1:], current) if p is not None))
             plan = self.plan_for(producer=first, sdk=sdk, non_blocking=user_nb, input_writers=extra)
             run_stream = plan.run_stream
-            shapes = tuple(_shape_of(a) for a in arrays)
+            shapes = tuple(shape_of(a) for a in arrays)
             escaped_current = be.current_stream(dev) if ledger.escaped else None
             fences = ledger.before_run(plan, shapes, escaped_current)
             fences += plan.at("before run")
@@ -223,7 +221,7 @@ class StreamContract:
                 for i, a in enumerate(call_args):
                     if not isinstance(a, (int, float, bool)) and self._producer_is_unknown(a, arrays, producers):
                         call_args[i] = _Forwarding(a, run_stream)
-                for k in _INPUT_KWARGS:
+                for k in INPUT_KWARGS:
                     if k in call_kwargs and self._producer_is_unknown(call_kwargs[k], arrays, producers):
                         call_kwargs[k] = _Forwarding(call_kwargs[k], run_stream)
             raw = call_raw(self.effect, name, *call_args, stream_ptr=run_stream.ptr, non_blocking=plan.non_blocking, **call_kwargs)
@@ -447,47 +445,6 @@ class StreamContract:
         return f"StreamContract({type(self.effect).__name__}, strategy={self.strategy.value}, backend={self.backend.name})"
 
 
-def tracked_raw_call(effect: Any, ledger: Ledger, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """A plain ``run()`` on an effect no guard holds now, but which has a ledger: the SDK's raw call and
-    output, preceded by the device waits that keep the copies streamsafe knows of safe (H5), and a
-    release wait when an input's size changed; older outputs become stale. Blocks the host only then."""
-    from .plan import plan_fences
-
-    if name == "close":
-        with ledger.using("close"):
-            apply_fences(ledger._backend(), ledger.device, ledger.release_fences(None), ledger.unguarded_stats)
-            ledger.drain_keepalive()
-            result = call_raw(effect, "close")
-            ledger.closed_effect(effect)
-        return result
-    be, dev = ledger._backend(), ledger.device
-    stream_ptr = kwargs.get("stream_ptr", 0)
-    sdk = as_stream(stream_ptr, device=dev, backend=be)
-    conversion = None if _is_rgb10a2(effect) else as_stream(LEGACY_HANDLE, device=dev, backend=be)
-    plan = plan_fences(Strategy.EVENT, sdk=sdk, conversion=conversion, consumer=sdk, producer=sdk)
-    arrays = [a for a in args if hasattr(a, "__dlpack__")] + [kwargs[k] for k in _INPUT_KWARGS if k in kwargs]
-    shapes = tuple(_shape_of(a) for a in arrays)
-    with ledger.using(name):
-        current = be.current_stream(dev) if ledger.escaped else None
-        apply_fences(be, dev, ledger.before_run(plan, shapes, current), ledger.unguarded_stats)
-        result = call_raw(effect, name, *args, **kwargs)
-        ledger.after_unguarded_run(plan.sdk_streams, shapes)
-    return result
-
-
-def tracked_setattr(effect: Any, ledger: Ledger, attr: str, value: Any) -> None:
-    """A plain change of an output-size or encoding attribute outside any guard: the host waits for
-    the readers streamsafe knows of before the effect may release its buffer (H6)."""
-    if getattr(effect, attr, object()) == value:
-        call_raw(effect, "__setattr__", attr, value)
-        return
-    with ledger.using("configure"):
-        apply_fences(ledger._backend(), ledger.device, ledger.release_fences(None), ledger.unguarded_stats)
-        call_raw(effect, "__setattr__", attr, value)
-        ledger.released()
-        ledger.config = tuple(getattr(effect, name, None) for name in CONFIG_ATTRS)
-
-
 def _check_effect(effect: Any) -> None:
     if effect is None or isinstance(effect, type) or not callable(getattr(effect, "run", None)):
         what = "a class" if isinstance(effect, type) else f"{type(effect).__name__}"
@@ -496,11 +453,6 @@ def _check_effect(effect: Any) -> None:
             f"TrueHDR, or streamsafe.testing's), got {effect!r} ({what}). Create the effect first, e.g. "
             "sr = VideoSuperRes(); sr.load(); then StreamContract(sr)."
         )
-
-
-def _shape_of(arr: Any) -> Any:
-    shape = getattr(arr, "shape", None)
-    return tuple(shape) if shape is not None else None
 
 
 class _Forwarding:
@@ -529,13 +481,6 @@ def _effect_backend(effect: Any) -> Backend | None:
     if isinstance(engine, property):
         return effect.engine.backend  # type: ignore[no-any-return]
     return None
-
-
-def _is_rgb10a2(effect: Any) -> bool:
-    if type(effect).__name__ == "TrueHDR" or getattr(type(effect), "_has_rgb8_conversion", True) is False:
-        return True
-    encoding = getattr(effect, "image_encoding", None)
-    return getattr(encoding, "name", str(encoding)).upper().endswith("RGB10A2")
 
 
 def _torch_tensor_type() -> Any:

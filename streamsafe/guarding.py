@@ -6,8 +6,8 @@ small dispatchers. A dispatcher looks, per call, for what guards *this* instance
 
 1. the innermost open guard block on it (``with stream_contract(sr):``, a call of a
    ``@stream_safe`` function): the call goes through that contract;
-2. a class-level guard (:func:`guard`, ``streamsafe run``): the call goes through the
-   instance's own contract, made at its first call;
+2. a class-level guard (:func:`streamsafe.guard`, ``streamsafe run``): the call goes through
+   the instance's own contract, made at its first call;
 3. a ledger (a contract was once made for it): a *tracked* raw call; it returns the SDK's
    raw output, but still waits on the device for the readers streamsafe knows, and makes
    older outputs stale;
@@ -21,26 +21,26 @@ nesting of blocks, decorators and class guards, and whether or not instances hav
 from __future__ import annotations
 
 import functools
-import sys
 import threading
-import types
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .errors import StreamsafeError
+from .ledger import Ledger, apply_fences, ledger_of
+from .plan import plan_fences
+from .strategy import Strategy
+from .streams import LEGACY_HANDLE, as_stream
 
 if TYPE_CHECKING:
     from .contract import StreamContract
 
 __all__ = [
     "CONFIG_ATTRS",
-    "EFFECT_CLASSES",
-    "ClassGuard",
-    "guard",
-    "unguard",
+    "INPUT_KWARGS",
     "install",
+    "tracked_raw_call",
+    "tracked_setattr",
+    "is_rgb10a2",
+    "shape_of",
     "call_raw",
     "raw_method",
     "push",
@@ -51,16 +51,14 @@ __all__ = [
 CONFIG_ATTRS = ("output_width", "output_height", "image_encoding", "input_width", "input_height")
 """Attributes whose change may release or replace the SDK's output buffer (H6)."""
 
-EFFECT_CLASSES = ("VideoSuperRes", "VideoFrameGeneration", "TrueHDR")
-"""The classes :func:`guard` patches when given a module (``nvvfx`` or the emulation)."""
-
 _METHODS = ("run", "run_at_timestep", "close")
 _MARK = "__streamsafe_dispatch__"
 
 _originals: dict[type, dict[str, Any]] = {}
 _raw_cache: dict[tuple[type, str], Any] = {}
 _stacks: dict[int, list[StreamContract]] = {}
-_class_guards: dict[type, ClassGuard] = {}
+_class_guards: dict[type, Any] = {}
+"""Class-level guards by class (:class:`streamsafe.class_guard.ClassGuard`: anything with ``contract_for``)."""
 _local = threading.local()
 _lock = threading.Lock()
 
@@ -207,19 +205,13 @@ def active_contract(effect: Any) -> StreamContract | None:
 
 
 def _tracked_call(effect: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    from .ledger import ledger_of
-
     ledger = ledger_of(effect, create=False)
     if ledger is None or ledger.closed:
         return call_raw(effect, name, *args, **kwargs)
-    from .contract import tracked_raw_call
-
     return tracked_raw_call(effect, ledger, name, args, kwargs)
 
 
 def _tracked_setattr(effect: Any, attr: str, value: Any) -> None:
-    from .ledger import ledger_of
-
     contract = active_contract(effect)
     if contract is not None:
         contract.configure(**{attr: value})
@@ -228,117 +220,59 @@ def _tracked_setattr(effect: Any, attr: str, value: Any) -> None:
     if ledger is None or ledger.closed:
         call_raw(effect, "__setattr__", attr, value)
         return
-    from .contract import tracked_setattr
-
     tracked_setattr(effect, ledger, attr, value)
 
 
-# -- class-level guards ------------------------------------------------------------------------------------
+INPUT_KWARGS = ("input_array", "previous", "current", "rgb_input")
+"""The SDK's keyword names for inputs."""
 
 
-@dataclass
-class ClassGuard:
-    """Every instance of ``classes`` goes through its own contract (``strategy``, ``options``)
-    from its first call. Undo with :meth:`undo` or by leaving the ``with`` block."""
-
-    classes: tuple[type, ...]
-    strategy: str = "auto"
-    options: dict[str, Any] = field(default_factory=dict)
-    contracts: list[StreamContract] = field(default_factory=list)
-    """Every contract this guard made, in order (for reports)."""
-    active: bool = True
-
-    def contract_for(self, effect: Any) -> StreamContract:
-        from .contract import StreamContract
-        from .ledger import ledger_of
-
-        ledger = ledger_of(effect, create=False)
-        contract = ledger.default_contract if ledger is not None else None
-        if contract is None or contract.closed or contract.guard_owner is not self:
-            contract = StreamContract(effect, None, strategy=self.strategy, **self.options)
-            contract.guard_owner = self
-            contract.ledger.default_contract = contract
-            self.contracts.append(contract)
-        return contract
-
-    def undo(self) -> None:
-        """Stop guarding the classes (instances already running keep their ledgers). Idempotent."""
-        if not self.active:
-            return
-        self.active = False
-        for cls in self.classes:
-            if _class_guards.get(cls) is self:
-                del _class_guards[cls]
-
-    def __enter__(self) -> ClassGuard:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.undo()
+def tracked_raw_call(effect: Any, ledger: Ledger, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A plain ``run()`` on an effect no guard holds now, but which has a ledger: the SDK's raw call and
+    output, preceded by the device waits that keep the copies streamsafe knows of safe (H5), and a
+    release wait when an input's size changed; older outputs become stale. Blocks the host only then."""
+    if name == "close":
+        with ledger.using("close"):
+            apply_fences(ledger._backend(), ledger.device, ledger.release_fences(None), ledger.unguarded_stats)
+            ledger.drain_keepalive()
+            result = call_raw(effect, "close")
+            ledger.closed_effect(effect)
+        return result
+    be, dev = ledger._backend(), ledger.device
+    stream_ptr = kwargs.get("stream_ptr", 0)
+    sdk = as_stream(stream_ptr, device=dev, backend=be)
+    conversion = None if is_rgb10a2(effect) else as_stream(LEGACY_HANDLE, device=dev, backend=be)
+    plan = plan_fences(Strategy.EVENT, sdk=sdk, conversion=conversion, consumer=sdk, producer=sdk)
+    arrays = [a for a in args if hasattr(a, "__dlpack__")] + [kwargs[k] for k in INPUT_KWARGS if k in kwargs]
+    shapes = tuple(shape_of(a) for a in arrays)
+    with ledger.using(name):
+        current = be.current_stream(dev) if ledger.escaped else None
+        apply_fences(be, dev, ledger.before_run(plan, shapes, current), ledger.unguarded_stats)
+        result = call_raw(effect, name, *args, **kwargs)
+        ledger.after_unguarded_run(plan.sdk_streams, shapes)
+    return result
 
 
-def _classes_of(target: Any) -> list[type]:
-    if isinstance(target, type):
-        return [target]
-    if isinstance(target, types.ModuleType):
-        found = [getattr(target, n) for n in EFFECT_CLASSES if isinstance(getattr(target, n, None), type)]
-        if not found:
-            raise StreamsafeError(
-                f"module {target.__name__!r} has none of {', '.join(EFFECT_CLASSES)}: nothing to guard. "
-                "Pass the nvvfx module (or streamsafe.testing), or an effect class."
-            )
-        return found
-    if isinstance(target, str):
-        module = sys.modules.get(target)
-        if module is None:
-            import importlib
-
-            module = importlib.import_module(target)
-        return _classes_of(module)
-    if isinstance(target, Iterable):
-        return [cls for item in target for cls in _classes_of(item)]
-    raise TypeError(
-        f"cannot guard {target!r} (type {type(target).__name__}): pass an effect class, a module such as nvvfx, "
-        "its name, or a list of those"
-    )
+def tracked_setattr(effect: Any, ledger: Ledger, attr: str, value: Any) -> None:
+    """A plain change of an output-size or encoding attribute outside any guard: the host waits for
+    the readers streamsafe knows of before the effect may release its buffer (H6)."""
+    if getattr(effect, attr, object()) == value:
+        call_raw(effect, "__setattr__", attr, value)
+        return
+    with ledger.using("configure"):
+        apply_fences(ledger._backend(), ledger.device, ledger.release_fences(None), ledger.unguarded_stats)
+        call_raw(effect, "__setattr__", attr, value)
+        ledger.released()
+        ledger.config = tuple(getattr(effect, name, None) for name in CONFIG_ATTRS)
 
 
-def guard(target: Any, *, strategy: str = "auto", **options: Any) -> ClassGuard:
-    """Guard every instance of the effect classes in ``target`` (a class, a module such as
-    ``nvvfx``, its name, or a list), from their first ``run()``: each instance gets its own
-    :class:`~streamsafe.StreamContract` (``strategy``; ``options`` as for the contract), whose
-    SDK stream is the program's current stream at each call. Plain ``sr.run(...)`` then returns a
-    :class:`~streamsafe.SafeOutput`. Returns a :class:`ClassGuard`; undo it with ``.undo()``,
-    :func:`unguard`, or use it as a context manager. Does not block."""
-    from .strategy import as_strategy
-
-    as_strategy(strategy, allow_none=bool(options.get("allow_none")))
-    classes = _classes_of(target)
-    for cls in classes:
-        if not install(cls):
-            raise StreamsafeError(
-                f"cannot guard {cls.__qualname__}: the class does not accept new attributes. "
-                "Make a StreamContract per effect and call c.run(...) instead."
-            )
-    cg = ClassGuard(tuple(classes), str(strategy), dict(options))
-    for cls in classes:
-        _class_guards[cls] = cg
-    return cg
+def is_rgb10a2(effect: Any) -> bool:
+    if type(effect).__name__ == "TrueHDR" or getattr(type(effect), "_has_rgb8_conversion", True) is False:
+        return True
+    encoding = getattr(effect, "image_encoding", None)
+    return getattr(encoding, "name", str(encoding)).upper().endswith("RGB10A2")
 
 
-def unguard(target: Any = None) -> None:
-    """Undo :func:`guard` for the classes in ``target`` (every class guard when ``None``)."""
-    classes = list(_class_guards) if target is None else _classes_of(target)
-    for cls in classes:
-        cg = _class_guards.pop(cls, None)
-        if cg is not None and not any(v is cg for v in _class_guards.values()):
-            cg.active = False
-
-
-@contextmanager
-def guarded_classes(target: Any, **kwargs: Any) -> Iterator[ClassGuard]:
-    cg = guard(target, **kwargs)
-    try:
-        yield cg
-    finally:
-        cg.undo()
+def shape_of(arr: Any) -> Any:
+    shape = getattr(arr, "shape", None)
+    return tuple(shape) if shape is not None else None

@@ -18,7 +18,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .guarding import ClassGuard, guard
+from .class_guard import ClassGuard, guard
 
 __all__ = ["EffectReport", "RunReport", "run_program", "format_report"]
 

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, Literal
 
 from .errors import StrategyError
 
-__all__ = ["Strategy", "as_strategy"]
+__all__ = ["Strategy", "StrategyName", "as_strategy"]
+
+
+StrategyName = Literal["auto", "event", "async", "stream", "device", "none"]
+StrategyName.__doc__ = """The strategies' names, for type checkers: ``strategy="event"`` type-checks, ``strategy="fastest"``
+does not. Parameters that take a strategy accept ``Strategy | StrategyName``; at run time the names are also
+accepted in any case, and anything else raises :class:`~streamsafe.StrategyError`."""
 
 
 class Strategy(str, enum.Enum):

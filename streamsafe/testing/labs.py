@@ -19,7 +19,6 @@ import numpy as np
 
 from .. import hooks
 from ..backend import Backend, SimBackend
-from ..backend.sim import SimArray
 from ..races import Race
 from ..streams import Stream, as_stream
 

@@ -1,0 +1,131 @@
+"""Class-level guards: every instance of an effect class goes through its own contract.
+
+:func:`guard` (``ss.guard(nvvfx)``, ``ss.guard(VideoSuperRes)``) is what ``streamsafe run`` is
+built on. It puts :mod:`streamsafe.guarding`'s dispatchers on the classes and registers a
+:class:`ClassGuard`; the dispatchers then route each instance's plain calls to a contract made
+for that instance at its first call. Nothing here blocks the host.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from .contract import StreamContract
+from .errors import StreamsafeError
+from .guarding import _class_guards, install
+from .ledger import ledger_of
+
+__all__ = ["EFFECT_CLASSES", "ClassGuard", "guard", "unguard", "guarded_classes"]
+
+EFFECT_CLASSES = ("VideoSuperRes", "VideoFrameGeneration", "TrueHDR")
+"""The classes :func:`guard` patches when given a module (``nvvfx`` or the emulation)."""
+
+
+@dataclass
+class ClassGuard:
+    """Every instance of ``classes`` goes through its own contract (``strategy``, ``options``)
+    from its first call. Undo with :meth:`undo` or by leaving the ``with`` block."""
+
+    classes: tuple[type, ...]
+    strategy: str = "auto"
+    options: dict[str, Any] = field(default_factory=dict)
+    contracts: list[StreamContract] = field(default_factory=list)
+    """Every contract this guard made, in order (for reports)."""
+    active: bool = True
+
+    def contract_for(self, effect: Any) -> StreamContract:
+        ledger = ledger_of(effect, create=False)
+        contract = ledger.default_contract if ledger is not None else None
+        if contract is None or contract.closed or contract.guard_owner is not self:
+            contract = StreamContract(effect, None, strategy=self.strategy, **self.options)
+            contract.guard_owner = self
+            contract.ledger.default_contract = contract
+            self.contracts.append(contract)
+        return contract
+
+    def undo(self) -> None:
+        """Stop guarding the classes (instances already running keep their ledgers). Idempotent."""
+        if not self.active:
+            return
+        self.active = False
+        for cls in self.classes:
+            if _class_guards.get(cls) is self:
+                del _class_guards[cls]
+
+    def __enter__(self) -> ClassGuard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.undo()
+
+
+def _classes_of(target: Any) -> list[type]:
+    if isinstance(target, type):
+        return [target]
+    if isinstance(target, types.ModuleType):
+        found = [getattr(target, n) for n in EFFECT_CLASSES if isinstance(getattr(target, n, None), type)]
+        if not found:
+            raise StreamsafeError(
+                f"module {target.__name__!r} has none of {', '.join(EFFECT_CLASSES)}: nothing to guard. "
+                "Pass the nvvfx module (or streamsafe.testing), or an effect class."
+            )
+        return found
+    if isinstance(target, str):
+        module = sys.modules.get(target)
+        if module is None:
+            import importlib
+
+            module = importlib.import_module(target)
+        return _classes_of(module)
+    if isinstance(target, Iterable):
+        return [cls for item in target for cls in _classes_of(item)]
+    raise TypeError(
+        f"cannot guard {target!r} (type {type(target).__name__}): pass an effect class, a module such as nvvfx, "
+        "its name, or a list of those"
+    )
+
+
+def guard(target: Any, *, strategy: str = "auto", **options: Any) -> ClassGuard:
+    """Guard every instance of the effect classes in ``target`` (a class, a module such as
+    ``nvvfx``, its name, or a list), from their first ``run()``: each instance gets its own
+    :class:`~streamsafe.StreamContract` (``strategy``; ``options`` as for the contract), whose
+    SDK stream is the program's current stream at each call. Plain ``sr.run(...)`` then returns a
+    :class:`~streamsafe.SafeOutput`. Returns a :class:`ClassGuard`; undo it with ``.undo()``,
+    :func:`unguard`, or use it as a context manager. Does not block."""
+    from .strategy import as_strategy
+
+    as_strategy(strategy, allow_none=bool(options.get("allow_none")))
+    classes = _classes_of(target)
+    for cls in classes:
+        if not install(cls):
+            raise StreamsafeError(
+                f"cannot guard {cls.__qualname__}: the class does not accept new attributes. "
+                "Make a StreamContract per effect and call c.run(...) instead."
+            )
+    cg = ClassGuard(tuple(classes), str(strategy), dict(options))
+    for cls in classes:
+        _class_guards[cls] = cg
+    return cg
+
+
+def unguard(target: Any = None) -> None:
+    """Undo :func:`guard` for the classes in ``target`` (every class guard when ``None``)."""
+    classes = list(_class_guards) if target is None else _classes_of(target)
+    for cls in classes:
+        cg = _class_guards.pop(cls, None)
+        if cg is not None and not any(v is cg for v in _class_guards.values()):
+            cg.active = False
+
+
+@contextmanager
+def guarded_classes(target: Any, **kwargs: Any) -> Iterator[ClassGuard]:
+    cg = guard(target, **kwargs)
+    try:
+        yield cg
+    finally:
+        cg.undo()
