@@ -19,6 +19,7 @@ from .contract import StreamContract
 from .errors import StreamsafeError
 from .guarding import _class_guards, install
 from .ledger import ledger_of
+from .strategy import Strategy, StrategyName
 
 __all__ = ["EFFECT_CLASSES", "ClassGuard", "guard", "unguard", "guarded_classes"]
 
@@ -32,7 +33,7 @@ class ClassGuard:
     from its first call. Undo with :meth:`undo` or by leaving the ``with`` block."""
 
     classes: tuple[type, ...]
-    strategy: str = "auto"
+    strategy: Strategy | StrategyName = "auto"
     options: dict[str, Any] = field(default_factory=dict)
     contracts: list[StreamContract] = field(default_factory=list)
     """Every contract this guard made, in order (for reports)."""
@@ -90,7 +91,7 @@ def _classes_of(target: Any) -> list[type]:
     )
 
 
-def guard(target: Any, *, strategy: str = "auto", **options: Any) -> ClassGuard:
+def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options: Any) -> ClassGuard:
     """Guard every instance of the effect classes in ``target`` (a class, a module such as
     ``nvvfx``, its name, or a list), from their first ``run()``: each instance gets its own
     :class:`~streamsafe.StreamContract` (``strategy``; ``options`` as for the contract), whose
@@ -107,7 +108,7 @@ def guard(target: Any, *, strategy: str = "auto", **options: Any) -> ClassGuard:
                 f"cannot guard {cls.__qualname__}: the class does not accept new attributes. "
                 "Make a StreamContract per effect and call c.run(...) instead."
             )
-    cg = ClassGuard(tuple(classes), str(strategy), dict(options))
+    cg = ClassGuard(tuple(classes), strategy, dict(options))
     for cls in classes:
         _class_guards[cls] = cg
     return cg

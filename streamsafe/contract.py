@@ -38,7 +38,7 @@ from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, shape_of
 from .ledger import Ledger, apply_fences, ledger_of, new_stats, view_owner, views_exist
 from .outputs import SafeImage, SafeOutput
 from .plan import FencePlan, plan_fences
-from .strategy import Strategy, as_strategy
+from .strategy import Strategy, StrategyName, as_strategy
 from .streams import LEGACY_HANDLE, Stream, as_stream
 
 __all__ = ["StreamContract", "stream_contract", "stream_safe", "CONFIG_ATTRS", "tracked_raw_call", "tracked_setattr"]
@@ -61,7 +61,7 @@ class StreamContract:
         effect: Any,
         stream: Any = None,
         *,
-        strategy: Strategy | str = "auto",
+        strategy: Strategy | StrategyName = "auto",
         input_stream: Any = None,
         consumer_stream: Any = None,
         conversion_stream: Any = None,
@@ -499,7 +499,7 @@ def _refresh_torch() -> None:
         _TORCH_TENSOR = _torch_tensor_type()
 
 
-def stream_contract(effect: Any, stream: Any = None, strategy: Strategy | str = "auto", **kwargs: Any) -> StreamContract:
+def stream_contract(effect: Any, stream: Any = None, strategy: Strategy | StrategyName = "auto", **kwargs: Any) -> StreamContract:
     """A :class:`StreamContract` to use as ``with stream_contract(sr, stream) as c:``.
 
     Inside the block, plain ``sr.run(...)``/``sr.run_at_timestep(...)``/``sr.close()`` and
@@ -513,7 +513,7 @@ def stream_contract(effect: Any, stream: Any = None, strategy: Strategy | str = 
     return StreamContract(effect, stream, strategy=strategy, **kwargs)
 
 
-def stream_safe(effect: Any, stream: Any = None, strategy: Strategy | str = "auto", **kwargs: Any) -> Callable[[F], F]:
+def stream_safe(effect: Any, stream: Any = None, strategy: Strategy | StrategyName = "auto", **kwargs: Any) -> Callable[[F], F]:
     """Decorator: the effect is guarded for each call of the function; the SDK stream is
     ``stream``, else the current stream at each call. The wrapper's ``.contract`` is the contract.
     It shares the effect's ledger with every other guard: the next run, through any of them,

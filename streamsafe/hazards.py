@@ -209,9 +209,10 @@ def contract_wrap(strategy: str) -> Wrap:
 
     def wrap(effect: Any, streams: dict[str, Any], sc: Scenario) -> Any:
         from .contract import StreamContract
+        from .strategy import as_strategy
 
         producer = streams["P"] if streams["P"] != streams["S"] else None
-        return StreamContract(effect, streams["S"], strategy=strategy, input_stream=producer)
+        return StreamContract(effect, streams["S"], strategy=as_strategy(strategy), input_stream=producer)
 
     return wrap
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .class_guard import ClassGuard, guard
+from .strategy import as_strategy
 
 __all__ = ["EffectReport", "RunReport", "run_program", "format_report"]
 
@@ -105,7 +106,7 @@ def run_program(
         shadow = _sanitize.Shadow()
         shadow.sim.on_race = "record"  # report at exit; the program runs to its end
         hooks.register(shadow)
-    cg: ClassGuard = guard(nvvfx, strategy=strategy)
+    cg: ClassGuard = guard(nvvfx, strategy=as_strategy(strategy))
     argv, path0 = sys.argv[:], sys.path[0] if sys.path else None
     status = 0
     try:
