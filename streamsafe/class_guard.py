@@ -44,6 +44,7 @@ class ClassGuard:
         contract = ledger.default_contract if ledger is not None else None
         if contract is None or contract.closed or contract.guard_owner is not self:
             contract = StreamContract(effect, None, strategy=self.strategy, **self.options)
+            contract._hold_effect_weakly()  # the ledger keeps the contract; the program owns the effect
             contract.guard_owner = self
             contract.ledger.default_contract = contract
             self.contracts.append(contract)

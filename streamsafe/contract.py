@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import numbers
 import os
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
@@ -72,7 +74,9 @@ class StreamContract:
         self.strategy = as_strategy(strategy, allow_none=allow_none)
         if getattr(effect, "closed", False):
             raise EffectStateError(type(effect).__name__, "stream_contract", "closed", "Create a new effect.")
-        self.effect = effect
+        self._effect: Any = effect
+        self._effect_ref: Any = None
+        self.effect_name = type(effect).__name__
         self._cls = type(effect)
         self.device = int(getattr(effect, "device", 0))
         existing = ledger_of(effect, create=False)
@@ -105,6 +109,34 @@ class StreamContract:
         if os.environ.get("STREAMSAFE_SANITIZE") == "1":
             _sanitize.enable_from_environment()
         _ = self.plan  # validates the strategy for these streams now (e.g. async where unsound)
+
+    @property
+    def effect(self) -> Any:
+        """The guarded effect (for a class guard's contract, held weakly: the effect may be collected)."""
+        if self._effect is not None:
+            return self._effect
+        effect = self._effect_ref()
+        if effect is None:
+            raise EffectStateError(self.effect_name, "use", "gone (garbage-collected)", "Keep a reference to the effect.")
+        return effect
+
+    def _hold_effect_weakly(self) -> None:
+        """For a class guard: the ledger keeps this contract, so holding the effect strongly would keep
+        every effect a program made alive. Effects that cannot be weakly referenced stay held."""
+        try:
+            self._effect_ref = weakref.ref(self._effect)
+        except TypeError:
+            return
+        shadow_holder = self
+
+        def _return_shadow() -> None:  # the effect went without close(): give the pooled stream back
+            if shadow_holder._shadow is not None:
+                shadow_holder.backend.release_stream(shadow_holder._shadow)  # type: ignore[attr-defined]
+                shadow_holder._shadow = None
+            shadow_holder.closed = True
+
+        weakref.finalize(self._effect, _return_shadow)
+        self._effect = None
 
     @property
     def generation(self) -> int:
@@ -188,7 +220,7 @@ class StreamContract:
         be, dev = self.backend, self.device
         sdk = self._sdk_stream() if stream_ptr is None else as_stream(stream_ptr, device=dev, backend=be)
         _refresh_torch()
-        arrays = [a for a in args if not isinstance(a, (int, float, bool))]
+        arrays = [a for a in args if not isinstance(a, numbers.Number)]
         arrays += [kwargs[k] for k in INPUT_KWARGS if k in kwargs]
         producers = [self._producer_of(a) for a in arrays]  # validates every input first
         with ledger.using(name):
@@ -198,6 +230,8 @@ class StreamContract:
             if self._input is not None or first is None or len(producers) > 1:
                 current = be.current_stream(dev)
                 extra = tuple(dict.fromkeys(p for p in (*producers[1:], current) if p is not None))
+                if self._input is not None and current != self._input:
+                    producers.append(current)  # an input may also have been written on the current stream
             plan = self.plan_for(producer=first, sdk=sdk, non_blocking=user_nb, input_writers=extra)
             run_stream = plan.run_stream
             shapes = tuple(shape_of(a) for a in arrays)
@@ -219,7 +253,7 @@ class StreamContract:
             call_kwargs = dict(kwargs)
             if plan.strategy is not Strategy.NONE and None in producers:
                 for i, a in enumerate(call_args):
-                    if not isinstance(a, (int, float, bool)) and self._producer_is_unknown(a, arrays, producers):
+                    if not isinstance(a, numbers.Number) and self._producer_is_unknown(a, arrays, producers):
                         call_args[i] = _Forwarding(a, run_stream)
                 for k in INPUT_KWARGS:
                     if k in call_kwargs and self._producer_is_unknown(call_kwargs[k], arrays, producers):
@@ -341,8 +375,10 @@ class StreamContract:
                 raise EffectConfigError(name, attr, value, f"{name} has no attribute {attr!r}; its settings are {', '.join(known)}")
         ledger = self.ledger
         with ledger.using("configure"):
-            changes = {k: v for k, v in attrs.items() if getattr(self.effect, k, object()) != v}
-            releasing = [k for k in changes if k in CONFIG_ATTRS]
+            before = {k: getattr(self.effect, k, None) for k in attrs}
+            changes = {k: v for k, v in attrs.items() if before[k] != v}
+            # a size first set (None before) has released nothing: no output was made for it
+            releasing = [k for k in changes if k in CONFIG_ATTRS and before[k] is not None]
             if releasing:
                 apply_fences(self.backend, self.device, ledger.release_fences(self._last_plan, self.strategy), self.stats)
             done = []
@@ -355,11 +391,11 @@ class StreamContract:
                     ledger.released()
                 ledger.config = self._snapshot()
 
-    def synchronize(self) -> None:
+    def synchronize(self, *, _wait_for_other_threads: bool = False) -> None:
         """Block the host until every copy of the current output that streamsafe knows of, and the
         SDK's own work, is done. Outputs stay valid."""
         ledger = self.ledger
-        with ledger.using("synchronize"):
+        with ledger.using("synchronize", wait=_wait_for_other_threads):
             apply_fences(self.backend, self.device, ledger.release_fences(self._last_plan, self.strategy), self.stats)
             ledger.waited()
             ledger.drain_keepalive()
@@ -430,7 +466,7 @@ class StreamContract:
         if host_wait and not self.closed and not self.ledger.closed and self.strategy is not Strategy.NONE:
             # The copies made in the block are complete when it ends, as the vendor's recipe ends
             # with a wait for the copy stream (and untracked later use may run on any stream).
-            self.synchronize()
+            self.synchronize(_wait_for_other_threads=True)
 
     def __copy__(self) -> NoReturn:
         raise TypeError("a StreamContract cannot be copied: it orders one effect's streams; make another for another effect")
@@ -442,7 +478,7 @@ class StreamContract:
         raise TypeError("a StreamContract cannot be pickled: it holds live CUDA streams and a GPU effect")
 
     def __repr__(self) -> str:
-        return f"StreamContract({type(self.effect).__name__}, strategy={self.strategy.value}, backend={self.backend.name})"
+        return f"StreamContract({self.effect_name}, strategy={self.strategy.value}, backend={self.backend.name})"
 
 
 def _check_effect(effect: Any) -> None:

@@ -56,7 +56,15 @@ _MARK = "__streamsafe_dispatch__"
 
 _originals: dict[type, dict[str, Any]] = {}
 _raw_cache: dict[tuple[type, str], Any] = {}
-_stacks: dict[int, list[StreamContract]] = {}
+_blocks = threading.local()
+"""Per thread: effect id -> the guard blocks open on it in this thread, innermost last."""
+
+
+def _stacks() -> dict[int, list[StreamContract]]:
+    stacks: dict[int, list[StreamContract]] | None = getattr(_blocks, "stacks", None)
+    if stacks is None:
+        stacks = _blocks.stacks = {}
+    return stacks
 _class_guards: dict[type, Any] = {}
 """Class-level guards by class (:class:`streamsafe.class_guard.ClassGuard`: anything with ``contract_for``)."""
 _local = threading.local()
@@ -172,12 +180,13 @@ def _dispatcher(name: str) -> Callable[..., Any]:
 
 
 def push(effect: Any, contract: StreamContract) -> None:
-    """Route ``effect``'s plain calls through ``contract`` until :func:`pop` (blocks nest)."""
-    _stacks.setdefault(id(effect), []).append(contract)
+    """Route ``effect``'s plain calls from this thread through ``contract`` until :func:`pop` (blocks nest)."""
+    _stacks().setdefault(id(effect), []).append(contract)
 
 
 def pop(effect: Any, contract: StreamContract) -> None:
-    stack = _stacks.get(id(effect))
+    stacks = _stacks()
+    stack = stacks.get(id(effect))
     if not stack:
         return
     for i in range(len(stack) - 1, -1, -1):
@@ -185,12 +194,13 @@ def pop(effect: Any, contract: StreamContract) -> None:
             del stack[i]
             break
     if not stack:
-        del _stacks[id(effect)]
+        del stacks[id(effect)]
 
 
 def active_contract(effect: Any) -> StreamContract | None:
-    """The contract a plain call on ``effect`` goes through now, or ``None``."""
-    stack = _stacks.get(id(effect))
+    """The contract a plain call on ``effect`` from this thread goes through now, or ``None``
+    (guard blocks belong to the thread that opened them; class guards to every thread)."""
+    stack = _stacks().get(id(effect))
     if stack:
         return stack[-1]
     if _class_guards:
@@ -256,7 +266,8 @@ def tracked_raw_call(effect: Any, ledger: Ledger, name: str, args: tuple[Any, ..
 def tracked_setattr(effect: Any, ledger: Ledger, attr: str, value: Any) -> None:
     """A plain change of an output-size or encoding attribute outside any guard: the host waits for
     the readers streamsafe knows of before the effect may release its buffer (H6)."""
-    if getattr(effect, attr, object()) == value:
+    current = getattr(effect, attr, None)
+    if current == value or current is None:  # unchanged, or first set: nothing was made for it
         call_raw(effect, "__setattr__", attr, value)
         return
     with ledger.using("configure"):

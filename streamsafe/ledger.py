@@ -170,15 +170,16 @@ _NVTX = _load_nvtx()
 class _Using:
     """The effect held by one thread for one call (cheaper than a generator-based context manager)."""
 
-    __slots__ = ("_ledger", "_call", "_outer")
+    __slots__ = ("_ledger", "_call", "_wait", "_outer")
 
-    def __init__(self, ledger: Ledger, call: str) -> None:
+    def __init__(self, ledger: Ledger, call: str, wait: bool = False) -> None:
         self._ledger = ledger
         self._call = call
+        self._wait = wait
 
     def __enter__(self) -> Ledger:
         ledger = self._ledger
-        if not ledger._lock.acquire(blocking=False):
+        if not ledger._lock.acquire(blocking=self._wait):
             raise ConcurrentUseError(ledger.name, self._call, ledger._owner or "another thread", threading.current_thread().name)
         self._outer = ledger._owner
         ledger._owner = threading.current_thread().name
@@ -222,10 +223,11 @@ class Ledger:
 
     # -- the thread rule --------------------------------------------------------------------------
 
-    def using(self, call: str) -> _Using:
+    def using(self, call: str, *, wait: bool = False) -> _Using:
         """Hold the effect for one call (a context manager); another thread's concurrent call raises
-        :class:`~streamsafe.errors.ConcurrentUseError`. Does not block."""
-        return _Using(self, call)
+        :class:`~streamsafe.errors.ConcurrentUseError`, or, with ``wait``, waits for it to end (the
+        implicit host wait that ends a ``with`` block). Does not block otherwise."""
+        return _Using(self, call, wait)
 
     # -- outputs ------------------------------------------------------------------------------------
 
@@ -326,6 +328,8 @@ class Ledger:
     def release_fences(self, plan: FencePlan | None, strategy: Strategy | None = None) -> list[Fence]:
         """H6: the host waits for every stream that may still touch the SDK's buffers."""
         streams = [*self.outstanding, *self.readers]
+        if self.escaped:  # a view escaped: the framework's current stream may read it too
+            streams.append(self._backend().current_stream(self.device))
         if not streams:
             return []
         if plan is not None:

@@ -63,7 +63,7 @@ def _effect_report(contract: Any) -> EffectReport:
     plan = contract._last_plan
     by_hazard = {k: v for k, v in sorted(stats.items()) if k.startswith("H")}
     return EffectReport(
-        effect=type(contract.effect).__name__,
+        effect=contract.effect_name,
         device=contract.device,
         runs=stats["runs"],
         fences=stats["fences"],

@@ -435,3 +435,117 @@ def test_one_contract_per_thread_on_one_model(sim: ss.SimBackend) -> None:
     for t in threads:
         t.join()
     assert wrong == [0, 0, 0, 0] and sim.races == []
+
+
+# -- found by trying to break it (a reviewer's programs, each obeying the documented rules) ----------
+
+
+@pytest.mark.parametrize("release", ["TrueHDR input size", "close", "configure"])
+@pytest.mark.parametrize("strategy", FENCED)
+def test_a_view_read_on_the_current_stream_is_waited_for_before_a_release(sim: ss.SimBackend, strategy: str, release: str) -> None:
+    s, c1, q = (sim.create_stream(non_blocking=True) for _ in range(3))
+    if release == "TrueHDR input size":
+        fx: Any = TrueHDR(backend=sim)
+        fx.load()
+        want = hdr_expected
+    else:
+        fx = make_sr(sim)
+        want = sr_expected
+    c = contract(fx, s, strategy)
+    with sim.use_stream(q):
+        x, data = fresh(sim, 0, q)
+        view = sim.from_dlpack(c.run(x).image, stream=c1)  # a zero-copy view
+        sim.fence(q, c1)
+        copy = sim.copy(view, q, name="consumer.copy")  # read on the current stream
+        if release == "TrueHDR input size":
+            c.run(fresh(sim, 1, q, 24, 24)[0])  # the SDK reallocates its output inside run()
+        elif release == "close":
+            c.close()
+        else:
+            c.configure(output_width=48)
+    assert verify(sim, [(copy, want(data))]) == 0 and sim.races == []
+
+
+@pytest.mark.parametrize("strategy", FENCED)
+def test_with_input_stream_declared_an_input_written_on_the_current_stream_is_ordered_too(sim: ss.SimBackend, strategy: str) -> None:
+    from streamsafe.testing import VideoFrameGeneration
+
+    s, p1, p2 = (sim.create_stream(non_blocking=True) for _ in range(3))
+    g = VideoFrameGeneration(backend=sim, automatic_shot_change_detection_enabled=False)
+    g.input_width = g.input_height = 16
+    g.load()
+    c = contract(g, s, strategy, input_stream=p2)
+    with sim.use_stream(p1):
+        prev, d0 = fresh(sim, 0, p1)  # written on the current stream
+        cur, d1 = fresh(sim, 1, p2)  # written on the declared stream
+        copy = import_copy(sim, c.run(prev, cur, frame_index=1), sim.legacy_stream())
+    want = K.to_rgb8(np, K.blend(np, d0, d1, 0.5, False)).astype(np.float32) / np.float32(255)
+    assert verify(sim, [(copy, want)]) == 0 and sim.races == []
+
+
+def test_guard_blocks_belong_to_the_thread_that_opened_them(sim: ss.SimBackend) -> None:
+    """One effect shared by two threads, each in its own block, calls serialised by the program."""
+    sr = make_sr(sim)
+    lock = threading.Lock()
+    routed: list[bool] = []
+    wrong: list[int] = []
+
+    def worker(k: int) -> None:
+        s, consumer = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+        copies = []
+        with lock:
+            block = ss.stream_contract(sr, s, strategy="event")
+            block.__enter__()
+        for i in range(10):
+            x, data = fresh(sim, k * 100 + i, s)
+            with lock, sim.use_stream(s):
+                copies.append((import_copy(sim, sr.run(x), consumer), sr_expected(data)))
+                routed.append(ss.guarding.active_contract(sr) is block)
+        with lock:
+            block.__exit__(None, None, None)
+        sim.synchronize_stream(consumer)
+        wrong.append(sum(not np.array_equal(sim.download(cp, consumer), w) for cp, w in copies))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(routed) and wrong == [0, 0] and sim.races == []
+
+
+def test_a_class_guard_does_not_keep_effects_alive(sim: ss.SimBackend) -> None:
+    import gc
+    import weakref
+
+    refs = []
+    with ss.guard(VideoSuperRes):
+        for i in range(3):
+            sr = make_sr(sim)
+            sr.run(fresh(sim, i, sim.legacy_stream())[0])
+            refs.append(weakref.ref(sr))
+            del sr
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
+
+
+def test_setting_a_size_for_the_first_time_releases_nothing(sim: ss.SimBackend) -> None:
+    sr = make_sr(sim)
+    c = ss.StreamContract(sr)
+    out = c.run(fresh(sim, 0, sim.legacy_stream())[0])
+    sr.input_width, sr.input_height = 16, 16  # first set, to the size it already runs at
+    assert out.numpy().shape == (3, 32, 32)
+
+
+def test_numpy_scalars_are_not_taken_for_inputs(sim: ss.SimBackend) -> None:
+    """A NumPy scalar timestep reaches the SDK (whose own error names it), not the input check."""
+    from streamsafe.testing import VideoFrameGeneration
+
+    g = VideoFrameGeneration(backend=sim)
+    g.input_width = g.input_height = 16
+    g.load()
+    c = ss.StreamContract(g)
+    a, b = fresh(sim, 0, sim.legacy_stream())[0], fresh(sim, 1, sim.legacy_stream())[0]
+    with pytest.raises(ss.EffectConfigError, match="timestep"):
+        c.run_at_timestep(a, b, np.float32(0.5))
+    assert isinstance(c.run_at_timestep(a, b, 0.5), ss.SafeOutput)
