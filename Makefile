@@ -32,9 +32,10 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check streamsafe tests benchmarks docs
 	$(VENV)/bin/mypy streamsafe
 
+# docs: the HTML API reference (pdoc) in docs/api/ (not committed), then the hazard pictures.
 docs: $(VENV)/.installed
-	$(PY) -m pip install --quiet matplotlib
-	$(PY) docs/gen_api.py
+	$(PY) -m pip install --quiet -e '.[docs]'
+	$(PY) docs/gen_api.py docs/api
 	$(PY) docs/make_figures.py
 
 clean:

@@ -1,71 +1,90 @@
-"""Generate docs/api.md from the docstrings:  python3 docs/gen_api.py  (tests/test_docs.py checks it is current)."""
+"""Write the HTML API reference with pdoc:  python3 docs/gen_api.py [OUTPUT_DIR]   (default: docs/api/)
+
+``make docs`` installs pdoc (the ``docs`` extra) and runs this; open ``docs/api/index.html``.
+``pdoc streamsafe`` serves the same pages live while you edit docstrings. The HTML is build output
+and is not committed; tests/test_docs.py renders it into a temporary folder on every test run and
+checks that every public name is documented and that pdoc reported nothing.
+
+pdoc runs in a fresh interpreter: streamsafe puts guard dispatchers (marked
+``__streamsafe_dispatch__``) on an effect class's ``run``/``run_at_timestep``/``close``/``__setattr__``
+once a contract is made for one of its instances, and a process that had made one would document
+the dispatchers instead of the effect's own methods. The fresh interpreter also puts back any
+original it finds (``streamsafe.guarding._originals``) before rendering.
+"""
 
 from __future__ import annotations
 
-import inspect
+import subprocess
 import sys
+import warnings
 from pathlib import Path
 
-MODULES = ["streamsafe", "streamsafe.testing", "streamsafe.bench"]
-HEADER = "# API reference\n\nGenerated from the docstrings by `python3 docs/gen_api.py`; do not edit by hand.\n"
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUTPUT = ROOT / "docs" / "api"
+MODULES = ["streamsafe", "streamsafe.testing", "streamsafe.testing.pytest_plugin", "streamsafe.bench"]
+"""The public modules; pdoc adds the submodules each names in its ``__all__``."""
+MARK = "__streamsafe_dispatch__"
 
 
-# Module-level aliases some signatures use (the classes re-export the enums under these names).
-_ALIASES = {"'_Encoding'": "'ImageEncoding'", "'_Quality'": "'QualityLevel'", "'_Mode'": "'Mode'"}
+def _restore_originals() -> int:
+    """Put the effects' own methods back where a guard dispatcher stands; returns how many."""
+    from streamsafe import guarding
+
+    restored = 0
+    for cls, saved in list(guarding._originals.items()):
+        for name, original in saved.items():
+            if not getattr(cls.__dict__.get(name), MARK, False):
+                continue
+            if original is None:  # the dispatcher stood in for an inherited method
+                delattr(cls, name)
+            else:
+                setattr(cls, name, original)
+            restored += 1
+    return restored
 
 
-def _sig(obj: object) -> str:
-    try:
-        text = str(inspect.signature(obj))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return ""
-    for alias, name in _ALIASES.items():
-        text = text.replace(alias, name)
-    return text
+def _render_here(output: Path) -> int:
+    """Render in this interpreter (the child). Exit status 1 if pdoc warned about anything."""
+    import pdoc
+    import pdoc.render
 
-
-def _doc(obj: object) -> str:
-    doc = inspect.getdoc(obj) or ""
-    return doc.strip()
-
-
-def render() -> str:
     import importlib
 
-    out = [HEADER]
-    for name in MODULES:
-        mod = importlib.import_module(name)
-        out.append(f"\n## `{name}`\n\n{_doc(mod)}\n")
-        for attr in sorted(getattr(mod, "__all__", [])):
-            if attr.startswith("__"):
-                continue
-            obj = getattr(mod, attr)
-            if inspect.isclass(obj):
-                out.append(f"\n### class `{name}.{attr}{_sig(obj) if not issubclass(obj, BaseException) else ''}`\n\n{_doc(obj)}\n")
-                for meth_name, meth in sorted(vars(obj).items()):
-                    if getattr(meth, "__streamsafe_dispatch__", False):  # a guard's dispatcher: document the SDK's own
-                        from streamsafe import guarding
+    import streamsafe
 
-                        meth = guarding._originals.get(obj, {}).get(meth_name)
-                        if meth is None:
-                            continue
-                    if meth_name.startswith("_") or not (inspect.isfunction(meth) or isinstance(meth, property)):
-                        continue
-                    doc = _doc(meth)
-                    if not doc:
-                        continue
-                    if isinstance(meth, property):
-                        out.append(f"- `{meth_name}` (property): {doc.splitlines()[0]}\n")
-                    else:
-                        out.append(f"- `{meth_name}{_sig(meth)}`: {doc.splitlines()[0]}\n")
-            elif inspect.isfunction(obj):
-                out.append(f"\n### `{name}.{attr}{_sig(obj)}`\n\n{_doc(obj)}\n")
-            elif not inspect.ismodule(obj):
-                out.append(f"\n### `{name}.{attr}`\n\n{type(obj).__name__} constant.\n")
-    return "".join(out)
+    for name in MODULES:  # lazy exports (``streamsafe.CudaBackend``) resolved, so pdoc finds them
+        module = importlib.import_module(name)
+        for attr in getattr(module, "__all__", ()):
+            if attr not in vars(module):
+                setattr(module, attr, getattr(module, attr))
+    _restore_originals()
+    pdoc.render.configure(docformat="restructuredtext", search=True, show_source=True,
+                          footer_text=f"streamsafe {streamsafe.__version__}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pdoc.pdoc(*MODULES, output_directory=output)
+    problems = [w for w in caught if w.category.__module__.startswith("pdoc") or "pdoc" in w.filename]
+    for w in problems:
+        print(f"pdoc: {w.message}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def render(output: Path = DEFAULT_OUTPUT) -> subprocess.CompletedProcess[str]:
+    """Run pdoc in a fresh interpreter, writing the reference to ``output``."""
+    return subprocess.run([sys.executable, str(Path(__file__).resolve()), "--render", str(output)],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--render"]:
+        return _render_here(Path(argv[1]))
+    output = Path(argv[0]) if argv else DEFAULT_OUTPUT
+    result = render(output)
+    sys.stderr.write(result.stdout + result.stderr)
+    if result.returncode == 0:
+        print(f"wrote {output}/index.html", file=sys.stderr)
+    return result.returncode
 
 
 if __name__ == "__main__":
-    target = Path(__file__).parent / "api.md"
-    target.write_text(render())
-    print(f"wrote {target}", file=sys.stderr)
+    raise SystemExit(main(sys.argv[1:]))

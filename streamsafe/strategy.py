@@ -11,13 +11,15 @@ __all__ = ["Strategy", "StrategyName", "as_strategy"]
 
 
 StrategyName = Literal["auto", "event", "async", "stream", "device", "none"]
-StrategyName.__doc__ = """The strategies' names, for type checkers: ``strategy="event"`` type-checks, ``strategy="fastest"``
+"""The strategies' names, for type checkers: ``strategy="event"`` type-checks, ``strategy="fastest"``
 does not. Parameters that take a strategy accept ``Strategy | StrategyName``; at run time the names are also
 accepted in any case, and anything else raises :class:`~streamsafe.StrategyError`."""
+StrategyName.__doc__ = "The strategies' names (a Literal), for type checkers: Strategy | StrategyName."
 
 
 class Strategy(str, enum.Enum):
-    """How fences are placed. Strings with the same values are accepted everywhere.
+    """How fences are placed. Strings with the same values are accepted everywhere; for type
+    checkers they are :data:`StrategyName`, so parameters take ``Strategy | StrategyName``.
 
     * ``auto``: the cheapest sound plan for the streams at hand; the plan says why.
     * ``event``: device-side event fences; the SDK runs with ``non_blocking=False``.
