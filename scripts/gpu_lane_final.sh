@@ -11,5 +11,7 @@ STREAMSAFE_FUZZ_FRAMES=3000 STREAMSAFE_FUZZ_CONTROL_FRAMES=500 timeout 150 pytho
 grep -E "fuzz|agree|passed|failed" "$L/pytest-final.txt" | tail -12
 timeout 50 python3 benchmarks/contract_overhead.py --json "$L/contract_overhead.json" > "$L/contract_overhead.txt" 2>&1
 head -12 "$L/contract_overhead.txt"
+(cd benchmarks && timeout 40 python3 profile_contract.py event 3000 > "../$L/profile_contract_event.txt" 2>&1)
+head -45 "$L/profile_contract_event.txt" | cut -c1-150
 tar czf "$OUT/lane.tgz" -C "$OUT" lane && rm -rf "$L"
 exit $rc
