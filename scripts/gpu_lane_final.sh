@@ -3,7 +3,7 @@
 # the model on every hazard scenario and strategy, and the contract overhead. One file back: $OUT/lane.tgz.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
-L=$OUT/lane; mkdir -p "$L"
+L=$(realpath -m "$OUT")/lane; mkdir -p "$L"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false STREAMSAFE_GPU_OUT=$L
 rc=0
 STREAMSAFE_FUZZ_FRAMES=3000 STREAMSAFE_FUZZ_CONTROL_FRAMES=500 timeout 150 python3 -m pytest -m gpu -v -s -p no:cacheprovider \
@@ -11,7 +11,7 @@ STREAMSAFE_FUZZ_FRAMES=3000 STREAMSAFE_FUZZ_CONTROL_FRAMES=500 timeout 150 pytho
 grep -E "fuzz|agree|passed|failed" "$L/pytest-final.txt" | tail -12
 timeout 50 python3 benchmarks/contract_overhead.py --json "$L/contract_overhead.json" > "$L/contract_overhead.txt" 2>&1
 head -12 "$L/contract_overhead.txt"
-(cd benchmarks && timeout 40 python3 profile_contract.py event 3000 > "../$L/profile_contract_event.txt" 2>&1)
+(cd benchmarks && timeout 40 python3 profile_contract.py event 3000 > "$L/profile_contract_event.txt" 2>&1)
 head -45 "$L/profile_contract_event.txt" | cut -c1-150
 tar czf "$OUT/lane.tgz" -C "$OUT" lane && rm -rf "$L"
 exit $rc

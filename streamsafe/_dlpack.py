@@ -4,30 +4,101 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DLPACK_CPU", "DLPACK_CUDA", "SimCapsule", "check_input_device", "require_cuda_input"]
+__all__ = [
+    "DLPACK_CPU",
+    "DLPACK_CUDA",
+    "SimCapsule",
+    "check_input_device",
+    "require_cuda_input",
+    "describe_array",
+    "stream_on_device",
+]
 
 DLPACK_CPU = 1
 DLPACK_CUDA = 2
 
+DLPACK_DEVICE_NAMES = {
+    1: "host memory (CPU)",
+    3: "pinned host memory (CUDA host)",
+    4: "OpenCL",
+    7: "Vulkan",
+    8: "Metal",
+    9: "VPI",
+    10: "ROCm",
+    11: "ROCm host memory",
+    12: "an external device",
+    13: "CUDA managed memory",
+    14: "oneAPI",
+    15: "WebGPU",
+    16: "Hexagon",
+}
+"""DLPack ``DLDeviceType`` values other than CUDA (2), named for messages."""
+
+
+def describe_array(obj: Any) -> str:
+    """``module.Type (shape ..., dtype ...)``: an array named by type and shape, never by its data."""
+    cls = type(obj)
+    module = cls.__module__ or ""
+    name = cls.__qualname__ if module in ("", "builtins") else f"{module}.{cls.__qualname__}"
+    facts = []
+    shape = getattr(obj, "shape", None)
+    if shape is not None and not callable(shape):
+        try:
+            facts.append(f"shape {tuple(int(d) for d in shape)}")
+        except (TypeError, ValueError):
+            pass
+    dtype = getattr(obj, "dtype", None)
+    if dtype is not None and not callable(dtype):
+        facts.append(f"dtype {dtype}")
+    return f"{name} ({', '.join(facts)})" if facts else name
+
+
+def _framework(obj: Any) -> str | None:
+    from .frameworks import framework_of
+
+    return framework_of(obj)
+
+
+def _to_device_fix(obj: Any, device: int) -> str | None:
+    """How the array's own framework copies it to CUDA ``device`` (from the host or another GPU); ``None``
+    for a framework streamsafe does not know."""
+    fw = _framework(obj)
+    if fw == "torch":
+        return f"x.to('cuda:{device}') (or x.cuda({device}))"
+    if fw == "numpy":
+        return f"torch.from_numpy(x).to('cuda:{device}'), or cupy.asarray(x) inside `with cupy.cuda.Device({device}):`"
+    if fw == "cupy":
+        return f"cupy.copy(x) inside `with cupy.cuda.Device({device}):`"
+    if fw == "jax":
+        return f"jax.device_put(x, jax.devices('gpu')[{device}])"
+    return None
+
 
 def check_input_device(what: str, obj: Any, dev_type: int, dev_id: int, device: int) -> None:
-    """Raise :class:`~streamsafe.errors.InputArrayError` unless the input is on CUDA ``device``."""
-    from .errors import InputArrayError
+    """Raise unless the input is on CUDA ``device``: :class:`~streamsafe.errors.HostArrayError` for
+    memory that is not on a GPU, :class:`~streamsafe.errors.InputDeviceError` (an
+    :class:`~streamsafe.errors.InputArrayError` and a :class:`~streamsafe.errors.DeviceMismatchError`)
+    for a GPU array of another device. Both messages name the array by type and shape only."""
+    from .errors import HostArrayError, InputDeviceError
 
     if dev_type != DLPACK_CUDA:
-        raise InputArrayError(
-            what, obj, f"it lives on DLPack device type {dev_type}, not CUDA ({DLPACK_CUDA})",
-            f"Move it to the GPU first (e.g. tensor.to('cuda:{device}')).",
+        where = DLPACK_DEVICE_NAMES.get(dev_type, "a device that is not CUDA")
+        raise HostArrayError(
+            what, obj, describe_array(obj),
+            f"it lives in {where}: DLPack device type {dev_type}, not CUDA ({DLPACK_CUDA})",
+            f"Move it to the GPU first: {_to_device_fix(obj, device) or f'a torch or CuPy array on cuda:{device}'}.",
         )
     if dev_id != device:
-        raise InputArrayError(
-            what, obj, f"it is on CUDA device {dev_id} but the effect runs on device {device}",
-            f"Copy it to device {device}, or use an effect created with device={dev_id}.",
+        raise InputDeviceError(
+            what, obj, describe_array(obj), dev_id, device,
+            f"Copy it to device {device} first: {_to_device_fix(obj, device) or 'with the framework that made it'}; "
+            f"or use an effect created with device={dev_id}, one effect per GPU.",
         )
 
 
 def require_cuda_input(what: str, obj: Any, device: int) -> None:
-    """Raise :class:`~streamsafe.errors.InputArrayError` unless ``obj`` speaks DLPack from CUDA ``device``."""
+    """Raise :class:`~streamsafe.errors.InputArrayError` unless ``obj`` speaks DLPack from CUDA ``device``
+    (see :func:`check_input_device` for the subclasses raised)."""
     from .errors import InputArrayError
 
     if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
@@ -37,6 +108,44 @@ def require_cuda_input(what: str, obj: Any, device: int) -> None:
         )
     dev_type, dev_id = obj.__dlpack_device__()
     check_input_device(what, obj, int(dev_type), int(dev_id), device)
+
+
+_STREAM_FIXES = {
+    "sdk": (
+        "the SDK stream",
+        "Pass a stream of device {expected} (e.g. torch.cuda.Stream({expected}), or one made inside "
+        "`with torch.cuda.device({expected}):`), or use an effect created with device={actual}.",
+    ),
+    "input": (
+        "the input's producer stream",
+        "Declare the stream of device {expected} that writes the inputs, or use an effect created with device={actual}.",
+    ),
+    "consumer": (
+        "the consumer's stream",
+        "The output lives on device {expected}, the effect's: import it on a stream of device {expected} (e.g. "
+        "inside `with torch.cuda.device({expected}):`, or out.torch(stream) with a stream of device {expected}), "
+        "then copy the result to device {actual} (y.to('cuda:{actual}')).",
+    ),
+    "conversion": (
+        "the conversion stream",
+        "Pass a stream of device {expected}, or leave conversion_stream unset (the legacy stream of device {expected}).",
+    ),
+}
+
+
+def stream_on_device(obj: Any, device: int, backend: Any, role: str) -> Any:
+    """``as_stream(obj, device=device, backend=backend)``, with a
+    :class:`~streamsafe.errors.DeviceMismatchError` that names the stream's ``role`` (``"sdk"``,
+    ``"input"``, ``"consumer"``, ``"conversion"``), both devices and the fix for that role.
+    Does not block."""
+    from .errors import DeviceMismatchError
+    from .streams import as_stream
+
+    what, fix = _STREAM_FIXES[role]
+    try:
+        return as_stream(obj, device=device, backend=backend)
+    except DeviceMismatchError as e:
+        raise DeviceMismatchError(what, e.value, e.actual, e.expected, fix.format(actual=e.actual, expected=e.expected)) from None
 
 
 class SimCapsule:

@@ -198,3 +198,36 @@ class ConcurrentUseError(StreamsafeError, RuntimeError):
             "An effect and its contracts are used by one thread at a time: give each thread its own effect and "
             "contract, or serialise the calls (a lock or a queue around run() and the copy of its output)."
         )
+
+
+class InputDeviceError(InputArrayError, DeviceMismatchError):
+    """An input is a CUDA array of another device than the effect's.
+
+    Both an :class:`InputArrayError` and a :class:`DeviceMismatchError`: either ``except`` catches it.
+    ``actual`` is the array's device, ``expected`` the effect's; the message describes the
+    array by type and shape (never its data) and gives the framework's copy.
+    """
+
+    def __init__(self, what: str, value: Any, described: str, actual: int, expected: int, fix: str) -> None:
+        self.what = what
+        self.value = value
+        self.actual = actual
+        self.expected = expected
+        self.rule = f"it is on CUDA device {actual} but the effect runs on device {expected}"
+        self.fix = fix
+        Exception.__init__(self, f"{what} {described} is on CUDA device {actual} but the effect runs on device {expected}. {fix}")
+
+
+class HostArrayError(InputArrayError):
+    """An input lives in host memory (or on another non-CUDA DLPack device), not on a GPU.
+
+    The message describes the array by type and shape (never its data) and gives the
+    framework's way to put it on the effect's device.
+    """
+
+    def __init__(self, what: str, value: Any, described: str, rule: str, fix: str) -> None:
+        self.what = what
+        self.value = value
+        self.rule = rule
+        self.fix = fix
+        Exception.__init__(self, f"{what} {described} is not on a GPU: {rule}. {fix}")
