@@ -93,6 +93,10 @@ class StreamContract:
             if conversion_stream is not None
             else as_stream(LEGACY_HANDLE, device=dev, backend=be)
         )
+        for declared in (self._sdk_fixed, self._input, self._consumer):
+            if declared is not None and declared.ptr not in (0, 1, 2):
+                self.ledger.declared.add(declared)
+                self.ledger.known[declared.handle] = declared
         self.closed = False
         self.guard_owner: Any = None
         """The class-level guard that made this contract, if any."""
@@ -235,7 +239,7 @@ class StreamContract:
             plan = self.plan_for(producer=first, sdk=sdk, non_blocking=user_nb, input_writers=extra)
             run_stream = plan.run_stream
             shapes = tuple(shape_of(a) for a in arrays)
-            escaped_current = be.current_stream(dev) if ledger.escaped else None
+            escaped_current = ledger.current_stream() if ledger.escaped else None
             fences = ledger.before_run(plan, shapes, escaped_current)
             fences += plan.at("before run")
             for producer in producers[1:]:
@@ -317,7 +321,9 @@ class StreamContract:
             return self._input
         import torch
 
-        return as_stream(torch_current_stream_handle(torch, dev), device=dev, backend=self.backend)
+        handle = torch_current_stream_handle(torch, dev)
+        known = self.ledger.known_stream(handle) if dev == self.device else None
+        return known if known is not None else as_stream(handle, device=dev, backend=self.backend)
 
     # -- inputs after an asynchronous run (H12) ------------------------------------------------
 

@@ -44,7 +44,7 @@ def framework_current_stream_handle(device: int, framework: str | None = None) -
     for name in names:
         if name == "torch" and "torch" in sys.modules:
             torch = sys.modules["torch"]
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
+            if torch.cuda.is_initialized():  # initialised implies available (and is_available() costs a driver call)
                 return torch_current_stream_handle(torch, device), "torch"
         if name == "cupy" and "cupy" in sys.modules:
             cupy = sys.modules["cupy"]

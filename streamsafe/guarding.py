@@ -256,7 +256,7 @@ def tracked_raw_call(effect: Any, ledger: Ledger, name: str, args: tuple[Any, ..
     arrays = [a for a in args if hasattr(a, "__dlpack__")] + [kwargs[k] for k in INPUT_KWARGS if k in kwargs]
     shapes = tuple(shape_of(a) for a in arrays)
     with ledger.using(name):
-        current = be.current_stream(dev) if ledger.escaped else None
+        current = ledger.current_stream() if ledger.escaped else None
         apply_fences(be, dev, ledger.before_run(plan, shapes, current), ledger.unguarded_stats)
         result = call_raw(effect, name, *args, **kwargs)
         ledger.after_unguarded_run(plan.sdk_streams, shapes)

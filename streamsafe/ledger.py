@@ -212,6 +212,9 @@ class Ledger:
         self.outstanding: dict[Stream, None] = {}
         self.input_shapes: tuple[Any, ...] | None = None
         self.holds: dict[Stream, Any] = {}
+        self.known: dict[int, Stream] = {}
+        """Streams by handle whose kind is settled: held here, or declared by a guard."""
+        self.declared: set[Stream] = set()
         self.keepalive: deque[tuple[Any, Any]] = deque()
         self.torch_streams: dict[int, Any] = {}
         self.config: tuple[Any, ...] | None = None
@@ -329,7 +332,7 @@ class Ledger:
         """H6: the host waits for every stream that may still touch the SDK's buffers."""
         streams = [*self.outstanding, *self.readers]
         if self.escaped:  # a view escaped: the framework's current stream may read it too
-            streams.append(self._backend().current_stream(self.device))
+            streams.append(self.current_stream())
         if not streams:
             return []
         if plan is not None:
@@ -402,6 +405,12 @@ class Ledger:
 
     # -- consumer stream objects ----------------------------------------------------------------------------
 
+    def known_stream(self, handle: Any) -> Stream | None:
+        """The :class:`Stream` for an integer ``handle`` of a stream this ledger keeps alive or a guard
+        declared (its kind cannot have changed: the handle is not free for reuse), else ``None``.
+        Saves the driver queries of :func:`~streamsafe.streams.as_stream` on the hot path."""
+        return self.known.get(handle) if type(handle) is int else None
+
     def _hold(self, consumer: Stream) -> None:
         """Keep the framework's object for ``consumer`` alive: a stream a consumer made for one copy
         (``with cupy.cuda.Stream(): ...``) would otherwise be destroyed before the next run's fence
@@ -414,6 +423,7 @@ class Ledger:
             current = sys.modules["cupy"].cuda.get_current_stream()
             if current.ptr == consumer.handle:
                 self.holds[consumer] = current
+                self.known[consumer.handle] = consumer
                 return
         if "torch" in sys.modules:
             torch = sys.modules["torch"]
@@ -421,12 +431,28 @@ class Ledger:
                 current = torch.cuda.current_stream(self.device)
                 if current.cuda_stream == consumer.handle:
                     self.holds[consumer] = current
+                    self.known[consumer.handle] = consumer
 
     def _release_holds(self) -> None:
         if self.holds:
             for consumer in list(self.holds):
                 if consumer not in self.readers and consumer not in self.outstanding:
                     del self.holds[consumer]
+                    if self.known.get(consumer.handle) == consumer and consumer not in self.declared:
+                        del self.known[consumer.handle]
+
+    def current_stream(self) -> Stream:
+        """The framework's current stream on the effect's device (known handles need no driver query)."""
+        be = self._backend()
+        if not isinstance(be, SimBackend):
+            from .frameworks import framework_current_stream_handle
+
+            found = framework_current_stream_handle(self.device)
+            if found is not None:
+                known = self.known.get(found[0])
+                if known is not None:
+                    return known
+        return be.current_stream(self.device)
 
     def _backend(self) -> Backend:
         if self.backend is None:

@@ -91,7 +91,7 @@ class SafeImage:
         if stream is None or (isinstance(stream, int) and stream == -1):
             consumer = self._default_consumer
         else:
-            consumer = as_stream(stream, device=self._device, backend=ledger._backend())
+            consumer = ledger.known_stream(stream) or as_stream(stream, device=self._device, backend=ledger._backend())
         key = capsule_data_key(self._capsule) if hooks.observers or self._escapes else None
         ledger.import_output(self._generation, consumer, escapes=self._escapes, key=key)
         if self._escapes:
