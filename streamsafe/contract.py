@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
 from . import _sanitize, guarding, hooks
-from ._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, require_cuda_input
+from ._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, require_cuda_input, stream_on_device
 from .backend import Backend, SimBackend, current_backend
 from .backend.sim import SimArray
 from .errors import EffectConfigError, EffectStateError, StreamsafeError, UnguardedChangeError
@@ -85,11 +85,11 @@ class StreamContract:
         if self.ledger.backend is None:
             self.ledger.backend = self.backend
         dev, be = self.device, self.backend
-        self._sdk_fixed = None if stream is None else as_stream(stream, device=dev, backend=be)
-        self._input = None if input_stream is None else as_stream(input_stream, device=dev, backend=be)
-        self._consumer = None if consumer_stream is None else as_stream(consumer_stream, device=dev, backend=be)
+        self._sdk_fixed = None if stream is None else stream_on_device(stream, dev, be, "sdk")
+        self._input = None if input_stream is None else stream_on_device(input_stream, dev, be, "input")
+        self._consumer = None if consumer_stream is None else stream_on_device(consumer_stream, dev, be, "consumer")
         self._conversion_spec = (
-            as_stream(conversion_stream, device=dev, backend=be)
+            stream_on_device(conversion_stream, dev, be, "conversion")
             if conversion_stream is not None
             else as_stream(LEGACY_HANDLE, device=dev, backend=be)
         )
@@ -222,7 +222,7 @@ class StreamContract:
         stream_ptr = kwargs.pop("stream_ptr", None)
         user_nb = bool(kwargs.pop("non_blocking", False))
         be, dev = self.backend, self.device
-        sdk = self._sdk_stream() if stream_ptr is None else as_stream(stream_ptr, device=dev, backend=be)
+        sdk = self._sdk_stream() if stream_ptr is None else stream_on_device(stream_ptr, dev, be, "sdk")
         _refresh_torch()
         arrays = [a for a in args if not isinstance(a, numbers.Number)]
         arrays += [kwargs[k] for k in INPUT_KWARGS if k in kwargs]

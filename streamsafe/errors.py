@@ -26,6 +26,8 @@ __all__ = [
     "StaleOutputError",
     "UnguardedChangeError",
     "ConcurrentUseError",
+    "InputDeviceError",
+    "HostArrayError",
 ]
 
 

@@ -179,13 +179,14 @@ def _reference(sc: Scenario, data: np.ndarray, out_hw: tuple[int, int]) -> np.nd
 
 def _make_effect(sc: Scenario, lab: Lab, hw: tuple[int, int], out_hw: tuple[int, int], gpu: bool) -> Any:
     lat = {k: v for k, v in sc.delays_us.items() if k in ("transfer", "inference", "conversion")} if gpu else None
+    dev = getattr(lab, "device", 0)
     if sc.effect == "TrueHDR":
-        fx: Any = TrueHDR(backend=lab.backend, latency_us=lat)
+        fx: Any = TrueHDR(backend=lab.backend, latency_us=lat, device=dev)
     elif sc.effect == "VideoSuperRes":
-        fx = VideoSuperRes(backend=lab.backend, latency_us=lat, image_encoding=ImageEncoding[sc.encoding])
+        fx = VideoSuperRes(backend=lab.backend, latency_us=lat, image_encoding=ImageEncoding[sc.encoding], device=dev)
         fx.output_height, fx.output_width = out_hw
     else:  # pragma: no cover - no scenario uses it yet
-        fx = VideoFrameGeneration(backend=lab.backend, latency_us=lat)
+        fx = VideoFrameGeneration(backend=lab.backend, latency_us=lat, device=dev)
         fx.input_height, fx.input_width = hw
     fx.load()
     return fx

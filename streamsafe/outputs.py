@@ -13,8 +13,8 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import hooks
-from ._dlpack import DLPACK_CUDA, capsule_data_key
-from .streams import Stream, as_stream
+from ._dlpack import DLPACK_CUDA, capsule_data_key, stream_on_device
+from .streams import Stream
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -91,7 +91,7 @@ class SafeImage:
         if stream is None or (isinstance(stream, int) and stream == -1):
             consumer = self._default_consumer
         else:
-            consumer = ledger.known_stream(stream) or as_stream(stream, device=self._device, backend=ledger._backend())
+            consumer = ledger.known_stream(stream) or stream_on_device(stream, self._device, ledger._backend(), "consumer")
         key = capsule_data_key(self._capsule) if hooks.observers or self._escapes else None
         ledger.import_output(self._generation, consumer, escapes=self._escapes, key=key)
         if self._escapes:
@@ -158,7 +158,7 @@ class SafeOutput:
         one at the next run. Does not block the host."""
         image = self.image
         ledger = image._ledger
-        ledger.add_reader(image._generation, as_stream(stream, device=image._device, backend=ledger._backend()))
+        ledger.add_reader(image._generation, stream_on_device(stream, image._device, ledger._backend(), "consumer"))
 
     def _copied(self) -> SafeImage:
         image = self.image

@@ -29,6 +29,7 @@ STREAM_KINDS = ("legacy", "per-thread", "blocking", "non-blocking")
 
 class Lab(Protocol):
     name: str
+    device: int
 
     @property
     def backend(self) -> Backend: ...
@@ -55,18 +56,19 @@ class SimLab:
 
     name = "sim"
 
-    def __init__(self, backend: SimBackend | None = None) -> None:
-        self.backend: SimBackend = backend if backend is not None else SimBackend(scheduler="adversarial")
+    def __init__(self, backend: SimBackend | None = None, *, device: int = 0) -> None:
+        self.device = device
+        self.backend: SimBackend = backend if backend is not None else SimBackend(scheduler="adversarial", devices=device + 1)
         self._seen: weakref.WeakSet[Any] = weakref.WeakSet()
         self._keep: list[Any] = []
 
     def stream(self, kind: str) -> Stream:
         if kind == "legacy":
-            return self.backend.legacy_stream()
+            return self.backend.legacy_stream(self.device)
         if kind == "per-thread":
-            return self.backend.per_thread_stream()
+            return self.backend.per_thread_stream(self.device)
         if kind in ("blocking", "non-blocking"):
-            return self.backend.create_stream(non_blocking=kind == "non-blocking")
+            return self.backend.create_stream(non_blocking=kind == "non-blocking", device=self.device)
         raise ValueError(f"unknown stream kind {kind!r}: one of {', '.join(STREAM_KINDS)}")
 
     def produce(self, data: np.ndarray, stream: Stream, *, delay_us: float = 0.0, recycle: bool = False) -> Any:
@@ -96,7 +98,7 @@ class SimLab:
         self.backend.synchronize_stream(stream)
 
     def synchronize(self) -> None:
-        self.backend.synchronize_device(0)
+        self.backend.synchronize_device(self.device)
 
     def read(self, copy: Any) -> np.ndarray:
         return self.backend.download(copy)

@@ -1,0 +1,719 @@
+"""Several GPUs: one pipeline per GPU, each with its own effect, streams, contract and thread (issue 12).
+
+Scenarios, each run under every strategy (and the hand-written rows) by the bench harness:
+
+* ``gpus-1``: one pipeline on GPU 0, on a worker thread: the baseline;
+* ``gpus-2``: one pipeline per GPU (0 and 1), a thread each, no coordination but a block's start and end;
+* ``gpus-2-sync0``: as ``gpus-2``, but GPU 0's pipeline always uses strategy ``device`` (a device-wide
+  synchronisation per frame) whatever the row; GPU 1's runs the row's strategy. GPU 1's frames/s here,
+  against its frames/s in ``gpus-2``, measures whether a device sync on one GPU stalls the other GPU's
+  pipeline (``cuCtxSynchronize`` waits for one device; only the host, the GIL, is shared).
+
+A lane is the bench's user program (:mod:`streamsafe.bench.pipelines`) on its own device: inputs
+uploaded once to that GPU, frames produced and copied on a non-blocking torch side stream of that
+GPU, every copy checked against NumPy after its block (untimed). Each worker thread makes its lane's
+device current, runs its steps, and waits for its own lane's streams, so a lane's wall time is its own.
+
+Figures (:func:`summarize`): per strategy, the aggregate frames/s of each scenario (every lane's frames
+over each block's wall time), frames/s per lane, the **scaling** ``gpus-2 / gpus-1`` (ideal 2.0), and
+the **sync0 ratio**: GPU 1's frames/s in ``gpus-2-sync0`` over ``gpus-2`` (1.0: no stall).
+
+On the model (one :class:`~streamsafe.SimBackend` with ``devices=2`` per pipeline, shared by its lanes,
+one thread per lane) only counts are meaningful: frames, corrupt frames, fences and host waits per
+frame, and every lane's work on its own device. Run it with ``python -m streamsafe.bench.multi_gpu``
+(``--backend cuda`` needs ``torch.cuda.device_count() >= 2``, torch and CuPy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..backend import SimBackend
+from ..streams import LEGACY_HANDLE
+from ..testing.effects import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
+from .harness import HAND_ROWS, BenchResult, Hand, Row, as_row, run_bench
+from .pipelines import POOL, BenchScenario, _as_signed, _inputs_and_refs, _Runner
+
+__all__ = [
+    "MultiGpuScenario",
+    "SCENARIOS",
+    "LANE",
+    "SOAK_LANE",
+    "GpuLane",
+    "SimLane",
+    "MultiGpuPipeline",
+    "MultiGpuFactory",
+    "run_multi_gpu",
+    "summarize",
+    "format_summary",
+    "gpu_count",
+    "main",
+]
+
+LANE = BenchScenario("mgpu", "540p->1080p, 2 ms inference, 50 us conversion",
+                     stage_us={"inference": 2000.0, "conversion": 50.0})
+"""One lane's work per frame: the video server's (``server-N``) frame, on its own GPU."""
+
+SOAK_LANE = BenchScenario("mgpu-soak", "270p->540p, 100 us inference, 40 us conversion", size=(270, 480), out=(540, 960),
+                          stage_us={"inference": 100.0, "conversion": 40.0})
+"""A short frame for the two-GPU soak (many frames per strategy)."""
+
+
+@dataclass(frozen=True)
+class MultiGpuScenario:
+    """Lanes on ``devices``, one thread each. ``pinned``: ``(device, row)`` pairs whose lane runs that row
+    whatever the bench row is. ``consumers``: per lane (by position), the consumer (``torch``, ``cupy``)
+    instead of ``lane.consumer``."""
+
+    key: str
+    title: str
+    devices: tuple[int, ...]
+    pinned: tuple[tuple[int, str], ...] = ()
+    lane: BenchScenario = LANE
+    consumers: tuple[str, ...] = ()
+
+    def row_for(self, device: int, row: Row) -> Row:
+        return as_row(dict(self.pinned).get(device, row))
+
+    def consumer_for(self, index: int) -> str:
+        return self.consumers[index] if index < len(self.consumers) else self.lane.consumer
+
+
+SCENARIOS: tuple[MultiGpuScenario, ...] = (
+    MultiGpuScenario("gpus-1", "one pipeline on GPU 0, on its own thread", (0,)),
+    MultiGpuScenario("gpus-2", "one pipeline per GPU (0, 1), a thread each", (0, 1)),
+    MultiGpuScenario("gpus-2-sync0", "as gpus-2; GPU 0's pipeline device-syncs every frame (strategy device)", (0, 1),
+                     pinned=((0, "device"),)),
+)
+
+
+def scenario_by_key(key: str, scenarios: Sequence[MultiGpuScenario] = SCENARIOS) -> MultiGpuScenario:
+    for sc in scenarios:
+        if sc.key == key:
+            return sc
+    raise ValueError(f"unknown multi-GPU scenario {key!r}: one of {', '.join(s.key for s in scenarios)}")
+
+
+def gpu_count() -> int:
+    """CUDA devices torch sees (0 without torch or CUDA). Initialises CUDA only when torch finds a GPU."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def _make_effect(sc: BenchScenario, backend: Any, size: tuple[int, int], out: tuple[int, int], gpu: bool, device: int) -> Any:
+    lat = dict(sc.stage_us) if gpu else None
+    if sc.effect == "hdr":
+        fx: Any = TrueHDR(backend=backend, latency_us=lat, device=device)
+    elif sc.effect == "sr":
+        fx = VideoSuperRes(backend=backend, latency_us=lat, image_encoding=ImageEncoding[sc.encoding], device=device)
+        fx.output_height, fx.output_width = out
+    else:
+        fx = VideoFrameGeneration(backend=backend, latency_us=lat, device=device)
+        fx.input_height, fx.input_width = size
+        fx.frame_multiplier = sc.multiplier
+    fx.load()
+    return fx
+
+
+# -- lanes --------------------------------------------------------------------------------------------
+
+
+class GpuLane:
+    """The bench's user program on GPU ``device``: torch produces on a side stream S of that device;
+    the consumer (torch or CuPy) copies on S; checks run on that device."""
+
+    def __init__(self, sc: BenchScenario, row: Row, device: int) -> None:
+        import torch
+
+        from ..backend.cuda import CudaBackend
+        from ..streams import as_stream
+        from .hand import RawFences
+
+        if sc.consumer not in ("torch", "cupy"):
+            raise ValueError(f"a multi-GPU lane consumes with torch or cupy, not {sc.consumer!r}")
+        self.sc, self.torch, self.device = sc, torch, device
+        self.backend = CudaBackend()
+        with torch.cuda.device(device):
+            torch.cuda.synchronize(device)  # the primary context current on this thread (hand rows' raw calls)
+            self.side = torch.cuda.Stream(device)
+            self.stream = as_stream(self.side, device=device, backend=self.backend)
+            self.effect = _make_effect(sc, self.backend, sc.size, sc.out, True, device)
+            row = as_row(row)
+            hand = RawFences(device) if isinstance(row, Hand) else None
+            legacy = as_stream(LEGACY_HANDLE, device=device, backend=self.backend)
+            self.runner = _Runner(self.effect, self.stream, row, sc=sc, hand_sites=hand, legacy=legacy)
+            slots = _inputs_and_refs(sc, sc.size, sc.out)
+            self.inputs = [[self._upload(x) for x in xs] for xs, _ in slots]
+            self.refs = [[torch.from_numpy(_as_signed(r)).to(f"cuda:{device}") for r in rs] for _, rs in slots]
+            self.cupy_stream: Any = None
+            if sc.consumer == "cupy":
+                import cupy
+
+                self.cupy_stream = cupy.cuda.ExternalStream(self.side.cuda_stream, device)
+            torch.cuda.synchronize(device)
+        self.events: list[tuple[Any, Any]] = []
+        self.kept: list[tuple[Any, Any]] = []
+
+    def _upload(self, x: np.ndarray) -> Any:
+        t = self.torch.from_numpy(_as_signed(x)).to(f"cuda:{self.device}")
+        return t.view(self.torch.uint32) if x.dtype == np.uint32 else t
+
+    def _consume(self, image: Any) -> Any:
+        if self.sc.consumer == "torch":
+            return self.torch.from_dlpack(image).clone()  # torch passes its current stream of the output's device: S
+        import cupy
+
+        with cupy.cuda.Device(self.device), self.cupy_stream:
+            return cupy.from_dlpack(image).copy()
+
+    def thread_init(self) -> None:
+        """On the lane's worker thread: its device (and primary context) current."""
+        self.torch.cuda.set_device(self.device)
+        self.torch.cuda.synchronize(self.device)
+
+    def step(self, frame: int) -> None:
+        torch, sc = self.torch, self.sc
+        slot = frame % POOL
+        with torch.cuda.device(self.device), torch.cuda.stream(self.side):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for k, copy in enumerate(self.runner.run(sc, self.inputs[slot], self._consume)):
+                self.kept.append((copy, self.refs[slot][k]))
+            stop.record()
+        self.events.append((start, stop))
+
+    def drain(self) -> list[float]:
+        """Wait for this lane's streams: S, and stream 0 of its device (the conversion; it also covers the
+        blocking shadow stream of ``async`` and the hand row's blocking stream)."""
+        self.side.synchronize()
+        self.torch.cuda.default_stream(self.device).synchronize()
+        latencies = [a.elapsed_time(b) for a, b in self.events]
+        self.events.clear()
+        return latencies
+
+    def check(self) -> tuple[int, int]:
+        torch = self.torch
+        corrupt = 0
+        with torch.cuda.device(self.device):
+            for got, ref in self.kept:
+                if self.sc.consumer == "cupy":
+                    got = torch.from_dlpack(got)
+                if got.dtype == torch.uint32:
+                    got = got.view(torch.int32)
+                if got.dtype == torch.int32:
+                    g, r = got.to(torch.int64) & 0xFFFFFFFF, ref.to(torch.int64) & 0xFFFFFFFF
+                    diff = max(int(((g >> s & 0x3FF) - (r >> s & 0x3FF)).abs().max()) for s in (0, 10, 20))
+                    corrupt += diff > 1
+                else:
+                    corrupt += float((got - ref).abs().max()) > 1.5 / 255
+        checked = len(self.kept)
+        self.kept.clear()
+        return checked, corrupt
+
+    def counters(self) -> dict[str, int]:
+        return self.runner.counters()
+
+    def close(self) -> None:
+        self.torch.cuda.synchronize(self.device)
+        with self.torch.cuda.device(self.device):
+            self.runner.close()
+
+
+class SimLane:
+    """The same program on device ``device`` of a shared :class:`~streamsafe.SimBackend` (small frames):
+    inputs allocated and written on S each frame, the output copied on S, checked exactly."""
+
+    SIZE = (16, 16)
+
+    def __init__(self, sc: BenchScenario, row: Row, sim: SimBackend, device: int) -> None:
+        from .hand import SimFences
+
+        self.sc, self.sim, self.device = sc, sim, device
+        h, w = self.SIZE
+        out = self.SIZE if sc.effect in ("hdr", "vfg") else (2 * h, 2 * w)
+        with sim.device(device):
+            self.stream = sim.create_stream(non_blocking=True, device=device)
+            self.effect = _make_effect(sc, sim, self.SIZE, out, False, device)
+            row = as_row(row)
+            hand = SimFences(sim) if isinstance(row, Hand) else None
+            self.runner = _Runner(self.effect, self.stream, row, sc=sc, hand_sites=hand, legacy=sim.legacy_stream(device))
+        self.slots = _inputs_and_refs(sc, self.SIZE, out)
+        self.kept: list[tuple[Any, np.ndarray]] = []
+
+    def thread_init(self) -> None:
+        pass
+
+    def step(self, frame: int) -> None:
+        sim, sc = self.sim, self.sc
+        xs, refs = self.slots[frame % POOL]
+        with sim.device(self.device), sim.use_stream(self.stream):
+            inputs = []
+            for x in xs:
+                arr = sim.empty(x.shape, x.dtype, name="input")
+                buf = arr.buffer
+
+                def write(buf: Any = buf, x: np.ndarray = x) -> None:
+                    np.copyto(buf.data, x)
+
+                sim.launch(self.stream, "producer.write", write, writes=[buf])
+                inputs.append(arr)
+            for k, copy in enumerate(self.runner.run(sc, inputs, self._consume)):
+                self.kept.append((copy, refs[k]))
+
+    def _consume(self, image: Any) -> Any:
+        sim = self.sim
+        return sim.copy(sim.from_dlpack(image, stream=self.stream), self.stream, name="consumer.copy")
+
+    def drain(self) -> list[float]:
+        self.sim.synchronize_device(self.device)  # this device only: the other lanes' work stays pending
+        return []
+
+    def check(self) -> tuple[int, int]:
+        corrupt = sum(not np.array_equal(self.sim.download(copy), ref) for copy, ref in self.kept)
+        checked = len(self.kept)
+        self.kept.clear()
+        return checked, corrupt
+
+    def counters(self) -> dict[str, int]:
+        return self.runner.counters()
+
+    def close(self) -> None:
+        with self.sim.device(self.device):
+            self.runner.close()
+
+
+# -- the pipeline: one thread per lane ----------------------------------------------------------------
+
+
+@dataclass
+class LaneBlock:
+    """One lane's share of one block: its own wall time (job received to its streams drained)."""
+
+    first: int
+    frames: int
+    wall_s: float
+    cpu_s: float
+    checked: int = 0
+    corrupt: int = 0
+
+
+@dataclass
+class _Job:
+    first: int
+    count: int
+
+
+class _LaneWorker(threading.Thread):
+    def __init__(self, lane: Any, index: int, done: queue.Queue[tuple[int, float, float, list[float], BaseException | None]]) -> None:
+        super().__init__(name=f"streamsafe-multi-gpu-lane-{index}", daemon=True)
+        self.lane, self.index, self.done = lane, index, done
+        self.inbox: queue.Queue[_Job | None] = queue.Queue()
+        self._failed: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.lane.thread_init()
+        except BaseException as e:  # reported with the first block
+            self._failed = e
+        while True:
+            job = self.inbox.get()
+            if job is None:
+                return
+            if self._failed is not None:
+                self.done.put((self.index, 0.0, 0.0, [], self._failed))
+                continue
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                for i in range(job.first, job.first + job.count):
+                    self.lane.step(i)
+                latencies = self.lane.drain()
+            except BaseException as e:
+                self.done.put((self.index, time.perf_counter() - t0, time.thread_time() - c0, [], e))
+            else:
+                self.done.put((self.index, time.perf_counter() - t0, time.thread_time() - c0, latencies, None))
+
+
+class MultiGpuPipeline:
+    """Lanes (one per GPU) run by one thread each; a block pipeline for :func:`~streamsafe.bench.run_bench`.
+
+    ``blocks[i]`` holds lane ``i``'s :class:`LaneBlock` per block (warm-up included; see
+    :meth:`lane_summary`). ``devices[i]`` and ``rows[i]``: lane ``i``'s device and row."""
+
+    def __init__(self, lanes: list[Any], devices: Sequence[int], rows: Sequence[str]) -> None:
+        if not lanes:
+            raise ValueError("a multi-GPU pipeline needs at least one lane")
+        self.lanes = lanes
+        self.devices = list(devices)
+        self.rows = list(rows)
+        self.frames_per_step = len(lanes)
+        self.blocks: list[list[LaneBlock]] = [[] for _ in lanes]
+        self._latencies: list[float] = []
+        self._done: queue.Queue[tuple[int, float, float, list[float], BaseException | None]] = queue.Queue()
+        self._workers = [_LaneWorker(lane, i, self._done) for i, lane in enumerate(lanes)]
+        for w in self._workers:
+            w.start()
+
+    def run_block(self, first: int, count: int) -> float:
+        """Every lane runs steps ``first .. first + count - 1`` on its thread and waits for its own streams;
+        returns the worker threads' CPU seconds. Re-raises a lane's exception."""
+        for w in self._workers:
+            w.inbox.put(_Job(first, count))
+        cpu, error = 0.0, None
+        for _ in self._workers:
+            index, wall, used, latencies, exc = self._done.get()
+            cpu += used
+            error = error or exc
+            self.blocks[index].append(LaneBlock(first, count, wall, used))
+            self._latencies += latencies
+        if error is not None:
+            raise error
+        return cpu
+
+    def step(self, frame: int) -> None:
+        """One frame on every lane, one after another on the caller's thread (no timing)."""
+        for lane in self.lanes:
+            lane.step(frame)
+
+    def drain(self) -> list[float]:
+        latencies = list(self._latencies)
+        for lane in self.lanes:  # the workers drained already; this covers step() called directly
+            latencies += lane.drain()
+        self._latencies.clear()
+        return latencies
+
+    def settle(self) -> None:
+        pass
+
+    def check(self) -> tuple[int, int]:
+        checked = corrupt = 0
+        for i, lane in enumerate(self.lanes):
+            a, b = lane.check()
+            checked, corrupt = checked + a, corrupt + b
+            if self.blocks[i]:
+                self.blocks[i][-1].checked += a
+                self.blocks[i][-1].corrupt += b
+        return checked, corrupt
+
+    def counters(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for lane in self.lanes:
+            for k, v in lane.counters().items():
+                total[k] = total.get(k, 0) + v
+        return total
+
+    def lane_summary(self, warmup: int = 0) -> list[dict[str, Any]]:
+        """Per lane: device, row, frames, frames/s over its own wall time, checked and corrupt frames
+        (blocks starting at ``warmup`` or later)."""
+        out = []
+        for i, blocks in enumerate(self.blocks):
+            timed = [b for b in blocks if b.first >= warmup]
+            frames = sum(b.frames for b in timed)
+            wall = sum(b.wall_s for b in timed)
+            out.append({
+                "device": self.devices[i],
+                "row": self.rows[i],
+                "frames": frames,
+                "wall_s": wall,
+                "fps": frames / wall if wall > 0 else math.nan,
+                "checked": sum(b.checked for b in timed),
+                "corrupt": sum(b.corrupt for b in timed),
+            })
+        return out
+
+    def close(self) -> None:
+        for w in self._workers:
+            w.inbox.put(None)
+        for w in self._workers:
+            w.join()
+        self._workers = []
+        for lane in self.lanes:
+            lane.close()
+
+
+class MultiGpuFactory:
+    """``factory(scenario, row) -> MultiGpuPipeline`` on the GPUs (``gpu=True``) or the model.
+
+    On the model each pipeline gets its own backend from ``make_sim`` (default: an adversarial
+    ``SimBackend(devices=2)``), shared by its lanes. Every pipeline made is kept in ``pipelines``
+    by ``(scenario, row)`` for :func:`summarize`."""
+
+    references: tuple[str, ...] = HAND_ROWS
+
+    def __init__(
+        self,
+        gpu: bool,
+        *,
+        scenarios: Sequence[MultiGpuScenario] = SCENARIOS,
+        make_sim: Callable[[], SimBackend] | None = None,
+    ) -> None:
+        self.gpu = gpu
+        self.scenarios = tuple(scenarios)
+        self.make_sim = make_sim or (lambda: SimBackend(devices=2, scheduler="adversarial"))
+        self.pipelines: dict[tuple[str, str], MultiGpuPipeline] = {}
+
+    def _check_devices(self, sc: MultiGpuScenario, have: int, where: str) -> None:
+        need = max(sc.devices) + 1
+        if have < need:
+            raise ValueError(f"scenario {sc.key} needs {need} CUDA devices; {where} has {have}")
+
+    def __call__(self, scenario: str, strategy: Row | str) -> MultiGpuPipeline:
+        sc = scenario_by_key(scenario, self.scenarios)
+        row = as_row(strategy)
+        rows = [sc.row_for(d, row) for d in sc.devices]
+        lanes: list[Any] = []
+        try:
+            if self.gpu:
+                self._check_devices(sc, gpu_count(), "torch")
+                for i, (d, r) in enumerate(zip(sc.devices, rows)):
+                    lanes.append(GpuLane(_with_consumer(sc.lane, sc.consumer_for(i)), r, d))
+            else:
+                sim = self.make_sim()
+                self._check_devices(sc, sim.device_count(), "the model")
+                for d, r in zip(sc.devices, rows):
+                    lanes.append(SimLane(sc.lane, r, sim, d))
+        except BaseException:
+            for lane in lanes:
+                lane.close()
+            raise
+        pipe = MultiGpuPipeline(lanes, sc.devices, [r.value for r in rows])
+        self.pipelines[(scenario, row.value)] = pipe
+        return pipe
+
+    def __repr__(self) -> str:
+        return f"<streamsafe multi-GPU {'gpu' if self.gpu else 'sim'} factory>"
+
+
+def _with_consumer(sc: BenchScenario, consumer: str) -> BenchScenario:
+    if consumer == sc.consumer:
+        return sc
+    from dataclasses import replace
+
+    return replace(sc, consumer=consumer)
+
+
+# -- running and figures ------------------------------------------------------------------------------
+
+
+@dataclass
+class MultiGpuRun:
+    """A bench result and the factory that made its pipelines (per-lane figures)."""
+
+    result: BenchResult
+    factory: MultiGpuFactory
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def run_multi_gpu(
+    *,
+    gpu: bool,
+    strategies: Sequence[str] = ("none", "auto", "event", "async", "stream", "device"),
+    scenarios: Sequence[str] = ("gpus-1", "gpus-2", "gpus-2-sync0"),
+    frames: int | None = None,
+    warmup: int | None = None,
+    block: int | None = None,
+    references: Sequence[str] | None = None,
+    make_sim: Callable[[], SimBackend] | None = None,
+    environment: dict[str, Any] | None = None,
+    progress: Any = None,
+) -> MultiGpuRun:
+    """Run the multi-GPU scenarios under ``strategies`` (plus ``references``: default the hand rows) on
+    the GPUs or the model. Defaults: 200 timed frames per lane, 20 warm-up, blocks of 20 on the GPUs;
+    8, 2, 4 on the model. Blocks the host for the whole run."""
+    factory = MultiGpuFactory(gpu, make_sim=make_sim)
+    if gpu:
+        frames, warmup, block = frames or 200, 20 if warmup is None else warmup, block or 20
+    else:
+        frames, warmup, block = frames or 8, 2 if warmup is None else warmup, block or 4
+    env = dict(environment or {})
+    env.setdefault("gpus", _gpu_names() if gpu else None)
+    env.setdefault("lane", {"title": LANE.title, "size": list(LANE.size), "out": list(LANE.out), "stage_us": LANE.stage_us})
+    result = run_bench(
+        factory, list(scenarios), list(strategies), frames=frames, warmup=warmup, block=block,
+        backend="cuda" if gpu else "sim", timed=gpu, progress=progress, environment=env, references=references,
+    )
+    run = MultiGpuRun(result, factory)
+    run.summary = summarize(result, factory)
+    return run
+
+
+def _gpu_names() -> list[str]:
+    try:
+        import torch
+
+        return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # pragma: no cover - reported, not fatal
+        return []
+
+
+def _num(x: float | None) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), 4)
+
+
+def summarize(result: BenchResult, factory: MultiGpuFactory) -> dict[str, Any]:
+    """Per row: each scenario's aggregate figures and per-lane figures; ``scaling`` (``gpus-2`` over
+    ``gpus-1`` aggregate frames/s) and ``sync0_ratio`` (GPU 1's frames/s in ``gpus-2-sync0`` over
+    ``gpus-2``). Times are ``None`` on the model."""
+    timed = result.timed
+    rows: dict[str, Any] = {}
+    for strategy in result.strategies:
+        entry: dict[str, Any] = {"scenarios": {}}
+        for scenario in result.scenarios:
+            s = result.samples.get((scenario, strategy))
+            if s is None:
+                continue
+            pipe = factory.pipelines.get((scenario, strategy))
+            lanes = pipe.lane_summary(result.warmup) if pipe is not None else []
+            for lane in lanes:
+                lane["fps"] = _num(lane["fps"]) if timed else None
+                lane["wall_s"] = _num(lane["wall_s"]) if timed else None
+            entry["scenarios"][scenario] = {
+                "fps": _num(s.fps) if timed else None,
+                "fps_spread": _num(s.fps_spread) if timed else None,
+                "latency_p50_ms": _num(s.latency(0.5)) if timed else None,
+                "latency_p99_ms": _num(s.latency(0.99)) if timed else None,
+                "frames": s.frames,
+                "checked": s.checked,
+                "corrupt": s.corrupt,
+                "fences_per_frame": _num(s.fences_per_frame),
+                "host_waits_per_frame": _num(s.host_waits_per_frame),
+                "lanes": lanes,
+            }
+        cells = entry["scenarios"]
+        one, two, sync0 = cells.get("gpus-1"), cells.get("gpus-2"), cells.get("gpus-2-sync0")
+        entry["scaling"] = _num(two["fps"] / one["fps"]) if timed and one and two and one["fps"] and two["fps"] else None
+        entry["sync0_ratio"] = None
+        if timed and two and sync0:
+            a = [lane["fps"] for lane in sync0["lanes"] if lane["device"] == 1]
+            b = [lane["fps"] for lane in two["lanes"] if lane["device"] == 1]
+            if a and b and a[0] and b[0]:
+                entry["sync0_ratio"] = _num(a[0] / b[0])
+        rows[strategy] = entry
+    return {
+        "backend": result.backend,
+        "timed": timed,
+        "frames_per_lane": result.frames,
+        "warmup": result.warmup,
+        "block": result.block,
+        "environment": result.environment,
+        "scenarios": {sc.key: {"title": sc.title, "devices": list(sc.devices), "pinned": [list(p) for p in sc.pinned]}
+                      for sc in factory.scenarios if sc.key in result.scenarios},
+        "rows": rows,
+    }
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A table of :func:`summarize`'s figures: frames/s and scaling on the GPUs, counts on the model."""
+    timed = summary["timed"]
+    lane = summary["environment"].get("lane", {})
+    gpus = summary["environment"].get("gpus")
+    where = f"GPUs: {', '.join(gpus)}" if gpus else "simulated backend, no GPU: counts only"
+    lines = [f"Several GPUs, one pipeline per GPU on its own thread ({where}); lane: {lane.get('title', '?')}; "
+             f"{summary['frames_per_lane']} timed frames per lane"]
+
+    def cell(row: dict[str, Any], scenario: str, key: str) -> Any:
+        return row["scenarios"].get(scenario, {}).get(key)
+
+    def lane_fps(row: dict[str, Any], scenario: str, device: int) -> Any:
+        for lane in row["scenarios"].get(scenario, {}).get("lanes", []):
+            if lane["device"] == device:
+                return lane["fps"]
+        return None
+
+    def f(x: Any, digits: int = 1) -> str:
+        return "-" if x is None else f"{x:.{digits}f}"
+
+    if timed:
+        head = ["row", "1 GPU f/s", "2 GPUs f/s", "scaling", "GPU0 f/s", "GPU1 f/s", "GPU1 f/s, GPU0 device-syncs",
+                "sync0 ratio", "corrupt"]
+        body = []
+        for name, row in summary["rows"].items():
+            corrupt = sum(c["corrupt"] for c in row["scenarios"].values())
+            checked = sum(c["checked"] for c in row["scenarios"].values())
+            body.append([name, f(cell(row, "gpus-1", "fps")), f(cell(row, "gpus-2", "fps")), f(row["scaling"], 2),
+                         f(lane_fps(row, "gpus-2", 0)), f(lane_fps(row, "gpus-2", 1)), f(lane_fps(row, "gpus-2-sync0", 1)),
+                         f(row["sync0_ratio"], 2), f"{corrupt}/{checked}"])
+    else:
+        head = ["row", "scenario", "frames", "corrupt", "fences/frame", "host waits/frame", "lanes (device: row)"]
+        body = []
+        for name, row in summary["rows"].items():
+            for scenario, c in row["scenarios"].items():
+                lanes = ", ".join(f"{lane['device']}: {lane['row']}" for lane in c["lanes"])
+                body.append([name, scenario, str(c["frames"]), f"{c['corrupt']}/{c['checked']}", f(c["fences_per_frame"], 2),
+                             f(c["host_waits_per_frame"], 2), lanes])
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines.append(fmt.format(*head).rstrip())
+    lines += [fmt.format(*line).rstrip() for line in body]
+    if timed:
+        lines.append("scaling: 2-GPU over 1-GPU aggregate frames/s (ideal 2.00). sync0 ratio: GPU 1's frames/s while GPU 0's "
+                     "pipeline device-syncs every frame, over GPU 1's frames/s in gpus-2 (1.00: no stall).")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m streamsafe.bench.multi_gpu``: run the scenarios, print the table, write JSON. Exit 0 when
+    every fenced row corrupted no frame, 1 when one did, 2 for a usage error or too few GPUs."""
+    parser = argparse.ArgumentParser(prog="python -m streamsafe.bench.multi_gpu", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("cuda", "sim", "auto"), default="auto",
+                        help="cuda: the GPUs (at least 2); sim: the model with 2 devices; auto: cuda with 2 GPUs, else sim")
+    parser.add_argument("--strategy", default="none,auto,event,async,stream,device", help="comma-separated rows")
+    parser.add_argument("--scenario", default=",".join(s.key for s in SCENARIOS), help="comma-separated scenario keys")
+    parser.add_argument("--frames", type=int, help="timed frames per lane and row (default 200 on cuda, 8 on sim)")
+    parser.add_argument("--warmup", type=int, help="untimed frames first (default 20 on cuda, 2 on sim)")
+    parser.add_argument("--block", type=int, help="frames per block (default 20 on cuda, 4 on sim)")
+    parser.add_argument("--no-hand", action="store_true", help="leave out the hand-written rows")
+    parser.add_argument("--json", metavar="FILE", help="write the summary and every raw sample here")
+    args = parser.parse_args(argv)
+    count = gpu_count() if args.backend != "sim" else 0
+    if args.backend == "cuda" and count < 2:
+        print(f"error: the multi-GPU bench needs 2 CUDA devices; torch sees {count}. "
+              "Run it on a machine with two GPUs, or with --backend sim.", file=sys.stderr)
+        return 2
+    gpu = args.backend == "cuda" or (args.backend == "auto" and count >= 2)
+    strategies = [x.strip() for x in args.strategy.split(",") if x.strip()]
+    scenarios = [x.strip() for x in args.scenario.split(",") if x.strip()]
+    try:
+        for key in scenarios:
+            scenario_by_key(key)
+        run = run_multi_gpu(gpu=gpu, strategies=strategies, scenarios=scenarios, frames=args.frames, warmup=args.warmup,
+                            block=args.block, references=() if args.no_hand else None)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(format_summary(run.summary))
+    if args.json:
+        from .report import _clean, to_json
+
+        with open(args.json, "w") as f:
+            json.dump(_clean({"summary": run.summary, "raw": to_json(run.result)}), f, indent=1, default=_json_default)
+        print(f"wrote the figures and every raw sample to {args.json}", file=sys.stderr)
+    unsafe = {"none"}
+    bad = [(name, c["corrupt"]) for name, row in run.summary["rows"].items() if name not in unsafe
+           for c in row["scenarios"].values() if c["corrupt"]]
+    return 1 if bad else 0
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, (np.integer, np.floating)):
+        return obj.item()
+    return str(obj)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
