@@ -43,7 +43,7 @@ from ..backend import SimBackend
 from ..streams import LEGACY_HANDLE
 from ..testing.effects import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
 from .harness import HAND_ROWS, BenchResult, Hand, Row, as_row, run_bench
-from .pipelines import POOL, BenchScenario, _as_signed, _inputs_and_refs, _Runner
+from .pipelines import POOL, BenchScenario, _as_signed, _inputs_and_refs, _Runner, count_corrupt
 
 __all__ = [
     "MultiGpuScenario",
@@ -206,21 +206,8 @@ class GpuLane:
         return latencies
 
     def check(self) -> tuple[int, int]:
-        torch = self.torch
-        corrupt = 0
-        with torch.cuda.device(self.device):
-            for got, ref in self.kept:
-                if self.sc.consumer == "cupy":
-                    got = torch.from_dlpack(got)
-                if got.dtype == torch.uint32:
-                    got = got.view(torch.int32)
-                if got.dtype == torch.int32:
-                    g, r = got.to(torch.int64) & 0xFFFFFFFF, ref.to(torch.int64) & 0xFFFFFFFF
-                    diff = max(int(((g >> s & 0x3FF) - (r >> s & 0x3FF)).abs().max()) for s in (0, 10, 20))
-                    corrupt += diff > 1
-                else:
-                    corrupt += float((got - ref).abs().max()) > 1.5 / 255
-        checked = len(self.kept)
+        with self.torch.cuda.device(self.device):
+            checked, corrupt = len(self.kept), count_corrupt(self.torch, self.kept, self.sc.consumer)
         self.kept.clear()
         return checked, corrupt
 

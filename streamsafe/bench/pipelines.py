@@ -295,22 +295,7 @@ class GpuPipeline:
             self.unrelated.synchronize()
 
     def check(self) -> tuple[int, int]:
-        torch = self.torch
-        corrupt = 0
-        for got, ref in self.kept:
-            if self.sc.consumer == "jax":
-                got = torch.from_numpy(_as_signed(np.asarray(got))).cuda()
-            elif self.sc.consumer == "cupy":
-                got = torch.from_dlpack(got)
-            if got.dtype == torch.uint32:
-                got = got.view(torch.int32)
-            if got.dtype == torch.int32:
-                g, r = got.to(torch.int64) & 0xFFFFFFFF, ref.to(torch.int64) & 0xFFFFFFFF
-                diff = max(int(((g >> s & 0x3FF) - (r >> s & 0x3FF)).abs().max()) for s in (0, 10, 20))
-                corrupt += diff > 1
-            else:
-                corrupt += float((got - ref).abs().max()) > 1.5 / 255
-        checked = len(self.kept)
+        checked, corrupt = len(self.kept), count_corrupt(self.torch, self.kept, self.sc.consumer)
         self.kept.clear()
         return checked, corrupt
 
@@ -438,3 +423,23 @@ gpu_factory = _Factory(gpu=True)
 """Pipelines on the GPU (torch, CuPy, JAX, cuda.bindings)."""
 sim_factory = _Factory(gpu=False)
 """Pipelines on :class:`~streamsafe.SimBackend`: counts and corruption only."""
+
+
+def count_corrupt(torch: Any, pairs: list[tuple[Any, Any]], consumer: str) -> int:
+    """How many (copy, reference) pairs differ: by more than one 10-bit code per channel (RGB10A2),
+    else by more than 1.5/255 (RGB8). Copies from CuPy or JAX consumers are brought to torch first."""
+    corrupt = 0
+    for got, ref in pairs:
+        if consumer == "jax":
+            got = torch.from_numpy(_as_signed(np.asarray(got))).cuda(ref.device)
+        elif consumer == "cupy":
+            got = torch.from_dlpack(got)
+        if got.dtype == torch.uint32:
+            got = got.view(torch.int32)
+        if got.dtype == torch.int32:
+            g, r = got.to(torch.int64) & 0xFFFFFFFF, ref.to(torch.int64) & 0xFFFFFFFF
+            diff = max(int(((g >> s & 0x3FF) - (r >> s & 0x3FF)).abs().max()) for s in (0, 10, 20))
+            corrupt += diff > 1
+        else:
+            corrupt += float((got - ref).abs().max()) > 1.5 / 255
+    return corrupt
