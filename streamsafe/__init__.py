@@ -10,8 +10,8 @@ from typing import Any
 
 from ._version import __version__
 from .backend import SimBackend, current_backend, cuda_available, use_backend
-from .backend.schedule import AdversarialScheduler, ChoiceScheduler, InOrderScheduler, RandomScheduler
-from .clocks import HOST, VectorClock, is_ordered_after
+from .sim.schedule import AdversarialScheduler, ChoiceScheduler, InOrderScheduler, RandomScheduler
+from .sim.clocks import HOST, VectorClock, is_ordered_after
 from .contract import StreamContract, stream_contract, stream_safe
 from .errors import (
     BackendUnavailableError,
@@ -35,7 +35,7 @@ from .class_guard import ClassGuard, guard, unguard
 from .ledger import Ledger
 from .outputs import JaxDLPackAdapter, SafeImage, SafeOutput
 from .plan import Fence, FencePlan, plan_fences
-from .races import Access, Race
+from .sim.races import Access, Race
 from .sanitize import sanitize
 from .strategy import Strategy, StrategyName
 from .streams import Stream, StreamKind, as_stream, implicitly_ordered

@@ -30,10 +30,11 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
-from . import _sanitize, guarding, hooks
+from . import guarding, hooks
 from ._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, require_cuda_input, stream_on_device
 from .backend import Backend, SimBackend, current_backend
-from .backend.sim import SimArray
+from .sim import mirror
+from .sim.backend import SimArray
 from .errors import EffectConfigError, EffectStateError, StreamsafeError, UnguardedChangeError
 from .frameworks import framework_of, torch_current_stream_handle
 from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, shape_of, tracked_raw_call, tracked_setattr
@@ -111,7 +112,7 @@ class StreamContract:
         """Counters: runs; device-side fences; host waits and device syncs streamsafe made; and runs in
         which the SDK itself made the host wait (``non_blocking=False``)."""
         if os.environ.get("STREAMSAFE_SANITIZE") == "1":
-            _sanitize.enable_from_environment()
+            mirror.enable_from_environment()
         _ = self.plan  # validates the strategy for these streams now (e.g. async where unsound)
 
     @property
@@ -213,7 +214,7 @@ class StreamContract:
         return self._call("run_at_timestep", args, kwargs)
 
     def _refuse_closed(self, call: str) -> NoReturn:
-        raise EffectStateError(type(self.effect).__name__, call, "closed", "Create a new effect and contract.")
+        raise EffectStateError(self.effect_name, call, "closed", "Create a new effect and contract.")
 
     def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SafeOutput:
         ledger = self.ledger
@@ -249,7 +250,7 @@ class StreamContract:
                 for arr, producer in zip(arrays, producers):  # before the fences that order them
                     if producer is not None:
                         for o in hooks.observers:
-                            o.on_input_write(_sanitize.array_key(arr), producer, dev)
+                            o.on_input_write(mirror.array_key(arr), producer, dev)
             apply_fences(be, dev, fences, self.stats)
             if views_exist():
                 self._read_views(arrays, run_stream)
@@ -279,7 +280,7 @@ class StreamContract:
         """An input that is a zero-copy view of another guarded effect's output (effects chained by
         views): this run reads that output, so its effect's next run must wait for it."""
         for arr in arrays:
-            found = view_owner(_sanitize.array_key(arr))
+            found = view_owner(mirror.array_key(arr))
             if found is not None and found[0] is not self.ledger:
                 owner, generation = found
                 owner.add_reader(generation, run_stream)
@@ -363,7 +364,7 @@ class StreamContract:
         consumers = ", ".join(str(c) for c in {**ledger.outstanding, **ledger.readers})
         error = UnguardedChangeError(type(self.effect).__name__, changes, consumers)
         ledger.released()
-        if _sanitize.active() is not None or _sanitize.sim_sanitizing(self.backend):
+        if mirror.active() is not None or mirror.sim_sanitizing(self.backend):
             raise error
         warnings.warn(str(error), RuntimeWarning, stacklevel=5)
 

@@ -17,14 +17,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from . import _sanitize, hooks
+from . import hooks
+from .sim import mirror
 from .backend import Backend, SimBackend, current_backend
 
 __all__ = ["sanitize"]
 
 
 @contextlib.contextmanager
-def sanitize(backend: Backend | None = None) -> Iterator[_sanitize.Shadow | SimBackend]:
+def sanitize(backend: Backend | None = None) -> Iterator[mirror.Mirror | SimBackend]:
     """Turn sanitize mode on inside the block; yields the model that checks (to read ``.races``).
 
     Does not block the host itself; the shadow runs on the host, in Python.
@@ -38,7 +39,7 @@ def sanitize(backend: Backend | None = None) -> Iterator[_sanitize.Shadow | SimB
         finally:
             be.on_race = saved
         return
-    shadow = _sanitize.Shadow()
+    shadow = mirror.Mirror()
     hooks.register(shadow)
     try:
         yield shadow

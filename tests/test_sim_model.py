@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streamsafe as ss
-from streamsafe import _sanitize, hooks
+from streamsafe import hooks
+from streamsafe.sim import mirror
 from streamsafe.backend import cuda as cuda_backend
 from streamsafe.backend._pool import EventPool
 from streamsafe.backend.sim import SimArray
@@ -477,16 +478,16 @@ class _NotTheModel:
 
 
 def test_sanitize_registers_a_shadow_observer_for_the_block() -> None:
-    before = _sanitize.active()  # STREAMSAFE_SANITIZE=1 may have registered one for the process
+    before = mirror.active()  # STREAMSAFE_SANITIZE=1 may have registered one for the process
     with ss.sanitize(_NotTheModel()) as shadow:  # type: ignore[arg-type]
         assert isinstance(shadow, hooks.Observer) and shadow in hooks.observers
-        assert _sanitize.active() is shadow
-    assert shadow not in hooks.observers and _sanitize.active() is before
+        assert mirror.active() is shadow
+    assert shadow not in hooks.observers and mirror.active() is before
 
 
 def test_shadow_reports_an_unfenced_input_and_accepts_a_fenced_one() -> None:
     with ss.sanitize(_NotTheModel()) as shadow:  # type: ignore[arg-type]
-        assert isinstance(shadow, _sanitize.Shadow)
+        assert isinstance(shadow, mirror.Mirror)
         for o in hooks.observers:
             o.on_input_write(0xA000, P, 0)
             o.on_fence(S, P)
@@ -504,7 +505,7 @@ def test_shadow_reports_an_unfenced_input_and_accepts_a_fenced_one() -> None:
 
 
 def test_shadow_release_then_read_is_a_use_after_free_and_a_write_reallocates() -> None:
-    shadow = _sanitize.Shadow()
+    shadow = mirror.Mirror()
     shadow.on_launch(S, "sdk.write output", [], [0xB000], 0)
     shadow.on_stream_synchronize(S)
     shadow.on_host_write(0xB000, "VideoSuperRes.release output (close)", 0)
@@ -519,7 +520,7 @@ def test_shadow_release_then_read_is_a_use_after_free_and_a_write_reallocates() 
 
 
 def test_shadow_mirrors_events_and_host_waits() -> None:
-    shadow = _sanitize.Shadow()
+    shadow = mirror.Mirror()
     event = cuda_backend.CudaEvent(0, 7)
     shadow.on_launch(S, "sdk.write output", [], [0xB000], 0)
     shadow.on_record(event, S)
@@ -535,11 +536,11 @@ def test_shadow_mirrors_events_and_host_waits() -> None:
 
 
 def test_environment_sanitize_registers_one_shadow(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_sanitize, "_ENV_SHADOW", None)
-    first = _sanitize.enable_from_environment()
+    monkeypatch.setattr(mirror, "_ENV_MIRROR", None)
+    first = mirror.enable_from_environment()
     try:
-        assert _sanitize.enable_from_environment() is first
-        assert [o for o in hooks.observers if isinstance(o, _sanitize.Shadow)] == [first]
+        assert mirror.enable_from_environment() is first
+        assert [o for o in hooks.observers if isinstance(o, mirror.Mirror)] == [first]
     finally:
         hooks.unregister(first)
 
@@ -555,7 +556,7 @@ def test_the_cuda_backend_imports_nothing_of_the_model() -> None:
             for alias in node.names:
                 imported.update(alias.name.split("."))
     assert "hooks" in imported
-    assert not imported & {"_sanitize", "sanitize", "sim", "schedule", "SimBackend"}
+    assert not imported & {"_sanitize", "sanitize", "sim", "mirror", "schedule", "SimBackend"}
 
 
 class _FakeDriver:

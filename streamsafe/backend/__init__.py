@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ._protocol import Backend, Event
-from .sim import SimBackend
+from ..sim.backend import SimBackend
 
 if TYPE_CHECKING:
     from .cuda import CudaBackend

@@ -16,9 +16,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .. import _sanitize, hooks
+from .. import hooks
+from ..sim import mirror
 from ..backend import Backend, SimBackend, current_backend
-from ..backend.sim import SimArray
+from ..sim.backend import SimArray
 from ..streams import LEGACY_HANDLE, Stream, StreamKind, as_stream
 
 __all__ = ["Engine", "SimEngine", "CupyEngine", "engine_for", "spin_cycles_per_us"]
@@ -163,7 +164,7 @@ class CupyEngine:
         with self._cupy.cuda.Device(self.device), self._cupy_stream(stream):
             fn(self._cupy, reads, writes)
         if hooks.observers:
-            key = _sanitize.array_key
+            key = mirror.array_key
             read_keys, write_keys = [key(a) for a in reads], [key(a) for a in writes]
             for o in hooks.observers:
                 o.on_launch(stream, name, read_keys, write_keys, self.device)
@@ -183,7 +184,7 @@ class CupyEngine:
         with self._cupy.cuda.Device(self.device), self._release_stream:
             array.view(self._cupy.uint8).fill(0xDE)
         if hooks.observers:
-            released = _sanitize.array_key(array)
+            released = mirror.array_key(array)
             for o in hooks.observers:
                 o.on_host_write(released, name, self.device)
 

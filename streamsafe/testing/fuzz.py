@@ -858,7 +858,7 @@ def _execute(program: Program, strategy: str, world: _World, backend: str, max_d
 
 def _classify(race: Any) -> str:
     try:
-        from ..hazards import classify
+        from ..tools.hazards import classify
 
         return classify(race)
     except Exception:

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import hooks
 from ..backend import Backend, SimBackend
-from ..races import Race
+from ..sim.races import Race
 from ..streams import Stream, as_stream
 
 __all__ = ["Lab", "SimLab", "GpuLab", "STREAM_KINDS"]

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.gpu
 
 def test_sanitize_on_the_gpu_agrees_with_the_model(torch_cuda) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("cupy")
-    from streamsafe import _sanitize, hooks
-    from streamsafe.hazards import SCENARIOS, STRATEGIES, classify, contract_wrap, run_scenario
+    from streamsafe import hooks
+    from streamsafe.sim import mirror
+    from streamsafe.tools.hazards import SCENARIOS, STRATEGIES, classify, contract_wrap, run_scenario
     from streamsafe.testing.labs import GpuLab, SimLab
 
     rows, disagree = [], []
@@ -32,7 +33,7 @@ def test_sanitize_on_the_gpu_agrees_with_the_model(torch_cuda) -> None:  # type:
         for sc in SCENARIOS:
             quick = dataclasses.replace(sc, delays_us={})  # the verdict does not depend on timing
             model = run_scenario(quick, SimLab(), frames=3, strategy=strategy, wrap=wrap)
-            shadow = _sanitize.Shadow()
+            shadow = mirror.Mirror()
             shadow.sim.on_race = "record"
             hooks.register(shadow)
             try:

@@ -1,6 +1,6 @@
-"""Sanitize mode's observer: a happens-before shadow of the real GPU calls.
+"""Sanitize mode's observer: a happens-before mirror of the real GPU calls (the model, fed by hooks).
 
-A :class:`Shadow` is a :class:`streamsafe.hooks.Observer`. While registered (inside
+A :class:`Mirror` is a :class:`streamsafe.hooks.Observer`. While registered (inside
 ``ss.sanitize()``, or for the whole process with ``STREAMSAFE_SANITIZE=1``), every fence,
 event record and wait, host synchronisation, emulated-effect kernel and release, every
 producer write a contract sees at ``run()`` and every consumer import of a contract's
@@ -21,33 +21,33 @@ import threading
 import weakref
 from typing import Any
 
-from . import hooks
-from .backend.schedule import InOrderScheduler
-from .backend.sim import SimArray, SimBackend, SimBuffer
-from .streams import Stream, StreamKind
+from .. import hooks
+from .schedule import InOrderScheduler
+from .backend import SimArray, SimBackend, SimBuffer
+from ..streams import Stream, StreamKind
 
-__all__ = ["Shadow", "active", "sim_sanitizing", "enable_from_environment", "array_key", "is_release"]
+__all__ = ["Mirror", "active", "sim_sanitizing", "enable_from_environment", "array_key", "is_release"]
 
-_ENV_SHADOW: Shadow | None = None
+_ENV_MIRROR: Mirror | None = None
 _env_lock = threading.Lock()
 
 
-def active() -> Shadow | None:
-    """The most recently registered :class:`Shadow`, or ``None`` when sanitize mode is off."""
+def active() -> Mirror | None:
+    """The most recently registered :class:`Mirror`, or ``None`` when sanitize mode is off."""
     for observer in reversed(hooks.observers):
-        if isinstance(observer, Shadow):
+        if isinstance(observer, Mirror):
             return observer
     return None
 
 
-def enable_from_environment() -> Shadow:
-    """``STREAMSAFE_SANITIZE=1``: register one process-wide shadow, once; returns it."""
-    global _ENV_SHADOW
+def enable_from_environment() -> Mirror:
+    """``STREAMSAFE_SANITIZE=1``: register one process-wide mirror, once; returns it."""
+    global _ENV_MIRROR
     with _env_lock:
-        if _ENV_SHADOW is None:
-            _ENV_SHADOW = Shadow()
-            hooks.register(_ENV_SHADOW)
-        return _ENV_SHADOW
+        if _ENV_MIRROR is None:
+            _ENV_MIRROR = Mirror()
+            hooks.register(_ENV_MIRROR)
+        return _ENV_MIRROR
 
 
 def sim_sanitizing(backend: Any) -> bool:
@@ -76,8 +76,8 @@ def is_release(name: str) -> bool:
     return "release" in lowered or "free" in lowered or "close" in lowered
 
 
-class Shadow(hooks.Observer):
-    """The model that shadows real calls. Raises :class:`~streamsafe.RaceError` on the first race;
+class Mirror(hooks.Observer):
+    """The model that mirrors real calls. Raises :class:`~streamsafe.RaceError` on the first race;
     the model stays usable after it (the racing access is fully recorded). Thread-safe."""
 
     def __init__(self, devices: int = 16) -> None:
@@ -199,7 +199,7 @@ class Shadow(hooks.Observer):
                 self.on_input_write(array_key(arr), producer, producer.device)
 
     def consumer_reads(self, contract: Any, image: Any, consumer: Stream) -> None:
-        from ._dlpack import capsule_data_key
+        from .._dlpack import capsule_data_key
 
         if isinstance(contract.backend, SimBackend):
             return  # the model already sees the real accesses

@@ -1,0 +1,32 @@
+"""The model: CUDA's ordering rules in pure Python, with real (NumPy) data.
+
+* :mod:`~streamsafe.sim.backend`: :class:`SimBackend` (streams, events, host syncs, a caching
+  allocator, vector clocks) and :class:`SimArray`;
+* :mod:`~streamsafe.sim.schedule`: which ready operation runs next (in order, random, adversarial);
+* :mod:`~streamsafe.sim.clocks` and :mod:`~streamsafe.sim.races`: happens-before and race reports;
+* :mod:`~streamsafe.sim.mirror`: the model fed by hooks from real GPU calls (sanitize mode).
+
+Nothing here needs a GPU, and the CUDA backend imports nothing of it.
+"""
+
+from .backend import Op, SimArray, SimBackend, SimBuffer, SimEvent
+from .clocks import HOST, VectorClock, is_ordered_after
+from .races import Access, Race
+from .schedule import AdversarialScheduler, ChoiceScheduler, InOrderScheduler, RandomScheduler
+
+__all__ = [
+    "HOST",
+    "Access",
+    "AdversarialScheduler",
+    "ChoiceScheduler",
+    "InOrderScheduler",
+    "Op",
+    "Race",
+    "RandomScheduler",
+    "SimArray",
+    "SimBackend",
+    "SimBuffer",
+    "SimEvent",
+    "VectorClock",
+    "is_ordered_after",
+]

@@ -1,0 +1,420 @@
+"""The ``streamsafe`` command line.
+
+Exit status: 0 on success; 1 when ``streamsafe hazards`` finds a fenced strategy that corrupts
+a frame or misses a race; 2 for a usage error (a bad option, a backend that is not available,
+a trace file that cannot be written), reported on one line without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from .._version import __version__
+
+__all__ = ["main", "build_parser"]
+
+
+class UsageError(Exception):
+    """A problem with the command line or the machine, reported as one line with exit status 2."""
+
+
+# -- shared checks ---------------------------------------------------------------------------
+
+
+def _resolve_backend(requested: str) -> str:
+    """``auto`` -> ``cuda`` when the GPU lab can run, else ``sim``; ``cuda`` is checked up front."""
+    if requested == "sim":
+        return "sim"
+    missing = [name for module, name in (("torch", "PyTorch"), ("cupy", "CuPy")) if importlib.util.find_spec(module) is None]
+    from ..backend.cuda import CudaBackend
+
+    reason = CudaBackend.probe()
+    if requested == "auto":
+        return "cuda" if not missing and reason is None else "sim"
+    if missing:
+        raise UsageError(
+            f"--backend cuda needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not installed "
+            "(pip install torch cupy-cuda13x); use --backend sim to run on the model"
+        )
+    if reason is not None:
+        raise UsageError(f"--backend cuda needs an NVIDIA GPU and driver: {reason}; use --backend sim to run on the model")
+    return "cuda"
+
+
+def _check_writable(path: str, option: str) -> None:
+    """Fail now, not after minutes of work, when ``path`` cannot be written. Leaves no file behind."""
+    if os.path.isdir(path):
+        raise UsageError(f"{option} {path}: is a directory; give a file name")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"{option} {path}: directory {parent} does not exist")
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot write it ({e.strerror or e})") from None
+    if not existed:
+        os.unlink(path)
+
+
+def _bar(total: int, desc: str) -> Any:
+    """A tqdm bar on stderr, or ``None`` when stderr is not a terminal (never ``\\r`` into a pipe or
+    a file) or tqdm is missing (a checkout used through ``PYTHONPATH``)."""
+    if not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=desc, unit="run", file=sys.stderr, leave=False, dynamic_ncols=True)
+
+
+@contextmanager
+def _progress(total: int, desc: str) -> Iterator[Callable[[str], None]]:
+    """Yields ``step(label)``: one unit done, ``label`` shown beside the bar (if there is one)."""
+    bar = _bar(total, desc)
+
+    def step(label: str) -> None:
+        if bar is not None:
+            bar.set_postfix_str(label, refresh=False)
+            bar.update(1)
+
+    try:
+        yield step
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+# -- doctor ------------------------------------------------------------------------------------
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import collect, format_report
+
+    report = collect()
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
+# -- hazards -----------------------------------------------------------------------------------
+
+_HAZARDS_EPILOG = """\
+Output: a short table per hazard, then a legend and a VERDICT line. Per hazard:
+  race?    without streamsafe (strategy none), did the model see the hazard race?
+  corrupt  frames whose copy differs from a NumPy reference, of the frames run, without streamsafe
+  auto event async stream device
+           each fenced strategy: "ok" (no corrupt frame, no race), or "2/4 H3" (2 of 4 frames
+           corrupt; H3 = a race the fence missed)
+  control  rows whose stream kinds make the hazard impossible; a "*" marks frames corrupted by
+           another hazard, which is not a failure of the control
+  fence    what strategy auto does for the hazard, in terms of the streams P (input producer),
+           S (the SDK's stream_ptr), L (the RGB8 conversion, stream 0) and C (the consumer)
+--full adds every row: its stream kinds (P S L C: 0 legacy, t per-thread, b blocking,
+n non-blocking, S the SDK stream), nb (run(non_blocking=...)), enc (RGB8 or RGB10A2),
+the hazards of every race reported, and corrupt frames.
+
+Exit status: 0 when every fenced strategy keeps every frame intact with no race; 1 when one
+does not; 2 for a usage error."""
+
+
+def _hazards(args: argparse.Namespace) -> int:
+    from .hazards import (
+        LEGEND,
+        LEGEND_FULL,
+        SCENARIOS,
+        STRATEGIES,
+        chrome_trace,
+        failures,
+        format_summary,
+        format_table,
+        format_verdict,
+        rows_to_json,
+        run_matrix,
+    )
+
+    known = list(dict.fromkeys(s.hazard for s in SCENARIOS if s.hazard != "-"))
+    scenarios = SCENARIOS
+    if args.only is not None:
+        wanted = [h.strip().upper() for h in args.only.split(",") if h.strip()]
+        unknown = [h for h in wanted if h not in known]
+        if unknown or not wanted:
+            what = f"unknown hazard {', '.join(map(repr, unknown))}" if unknown else "no hazard given"
+            raise UsageError(f"--only {args.only!r}: {what}; known: {', '.join(known)}")
+        scenarios = tuple(s for s in SCENARIOS if s.hazard in wanted)
+    strategies = STRATEGIES if args.strategy == "all" else tuple(x.strip().lower() for x in args.strategy.split(","))
+    unknown = [x for x in strategies if x not in STRATEGIES]
+    if unknown:
+        raise UsageError(f"unknown strategy {unknown[0]!r}; choose from {', '.join(STRATEGIES)} or all")
+    if args.trace:
+        _check_writable(args.trace, "--trace")
+    backend = _resolve_backend(args.backend)
+
+    trace: list[dict[str, object]] | None = [] if args.trace else None
+    rows = []
+    with _progress(len(strategies) * len(scenarios), "hazards") as step:
+        for strategy in strategies:  # the order of run_matrix: strategy, then scenario
+            for sc in scenarios:
+                rows += run_matrix(backend=backend, frames=args.frames, scenarios=[sc], strategies=[strategy], trace=trace)
+                step(f"{strategy} {sc.hazard}")
+    if args.json:
+        print(rows_to_json(rows))
+        print(format_verdict(rows).splitlines()[0], file=sys.stderr)
+    else:
+        parts = [format_table(rows), ""] if args.full else []
+        parts += [format_summary(rows, scenarios), "", LEGEND]
+        if args.full:
+            parts.append(LEGEND_FULL)
+        parts += ["", format_verdict(rows)]
+        print("\n".join(parts))
+    if args.trace:
+        try:
+            with open(args.trace, "w") as f:
+                json.dump(chrome_trace(trace or []), f)
+        except OSError as e:
+            raise UsageError(f"--trace {args.trace}: cannot write it ({e.strerror or e})") from None
+        print(f"wrote the model's timelines to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
+    return 1 if failures(rows) else 0
+
+
+# -- bench -------------------------------------------------------------------------------------
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from ..bench import SCENARIOS, gpu_factory, run_bench, sim_factory, write_json, write_png
+    from ..bench.report import format_table
+    from .hazards import STRATEGIES
+
+    keys = [s.key for s in SCENARIOS]
+    scenarios = keys if args.scenario == "all" else [x.strip() for x in args.scenario.split(",")]
+    bad = [x for x in scenarios if x not in keys]
+    if bad:
+        raise UsageError(f"unknown scenario {bad[0]!r}; choose from {', '.join(keys)} or all")
+    strategies = list(STRATEGIES) if args.strategy == "all" else [x.strip() for x in args.strategy.split(",")]
+    bad = [x for x in strategies if x not in STRATEGIES]
+    if bad:
+        raise UsageError(f"unknown strategy {bad[0]!r}; choose from {', '.join(STRATEGIES)} or all")
+    for path, option in ((args.json, "--json"), (args.png, "--png")):
+        if path:
+            _check_writable(path, option)
+    backend = _resolve_backend(args.backend)
+    from .doctor import collect
+
+    if backend == "cuda":
+        if "jax" not in sys.modules:
+            os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with torch and CuPy
+        report = collect()
+        gpus = report["cuda"].get("gpus") or [{}]
+        env = {"gpu": gpus[0].get("name", "?"), "driver": report["cuda"].get("driver"), "packages": report["packages"],
+               "python": report["python"]}
+        factory: Any = gpu_factory
+        frames, warmup, block = args.frames or 100, args.warmup if args.warmup is not None else 20, args.block or 20
+    else:
+        env = {"gpu": None, "packages": collect()["packages"], "note": "simulated backend"}
+        factory = sim_factory
+        frames, warmup, block = args.frames or 8, args.warmup if args.warmup is not None else 2, args.block or 4
+    progress = None if args.quiet else _BenchProgress()
+    try:
+        result = run_bench(
+            factory, scenarios, strategies, frames=frames, warmup=warmup, block=block, backend=backend,
+            timed=backend == "cuda", progress=progress, environment=env,
+        )
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        if progress is not None:
+            progress.close()
+    print(format_table(result))
+    if args.json:
+        write_json(result, args.json)
+        print(f"wrote every raw sample to {args.json}", file=sys.stderr)
+    if args.png:
+        why = write_png(result, args.png)
+        print(f"chart not written: {why}" if why else f"wrote the chart to {args.png}", file=sys.stderr)
+    return 0
+
+
+class _BenchProgress:
+    """The harness's ``progress(done, total, label)`` callback, drawn with :func:`_bar`."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+        self._started = False
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        if not self._started:
+            self._bar, self._started = _bar(total, "bench"), True
+        if self._bar is not None:
+            self._bar.set_postfix_str(label, refresh=False)
+            self._bar.update(done - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+# -- parser ------------------------------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .runner import RACE_EXIT_STATUS, format_report, run_program
+    from ..strategy import Strategy
+
+    if args.module is None and not args.program:
+        raise UsageError("give a script to run (streamsafe run [options] script.py [args...]) or -m module")
+    if args.strategy not in {s.value for s in Strategy} - {"none"}:
+        raise UsageError(f"unknown strategy {args.strategy!r}: choose auto, event, async, stream or device")
+    target, rest = (args.module, list(args.program)) if args.module else (args.program[0], list(args.program[1:]))
+    if args.module is None and not os.path.isfile(target):
+        raise UsageError(f"{target}: no such file")
+    if args.report:
+        _check_writable(args.report, "--report")
+    try:
+        report = run_program(target, rest, module=args.module is not None, strategy=args.strategy,
+                             sanitize=args.sanitize, fake_nvvfx=args.fake_nvvfx)
+    except ImportError as e:
+        if "nvvfx" in str(e) and not args.fake_nvvfx:
+            raise UsageError(f"cannot import nvvfx ({e}); install NVIDIA's nvvfx, or pass --fake-nvvfx "
+                             "to run on streamsafe's emulation") from None
+        raise
+    sys.stdout.flush()
+    print(format_report(report), file=sys.stderr)
+    if args.report:
+        with open(args.report, "w") as f:
+            f.write(report.to_json() + "\n")
+    if report.races and report.exit_status == 0:
+        return RACE_EXIT_STATUS
+    return report.exit_status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamsafe",
+        description="Safe CUDA stream ordering for GPU video effects (nvvfx) across PyTorch, CuPy and JAX.",
+        epilog="Without a GPU every command runs on the simulated backend (a CUDA ordering model).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    doctor = sub.add_parser("doctor", help="print Python, packages, driver, GPUs and their stream kinds",
+                            description="What this machine offers streamsafe: Python, package versions, the CUDA "
+                                        "driver and GPUs, and the kind of each framework's streams. Works with no GPU.")
+    doctor.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    doctor.set_defaults(func=_doctor)
+    hazards = sub.add_parser(
+        "hazards",
+        help="run each hazard (H1-H6, H12) with and without streamsafe; print a verdict per hazard",
+        description="Run each hazard scenario (H1-H6, H12, with controls) on the emulated effects, without "
+                    "streamsafe (strategy none) and with each fenced strategy, and report races and corrupt frames.",
+        epilog=_HAZARDS_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    hazards.add_argument("--backend", choices=["auto", "sim", "cuda"], default="auto",
+                         help="sim: the model (no GPU needed); cuda: real kernels (needs PyTorch, CuPy and a GPU) "
+                              "plus the model's race verdict; auto: cuda when available, else sim (default)")
+    hazards.add_argument("--frames", type=_positive, default=None, help="frames per scenario (default: 4 on sim, 100 on cuda)")
+    hazards.add_argument("--only", metavar="H1,H3", help="comma-separated hazards to run (H1-H6, H12)")
+    hazards.add_argument("--strategy", default="all",
+                         help="comma-separated strategies (none, auto, event, async, stream, device) or all (default)")
+    hazards.add_argument("--full", action="store_true", help="also print every row of the matrix (streams, nb, enc, races)")
+    hazards.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of each scenario on the model")
+    hazards.add_argument("--json", action="store_true",
+                         help="print every row as one JSON array of objects instead of the tables "
+                              "(the verdict line goes to stderr)")
+    hazards.set_defaults(func=_hazards)
+    bench = sub.add_parser("bench", help="compare sync strategies side by side (GPU, or counts on the model)",
+                           description="Run the benchmark scenarios under each strategy and print frames/s, latency, "
+                                       "fences and host waits per frame, and corrupt frames. On the simulated backend "
+                                       "only counts are real; times are shown as '-'.")
+    bench.add_argument("--backend", choices=["auto", "sim", "cuda"], default="auto",
+                       help="sim, cuda (needs PyTorch, CuPy and a GPU), or auto (default)")
+    bench.add_argument("--scenario", default="all", help="comma-separated scenario keys (a, b, c, d-cupy, d-jax, e-4k, e-rgb10, f-vfg, f-hdr) or all")
+    bench.add_argument("--strategy", default="all", help="comma-separated strategies or all")
+    bench.add_argument("--frames", type=_positive, help="timed frames per strategy and scenario (default 100 on cuda, 8 on sim)")
+    bench.add_argument("--warmup", type=int, help="untimed frames first (default 20 on cuda, 2 on sim)")
+    bench.add_argument("--block", type=_positive, help="frames per interleaved block (default 20 on cuda, 4 on sim)")
+    bench.add_argument("--json", metavar="PATH", help="write environment, summary and every raw sample")
+    bench.add_argument("--png", metavar="PATH", help="write a frames/s chart (needs matplotlib)")
+    bench.add_argument("--quiet", action="store_true", help="no progress bar (there is none when stderr is not a terminal)")
+    bench.set_defaults(func=_bench)
+    run = sub.add_parser(
+        "run",
+        help="run a Python program unchanged, with every nvvfx effect it creates guarded",
+        description="Run a Python program unchanged (as compute-sanitizer or nsys wrap a binary): every nvvfx "
+                    "effect it creates goes through its own stream contract from its first run(), with the "
+                    "program's own current stream (torch or CuPy) as the SDK stream at each call. At exit, a "
+                    "report per effect goes to stderr: runs, fences by hazard, host waits, the strategy chosen "
+                    "and why, and races found (with --sanitize).",
+        epilog="Exit status: the program's; 3 when --sanitize found a race and the program exited 0; "
+               "2 for a usage error.\nExamples:\n  streamsafe run --fake-nvvfx video_super_resolution.py -i in.mp4\n"
+               "  streamsafe run --sanitize --report report.json -m mypackage.pipeline --frames 100",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("--strategy", default="auto", help="auto (default), event, async, stream or device")
+    run.add_argument("--sanitize", action="store_true",
+                     help="check every access with the happens-before model; races are reported at exit")
+    run.add_argument("--fake-nvvfx", action="store_true",
+                     help="make `import nvvfx` load streamsafe's emulation (no SDK needed; no GPU needed)")
+    run.add_argument("--report", metavar="FILE", help="also write the report as JSON")
+    run.add_argument("-m", dest="module", metavar="MODULE", help="run a module as a script (like python -m)")
+    run.add_argument("program", nargs="*", help="the script and its arguments (or the module's arguments)")
+    run.set_defaults(func=_run)
+    return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _split_run(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``run``'s own options end at the script (or after ``-m MODULE``); the rest is the program's."""
+    takes_value = {"--strategy", "--report"}
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            return argv[: i + 2], argv[i + 2:]
+        if arg in takes_value:
+            i += 2
+        elif arg.startswith("-") and arg != "-":
+            i += 1
+        else:
+            return argv[:i], argv[i:]
+    return argv, []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    program: list[str] | None = None
+    if argv and argv[0] == "run":
+        argv, program = _split_run(argv)
+    args = parser.parse_args(argv)
+    if program is not None:
+        args.program = program
+    try:
+        return int(args.func(args))
+    except UsageError as e:
+        print(f"streamsafe {args.command}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"streamsafe {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""``streamsafe doctor``: what this machine offers streamsafe. Works with no GPU.
+
+Reads versions from package metadata (importing no framework that is not already
+needed), probes the driver, and, where a GPU and a framework are present, reads the
+kind of each framework's default and new streams from the driver.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import platform
+import sys
+import textwrap
+from typing import Any
+
+from .._version import __version__
+from ..backend import cuda_available
+
+__all__ = ["collect", "format_report"]
+
+_PACKAGES = (
+    "cuda-python",
+    "cuda-bindings",
+    "cuda-core",
+    "numpy",
+    "torch",
+    "cupy-cuda13x",
+    "cupy-cuda12x",
+    "jax",
+    "jaxlib",
+    "nvvfx",
+    "nvtx",
+    "tqdm",
+    "pytest",
+    "hypothesis",
+)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _stream_defaults() -> list[dict[str, str]]:
+    """Kinds of the frameworks' streams, read from the driver. Needs a GPU."""
+    from ..backend.cuda import CudaBackend
+    from ..streams import as_stream
+
+    backend = CudaBackend()
+    rows: list[dict[str, str]] = [{"stream": "handle 0 / 1 (DLPack legacy)", "kind": str(as_stream(0, backend=backend).kind)}]
+    probes: list[tuple[str, Any]] = []
+    if importlib.util.find_spec("torch") is not None:
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                probes += [
+                    ("torch.cuda.current_stream()", torch.cuda.current_stream),
+                    ("torch.cuda.default_stream()", torch.cuda.default_stream),
+                    ("torch.cuda.Stream()", torch.cuda.Stream),
+                ]
+        except Exception as e:  # pragma: no cover - broken installs
+            rows.append({"stream": "torch", "kind": f"error: {e}"})
+    if importlib.util.find_spec("cupy") is not None:
+        try:
+            import cupy
+
+            probes += [
+                ("cupy.cuda.get_current_stream()", cupy.cuda.get_current_stream),
+                ("cupy.cuda.Stream()", cupy.cuda.Stream),
+                ("cupy.cuda.Stream(non_blocking=True)", lambda: cupy.cuda.Stream(non_blocking=True)),
+            ]
+        except Exception as e:  # pragma: no cover
+            rows.append({"stream": "cupy", "kind": f"error: {e}"})
+    for label, make in probes:
+        try:
+            rows.append({"stream": label, "kind": str(as_stream(make(), backend=backend).kind)})
+        except Exception as e:
+            rows.append({"stream": label, "kind": f"error: {type(e).__name__}: {e}"})
+    return rows
+
+
+def _gpus() -> tuple[str | None, list[dict[str, Any]]]:
+    from cuda.bindings import driver as d
+
+    version = d.cuDriverGetVersion()[1]
+    gpus = []
+    for i in range(d.cuDeviceGetCount()[1]):
+        dev = d.cuDeviceGet(i)[1]
+        name = d.cuDeviceGetName(256, dev)[1].split(b"\0", 1)[0].decode()
+        major = d.cuDeviceGetAttribute(d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)[1]
+        minor = d.cuDeviceGetAttribute(d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)[1]
+        gpus.append({"index": i, "name": name, "compute_capability": f"{major}.{minor}"})
+    return f"{version // 1000}.{version % 1000 // 10}", gpus
+
+
+def collect() -> dict[str, Any]:
+    """Everything doctor reports, as plain data. Does not block on GPU work."""
+    from ..backend.cuda import CudaBackend
+
+    report: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "streamsafe": __version__,
+        "packages": {name: _version(name) for name in _PACKAGES},
+        "nvvfx_importable": importlib.util.find_spec("nvvfx") is not None,
+    }
+    reason = CudaBackend.probe()
+    report["cuda"] = {"available": reason is None, "reason": reason}
+    if cuda_available():
+        driver, gpus = _gpus()
+        report["cuda"].update({"driver": driver, "gpus": gpus})
+        report["stream_defaults"] = _stream_defaults()
+        report["backend"] = "cuda"
+    else:
+        report["stream_defaults"] = []
+        report["backend"] = "sim (no GPU: streamsafe runs on the simulated backend)"
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The report as aligned text."""
+    lines = [
+        f"streamsafe {report['streamsafe']}  (Python {report['python']}, {report['platform']})",
+        f"backend: {report['backend']}",
+        "",
+        "packages:",
+    ]
+    for name, version in report["packages"].items():
+        lines.append(f"  {name:<16} {version or '-'}")
+    lines.append(f"  nvvfx importable: {'yes' if report['nvvfx_importable'] else 'no (use streamsafe.testing.install_fake_nvvfx())'}")
+    cuda = report["cuda"]
+    lines += ["", "CUDA:"]
+    if cuda["available"]:
+        lines.append(f"  driver {cuda['driver']}")
+        for gpu in cuda["gpus"]:
+            lines.append(f"  cuda:{gpu['index']}  {gpu['name']}  (compute capability {gpu['compute_capability']})")
+    else:
+        lines += textwrap.wrap(f"not available: {cuda['reason']}", 98, initial_indent="  ", subsequent_indent="    ")
+    if report["stream_defaults"]:
+        lines += ["", "stream kinds (read with cuStreamGetFlags):"]
+        for row in report["stream_defaults"]:
+            lines.append(f"  {row['stream']:<40} {row['kind']}")
+    return "\n".join(lines)
