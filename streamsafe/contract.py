@@ -132,13 +132,13 @@ class StreamContract:
             self._effect_ref = weakref.ref(self._effect)
         except TypeError:
             return
-        shadow_holder = self
+        holder = self
 
         def _return_shadow() -> None:  # the effect went without close(): give the pooled stream back
-            if shadow_holder._shadow is not None:
-                shadow_holder.backend.release_stream(shadow_holder._shadow)  # type: ignore[attr-defined]
-                shadow_holder._shadow = None
-            shadow_holder.closed = True
+            if holder._shadow is not None:
+                holder.backend.release_stream(holder._shadow)  # type: ignore[attr-defined]
+                holder._shadow = None
+            holder.closed = True
 
         weakref.finalize(self._effect, _return_shadow)
         self._effect = None

@@ -3,7 +3,7 @@
 Backends, the emulated effects and contracts report what they do (fences, event records
 and waits, host synchronisations, kernels, releases, the input writes a contract sees and
 the output reads it hands out) to every registered :class:`Observer`. Sanitize mode is one
-such observer: a happens-before model that shadows the real calls. Nothing here imports a
+such observer: a happens-before model that mirrors the real calls. Nothing here imports a
 backend, so the CUDA backend knows of observers, never of the model.
 
 The registry is process-wide: a tuple replaced on every change, read without a lock, so the

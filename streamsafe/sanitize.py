@@ -4,12 +4,12 @@
         ...   # a missing fence raises streamsafe.RaceError naming both accesses
 
 On the GPU, a happens-before model (a :class:`streamsafe.hooks.Observer`, registered for
-the block) shadows every fence, event, synchronisation, emulated-effect stage and release
+the block) mirrors every fence, event, synchronisation, emulated-effect stage and release
 issued through streamsafe, the input writes a contract sees and every import of a
 contract's output; a read of released memory is reported too (H7). On the simulated
 backend, the model itself raises instead of recording. ``STREAMSAFE_SANITIZE=1`` turns it
 on for the whole process.
-The shadow costs host time; it is for tests and debugging.
+The mirror costs host time; it is for tests and debugging.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ __all__ = ["sanitize"]
 def sanitize(backend: Backend | None = None) -> Iterator[mirror.Mirror | SimBackend]:
     """Turn sanitize mode on inside the block; yields the model that checks (to read ``.races``).
 
-    Does not block the host itself; the shadow runs on the host, in Python.
+    Does not block the host itself; the mirror runs on the host, in Python.
     """
     be = backend or current_backend()
     if isinstance(be, SimBackend):
@@ -39,9 +39,9 @@ def sanitize(backend: Backend | None = None) -> Iterator[mirror.Mirror | SimBack
         finally:
             be.on_race = saved
         return
-    shadow = mirror.Mirror()
-    hooks.register(shadow)
+    model = mirror.Mirror()
+    hooks.register(model)
     try:
-        yield shadow
+        yield model
     finally:
-        hooks.unregister(shadow)
+        hooks.unregister(model)

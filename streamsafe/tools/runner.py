@@ -101,12 +101,12 @@ def run_program(
     import importlib
 
     nvvfx = importlib.import_module("nvvfx")
-    shadow = None
+    model = None
     if sanitize:
         os.environ.pop("STREAMSAFE_SANITIZE", None)
-        shadow = mirror.Mirror()
-        shadow.sim.on_race = "record"  # report at exit; the program runs to its end
-        hooks.register(shadow)
+        model = mirror.Mirror()
+        model.sim.on_race = "record"  # report at exit; the program runs to its end
+        hooks.register(model)
     cg: ClassGuard = guard(nvvfx, strategy=as_strategy(strategy))
     argv, path0 = sys.argv[:], sys.path[0] if sys.path else None
     status = 0
@@ -131,12 +131,12 @@ def run_program(
         if not module and path0 is not None and sys.path and sys.path[0] != path0:
             sys.path.pop(0)
         cg.undo()
-        if shadow is not None:
-            hooks.unregister(shadow)
+        if model is not None:
+            hooks.unregister(model)
     report = RunReport([target, *args], status, strategy, sanitize, fake_nvvfx)
     report.effects = [_effect_report(c) for c in cg.contracts]
     if sanitize:
-        races: list[Any] = list(shadow.races) if shadow is not None else []
+        races: list[Any] = list(model.races) if model is not None else []
         models = {id(c.backend): c.backend for c in cg.contracts if isinstance(c.backend, SimBackend)}
         be = current_backend()
         if isinstance(be, SimBackend):
