@@ -141,8 +141,8 @@ def run_program(
         be = current_backend()
         if isinstance(be, SimBackend):
             models.setdefault(id(be), be)
-        for model in models.values():  # on the model every access is seen: its own report is the sanitizer's
-            races += model.races
+        for sim in models.values():  # on the model every access is seen: its own report is the sanitizer's
+            races += sim.races
         report.races = [str(r) for r in races]
     return report
 
