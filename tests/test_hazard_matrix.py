@@ -1,4 +1,4 @@
-"""The hazard matrix on the model: every hazard is reported where DESIGN.md says it exists,
+"""The hazard matrix on the model: every hazard is reported where the hazard table (docs/design.md) says it exists,
 shows as wrong frames, and is absent where the stream kinds make it safe."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The testing kit on a real GPU: real kernels agree with the model, the DESIGN.md table is
+"""The testing kit on a real GPU: real kernels agree with the model, the design note's measured table is
 reproduced, and a script written for nvvfx runs unchanged on the emulation."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _design_reference(i: int, data: np.ndarray) -> np.ndarray:
 
 
 def _design_row(torch, backend, sdk_kind: str, non_blocking: bool, fence: str, frames: int = 40) -> int:  # type: ignore[no-untyped-def]
-    """The DESIGN.md section 3 probe with the emulated VideoSuperRes, 540p -> 1080p, copy on the SDK stream."""
+    """The measured probe (team design note, H200 facts) with the emulated VideoSuperRes, 540p -> 1080p, copy on the SDK stream."""
     from streamsafe.testing import VideoSuperRes
     from streamsafe.testing.labs import GpuLab
 
@@ -103,7 +103,7 @@ def test_design_table_is_reproduced_by_the_emulated_super_res(torch_cuda) -> Non
     if (path := lane_output("design-table.txt")) is not None:
         path.write_text(text + "\n")
     # H2: with non_blocking=True on a non-blocking stream the conversion races inference inside run();
-    # no fence placed after run() can repair it (DESIGN.md: 39/40/39).
+    # no fence placed after run() can repair it (the team's H200 measurement: 39/40/39).
     for fence in ("none", "event", "device"):
         assert table[("non-blocking", True, fence)] >= 30
     # blocking mode: the event fence (or a device sync) before the import repairs H3.
