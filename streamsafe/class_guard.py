@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .contract import StreamContract
-from .errors import StreamsafeError
+from .errors import NotAnEffectError, StreamsafeError
 from .guarding import _class_guards, install
 from .ledger import ledger_of
 from .strategy import Strategy, StrategyName
@@ -86,7 +86,7 @@ def _classes_of(target: Any) -> list[type]:
         return _classes_of(module)
     if isinstance(target, Iterable):
         return [cls for item in target for cls in _classes_of(item)]
-    raise TypeError(
+    raise NotAnEffectError(
         f"cannot guard {target!r} (type {type(target).__name__}): pass an effect class, a module such as nvvfx, "
         "its name, or a list of those"
     )

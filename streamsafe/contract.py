@@ -35,7 +35,7 @@ from ._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, require_cuda_i
 from .backend import Backend, SimBackend, current_backend
 from .sim import mirror
 from .sim.backend import SimArray
-from .errors import EffectConfigError, EffectStateError, StreamsafeError, UnguardedChangeError
+from .errors import EffectConfigError, EffectStateError, NotAnEffectError, StreamsafeError, UnguardedChangeError
 from .frameworks import framework_of, torch_current_stream_handle
 from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, shape_of, tracked_raw_call, tracked_setattr
 from .ledger import Ledger, apply_fences, ledger_of, new_stats, view_owner, views_exist
@@ -376,10 +376,11 @@ class StreamContract:
         name = type(self.effect).__name__
         if self.closed or self.ledger.closed:
             raise EffectStateError(name, "configure", "closed", "Create a new effect and contract.")
+        settable = _settings_of(self._cls, self.effect)
         for attr, value in attrs.items():
-            if attr.startswith("_") or not hasattr(self.effect, attr):
-                known = sorted(a for a in dir(self._cls) if not a.startswith("_") and not callable(getattr(self._cls, a, None)))
-                raise EffectConfigError(name, attr, value, f"{name} has no attribute {attr!r}; its settings are {', '.join(known)}")
+            if attr not in settable:
+                rule = f"{name} has no attribute {attr!r}" if not hasattr(self.effect, attr) else f"{attr!r} is read-only"
+                raise EffectConfigError(name, attr, value, f"{rule}; its settings are {', '.join(sorted(settable))}")
         ledger = self.ledger
         with ledger.using("configure"):
             before = {k: getattr(self.effect, k, None) for k in attrs}
@@ -488,10 +489,26 @@ class StreamContract:
         return f"StreamContract({self.effect_name}, strategy={self.strategy.value}, backend={self.backend.name})"
 
 
+def _settings_of(cls: type, effect: Any) -> set[str]:
+    """The public attributes of an effect that can be set: properties with a setter, plain attributes."""
+    names: set[str] = set()
+    for attr in dir(cls):
+        if attr.startswith("_"):
+            continue
+        value = getattr(cls, attr, None)
+        if isinstance(value, property):
+            if value.fset is not None:
+                names.add(attr)
+        elif not callable(value) and not isinstance(value, type):
+            names.add(attr)
+    names.update(a for a in getattr(effect, "__dict__", {}) if not a.startswith("_") and not callable(getattr(effect, a)))
+    return names
+
+
 def _check_effect(effect: Any) -> None:
     if effect is None or isinstance(effect, type) or not callable(getattr(effect, "run", None)):
         what = "a class" if isinstance(effect, type) else f"{type(effect).__name__}"
-        raise TypeError(
+        raise NotAnEffectError(
             f"StreamContract needs an effect instance with a run() method (nvvfx.VideoSuperRes, VideoFrameGeneration, "
             f"TrueHDR, or streamsafe.testing's), got {effect!r} ({what}). Create the effect first, e.g. "
             "sr = VideoSuperRes(); sr.load(); then StreamContract(sr)."

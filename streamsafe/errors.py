@@ -28,6 +28,7 @@ __all__ = [
     "ConcurrentUseError",
     "InputDeviceError",
     "HostArrayError",
+    "NotAnEffectError",
 ]
 
 
@@ -233,3 +234,8 @@ class HostArrayError(InputArrayError):
         self.rule = rule
         self.fix = fix
         Exception.__init__(self, f"{what} {described} is not on a GPU: {rule}. {fix}")
+
+
+class NotAnEffectError(StreamsafeError, TypeError):
+    """Something that is not an effect instance (``None``, a number, a class, a module) was given
+    where an effect is needed."""

@@ -23,7 +23,8 @@ __all__ = ["SafeImage", "SafeOutput", "JaxDLPackAdapter"]
 
 _CONSUMED = (
     "this output's capsule was already imported; a DLPack capsule can be consumed once (H9). "
-    "Import it once and copy the result (out.torch(), out.cupy(), out.jax(), out.numpy()), or copy the first import"
+    "Import it once and keep that copy (out.torch(), out.cupy(), out.jax(), out.numpy() each import once), "
+    "or copy the array the first import gave you"
 )
 
 

@@ -52,7 +52,7 @@ class Fence:
             "device-sync": "host waits for the whole device",
             "forward-dlpack": f"input's producer orders {self.waiter} via __dlpack__(stream=...)",
             "sdk-blocking": f"run(non_blocking=False): the SDK makes the host wait for {self.signaller}",
-            "shadow-stream": f"SDK runs on blocking shadow {self.waiter}; stream 0 waits for it implicitly",
+            "shadow-stream": f"SDK runs on the shadow stream, {self.waiter}; stream 0 waits for it implicitly",
             "protect-input": f"input kept from reuse until {self.signaller} has read it",
         }[self.action]
         return f"{self.hazard:<4} {self.when:<16} {who}  ({self.why})"
@@ -151,7 +151,7 @@ class FencePlan:
             + f", non_blocking={self.non_blocking}\n"
             f"  streams: P={self.producer or 'framework current stream (forwarded)'}  S={self.sdk}"
             + (f"  run on {self.run_stream}" if self.run_stream != self.sdk else "")
-            + f"  L={self.conversion or '- (RGB10A2: no conversion)'}  C={self.consumer}\n"
+            + f"  L={self.conversion or '- (RGB10A2: no conversion)'}  C={self.consumer} (default; each import is fenced for its own stream)\n"
             f"  why: {self.reason}"
         )
         body = [f"  {f}" for f in self.fences] or ["  (no per-frame fence: the stream kinds already order every edge)"]

@@ -26,11 +26,27 @@ __all__ = ["sanitize"]
 
 @contextlib.contextmanager
 def sanitize(backend: Backend | None = None) -> Iterator[mirror.Mirror | SimBackend]:
-    """Turn sanitize mode on inside the block; yields the model that checks (to read ``.races``).
+    """Turn sanitize mode on inside the block; yields the model that checks (to read ``.races``):
+    ``backend`` when it is a :class:`SimBackend`, else the current backend when that is one, else the
+    mirror of the real GPU calls. Without ``backend``, every :class:`SimBackend` raises at a race in the
+    block (also one made by the program itself), and real GPU calls are checked by the mirror.
 
     Does not block the host itself; the mirror runs on the host, in Python.
     """
-    be = backend or current_backend()
+    if backend is None:
+        from .sim import backend as sim_backend
+
+        sim_backend._SANITIZE_ALL += 1
+        model = mirror.Mirror()
+        hooks.register(model)
+        current = current_backend()
+        try:
+            yield current if isinstance(current, SimBackend) else model
+        finally:
+            hooks.unregister(model)
+            sim_backend._SANITIZE_ALL -= 1
+        return
+    be = backend
     if isinstance(be, SimBackend):
         saved = be.on_race
         be.on_race = "raise"

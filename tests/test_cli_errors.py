@@ -58,6 +58,7 @@ def test_backend_cuda_without_cupy(
     command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_matrix: None
 ) -> None:
     _pretend_missing(monkeypatch, "cupy")
+    _pretend_driver(monkeypatch)
     assert main([command, "--backend", "cuda"]) == 2
     line = _one_line_error(capsys, command)
     assert "--backend cuda needs CuPy" in line and "--backend sim" in line
@@ -67,8 +68,27 @@ def test_backend_cuda_without_torch_and_cupy(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_matrix: None
 ) -> None:
     _pretend_missing(monkeypatch, "torch", "cupy")
+    _pretend_driver(monkeypatch)
     assert main(["hazards", "--backend", "cuda"]) == 2
     assert "needs PyTorch and CuPy, which are not installed" in _one_line_error(capsys)
+
+
+def _pretend_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamsafe.backend.cuda import CudaBackend
+
+    monkeypatch.setattr(CudaBackend, "probe", staticmethod(lambda: None))
+
+
+def test_backend_cuda_without_a_driver_says_so_first(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_matrix: None
+) -> None:
+    from streamsafe.backend.cuda import CudaBackend
+
+    _pretend_missing(monkeypatch, "torch", "cupy")
+    monkeypatch.setattr(CudaBackend, "probe", staticmethod(lambda: "the NVIDIA driver library could not be loaded"))
+    assert main(["hazards", "--backend", "cuda"]) == 2
+    line = _one_line_error(capsys)
+    assert "needs an NVIDIA GPU and driver" in line and "pip install" not in line
 
 
 def test_backend_cuda_without_a_driver(

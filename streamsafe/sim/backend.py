@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import functools
 import itertools
 import threading
@@ -52,6 +53,9 @@ from ..backend._pool import EventPool, EventPoolStats
 from .schedule import InOrderScheduler, Scheduler, make_scheduler
 
 __all__ = ["SimBackend", "SimEvent", "SimBuffer", "SimArray", "Op"]
+
+_SANITIZE_ALL = 0
+"""How many ``ss.sanitize()`` blocks without a backend are open: every model raises at a race then."""
 
 _HANDLE_BASE = 0x7F00_0000_1000
 _POISON = 0xDEAD
@@ -276,6 +280,8 @@ class SimBackend:
         elif isinstance(scheduler, str):
             scheduler = make_scheduler(scheduler, seed)
         self.scheduler: Scheduler = scheduler
+        if os.environ.get("STREAMSAFE_SANITIZE") == "1":
+            on_race = "raise"  # sanitize mode for the whole process
         self.on_race = on_race
         self.max_pending = max_pending
         self.races: list[Race] = []
@@ -780,7 +786,7 @@ class SimBackend:
         return found
 
     def _report(self, found: list[Race]) -> None:
-        if found and self.on_race == "raise":
+        if found and (self.on_race == "raise" or _SANITIZE_ALL):
             raise RaceError(found)
 
     @_entry

@@ -52,7 +52,9 @@ def enable_from_environment() -> Mirror:
 
 def sim_sanitizing(backend: Any) -> bool:
     """True when ``backend`` is a model that raises at races (``ss.sanitize(sim)``)."""
-    return isinstance(backend, SimBackend) and backend.on_race == "raise"
+    from . import backend as sim_backend
+
+    return isinstance(backend, SimBackend) and (backend.on_race == "raise" or sim_backend._SANITIZE_ALL > 0)
 
 
 def array_key(arr: Any) -> Any:

@@ -38,6 +38,8 @@ def _resolve_backend(requested: str) -> str:
     reason = CudaBackend.probe()
     if requested == "auto":
         return "cuda" if not missing and reason is None else "sim"
+    if reason is not None and "driver" in reason:  # no GPU here at all: installing packages would not help
+        raise UsageError(f"--backend cuda needs an NVIDIA GPU and driver: {reason}; use --backend sim to run on the model")
     if missing:
         raise UsageError(
             f"--backend cuda needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not installed "
@@ -167,7 +169,7 @@ def _hazards(args: argparse.Namespace) -> int:
                 step(f"{strategy} {sc.hazard}")
     if args.json:
         print(rows_to_json(rows))
-        print(format_verdict(rows).splitlines()[0], file=sys.stderr)
+        print(format_verdict(rows), file=sys.stderr)
     else:
         parts = [format_table(rows), ""] if args.full else []
         parts += [format_summary(rows, scenarios), "", LEGEND]

@@ -10,6 +10,7 @@ strategy chosen and why, and (with ``sanitize``) the races found.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import runpy
@@ -94,10 +95,17 @@ def run_program(
     from ..sim import mirror
     from ..backend import SimBackend, current_backend
 
+    model_scope: Any = contextlib.nullcontext()
+    fake_model: Any = None
     if fake_nvvfx:
+        from ..backend import cuda_available, use_backend
+        from ..sim.backend import SimBackend as _Sim
         from ..testing.fake_nvvfx import install_fake_nvvfx
 
         install_fake_nvvfx(force=True)
+        if not cuda_available():  # on the model, run ready work in the order that breaks a missing fence
+            fake_model = _Sim(scheduler="adversarial")
+            model_scope = use_backend(fake_model)
     import importlib
 
     nvvfx = importlib.import_module("nvvfx")
@@ -111,13 +119,15 @@ def run_program(
     argv, path0 = sys.argv[:], sys.path[0] if sys.path else None
     status = 0
     try:
-        if module:
-            sys.argv = [target, *args]
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = [target, *args]
-            sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
-            runpy.run_path(target, run_name="__main__")
+        with model_scope:
+            if module:
+                sys.argv = [target, *args]
+                sys.path.insert(0, os.getcwd())  # as `python -m` does: modules of the current directory import
+                runpy.run_module(target, run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = [target, *args]
+                sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+                runpy.run_path(target, run_name="__main__")
     except SystemExit as e:
         code = e.code
         status = code if isinstance(code, int) else (0 if code is None else 1)
@@ -128,7 +138,7 @@ def run_program(
         status = 1
     finally:
         sys.argv = argv
-        if not module and path0 is not None and sys.path and sys.path[0] != path0:
+        if path0 is not None and sys.path and sys.path[0] != path0:
             sys.path.pop(0)
         cg.undo()
         if model is not None:
@@ -138,9 +148,9 @@ def run_program(
     if sanitize:
         races: list[Any] = list(model.races) if model is not None else []
         models = {id(c.backend): c.backend for c in cg.contracts if isinstance(c.backend, SimBackend)}
-        be = current_backend()
-        if isinstance(be, SimBackend):
-            models.setdefault(id(be), be)
+        for be in (current_backend(), fake_model):
+            if isinstance(be, SimBackend):
+                models.setdefault(id(be), be)
         for sim in models.values():  # on the model every access is seen: its own report is the sanitizer's
             races += sim.races
         report.races = [str(r) for r in races]
