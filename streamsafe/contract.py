@@ -35,7 +35,7 @@ from ._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, require_cuda_i
 from .backend import Backend, SimBackend, current_backend
 from .sim import mirror
 from .sim.backend import SimArray
-from .errors import EffectConfigError, EffectStateError, NotAnEffectError, StreamsafeError, UnguardedChangeError
+from .errors import EffectConfigError, EffectStateError, HostArrayError, NotAnEffectError, StreamsafeError, UnguardedChangeError
 from .frameworks import framework_of, torch_current_stream_handle
 from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, shape_of, tracked_raw_call, tracked_setattr
 from .ledger import Ledger, apply_fences, ledger_of, new_stats, view_owner, views_exist
@@ -227,7 +227,13 @@ class StreamContract:
         _refresh_torch()
         arrays = [a for a in args if not isinstance(a, numbers.Number)]
         arrays += [kwargs[k] for k in INPUT_KWARGS if k in kwargs]
-        producers = [self._producer_of(a) for a in arrays]  # validates every input first
+        try:
+            producers = [self._producer_of(a) for a in arrays]  # validates every input first
+        except HostArrayError as e:
+            if not isinstance(be, SimBackend):
+                raise
+            raise HostArrayError(e.what, e.value, _describe(e), e.rule, f"{e.fix} On the simulated backend (this effect's): "
+                                 "sim.array(x), a device copy, or sim.empty(shape, dtype) and a kernel.") from None
         with ledger.using(name):
             self._check_unguarded_change()
             first = producers[0] if producers else sdk
@@ -487,6 +493,13 @@ class StreamContract:
 
     def __repr__(self) -> str:
         return f"StreamContract({self.effect_name}, strategy={self.strategy.value}, backend={self.backend.name})"
+
+
+def _describe(error: HostArrayError) -> str:
+    """The array's description inside a :class:`HostArrayError`'s message (type and shape, no data)."""
+    text = str(error)
+    head = f"{error.what} "
+    return text[len(head):text.index(" is not on a GPU")] if text.startswith(head) and " is not on a GPU" in text else "the input"
 
 
 def _settings_of(cls: type, effect: Any) -> set[str]:

@@ -89,3 +89,10 @@ def test_the_guides_testing_snippet_runs(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_snippet.py")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_host_array_on_the_model_gets_the_models_fix_too() -> None:
+    sim, sr = _racy_effect()
+    with pytest.raises(ss.HostArrayError, match=r"On the simulated backend .*sim\.array\(x\)") as e:
+        ss.StreamContract(sr).run(np.zeros((3, 16, 16), np.float32))
+    assert "0., 0." not in str(e.value)  # the data is never printed
