@@ -193,21 +193,33 @@ def capsule_data_key(capsule: Any) -> Any:
         return capsule._array.buffer
     import ctypes
 
-    api = ctypes.pythonapi
-    api.PyCapsule_GetName.restype = ctypes.c_char_p
-    api.PyCapsule_GetName.argtypes = [ctypes.py_object]
-    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    get_name, get_pointer = _capsule_api()
     try:
-        name = api.PyCapsule_GetName(capsule)
+        name = get_name(capsule)
     except Exception:
         return None
     if name not in (b"dltensor", b"dltensor_versioned"):
         return None
-    ptr = api.PyCapsule_GetPointer(capsule, name)
+    ptr = get_pointer(capsule, name)
     if not ptr:
         return None
     # DLManagedTensor starts with DLTensor (data first); the versioned struct puts
     # version (8 bytes), manager_ctx, deleter and flags (8 bytes each) before it.
     offset = 0 if name == b"dltensor" else 32
     return ctypes.c_void_p.from_address(ptr + offset).value
+
+
+_CAPSULE_API: Any = None
+
+
+def _capsule_api() -> Any:
+    """Private prototypes of ``PyCapsule_GetName``/``PyCapsule_GetPointer``, made once (setting
+    ``ctypes.pythonapi``'s shared ones on every call cost microseconds and changed them for everyone)."""
+    global _CAPSULE_API
+    if _CAPSULE_API is None:
+        import ctypes
+
+        get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
+        get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", ctypes.pythonapi))
+        _CAPSULE_API = (get_name, get_pointer)
+    return _CAPSULE_API
