@@ -94,10 +94,9 @@ class StreamContract:
             if conversion_stream is not None
             else as_stream(LEGACY_HANDLE, device=dev, backend=be)
         )
-        for declared in (self._sdk_fixed, self._input, self._consumer):
-            if declared is not None and declared.ptr not in (0, 1, 2):
-                self.ledger.declared.add(declared)
-                self.ledger.known[declared.handle] = declared
+        # The framework objects of the declared streams live as long as the contract: a stream the
+        # contract fences must not be destroyed (and its handle reused) under it.
+        self._stream_objects = (stream, input_stream, consumer_stream, conversion_stream)
         self.closed = False
         self.guard_owner: Any = None
         """The class-level guard that made this contract, if any."""
@@ -134,11 +133,12 @@ class StreamContract:
             return
         holder = self
 
-        def _return_shadow() -> None:  # the effect went without close(): give the pooled stream back
+        def _return_shadow() -> None:  # the effect went without close(): give back what it held
             if holder._shadow is not None:
-                holder.backend.release_stream(holder._shadow)  # type: ignore[attr-defined]
+                holder._shadow_finalizer()
                 holder._shadow = None
             holder.closed = True
+            holder.ledger.drain_keepalive()  # inputs it may still read: released once the reads are done
 
         weakref.finalize(self._effect, _return_shadow)
         self._effect = None
@@ -163,6 +163,8 @@ class StreamContract:
             return None
         if self._shadow is None:
             self._shadow = self.backend.acquire_stream(self.device, non_blocking=False)  # type: ignore[attr-defined]
+            # A contract that is never closed (a `with` block per frame, a decorator) gives it back when it goes.
+            self._shadow_finalizer = weakref.finalize(self, _return_stream, self.backend, self._shadow)
         return self._shadow
 
     @property
@@ -280,7 +282,7 @@ class StreamContract:
             self._last_plan = plan  # (run() changes no output-size or encoding attribute: the snapshot stays)
             self.stats["runs"] += 1
             self.stats["sdk_waits"] += not plan.non_blocking
-        return SafeOutput(raw, SafeImage(ledger, raw.image, generation, dev, self._consumer or sdk))
+        return SafeOutput(raw, SafeImage(ledger, raw.image, generation, dev, self._consumer or sdk, self.effect))
 
     def _read_views(self, arrays: list[Any], run_stream: Stream) -> None:
         """An input that is a zero-copy view of another guarded effect's output (effects chained by
@@ -428,7 +430,7 @@ class StreamContract:
         self.closed = True
         if self._shadow is not None:
             # Pooled, never destroyed: torch records events on it later for inputs given record_stream().
-            self.backend.release_stream(self._shadow)  # type: ignore[attr-defined]
+            self._shadow_finalizer()
             self._shadow = None
 
     # -- the guard (``with`` and the decorator) --------------------------------------------------
@@ -493,6 +495,10 @@ class StreamContract:
 
     def __repr__(self) -> str:
         return f"StreamContract({self.effect_name}, strategy={self.strategy.value}, backend={self.backend.name})"
+
+
+def _return_stream(backend: Any, stream: Stream) -> None:
+    backend.release_stream(stream)
 
 
 def _describe(error: HostArrayError) -> str:

@@ -180,14 +180,17 @@ class _Using:
     def __enter__(self) -> Ledger:
         ledger = self._ledger
         if not ledger._lock.acquire(blocking=self._wait):
-            raise ConcurrentUseError(ledger.name, self._call, ledger._owner or "another thread", threading.current_thread().name)
-        self._outer = ledger._owner
+            # another thread's block is ending (its closing host wait): that is not a concurrent call
+            if not (ledger._closing_wait and ledger._lock.acquire(timeout=60)):
+                raise ConcurrentUseError(ledger.name, self._call, ledger._owner or "another thread", threading.current_thread().name)
+        self._outer = (ledger._owner, ledger._closing_wait)
         ledger._owner = threading.current_thread().name
+        ledger._closing_wait = self._wait
         return ledger
 
     def __exit__(self, *exc: object) -> None:
         ledger = self._ledger
-        ledger._owner = self._outer
+        ledger._owner, ledger._closing_wait = self._outer
         ledger._lock.release()
 
 
@@ -213,8 +216,8 @@ class Ledger:
         self.input_shapes: tuple[Any, ...] | None = None
         self.holds: dict[Stream, Any] = {}
         self.known: dict[int, Stream] = {}
-        """Streams by handle whose kind is settled: held here, or declared by a guard."""
-        self.declared: set[Stream] = set()
+        """Streams by handle whose kind is settled: their framework objects are held here (so the
+        handle cannot be freed and reused with other flags while the entry stands)."""
         self.keepalive: deque[tuple[Any, Any]] = deque()
         self.torch_streams: dict[int, Any] = {}
         self.config: tuple[Any, ...] | None = None
@@ -223,6 +226,7 @@ class Ledger:
         """The contract a class-level guard (:func:`streamsafe.guard`) made for this effect."""
         self._lock = threading.RLock()
         self._owner: str | None = None
+        self._closing_wait = False
 
     # -- the thread rule --------------------------------------------------------------------------
 
@@ -406,8 +410,8 @@ class Ledger:
     # -- consumer stream objects ----------------------------------------------------------------------------
 
     def known_stream(self, handle: Any) -> Stream | None:
-        """The :class:`Stream` for an integer ``handle`` of a stream this ledger keeps alive or a guard
-        declared (its kind cannot have changed: the handle is not free for reuse), else ``None``.
+        """The :class:`Stream` for an integer ``handle`` of a stream whose framework object this ledger holds
+        (its kind cannot have changed: the handle is not free for reuse), else ``None``.
         Saves the driver queries of :func:`~streamsafe.streams.as_stream` on the hot path."""
         return self.known.get(handle) if type(handle) is int else None
 
@@ -438,7 +442,7 @@ class Ledger:
             for consumer in list(self.holds):
                 if consumer not in self.readers and consumer not in self.outstanding:
                     del self.holds[consumer]
-                    if self.known.get(consumer.handle) == consumer and consumer not in self.declared:
+                    if self.known.get(consumer.handle) == consumer:
                         del self.known[consumer.handle]
 
     def current_stream(self) -> Stream:

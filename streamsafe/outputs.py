@@ -46,9 +46,12 @@ class SafeImage:
     it, so an output of one guard is ordered against every other guard's runs.
     """
 
-    __slots__ = ("_ledger", "_capsule", "_generation", "_device", "_consumed", "_default_consumer", "_escapes", "_consumer")
+    __slots__ = ("_ledger", "_capsule", "_generation", "_device", "_consumed", "_default_consumer", "_escapes", "_consumer", "_effect")
 
-    def __init__(self, ledger: Ledger, capsule: Any, generation: int, device: int, default_consumer: Stream) -> None:
+    def __init__(
+        self, ledger: Ledger, capsule: Any, generation: int, device: int, default_consumer: Stream, effect: Any = None
+    ) -> None:
+        self._effect = effect  # the SDK's memory lives as long as its effect: an output keeps it alive
         self._ledger = ledger
         self._capsule = capsule
         self._generation = generation

@@ -96,3 +96,17 @@ def test_a_host_array_on_the_model_gets_the_models_fix_too() -> None:
     with pytest.raises(ss.HostArrayError, match=r"On the simulated backend .*sim\.array\(x\)") as e:
         ss.StreamContract(sr).run(np.zeros((3, 16, 16), np.float32))
     assert "0., 0." not in str(e.value)  # the data is never printed
+
+
+def test_run_fake_nvvfx_model_is_every_threads_default(tmp_path: Path) -> None:
+    script = tmp_path / "threads.py"
+    script.write_text(textwrap.dedent("""
+        import threading, streamsafe as ss
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(type(ss.current_backend().scheduler).__name__))
+        t.start(); t.join()
+        print("worker:", seen[0], "main:", type(ss.current_backend().scheduler).__name__)
+    """))
+    done = subprocess.run([sys.executable, "-m", "streamsafe", "run", "--fake-nvvfx", str(script)],
+                          capture_output=True, text=True, timeout=60)
+    assert "worker: AdversarialScheduler main: AdversarialScheduler" in done.stdout, done.stdout + done.stderr

@@ -16,6 +16,7 @@ import os
 import runpy
 import sys
 import traceback
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -98,14 +99,14 @@ def run_program(
     model_scope: Any = contextlib.nullcontext()
     fake_model: Any = None
     if fake_nvvfx:
-        from ..backend import cuda_available, use_backend
+        from ..backend import cuda_available
         from ..sim.backend import SimBackend as _Sim
         from ..testing.fake_nvvfx import install_fake_nvvfx
 
         install_fake_nvvfx(force=True)
         if not cuda_available():  # on the model, run ready work in the order that breaks a missing fence
             fake_model = _Sim(scheduler="adversarial")
-            model_scope = use_backend(fake_model)
+            model_scope = _default_backend(fake_model)  # every thread's default, not only this one's
     import importlib
 
     nvvfx = importlib.import_module("nvvfx")
@@ -155,6 +156,20 @@ def run_program(
             races += sim.races
         report.races = [str(r) for r in races]
     return report
+
+
+@contextlib.contextmanager
+def _default_backend(backend: Any) -> Iterator[Any]:
+    """Make ``backend`` the process-wide default (every thread's) for the block."""
+    from .. import backend as backends
+
+    with backends._default_lock:
+        saved, backends._default = backends._default, backend
+    try:
+        yield backend
+    finally:
+        with backends._default_lock:
+            backends._default = saved
 
 
 def format_report(report: RunReport) -> str:
