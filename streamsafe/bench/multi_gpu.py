@@ -43,7 +43,7 @@ from ..backend import SimBackend
 from ..streams import LEGACY_HANDLE
 from ..testing.effects import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
 from .harness import HAND_ROWS, BenchResult, Hand, Row, as_row, run_bench
-from .pipelines import POOL, BenchScenario, _as_signed, _inputs_and_refs, _Runner, count_corrupt
+from .pipelines import POOL, BenchScenario, _as_signed, _inputs_and_refs, _Runner, count_corrupt, sim_inputs
 
 __all__ = [
     "MultiGpuScenario",
@@ -248,16 +248,7 @@ class SimLane:
         sim, sc = self.sim, self.sc
         xs, refs = self.slots[frame % POOL]
         with sim.device(self.device), sim.use_stream(self.stream):
-            inputs = []
-            for x in xs:
-                arr = sim.empty(x.shape, x.dtype, name="input")
-                buf = arr.buffer
-
-                def write(buf: Any = buf, x: np.ndarray = x) -> None:
-                    np.copyto(buf.data, x)
-
-                sim.launch(self.stream, "producer.write", write, writes=[buf])
-                inputs.append(arr)
+            inputs = sim_inputs(sim, self.stream, xs)
             for k, copy in enumerate(self.runner.run(sc, inputs, self._consume)):
                 self.kept.append((copy, refs[k]))
 

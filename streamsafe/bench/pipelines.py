@@ -345,16 +345,7 @@ class SimPipeline:
             sim.launch(self.unrelated, "unrelated work", writes=[self._scratch])
         xs, refs = self.slots[frame % POOL]
         with sim.use_stream(self.stream):
-            inputs = []
-            for x in xs:
-                arr = sim.empty(x.shape, x.dtype, name="input")
-                buf = arr.buffer
-
-                def write(buf: Any = buf, x: np.ndarray = x) -> None:
-                    np.copyto(buf.data, x)
-
-                sim.launch(self.stream, "producer.write", write, writes=[buf])
-                inputs.append(arr)
+            inputs = sim_inputs(sim, self.stream, xs)
             for k, copy in enumerate(self.runner.run(sc, inputs, self._consume)):
                 self.kept.append((copy, refs[k]))
 
@@ -443,3 +434,18 @@ def count_corrupt(torch: Any, pairs: list[tuple[Any, Any]], consumer: str) -> in
         else:
             corrupt += float((got - ref).abs().max()) > 1.5 / 255
     return corrupt
+
+
+def sim_inputs(sim: Any, stream: Any, frames: Any) -> list[Any]:
+    """Fresh model arrays for one step's inputs, each written on ``stream`` (nothing else keeps them)."""
+    inputs = []
+    for x in frames:
+        arr = sim.empty(x.shape, x.dtype, name="input")
+        buf = arr.buffer
+
+        def write(buf: Any = buf, x: np.ndarray = x) -> None:
+            np.copyto(buf.data, x)
+
+        sim.launch(stream, "producer.write", write, writes=[buf])
+        inputs.append(arr)
+    return inputs
