@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
+
+from .errors import DeviceMismatchError, HostArrayError, InputArrayError, InputDeviceError
+from .frameworks import framework_of
+from .streams import as_stream
 
 __all__ = [
     "DLPACK_CPU",
@@ -54,7 +59,6 @@ def describe_array(obj: Any) -> str:
 
 
 def _framework(obj: Any) -> str | None:
-    from .frameworks import framework_of
 
     return framework_of(obj)
 
@@ -79,7 +83,6 @@ def check_input_device(what: str, obj: Any, dev_type: int, dev_id: int, device: 
     memory that is not on a GPU, :class:`~streamsafe.errors.InputDeviceError` (an
     :class:`~streamsafe.errors.InputArrayError` and a :class:`~streamsafe.errors.DeviceMismatchError`)
     for a GPU array of another device. Both messages name the array by type and shape only."""
-    from .errors import HostArrayError, InputDeviceError
 
     if dev_type != DLPACK_CUDA:
         where = DLPACK_DEVICE_NAMES.get(dev_type, "a device that is not CUDA")
@@ -99,7 +102,6 @@ def check_input_device(what: str, obj: Any, dev_type: int, dev_id: int, device: 
 def require_cuda_input(what: str, obj: Any, device: int) -> None:
     """Raise :class:`~streamsafe.errors.InputArrayError` unless ``obj`` speaks DLPack from CUDA ``device``
     (see :func:`check_input_device` for the subclasses raised)."""
-    from .errors import InputArrayError
 
     if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
         raise InputArrayError(
@@ -138,8 +140,6 @@ def stream_on_device(obj: Any, device: int, backend: Any, role: str) -> Any:
     :class:`~streamsafe.errors.DeviceMismatchError` that names the stream's ``role`` (``"sdk"``,
     ``"input"``, ``"consumer"``, ``"conversion"``), both devices and the fix for that role.
     Does not block."""
-    from .errors import DeviceMismatchError
-    from .streams import as_stream
 
     what, fix = _STREAM_FIXES[role]
     try:
@@ -191,7 +191,6 @@ def capsule_data_key(capsule: Any) -> Any:
     ``None`` when it cannot be read."""
     if isinstance(capsule, SimCapsule):
         return capsule._array.buffer
-    import ctypes
 
     get_name, get_pointer = _capsule_api()
     try:
@@ -217,8 +216,7 @@ def _capsule_api() -> Any:
     ``ctypes.pythonapi``'s shared ones on every call cost microseconds and changed them for everyone)."""
     global _CAPSULE_API
     if _CAPSULE_API is None:
-        import ctypes
-
+    
         get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
         get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", ctypes.pythonapi))
         _CAPSULE_API = (get_name, get_pointer)

@@ -28,6 +28,7 @@ that a program serialises itself (a lock, a queue) are fine.
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from collections import deque
@@ -37,6 +38,7 @@ from typing import Any
 from . import hooks
 from .backend import Backend, SimBackend
 from .errors import ConcurrentUseError, StaleOutputError
+from .frameworks import framework_current_stream_handle
 from .plan import Fence, FencePlan
 from .strategy import Strategy
 from .streams import Stream
@@ -421,8 +423,6 @@ class Ledger:
         is recorded on it, and a destroyed handle cannot be used."""
         if consumer in self.holds or consumer.ptr in (0, 1, 2):
             return
-        import sys
-
         if "cupy" in sys.modules:
             current = sys.modules["cupy"].cuda.get_current_stream()
             if current.ptr == consumer.handle:
@@ -449,8 +449,6 @@ class Ledger:
         """The framework's current stream on the effect's device (known handles need no driver query)."""
         be = self._backend()
         if not isinstance(be, SimBackend):
-            from .frameworks import framework_current_stream_handle
-
             found = framework_current_stream_handle(self.device)
             if found is not None:
                 known = self.known.get(found[0])
