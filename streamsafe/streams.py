@@ -59,7 +59,7 @@ class StreamKind(enum.Enum):
         return self.value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Stream:
     """One CUDA stream, identified by device and canonical handle.
 
@@ -91,6 +91,11 @@ class Stream:
 
     def __hash__(self) -> int:  # device and handle identify a stream; hashing the kind enum is slow
         return hash((self.device, self.handle))
+
+    def __eq__(self, other: object) -> bool:  # the same identity as the hash (the kind follows from it)
+        if other.__class__ is Stream:
+            return self.handle == other.handle and self.device == other.device  # type: ignore[attr-defined]
+        return NotImplemented
 
     def __cuda_stream__(self) -> tuple[int, int]:
         return (0, self.ptr)
