@@ -240,18 +240,19 @@ class StreamContract:
             self._check_unguarded_change()
             first = producers[0] if producers else sdk
             extra: tuple[Stream, ...] = ()
+            others = producers[1:]  # the other streams whose input writes the run must follow
             if self._input is not None or first is None or len(producers) > 1:
                 current = be.current_stream(dev)
                 extra = tuple(dict.fromkeys(p for p in (*producers[1:], current) if p is not None))
                 if self._input is not None and current != self._input:
-                    producers.append(current)  # an input may also have been written on the current stream
+                    others.append(current)  # with input_stream declared, an input may still come from the current stream
             plan = self.plan_for(producer=first, sdk=sdk, non_blocking=user_nb, input_writers=extra)
             run_stream = plan.run_stream
             shapes = tuple(shape_of(a) for a in arrays)
             escaped_current = ledger.current_stream() if ledger.escaped else None
             fences = ledger.before_run(plan, shapes, escaped_current)
             fences += plan.at("before run")
-            for producer in producers[1:]:
+            for producer in others:
                 if producer != first:
                     fences += self.plan_for(producer=producer, sdk=sdk, non_blocking=user_nb, input_writers=extra).at("before run")
             if hooks.observers and not isinstance(be, SimBackend):

@@ -26,8 +26,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .ledger import Ledger, apply_fences, ledger_of
-from .plan import plan_fences
-from .strategy import Strategy
 from .streams import LEGACY_HANDLE, as_stream
 
 if TYPE_CHECKING:
@@ -252,7 +250,7 @@ def tracked_raw_call(effect: Any, ledger: Ledger, name: str, args: tuple[Any, ..
     stream_ptr = kwargs.get("stream_ptr", 0)
     sdk = as_stream(stream_ptr, device=dev, backend=be)
     conversion = None if is_rgb10a2(effect) else as_stream(LEGACY_HANDLE, device=dev, backend=be)
-    plan = plan_fences(Strategy.EVENT, sdk=sdk, conversion=conversion, consumer=sdk, producer=sdk)
+    plan = ledger.raw_plan(sdk, conversion)
     arrays = [a for a in args if hasattr(a, "__dlpack__")] + [kwargs[k] for k in INPUT_KWARGS if k in kwargs]
     shapes = tuple(shape_of(a) for a in arrays)
     with ledger.using(name):

@@ -39,7 +39,7 @@ from . import hooks
 from .backend import Backend, SimBackend
 from .errors import ConcurrentUseError, StaleOutputError
 from .frameworks import framework_current_stream_handle
-from .plan import Fence, FencePlan
+from .plan import Fence, FencePlan, plan_fences, release_fences
 from .strategy import Strategy
 from .streams import Stream
 
@@ -222,6 +222,8 @@ class Ledger:
         handle cannot be freed and reused with other flags while the entry stands)."""
         self.keepalive: deque[tuple[Any, Any]] = deque()
         self.torch_streams: dict[int, Any] = {}
+        self.raw_plans: dict[tuple[Stream, Stream | None], FencePlan] = {}
+        """The plans of tracked raw calls, by (SDK stream, conversion stream)."""
         self.config: tuple[Any, ...] | None = None
         """The effect's output-size and encoding attributes as the last guard saw or set them."""
         self.default_contract: Any = None
@@ -343,8 +345,6 @@ class Ledger:
             return []
         if plan is not None:
             return list(plan.release_fences(streams))
-        from .plan import release_fences
-
         return release_fences(strategy or Strategy.EVENT, streams)
 
     def released(self) -> None:
@@ -455,6 +455,17 @@ class Ledger:
                 if known is not None:
                     return known
         return be.current_stream(self.device)
+
+    def raw_plan(self, sdk: Stream, conversion: Stream | None) -> FencePlan:
+        """The ``event`` plan whose fences order a tracked raw call on ``sdk`` (cached)."""
+        plan = self.raw_plans.get((sdk, conversion))
+        if plan is None:
+            if len(self.raw_plans) > 64:
+                self.raw_plans.clear()
+            plan = self.raw_plans[(sdk, conversion)] = plan_fences(
+                Strategy.EVENT, sdk=sdk, conversion=conversion, consumer=sdk, producer=sdk
+            )
+        return plan
 
     def _backend(self) -> Backend:
         if self.backend is None:
