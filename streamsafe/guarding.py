@@ -241,12 +241,12 @@ def tracked_raw_call(effect: Any, ledger: Ledger, name: str, args: tuple[Any, ..
     release wait when an input's size changed; older outputs become stale. Blocks the host only then."""
     if name == "close":
         with ledger.using("close"):
-            apply_fences(ledger._backend(), ledger.device, ledger.release_fences(None), ledger.unguarded_stats)
+            apply_fences(ledger.resolved_backend(), ledger.device, ledger.release_fences(None), ledger.unguarded_stats)
             ledger.drain_keepalive()
             result = call_raw(effect, "close")
             ledger.closed_effect(effect)
         return result
-    be, dev = ledger._backend(), ledger.device
+    be, dev = ledger.resolved_backend(), ledger.device
     stream_ptr = kwargs.get("stream_ptr", 0)
     sdk = as_stream(stream_ptr, device=dev, backend=be)
     conversion = None if is_rgb10a2(effect) else as_stream(LEGACY_HANDLE, device=dev, backend=be)
@@ -269,7 +269,7 @@ def tracked_setattr(effect: Any, ledger: Ledger, attr: str, value: Any) -> None:
         call_raw(effect, "__setattr__", attr, value)
         return
     with ledger.using("configure"):
-        apply_fences(ledger._backend(), ledger.device, ledger.release_fences(None), ledger.unguarded_stats)
+        apply_fences(ledger.resolved_backend(), ledger.device, ledger.release_fences(None), ledger.unguarded_stats)
         call_raw(effect, "__setattr__", attr, value)
         ledger.released()
         ledger.config = tuple(getattr(effect, name, None) for name in CONFIG_ATTRS)

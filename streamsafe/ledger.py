@@ -259,7 +259,7 @@ class Ledger:
             self.check_current(generation)
             plan = self.plan
             assert plan is not None
-            apply_fences(self._backend(), self.device, plan.import_fences(consumer), self.out_stats)
+            apply_fences(self.resolved_backend(), self.device, plan.import_fences(consumer), self.out_stats)
             if hooks.observers and key is not None and not isinstance(self.backend, SimBackend):
                 for o in hooks.observers:  # after the fences that order it
                     o.on_output_read(key, consumer, self.device)
@@ -281,7 +281,7 @@ class Ledger:
         with self.using("record_stream"):
             self.check_current(generation)
             assert self.plan is not None
-            apply_fences(self._backend(), self.device, self.plan.import_fences(stream), self.out_stats)
+            apply_fences(self.resolved_backend(), self.device, self.plan.import_fences(stream), self.out_stats)
             self.readers[stream] = None
             self.outstanding[stream] = None
             self._hold(stream)
@@ -375,7 +375,7 @@ class Ledger:
     def keep_alive(self, objects: list[Any], run_stream: Stream) -> None:
         """Keep ``objects`` alive until the work issued so far on ``run_stream`` is done. Does not block
         (beyond a bound: past 64 pending entries the host waits for the oldest)."""
-        be = self._backend()
+        be = self.resolved_backend()
         event = be.acquire_event(self.device)
         be.record(event, run_stream)
         self.keepalive.append((event, objects))
@@ -386,12 +386,12 @@ class Ledger:
             be.release_event(old)
 
     def prune_keepalive(self) -> None:
-        be = self._backend()
+        be = self.resolved_backend()
         while self.keepalive and be.query(self.keepalive[0][0]):
             be.release_event(self.keepalive.popleft()[0])
 
     def drain_keepalive(self) -> None:
-        be = self._backend()
+        be = self.resolved_backend()
         while self.keepalive:
             event, _ = self.keepalive.popleft()
             be.synchronize_event(event)
@@ -447,7 +447,7 @@ class Ledger:
 
     def current_stream(self) -> Stream:
         """The framework's current stream on the effect's device (known handles need no driver query)."""
-        be = self._backend()
+        be = self.resolved_backend()
         if not isinstance(be, SimBackend):
             found = framework_current_stream_handle(self.device)
             if found is not None:
@@ -467,7 +467,8 @@ class Ledger:
             )
         return plan
 
-    def _backend(self) -> Backend:
+    def resolved_backend(self) -> Backend:
+        """The backend of the effect's fences (the current one until a guard set it)."""
         if self.backend is None:
             from .backend import current_backend
 

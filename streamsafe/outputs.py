@@ -95,7 +95,7 @@ class SafeImage:
         if stream is None or (isinstance(stream, int) and stream == -1):
             consumer = self._default_consumer
         else:
-            consumer = ledger.known_stream(stream) or stream_on_device(stream, self._device, ledger._backend(), "consumer")
+            consumer = ledger.known_stream(stream) or stream_on_device(stream, self._device, ledger.resolved_backend(), "consumer")
         key = capsule_data_key(self._capsule) if hooks.observers or self._escapes else None
         ledger.import_output(self._generation, consumer, escapes=self._escapes, key=key)
         if self._escapes:
@@ -162,7 +162,7 @@ class SafeOutput:
         one at the next run. Does not block the host."""
         image = self.image
         ledger = image._ledger
-        ledger.add_reader(image._generation, stream_on_device(stream, image._device, ledger._backend(), "consumer"))
+        ledger.add_reader(image._generation, stream_on_device(stream, image._device, ledger.resolved_backend(), "consumer"))
 
     def _copied(self) -> SafeImage:
         image = self.image
@@ -209,7 +209,7 @@ class SafeOutput:
     def numpy(self) -> Any:
         """A host copy (NumPy). Blocks the host until it is complete."""
         image = self._copied()
-        backend = image._ledger._backend()
+        backend = image._ledger.resolved_backend()
         from .backend import SimBackend
 
         if isinstance(backend, SimBackend):
