@@ -27,6 +27,8 @@ __all__ = [
     "VideoWriter",
     "download",
     "frame_to_tensor",
+    "load_clip",
+    "prepare",
     "to_video_frame",
     "add_common_options",
     "open_clip",
@@ -125,6 +127,28 @@ def require_nvvfx(program: str) -> Any:
         _unavailable(program, "needs the nvvfx package (NVIDIA Video Effects SDK for Python); without it, run the "
                               "program on streamsafe's emulation: streamsafe run --fake-nvvfx " + program)
     return nvvfx
+
+
+def prepare(program: str, parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Any, Any]:
+    """What every program needs first: ``(torch, nvvfx)`` and PyAV, or exit 2 saying what is missing;
+    ``--verify`` only with streamsafe's emulation."""
+    torch = require_cuda_torch(program)
+    nvvfx = require_nvvfx(program)
+    require_av(program)
+    if args.verify and not is_emulated(nvvfx):
+        parser.error("--verify compares with streamsafe's emulation: run with the fake nvvfx (streamsafe run --fake-nvvfx)")
+    return torch, nvvfx
+
+
+def load_clip(program: str, args: argparse.Namespace) -> Clip:
+    """The input clip (``-i``, else a synthesized one), announced; exit 2 when it cannot be opened."""
+    try:
+        clip = open_clip(args.input, frames=args.frames, size=args.size)
+    except (OSError, ValueError) as e:  # missing file, or one PyAV cannot open
+        print(f"{program}: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_UNAVAILABLE) from None
+    print(f"input:  {clip.source} ({clip.width}x{clip.height} @ {float(clip.fps):g} fps)")
+    return clip
 
 
 def require_av(program: str) -> Any:

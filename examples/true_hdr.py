@@ -27,11 +27,8 @@ from _video_io import (
     add_common_options,
     download,
     frame_to_tensor,
-    is_emulated,
-    open_clip,
-    require_av,
-    require_cuda_torch,
-    require_nvvfx,
+    load_clip,
+    prepare,
     set_emulation_latency,
     to_video_frame,
 )
@@ -59,19 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    torch = require_cuda_torch(PROGRAM)
-    nvvfx = require_nvvfx(PROGRAM)
-    require_av(PROGRAM)
-    if args.verify and not is_emulated(nvvfx):
-        parser.error("--verify compares with streamsafe's emulation: run with the fake nvvfx (streamsafe run --fake-nvvfx)")
+    torch, nvvfx = prepare(PROGRAM, parser, args)
     tunables = {name: getattr(args, name) for name in TUNABLES}
 
-    try:
-        clip = open_clip(args.input, frames=args.frames, size=args.size)
-    except (OSError, ValueError) as e:  # missing file, or one PyAV cannot open
-        print(f"{PROGRAM}: {e}", file=sys.stderr)
-        return 2
-    print(f"input:  {clip.source} ({clip.width}x{clip.height} @ {float(clip.fps):g} fps)")
+    clip = load_clip(PROGRAM, args)
     print("effect: TrueHDR " + ", ".join(f"{k}={v}" for k, v in tunables.items()))
     try:
         hdr = nvvfx.TrueHDR(**tunables)

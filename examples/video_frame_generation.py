@@ -27,11 +27,8 @@ from _video_io import (
     add_common_options,
     download,
     frame_to_tensor,
-    is_emulated,
-    open_clip,
-    require_av,
-    require_cuda_torch,
-    require_nvvfx,
+    load_clip,
+    prepare,
     set_emulation_latency,
     to_video_frame,
 )
@@ -68,25 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    torch = require_cuda_torch(PROGRAM)
-    nvvfx = require_nvvfx(PROGRAM)
-    require_av(PROGRAM)
+    torch, nvvfx = prepare(PROGRAM, parser, args)
     VideoFrameGeneration = nvvfx.VideoFrameGeneration
     try:
         mode = VideoFrameGeneration.Mode[args.mode]
     except KeyError:
         parser.error(f"--mode {args.mode}: not one of {', '.join(VideoFrameGeneration.Mode.__members__)}")
-    if args.verify and not is_emulated(nvvfx):
-        parser.error("--verify compares with streamsafe's emulation: run with the fake nvvfx (streamsafe run --fake-nvvfx)")
 
-    try:
-        clip = open_clip(args.input, frames=args.frames, size=args.size)
-    except (OSError, ValueError) as e:  # missing file, or one PyAV cannot open
-        print(f"{PROGRAM}: {e}", file=sys.stderr)
-        return 2
+    clip = load_clip(PROGRAM, args)
     multiplier = 2 if args.timestep is not None else args.multiplier
     how = f"run_at_timestep({args.timestep})" if args.timestep is not None else f"run(frame_index=1..{multiplier - 1})"
-    print(f"input:  {clip.source} ({clip.width}x{clip.height} @ {float(clip.fps):g} fps)")
     print(f"effect: VideoFrameGeneration {mode.name} x{multiplier} with {how}, {args.encoding}")
 
     vfg = VideoFrameGeneration(

@@ -25,11 +25,8 @@ from _video_io import (
     add_common_options,
     download,
     frame_to_tensor,
-    is_emulated,
-    open_clip,
-    require_av,
-    require_cuda_torch,
-    require_nvvfx,
+    load_clip,
+    prepare,
     set_emulation_latency,
     to_video_frame,
 )
@@ -57,24 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    torch = require_cuda_torch(PROGRAM)
-    nvvfx = require_nvvfx(PROGRAM)
-    require_av(PROGRAM)
+    torch, nvvfx = prepare(PROGRAM, parser, args)
     VideoSuperRes = nvvfx.VideoSuperRes
     try:
         quality = VideoSuperRes.QualityLevel[args.quality]
     except KeyError:
         parser.error(f"--quality {args.quality}: not one of {', '.join(VideoSuperRes.QualityLevel.__members__)}")
-    if args.verify and not is_emulated(nvvfx):
-        parser.error("--verify compares with streamsafe's emulation: run with the fake nvvfx (streamsafe run --fake-nvvfx)")
 
-    try:
-        clip = open_clip(args.input, frames=args.frames, size=args.size)
-    except (OSError, ValueError) as e:  # missing file, or one PyAV cannot open
-        print(f"{PROGRAM}: {e}", file=sys.stderr)
-        return 2
+    clip = load_clip(PROGRAM, args)
     out_w, out_h = clip.width * args.scale, clip.height * args.scale
-    print(f"input:  {clip.source} ({clip.width}x{clip.height} @ {float(clip.fps):g} fps)")
     print(f"effect: VideoSuperRes {quality.name} {args.scale}x -> {out_w}x{out_h}, {args.encoding}")
 
     sr = VideoSuperRes(quality=quality, strength=args.strength, image_encoding=VideoSuperRes.ImageEncoding[args.encoding])
