@@ -43,7 +43,7 @@ from ..backend import SimBackend
 from ..streams import LEGACY_HANDLE
 from ..testing.effects import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
 from .harness import HAND_ROWS, BenchResult, Hand, Row, as_row, run_bench
-from .pipelines import POOL, BenchScenario, _as_signed, _inputs_and_refs, _Runner, count_corrupt, sim_inputs
+from .pipelines import POOL, BenchScenario, _as_signed, _inputs_and_refs, _Runner, count_corrupt, count_corrupt_sim, sim_inputs
 
 __all__ = [
     "MultiGpuScenario",
@@ -261,8 +261,7 @@ class SimLane:
         return []
 
     def check(self) -> tuple[int, int]:
-        corrupt = sum(not np.array_equal(self.sim.download(copy), ref) for copy, ref in self.kept)
-        checked = len(self.kept)
+        checked, corrupt = len(self.kept), count_corrupt_sim(self.sim, self.kept)
         self.kept.clear()
         return checked, corrupt
 

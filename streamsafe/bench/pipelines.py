@@ -366,8 +366,7 @@ class SimPipeline:
         pass
 
     def check(self) -> tuple[int, int]:
-        corrupt = sum(not np.array_equal(self.sim.download(copy), ref) for copy, ref in self.kept)
-        checked = len(self.kept)
+        checked, corrupt = len(self.kept), count_corrupt_sim(self.sim, self.kept)
         self.kept.clear()
         return checked, corrupt
 
@@ -414,6 +413,11 @@ gpu_factory = _Factory(gpu=True)
 """Pipelines on the GPU (torch, CuPy, JAX, cuda.bindings)."""
 sim_factory = _Factory(gpu=False)
 """Pipelines on :class:`~streamsafe.SimBackend`: counts and corruption only."""
+
+
+def count_corrupt_sim(sim: Any, pairs: list[tuple[Any, Any]]) -> int:
+    """How many (copy, reference) pairs of a model pipeline differ at all (the model's data is exact)."""
+    return sum(not np.array_equal(sim.download(copy), ref) for copy, ref in pairs)
 
 
 def count_corrupt(torch: Any, pairs: list[tuple[Any, Any]], consumer: str) -> int:
