@@ -241,15 +241,16 @@ class StreamContract:
             first = producers[0] if producers else sdk
             extra: tuple[Stream, ...] = ()
             others = producers[1:]  # the other streams whose input writes the run must follow
+            current: Stream | None = None
             if self._input is not None or first is None or len(producers) > 1:
-                current = be.current_stream(dev)
+                current = ledger.current_stream()  # held streams need no driver query
                 extra = tuple(dict.fromkeys(p for p in (*producers[1:], current) if p is not None))
                 if self._input is not None and current != self._input:
                     others.append(current)  # with input_stream declared, an input may still come from the current stream
             plan = self.plan_for(producer=first, sdk=sdk, non_blocking=user_nb, input_writers=extra)
             run_stream = plan.run_stream
             shapes = tuple(shape_of(a) for a in arrays)
-            escaped_current = ledger.current_stream() if ledger.escaped else None
+            escaped_current = (current or ledger.current_stream()) if ledger.escaped else None
             fences = ledger.before_run(plan, shapes, escaped_current)
             fences += plan.at("before run")
             for producer in others:
