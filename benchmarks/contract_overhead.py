@@ -16,7 +16,10 @@ stream 0 converts. For each strategy (``event``; ``auto``, which picks ``async``
 * ``hand, minimal + raw capsule import``: the fewest fences that are correct for these streams
   (:mod:`streamsafe.bench.hand`: ``hand-sync`` beside ``event``, ``hand`` beside ``auto``).
 
-Plus ``raw effect.run()`` and ``raw capsule import`` (no fences: unsafe, the floor of the calls).
+Plus ``raw effect.run()`` and ``raw capsule import`` (no fences: unsafe, the floor of the calls), and
+``raw run + producer-object import``: ``torch.from_dlpack`` of a bare producer object that returns
+the capsule and orders nothing, torch's own cost for any object with ``__dlpack__`` (it asks for
+its current stream first), which ``out.image`` pays too.
 The import step alone is also timed inside each frame: ``torch.from_dlpack(out.image)`` vs the
 hand's import fence + ``torch.from_dlpack(capsule)`` vs a bare ``torch.from_dlpack(capsule)``.
 Targets (issue 10): ``contract.run() + out.image import`` at most 5 us over ``hand, same fences +
@@ -59,6 +62,23 @@ class _Out:
         self.image = image
 
 
+class _Producer:
+    """The least a DLPack producer object can be: hands over the capsule, orders nothing. torch's
+    from_dlpack of an object (any producer, out.image included) asks torch for its current stream
+    first; this row is that floor, torch's own cost."""
+
+    __slots__ = ("_capsule",)
+
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, 0)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None) -> Any:
+        return self._capsule
+
+
 @dataclass
 class OverheadResult:
     samples_us: dict[str, list[float]] = field(default_factory=dict)
@@ -86,6 +106,9 @@ class OverheadResult:
                 m(f"import: out.image [{s}]") - m(f"import: hand fence + raw capsule [{s}]")
             )
             out[f"out.image import - raw capsule import [{s}] (us)"] = m(f"import: out.image [{s}]") - m("import: raw capsule")
+            out[f"out.image import - producer-object import (torch's floor) [{s}] (us)"] = (
+                m(f"import: out.image [{s}]") - m("import: DLPack producer object, no streamsafe")
+            )
         return out
 
 
@@ -157,9 +180,16 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
         from_dlpack(image)
         timers.add("import: raw capsule", clock() - t0)
 
+    def protocol_import() -> None:
+        image = _Producer(raw_fx.run(x, stream_ptr=ptr, non_blocking=True).image)
+        t0 = clock()
+        from_dlpack(image)
+        timers.add("import: DLPack producer object, no streamsafe", clock() - t0)
+
     rows["raw effect.run()"] = raw_run
     rows["raw capsule import"] = raw_import
-    fences["raw effect.run()"] = fences["raw capsule import"] = 0
+    rows["raw run + producer-object import"] = protocol_import
+    fences["raw effect.run()"] = fences["raw capsule import"] = fences["raw run + producer-object import"] = 0
 
     for strategy in ("event", "auto"):
         fx, fx_import = NullSuperRes(out_buf), NullSuperRes(out_buf)

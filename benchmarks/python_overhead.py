@@ -1,7 +1,12 @@
 """streamsafe's own Python cost per guarded frame, on any machine: a null effect on a stub backend
 whose fences do nothing, so what is left is the contract's, the ledger's and the import's Python.
 
-    python3 benchmarks/python_overhead.py [event|auto] [-p]     (-p: also a cProfile of 5,000 frames)
+    python3 benchmarks/python_overhead.py [event|auto] [--general] [-p]     (-p: also a cProfile of 5,000 frames)
+
+Two inputs: a stand-in for a torch CUDA tensor (a minimal ``torch`` module is put in
+``sys.modules`` when torch is not installed; with torch installed it is skipped), which
+takes the steady-state replay (:mod:`streamsafe.steady`), and a plain DLPack object with a
+declared input stream, which takes the general path every frame.
 
 It leaves out the driver calls (see ``profile_contract.py`` on a GPU for those); use it to compare
 two trees' Python overhead side by side on one machine.
@@ -11,9 +16,11 @@ from __future__ import annotations
 
 import cProfile
 import ctypes
+import importlib.util
 import pstats
 import sys
 import time
+import types
 from typing import Any
 
 import streamsafe as ss
@@ -68,6 +75,14 @@ class StubBackend:
     def fence(self, waiter: Stream, signaller: Stream) -> None:
         self.fences += 1
 
+    def bind_fences(self, pairs: list[tuple[Stream, Stream]], owner: Any) -> Any:
+        n = len(pairs)
+
+        def run() -> None:  # what CudaBackend binds costs its driver calls only
+            self.fences += n
+
+        return run
+
     def acquire_stream(self, device: int, non_blocking: bool = False) -> Stream:
         return Stream(0, 0x2000, StreamKind.BLOCKING, self)  # type: ignore[arg-type]
 
@@ -117,11 +132,60 @@ class FakeInput:
         return (2, 0)
 
 
+class FakeTensor:
+    """What the contract reads of a torch CUDA tensor: device, shape, data pointer, record_stream."""
+
+    shape = (3, 16, 16)
+
+    def get_device(self) -> int:
+        return 0
+
+    def data_ptr(self) -> int:
+        return 0xDEF000
+
+    def record_stream(self, stream: Any) -> None:
+        pass
+
+    def __dlpack__(self, stream: Any = None) -> Any:
+        return None
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, 0)
+
+
+FakeTensor.__module__ = "torch"
+
+
+def _install_fake_torch() -> bool:
+    """A minimal ``torch`` module (current stream 0x1000, tensors :class:`FakeTensor`); False if torch is real."""
+    if importlib.util.find_spec("torch") is not None:
+        return False
+    torch = types.ModuleType("torch")
+    cuda = types.SimpleNamespace(
+        is_initialized=lambda: True,
+        current_stream=lambda device=None: types.SimpleNamespace(cuda_stream=0x1000),
+        ExternalStream=lambda ptr, device=None: types.SimpleNamespace(cuda_stream=ptr),
+        default_stream=lambda device=None: types.SimpleNamespace(cuda_stream=0),
+    )
+    torch.cuda = cuda  # type: ignore[attr-defined]
+    torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: 0x1000, _cuda_getDevice=lambda: 0)  # type: ignore[attr-defined]
+    torch.Tensor = FakeTensor  # type: ignore[attr-defined]
+    sys.modules["torch"] = torch
+    return True
+
+
 def main() -> None:
     strategy = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else "event"
     be = StubBackend()
-    fx, raw_fx, x = NullSuperRes(), RawNullSuperRes(), FakeInput()
-    c = ss.StreamContract(fx, be.sdk, strategy=strategy, input_stream=be.sdk, backend=be)  # type: ignore[arg-type]
+    fx, raw_fx = NullSuperRes(), RawNullSuperRes()
+    if "--general" in sys.argv or not _install_fake_torch():
+        x: Any = FakeInput()
+        c = ss.StreamContract(fx, be.sdk, strategy=strategy, input_stream=be.sdk, backend=be)  # type: ignore[arg-type]
+        path = "general path (a plain DLPack input, declared input stream)"
+    else:
+        x = FakeTensor()
+        c = ss.StreamContract(fx, be.sdk, strategy=strategy, backend=be)  # type: ignore[arg-type]
+        path = "steady-state replay (a torch-like input)"
 
     def frame() -> None:
         c.run(x).image.__dlpack__(stream=0x1000)
@@ -137,7 +201,7 @@ def main() -> None:
     for _ in range(n):
         raw_fx.run(x, stream_ptr=0x1000)  # type: ignore[misc]
     raw = (time.perf_counter() - start) / n * 1e6
-    print(f"strategy {strategy}: {per_frame:.2f} us per guarded frame (run + import), raw run {raw:.2f} us, "
+    print(f"strategy {strategy}, {path}: {per_frame:.2f} us per guarded frame (run + import), raw run {raw:.2f} us, "
           f"streamsafe's Python {per_frame - raw:.2f} us")
     if "-p" in sys.argv:
         profile = cProfile.Profile()

@@ -24,13 +24,15 @@ from __future__ import annotations
 import contextlib
 import functools
 import numbers
+import operator
 import os
+import sys
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
-from . import guarding, hooks
+from . import guarding, hooks, steady
 from ._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, require_cuda_input, stream_on_device
 from .backend import Backend, SimBackend, current_backend
 from .sim import mirror
@@ -39,6 +41,7 @@ from .errors import EffectConfigError, EffectStateError, HostArrayError, NotAnEf
 from .frameworks import framework_of, torch_current_stream_handle
 from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, shape_of, tracked_raw_call, tracked_setattr
 from .ledger import Ledger, apply_fences, ledger_of, new_stats, view_owner, views_exist
+from .occupancy import note_run
 from .outputs import SafeImage, SafeOutput
 from .plan import FencePlan, plan_fences
 from .strategy import Strategy, StrategyName, as_strategy
@@ -102,6 +105,12 @@ class StreamContract:
         """The class-level guard that made this contract, if any."""
         self._shadow: Stream | None = None
         self._plans: dict[tuple[Any, ...], FencePlan] = {}
+        self._shared = False
+        """Whether other threads drove guarded effects on this device lately (``auto`` then picks ``event``;
+        :mod:`streamsafe.occupancy`)."""
+        self._recipes: list[steady.Recipe] = []
+        """Recipes of recent calls, replayed while a call repeats one (:mod:`streamsafe.steady`)."""
+        self._config_getter = _config_reader(effect)
         self._last_plan: FencePlan | None = None
         self._patched_instance = False
         self._tracked = guarding.install(self._cls)
@@ -159,7 +168,7 @@ class StreamContract:
         return self._sdk_fixed if self._sdk_fixed is not None else as_stream(None, device=self.device, backend=self.backend)
 
     def _shadow_stream(self) -> Stream | None:
-        if self.strategy not in (Strategy.ASYNC, Strategy.AUTO):
+        if self.strategy is not Strategy.ASYNC and (self.strategy is not Strategy.AUTO or self._shared):
             return None
         if self._shadow is None:
             self._shadow = self.backend.acquire_stream(self.device, non_blocking=False)  # type: ignore[attr-defined]
@@ -219,14 +228,164 @@ class StreamContract:
         raise EffectStateError(self.effect_name, call, "closed", "Create a new effect and contract.")
 
     def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SafeOutput:
+        if self.strategy is Strategy.AUTO:
+            self._shared = note_run(self.device)  # several threads on the device: auto picks event, not async
+        if self._recipes and not hooks.observers:
+            out = self._replay(name, args, kwargs)
+            if out is not None:
+                return out
+        return self._call_planned(name, args, kwargs)
+
+    # -- steady state (streamsafe.steady) ---------------------------------------------------------
+
+    def _facts(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+        """This call's facts for :mod:`streamsafe.steady` (raw handles, shapes), read without a driver
+        query; ``None`` when the call must take the general path (inputs passed by keyword, inputs
+        other than plain torch tensors and model arrays, an input on another device)."""
+        stream_ptr = None
+        non_blocking = False
+        if kwargs:
+            if not _INPUT_KWARG_SET.isdisjoint(kwargs):
+                return None
+            stream_ptr = kwargs.get("stream_ptr")
+            non_blocking = kwargs.get("non_blocking", False)
+            if (stream_ptr is not None and type(stream_ptr) is not int) or type(non_blocking) is not bool:
+                return None
+        dev = self.device
+        declared = self._input
+        tensor = _TORCH_TENSOR
+        facts: list[Any] = [name, stream_ptr, non_blocking, self._shared]
+        sim = None
+        for a in args:
+            kind = type(a)
+            if kind is tensor:
+                if a.get_device() != dev:
+                    return None
+                facts.append(a.shape)
+                facts.append(declared if declared is not None else _torch_raw_stream(dev))
+            elif kind is SimArray:
+                if a.buffer.device != dev:
+                    return None
+                sim = a.backend
+                facts.append(a.shape)
+                facts.append(declared if declared is not None else sim.current_stream(dev))
+            elif kind is int or kind is float:
+                facts.append(kind)
+            else:
+                return None
+        if len(facts) == 4:
+            return None
+        if sim is not None:
+            if sim is not self.backend:
+                return None
+            facts.append(sim.current_stream(dev))
+        elif isinstance(self.backend, SimBackend) or _TORCH_TENSOR is None:
+            return None
+        else:
+            if _TORCH_DEVICE() != dev:  # the general path makes the effect's device current for the call
+                return None
+            facts.append(_torch_raw_stream(dev))  # the current stream (torch is initialised: it made the inputs)
+        return tuple(facts)
+
+    def _replay(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SafeOutput | None:
+        """Replay a recorded recipe when this call's facts and the ledger's state match one; else ``None``."""
+        if self.closed:
+            return None
+        facts = self._facts(name, args, kwargs)
+        if facts is None:
+            return None
+        for recipe in self._recipes:
+            if recipe.facts == facts:
+                break
+        else:
+            return None
+        ledger = self.ledger
+        with ledger.using(name):
+            config = self._config()
+            if ledger.closed or config is _UNREADABLE or not recipe.matches(ledger, config):
+                return None
+            steady.replays += 1
+            if steady.check_replay:
+                self._check_recipe(recipe, name, args, kwargs)
+            recipe.before(self.stats)
+            arrays = [a for a in args if type(a) is not int and type(a) is not float]
+            if views_exist():
+                self._read_views(arrays, recipe.plan.run_stream)
+            if kwargs:
+                kwargs = {k: v for k, v in kwargs.items() if k != "stream_ptr" and k != "non_blocking"}
+            raw = call_raw(self.effect, name, *args, stream_ptr=recipe.run_ptr, non_blocking=recipe.non_blocking, **kwargs)
+            plan = recipe.plan
+            generation = ledger.after_run(plan, recipe.shapes, self.stats, recipe.default_consumer)
+            if recipe.protect:
+                recipe.after(self.stats)
+                self._protect_inputs(arrays, plan.run_stream)
+            if ledger.keepalive:
+                ledger.prune_keepalive()
+            self._last_plan = plan
+            stats = self.stats
+            stats["runs"] += 1
+            if not recipe.non_blocking:
+                stats["sdk_waits"] += 1
+        return SafeOutput(raw, SafeImage(ledger, raw.image, generation, self.device, recipe.default_consumer, self.effect))
+
+    def _config(self) -> Any:
+        """The effect's output-size and encoding attributes it had when the contract was made, now."""
+        try:
+            return self._config_getter(self.effect)
+        except AttributeError:  # an attribute went: the general path copes
+            return _UNREADABLE
+
+    def _check_recipe(self, recipe: steady.Recipe, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``STREAMSAFE_CHECK_REPLAY=1``: plan the call again; the recipe must say the same."""
+        stream_ptr = kwargs.get("stream_ptr")
+        user_nb = bool(kwargs.get("non_blocking", False))
+        sdk = self._sdk_stream() if stream_ptr is None else stream_on_device(stream_ptr, self.device, self.backend, "sdk")
+        arrays = [a for a in args if not isinstance(a, numbers.Number)]
+        producers = [self._producer_of(a) for a in arrays]
+        frame = self._plan_frame(sdk, arrays, producers, user_nb)
+        got = (recipe.plan, recipe.shapes, recipe.before.fences, recipe.after.fences, recipe.default_consumer)
+        want = (frame[0], frame[1], frame[2], frame[3], self._consumer or sdk)
+        if got != want:
+            raise AssertionError(f"streamsafe replayed a recipe that differs from the plan: {got} != {want}")
+
+    # -- the general path --------------------------------------------------------------------------
+
+    def _plan_frame(
+        self, sdk: Stream, arrays: list[Any], producers: list[Stream | None], user_nb: bool
+    ) -> tuple[FencePlan, tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]:
+        """The plan, input shapes, fences before the run and device waits after it, for a call on
+        ``sdk`` with ``arrays`` written on ``producers``, in the ledger's state now. Issues nothing."""
+        ledger = self.ledger
+        first = producers[0] if producers else sdk
+        extra: tuple[Stream, ...] = ()
+        others = producers[1:]  # the other streams whose input writes the run must follow
+        current: Stream | None = None
+        if self._input is not None or first is None or len(producers) > 1:
+            current = ledger.current_stream()  # held streams need no driver query
+            extra = tuple(dict.fromkeys(p for p in (*producers[1:], current) if p is not None))
+            if self._input is not None and current != self._input:
+                others.append(current)  # with input_stream declared, an input may still come from the current stream
+        plan = self.plan_for(producer=first, sdk=sdk, non_blocking=user_nb, input_writers=extra)
+        shapes = tuple(shape_of(a) for a in arrays)
+        escaped_current = (current or ledger.current_stream()) if ledger.escaped else None
+        fences = ledger.before_run(plan, shapes, escaped_current)
+        fences += plan.at("before run")
+        for producer in others:
+            if producer != first:
+                fences += self.plan_for(producer=producer, sdk=sdk, non_blocking=user_nb, input_writers=extra).at("before run")
+        after = tuple(f for f in plan.at("after run") if f.action == "device-wait")
+        return plan, shapes, tuple(fences), after
+
+    def _call_planned(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SafeOutput:
         ledger = self.ledger
         if self.closed or ledger.closed:
             self._refuse_closed(name)
+        _refresh_torch()
+        facts = self._facts(name, args, kwargs) if not hooks.observers else None
         stream_ptr = kwargs.pop("stream_ptr", None)
         user_nb = bool(kwargs.pop("non_blocking", False))
         be, dev = self.backend, self.device
         sdk = self._sdk_stream() if stream_ptr is None else stream_on_device(stream_ptr, dev, be, "sdk")
-        _refresh_torch()
         arrays = [a for a in args if not isinstance(a, numbers.Number)]
         arrays += [kwargs[k] for k in INPUT_KWARGS if k in kwargs]
         try:
@@ -238,30 +397,16 @@ class StreamContract:
                                  "sim.array(x), a device copy, or sim.empty(shape, dtype) and a kernel.") from None
         with ledger.using(name):
             self._check_unguarded_change()
-            first = producers[0] if producers else sdk
-            extra: tuple[Stream, ...] = ()
-            others = producers[1:]  # the other streams whose input writes the run must follow
-            current: Stream | None = None
-            if self._input is not None or first is None or len(producers) > 1:
-                current = ledger.current_stream()  # held streams need no driver query
-                extra = tuple(dict.fromkeys(p for p in (*producers[1:], current) if p is not None))
-                if self._input is not None and current != self._input:
-                    others.append(current)  # with input_stream declared, an input may still come from the current stream
-            plan = self.plan_for(producer=first, sdk=sdk, non_blocking=user_nb, input_writers=extra)
+            config = self._config() if facts is not None else _UNREADABLE
+            state = steady.ledger_state(ledger, config) if config is not _UNREADABLE else None
+            plan, shapes, before, after = self._plan_frame(sdk, arrays, producers, user_nb)
             run_stream = plan.run_stream
-            shapes = tuple(shape_of(a) for a in arrays)
-            escaped_current = (current or ledger.current_stream()) if ledger.escaped else None
-            fences = ledger.before_run(plan, shapes, escaped_current)
-            fences += plan.at("before run")
-            for producer in others:
-                if producer != first:
-                    fences += self.plan_for(producer=producer, sdk=sdk, non_blocking=user_nb, input_writers=extra).at("before run")
             if hooks.observers and not isinstance(be, SimBackend):
                 for arr, producer in zip(arrays, producers):  # before the fences that order them
                     if producer is not None:
                         for o in hooks.observers:
                             o.on_input_write(mirror.array_key(arr), producer, dev)
-            apply_fences(be, dev, fences, self.stats)
+            apply_fences(be, dev, before, self.stats)
             if views_exist():
                 self._read_views(arrays, run_stream)
             call_args = list(args)
@@ -273,18 +418,34 @@ class StreamContract:
                 for k in INPUT_KWARGS:
                     if k in call_kwargs and self._producer_is_unknown(call_kwargs[k], arrays, producers):
                         call_kwargs[k] = _Forwarding(call_kwargs[k], run_stream)
-            raw = call_raw(self.effect, name, *call_args, stream_ptr=run_stream.ptr, non_blocking=plan.non_blocking, **call_kwargs)
+            with _on_device(dev):
+                raw = call_raw(self.effect, name, *call_args, stream_ptr=run_stream.ptr, non_blocking=plan.non_blocking, **call_kwargs)
             # only now: an input the SDK rejects leaves the previous output valid and its readers known
             generation = ledger.after_run(plan, shapes, self.stats, self._consumer or sdk)
-            after = plan.at("after run")
-            if after:
-                apply_fences(be, dev, [f for f in after if f.action == "device-wait"], self.stats)
+            protect = bool(plan.at("after run"))
+            if protect:
+                apply_fences(be, dev, after, self.stats)
                 self._protect_inputs(arrays, run_stream)
             ledger.prune_keepalive()
             self._last_plan = plan  # (run() changes no output-size or encoding attribute: the snapshot stays)
             self.stats["runs"] += 1
             self.stats["sdk_waits"] += not plan.non_blocking
+            if state is not None and facts is not None and None not in producers:
+                self._remember(facts, state, plan, shapes, before, after, protect, self._consumer or sdk)
         return SafeOutput(raw, SafeImage(ledger, raw.image, generation, dev, self._consumer or sdk, self.effect))
+
+    def _remember(
+        self, facts: tuple[Any, ...], state: tuple[Any, ...], plan: FencePlan, shapes: tuple[Any, ...],
+        before: tuple[Any, ...], after: tuple[Any, ...], protect: bool, default_consumer: Stream,
+    ) -> None:
+        """Keep a recipe of this call for the frames that repeat it (the newest first, at most four)."""
+        for old in self._recipes:
+            if old.facts == facts and old.state() == state:
+                return
+        be, dev = self.backend, self.device
+        recipe = steady.Recipe(facts, state, plan, shapes, steady.FenceProgram(be, dev, before),
+                               steady.FenceProgram(be, dev, after), protect, default_consumer)
+        self._recipes = [recipe, *self._recipes[:3]]
 
     def _read_views(self, arrays: list[Any], run_stream: Stream) -> None:
         """An input that is a zero-copy view of another guarded effect's output (effects chained by
@@ -344,7 +505,7 @@ class StreamContract:
         an event recorded on the run stream completes. Does not block."""
         others = []
         for arr in inputs:
-            if framework_of(arr) == "torch":
+            if type(arr) is _TORCH_TENSOR or framework_of(arr) == "torch":
                 arr.record_stream(self.ledger.torch_stream(run_stream))
             elif isinstance(arr, SimArray) and hasattr(arr, "record_stream"):
                 arr.record_stream(run_stream)
@@ -564,9 +725,41 @@ def _effect_backend(effect: Any) -> Backend | None:
     return None
 
 
-def _torch_tensor_type() -> Any:
-    import sys
+_INPUT_KWARG_SET = frozenset(INPUT_KWARGS)
 
+
+def _config_reader(effect: Any) -> Callable[[Any], Any]:
+    """A fast reader of the :data:`CONFIG_ATTRS` the effect has (a replay compares what it reads)."""
+    present = [name for name in CONFIG_ATTRS if hasattr(effect, name)]
+    return operator.attrgetter(*present) if present else _nothing
+
+
+def _nothing(effect: Any) -> tuple[()]:
+    return ()
+
+
+_UNREADABLE = object()
+"""What :meth:`StreamContract._config` gives when an attribute went (no replay then)."""
+
+
+def _torch_raw_stream(device: int) -> int:
+    """torch's current stream pointer on ``device`` (torch is loaded: a tensor was seen)."""
+    return _RAW_STREAM(device)  # type: ignore[no-any-return]
+
+
+_RAW_STREAM: Any = None
+_TORCH_DEVICE: Any = None
+
+
+def _on_device(device: int) -> Any:
+    """torch's current device set to ``device`` for the block when it is another, and restored after
+    (the SDK takes torch inputs with ``__dlpack__()``, which torch refuses off the tensor's device)."""
+    if _TORCH_DEVICE is not None and sys.modules["torch"].cuda.is_initialized() and _TORCH_DEVICE() != device:
+        return sys.modules["torch"].cuda.device(device)
+    return contextlib.nullcontext()
+
+
+def _torch_tensor_type() -> Any:
     torch = sys.modules.get("torch")
     return getattr(torch, "Tensor", None)
 
@@ -575,9 +768,13 @@ _TORCH_TENSOR: Any = None  # set lazily: importing streamsafe must not import to
 
 
 def _refresh_torch() -> None:
-    global _TORCH_TENSOR
+    global _TORCH_TENSOR, _RAW_STREAM, _TORCH_DEVICE
     if _TORCH_TENSOR is None:
         _TORCH_TENSOR = _torch_tensor_type()
+        if _TORCH_TENSOR is not None:
+            torch = sys.modules["torch"]
+            _RAW_STREAM = functools.partial(torch_current_stream_handle, torch)
+            _TORCH_DEVICE = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
 def stream_contract(effect: Any, stream: Any = None, strategy: Strategy | StrategyName = "auto", **kwargs: Any) -> StreamContract:

@@ -40,6 +40,7 @@ from .backend import Backend, SimBackend
 from .errors import ConcurrentUseError, StaleOutputError
 from .frameworks import framework_current_stream_handle
 from .plan import Fence, FencePlan, plan_fences, release_fences
+from .program import FenceProgram, apply_fences
 from .strategy import Strategy
 from .streams import Stream
 
@@ -115,58 +116,15 @@ def new_stats() -> dict[str, int]:
     return {"runs": 0, "fences": 0, "host_waits": 0, "device_syncs": 0, "sdk_waits": 0}
 
 
-def apply_fences(backend: Backend, device: int, fences: Iterable[Fence], stats: dict[str, int]) -> None:
-    """Issue ``fences`` through ``backend``. Device waits do not block the host; host waits and
-    device syncs do (one device sync at most per call)."""
-    synced = False
-    nvtx = _NVTX if _NVTX is not None and not isinstance(backend, SimBackend) else None
-    for fence in fences:
-        action = fence.action
-        if nvtx is not None and action in ("device-wait", "host-wait", "device-sync"):
-            with nvtx.annotate(f"streamsafe {fence.hazard} {action}", domain="streamsafe"):
-                synced = _apply_one(backend, device, fence, stats, synced)
-            continue
-        if action == "device-wait":  # the hot path, inline
-            backend.fence(fence.waiter, fence.signaller)  # type: ignore[arg-type]
-            stats["fences"] += 1
-            stats[fence.hazard] = stats.get(fence.hazard, 0) + 1
-        else:
-            synced = _apply_one(backend, device, fence, stats, synced)
+_get_ident = threading.get_ident
 
 
-def _apply_one(backend: Backend, device: int, fence: Fence, stats: dict[str, int], synced: bool) -> bool:
-    action = fence.action
-    if action in ("device-wait", "host-wait") or (action == "device-sync" and not synced):
-        stats[fence.hazard] = stats.get(fence.hazard, 0) + 1
-    if action == "device-wait":
-        backend.fence(fence.waiter, fence.signaller)  # type: ignore[arg-type]
-        stats["fences"] += 1
-    elif action == "host-wait":
-        assert fence.signaller is not None
-        event = backend.acquire_event(device)
-        try:
-            backend.record(event, fence.signaller)
-            backend.synchronize_event(event)
-        finally:
-            backend.release_event(event)
-        stats["host_waits"] += 1
-    elif action == "device-sync" and not synced:
-        backend.synchronize_device(device)
-        stats["device_syncs"] += 1
-        synced = True
-    return synced
-
-
-def _load_nvtx() -> Any:
-    try:
-        import nvtx
-
-        return nvtx
-    except ImportError:
-        return None
-
-
-_NVTX = _load_nvtx()
+def _thread_name(ident: int | None) -> str:
+    """The name of the thread ``ident`` (for an error message), else "another thread"."""
+    for thread in threading.enumerate():
+        if thread.ident == ident:
+            return thread.name
+    return "another thread"
 
 
 class _Using:
@@ -184,9 +142,9 @@ class _Using:
         if not ledger._lock.acquire(blocking=self._wait):
             # another thread's block is ending (its closing host wait): that is not a concurrent call
             if not (ledger._closing_wait and ledger._lock.acquire(timeout=60)):
-                raise ConcurrentUseError(ledger.name, self._call, ledger._owner or "another thread", threading.current_thread().name)
+                raise ConcurrentUseError(ledger.name, self._call, _thread_name(ledger._owner), threading.current_thread().name)
         self._outer = (ledger._owner, ledger._closing_wait)
-        ledger._owner = threading.current_thread().name
+        ledger._owner = _get_ident()
         ledger._closing_wait = self._wait
         return ledger
 
@@ -223,13 +181,15 @@ class Ledger:
         self.keepalive: deque[tuple[Any, Any]] = deque()
         self.torch_streams: dict[int, Any] = {}
         self.raw_plans: dict[tuple[Stream, Stream | None], FencePlan] = {}
+        self.import_programs: dict[Stream, FenceProgram] = {}
+        """Bound import fences by consumer stream, for the plan that wrote the current output."""
         """The plans of tracked raw calls, by (SDK stream, conversion stream)."""
         self.config: tuple[Any, ...] | None = None
         """The effect's output-size and encoding attributes as the last guard saw or set them."""
         self.default_contract: Any = None
         """The contract a class-level guard (:func:`streamsafe.guard`) made for this effect."""
         self._lock = threading.RLock()
-        self._owner: str | None = None
+        self._owner: int | None = None
         self._closing_wait = False
 
     # -- the thread rule --------------------------------------------------------------------------
@@ -256,17 +216,32 @@ class Ledger:
         reader until the next run, and as outstanding until the next release. ``escapes``: the
         consumer keeps a zero-copy view (not one of streamsafe's copy helpers)."""
         with self.using("import"):
-            self.check_current(generation)
+            if generation != self.generation:
+                self.check_current(generation)
             plan = self.plan
             assert plan is not None
-            apply_fences(self.resolved_backend(), self.device, plan.import_fences(consumer), self.out_stats)
+            program = self.import_programs.get(consumer)
+            if program is None or program.plan is not plan:
+                program = self._import_program(plan, consumer)
+            program(self.out_stats)
             if hooks.observers and key is not None and not isinstance(self.backend, SimBackend):
                 for o in hooks.observers:  # after the fences that order it
                     o.on_output_read(key, consumer, self.device)
             self.readers[consumer] = None
             self.outstanding[consumer] = None
-            self.escaped = self.escaped or escapes
-            self._hold(consumer)
+            if escapes:
+                self.escaped = True
+            if consumer not in self.holds:
+                self._hold(consumer)
+
+    def _import_program(self, plan: FencePlan, consumer: Stream) -> FenceProgram:
+        """The bound fences of an import of ``plan``'s output on ``consumer`` (cached per consumer)."""
+        if len(self.import_programs) > 64:
+            self.import_programs.clear()
+        program = self.import_programs[consumer] = FenceProgram(
+            self.resolved_backend(), self.device, plan.import_fences(consumer), plan
+        )
+        return program
 
     def add_view(self, key: Any, generation: int) -> None:
         """Remember that output ``generation``'s memory (``key``) left as a zero-copy view."""

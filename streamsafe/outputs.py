@@ -89,13 +89,19 @@ class SafeImage:
         the consumer. Raises :class:`BufferError` on a second import and
         :class:`~streamsafe.errors.StaleOutputError` if the buffer was reused since.
         """
-        self.check_importable()
-        _check_export(self.__dlpack_device__(), copy, dl_device)
+        if self._consumed:
+            raise BufferError(_CONSUMED)
         ledger = self._ledger
-        if stream is None or (isinstance(stream, int) and stream == -1):
+        if self._generation != ledger.generation:
+            ledger.check_current(self._generation)
+        if copy or dl_device is not None:
+            _check_export((DLPACK_CUDA, self._device), copy, dl_device)
+        if stream is None or (type(stream) is int and stream == -1):
             consumer = self._default_consumer
         else:
-            consumer = ledger.known_stream(stream) or stream_on_device(stream, self._device, ledger.resolved_backend(), "consumer")
+            consumer = (ledger.known.get(stream) if type(stream) is int else None) or stream_on_device(
+                stream, self._device, ledger.resolved_backend(), "consumer"
+            )
         key = capsule_data_key(self._capsule) if hooks.observers or self._escapes else None
         ledger.import_output(self._generation, consumer, escapes=self._escapes, key=key)
         if self._escapes:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
+
+# Every replayed steady-state call is planned again and compared with its recipe (streamsafe.steady).
+os.environ.setdefault("STREAMSAFE_CHECK_REPLAY", "1")
 
 import streamsafe as ss
 

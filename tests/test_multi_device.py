@@ -5,7 +5,9 @@ another device, and for host arrays; the multi-GPU bench on SimBackend(devices=2
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import json
 import re
 import threading
@@ -27,6 +29,18 @@ from streamsafe.testing.labs import SimLab
 
 STRATEGIES = ["auto", "event", "async", "stream", "device"]
 KINDS = ["legacy", "per-thread", "blocking", "non-blocking"]
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """No garbage collection in the block: finalizers of earlier tests' objects (a contract's
+    shadow stream, an effect's inputs) would otherwise run in whichever thread triggers it."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 class DeviceLog(ss.SimBackend):
@@ -557,7 +571,8 @@ def test_multi_gpu_bench_on_the_model_counts_only() -> None:
         backends.append(DeviceLog())
         return backends[-1]
 
-    run = run_multi_gpu(gpu=False, make_sim=make_sim)
+    with _no_gc():  # a collection in a lane thread would run other objects' finalizers there
+        run = run_multi_gpu(gpu=False, make_sim=make_sim)
     s = run.summary
     assert s["timed"] is False and s["frames_per_lane"] == 8
     rows = s["rows"]
@@ -602,7 +617,8 @@ def test_multi_gpu_bench_lane_threads_stay_on_their_device() -> None:
     try:
         assert [lane.device for lane in pipe.lanes] == [0, 1]
         start = len(sim.log)
-        pipe.run_block(0, 4)
+        with _no_gc():  # a collection in a lane thread would run other objects' finalizers there
+            pipe.run_block(0, 4)
         mine = sim.log[start:]
         idents = {e[0] for e in mine}
         assert len(idents) == 2 and threading.get_ident() not in idents  # one worker thread per lane

@@ -12,7 +12,8 @@ synchronisation after it; this module knows nothing of the model. Every driver e
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -337,6 +338,76 @@ class CudaBackend:
         else:
             self._wait_raw(waiter, event)
 
+    def bind_fences(self, pairs: list[tuple[Stream, Stream]], owner: Any) -> Callable[[], None]:
+        """Bind device-side fences (``waiter`` after ``signaller``, in order) to prebuilt driver calls.
+
+        The program owns its events (from the pool, returned when ``owner`` goes): a signaller is
+        recorded once and its event waited on by each later waiter, until the signaller itself
+        waits (a later record must then carry that wait). Running it issues one
+        ``cuEventRecord`` per distinct record and one ``cuStreamWaitEvent`` per fence, and never
+        blocks the host. Legacy and per-thread streams are named in the device's primary context,
+        made current for the call when it is not. Not for concurrent use (a contract runs it
+        under its effect's thread rule); observers are not told (the caller uses
+        :meth:`fence` while any is registered).
+        """
+        d = self._d
+        record, wait = d.cuEventRecord, d.cuStreamWaitEvent
+        steps: list[tuple[Any, tuple[Any, ...]]] = []
+        events: list[CudaEvent] = []
+        recorded: dict[Stream, CudaEvent] = {}
+        contexts: set[int] = set()
+        for waiter, signaller in pairs:
+            for stream in (waiter, signaller):
+                if stream.kind is StreamKind.LEGACY or stream.kind is StreamKind.PER_THREAD:
+                    contexts.add(stream.device)
+            event = recorded.get(signaller)
+            if event is None:
+                event = self.acquire_event(signaller.device)
+                events.append(event)
+                recorded[signaller] = event
+                steps.append((record, (event.handle, self._stream_arg(signaller))))
+            steps.append((wait, (self._stream_arg(waiter), event.handle, 0)))
+            recorded.pop(waiter, None)
+        weakref.finalize(owner, _release_events, self._pool, events)
+        program = tuple(steps)
+
+        def run() -> None:
+            for call, args in program:
+                err = call(*args)[0]
+                if err != _SUCCESS:
+                    _check((err,), call.__name__)
+
+        if not contexts:
+            return run
+        if len(contexts) > 1:  # legacy streams of several devices: each fence in its own context
+
+            def run_one_by_one() -> None:
+                for waiter, signaller in pairs:
+                    self.fence(waiter, signaller)
+
+            return run_one_by_one
+        ctx = self._device(contexts.pop()).ctx
+        ctx_int = int(ctx)
+        get_current = d.cuCtxGetCurrent
+
+        def run_in_context() -> None:
+            current = get_current()[1]
+            if current is not None and int(current) == ctx_int:
+                run()
+                return
+            _check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+            try:
+                run()
+            finally:
+                _check(d.cuCtxPopCurrent(), "cuCtxPopCurrent")
+
+        return run_in_context
+
     def __repr__(self) -> str:
         return f"CudaBackend(devices={self._count})"
+
+
+def _release_events(pool: EventPool[CudaEvent], events: list[CudaEvent]) -> None:
+    for event in events:
+        pool.release(event.device, event)
 

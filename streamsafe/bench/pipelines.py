@@ -124,15 +124,23 @@ def _inputs_and_refs(sc: BenchScenario, size: tuple[int, int], out: tuple[int, i
     return slots
 
 
+LAUNCH_MODE = "graph"
+"""How the bench's emulated effects reach the GPU (``streamsafe.testing`` effects' ``launch_mode``):
+CUDA graphs, so ``run()`` costs the host tens of microseconds as the real SDK's TensorRT engines do."""
+HOST_COST_US = 0.0
+"""Extra host microseconds per ``run()`` (the effects' ``host_cost_us`` knob)."""
+
+
 def _make_effect(sc: BenchScenario, backend: Any, size: tuple[int, int], out: tuple[int, int], gpu: bool) -> Any:
     lat = dict(sc.stage_us) if gpu else None
+    knobs: dict[str, Any] = {"launch_mode": LAUNCH_MODE, "host_cost_us": HOST_COST_US} if gpu else {}
     if sc.effect == "hdr":
-        fx: Any = TrueHDR(backend=backend, latency_us=lat)
+        fx: Any = TrueHDR(backend=backend, latency_us=lat, **knobs)
     elif sc.effect == "sr":
-        fx = VideoSuperRes(backend=backend, latency_us=lat, image_encoding=ImageEncoding[sc.encoding])
+        fx = VideoSuperRes(backend=backend, latency_us=lat, image_encoding=ImageEncoding[sc.encoding], **knobs)
         fx.output_height, fx.output_width = out
     else:
-        fx = VideoFrameGeneration(backend=backend, latency_us=lat)
+        fx = VideoFrameGeneration(backend=backend, latency_us=lat, **knobs)
         fx.input_height, fx.input_width = size
         fx.frame_multiplier = sc.multiplier
     fx.load()

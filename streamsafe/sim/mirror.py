@@ -61,13 +61,13 @@ def array_key(arr: Any) -> Any:
     """What identifies an array's memory: a pointer, or the model's buffer."""
     if isinstance(arr, SimArray):
         return arr.buffer
+    data_ptr = getattr(arr, "data_ptr", None)  # torch (first: a tensor's .data is a new tensor each time)
+    if callable(data_ptr):
+        return data_ptr()
     data = getattr(arr, "data", None)
     ptr = getattr(data, "ptr", None)  # CuPy
     if isinstance(ptr, int):
         return ptr
-    data_ptr = getattr(arr, "data_ptr", None)  # torch
-    if callable(data_ptr):
-        return data_ptr()
     return None
 
 

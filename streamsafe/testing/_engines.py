@@ -11,6 +11,7 @@ ordering, exactly like the SDK (see the seed document).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -32,6 +33,9 @@ class Engine(Protocol):
     backend: Backend
     device: int
     xp: Any
+    supports_graphs: bool
+
+    def on_device(self) -> Any: ...
 
     def stream(self, stream_ptr: int) -> Stream: ...
 
@@ -58,6 +62,7 @@ class SimEngine:
     """Stages as modelled kernels on a SimBackend."""
 
     xp = np
+    supports_graphs = False
 
     def __init__(self, backend: SimBackend, device: int) -> None:
         self.backend = backend
@@ -65,6 +70,9 @@ class SimEngine:
 
     def stream(self, stream_ptr: int) -> Stream:
         return as_stream(stream_ptr, device=self.device, backend=self.backend)
+
+    def on_device(self) -> Any:
+        return contextlib.nullcontext()
 
     def legacy(self) -> Stream:
         return self.backend.legacy_stream(self.device)
@@ -127,6 +135,10 @@ class CupyEngine:
     def stream(self, stream_ptr: int) -> Stream:
         return as_stream(stream_ptr, device=self.device, backend=self.backend)
 
+    def on_device(self) -> Any:
+        """The effect's device made current for the block (the SDK takes its inputs there)."""
+        return self._cupy.cuda.Device(self.device)
+
     def legacy(self) -> Stream:
         return as_stream(LEGACY_HANDLE, device=self.device, backend=self.backend)
 
@@ -179,6 +191,63 @@ class CupyEngine:
     def host_wait(self, stream: Stream) -> None:
         self.backend.synchronize_stream(stream)
 
+    # -- graph mode (the emulated SDK's small host cost) ----------------------------------------
+
+    supports_graphs = True
+
+    def copy(self, stream: Stream, src: Any, dst: Any) -> None:
+        """``dst[...] = src`` on ``stream`` as one ``cudaMemcpyAsync`` (contiguous arrays), else a kernel."""
+        cupy = self._cupy
+        if src.flags.c_contiguous and src.nbytes == dst.nbytes and src.dtype == dst.dtype:
+            cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, stream.ptr)  # 3: device to device
+        else:
+            self.launch(stream, "copy", lambda xp, r, w: w[0].__setitem__(Ellipsis, r[0]), [src], [dst])
+
+    def capture(self, stages: Callable[[Stream], None]) -> Any:
+        """Run ``stages(stream)`` under CUDA stream capture on a private stream and return the
+        instantiated graph (with the memory its temporaries took, held as long as the graph).
+        Blocks the host only for the capture itself (no GPU work runs)."""
+        from cuda.bindings import driver as d
+
+        cupy = self._cupy
+        keep: list[Any] = []
+        pool = cupy.get_default_memory_pool()
+
+        def hold(size: int) -> Any:  # a temporary the graph writes must never go back to the pool
+            mem = pool.malloc(size)
+            keep.append(mem)
+            return mem
+
+        with cupy.cuda.Device(self.device):
+            cap = cupy.cuda.Stream(non_blocking=True)
+            stream = Stream(self.device, int(cap.ptr), StreamKind.NON_BLOCKING, self.backend)
+            self._streams[stream.handle] = cap
+            mode = d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+            _ok(d.cuStreamBeginCapture(d.CUstream(cap.ptr), mode), "cuStreamBeginCapture")
+            graph = None
+            try:
+                with cupy.cuda.using_allocator(hold):
+                    stages(stream)
+            finally:
+                err, graph = d.cuStreamEndCapture(d.CUstream(cap.ptr))
+            _ok((err,), "cuStreamEndCapture")
+            exe = _ok(d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+            self._streams.pop(stream.handle, None)
+        return (exe, graph, keep, cap)
+
+    def launch_graph(self, graph: Any, stream: Stream) -> None:
+        """Launch a captured graph on ``stream`` (one driver call). Does not block the host."""
+        from cuda.bindings import driver as d
+
+        if stream.kind is StreamKind.LEGACY:
+            handle = d.CU_STREAM_LEGACY
+        elif stream.kind is StreamKind.PER_THREAD:
+            handle = d.CU_STREAM_PER_THREAD
+        else:
+            handle = stream.handle
+        with self._cupy.cuda.Device(self.device):
+            _ok(d.cuGraphLaunch(graph[0], d.CUstream(handle)), "cuGraphLaunch")
+
     def release(self, array: Any, name: str) -> None:
         """Poison the buffer from an unrelated stream, with no ordering, then drop it (like a free)."""
         with self._cupy.cuda.Device(self.device), self._release_stream:
@@ -194,6 +263,14 @@ class CupyEngine:
             return array.__dlpack__(stream=-1)
         except TypeError:  # older CuPy
             return array.toDlpack()
+
+
+def _ok(result: Any, call: str) -> Any:
+    """A ``cuda.bindings`` result: its value, or a RuntimeError naming the call and the error."""
+    err = result[0]
+    if int(err) != 0:
+        raise RuntimeError(f"{call} failed: {err!r}")
+    return result[1] if len(result) > 1 else None
 
 
 _CYCLES: dict[int, float] = {}

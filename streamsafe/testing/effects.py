@@ -54,12 +54,14 @@ from __future__ import annotations
 
 import enum
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
+from .. import hooks
 from ..backend import Backend
 from .._dlpack import require_cuda_input
 from ..errors import EffectConfigError, EffectStateError
@@ -184,6 +186,8 @@ class _Effect:
         image_encoding: _Encoding,
         backend: Backend | None,
         latency_us: float | Mapping[str, float] | None,
+        launch_mode: str = "eager",
+        host_cost_us: float = 0.0,
     ) -> None:
         self._device = _positive_int(self._name, "device", device, 0, 1024)
         self._encoding = self._check_encoding(image_encoding)
@@ -197,6 +201,9 @@ class _Effect:
         self._own_work: list[Any] = []  # events after the SDK's own last stages
         self.latency_us = latency_us  # type: ignore[assignment]
         self.runs = 0
+        self.launch_mode = launch_mode
+        self.host_cost_us = host_cost_us
+        self._graphs: dict[Any, Any] = {}
 
     @property
     def _name(self) -> str:
@@ -244,6 +251,30 @@ class _Effect:
                 self._name, "latency_us", value, f"stages are {', '.join(STAGES)}; values >= 0 microseconds"
             )
         self._latency = {stage: float(value.get(stage, 0.0)) for stage in STAGES}
+
+    @property
+    def launch_mode(self) -> str:
+        """How the stages reach the GPU: ``"eager"`` (each stage a CuPy launch, the default, widest race
+        windows) or ``"graph"`` (CUDA graphs captured once, a few driver calls per ``run()``: the
+        real SDK's host cost, for benchmarks). The model always runs stages one by one."""
+        return self._launch_mode
+
+    @launch_mode.setter
+    def launch_mode(self, value: str) -> None:
+        if value not in ("eager", "graph"):
+            raise EffectConfigError(self._name, "launch_mode", value, 'one of "eager", "graph"')
+        self._launch_mode = value
+
+    @property
+    def host_cost_us(self) -> float:
+        """Host microseconds each ``run()`` spends on top of its launches (a busy wait that holds the GIL)."""
+        return self._host_cost_us
+
+    @host_cost_us.setter
+    def host_cost_us(self, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e6:
+            raise EffectConfigError(self._name, "host_cost_us", value, "microseconds, from 0 to 1,000,000")
+        self._host_cost_us = float(value)
 
     @property
     def is_loaded(self) -> bool:
@@ -300,7 +331,9 @@ class _Effect:
     def _acquire(self, obj: Any, what: str) -> Any:
         """Take an input as the SDK does: ``__dlpack__()`` with no stream; then import it zero-copy."""
         require_cuda_input(what, obj, self._device)
-        return self.engine.import_capsule(obj.__dlpack__())
+        with self.engine.on_device():  # torch exports a tensor only with its device current
+            capsule = obj.__dlpack__()
+        return self.engine.import_capsule(capsule)
 
     def _check_image(self, what: str, array: Any, encoding: _Encoding) -> tuple[int, int]:
         shape, dtype = self.engine.shape_dtype(array)
@@ -387,13 +420,19 @@ class _Effect:
         *,
         stream_ptr: int,
         non_blocking: bool,
+        graph_key: Any = None,
     ) -> Any:
         """Transfer, inference, host wait, conversion; returns the output capsule.
 
         ``infer(xp, staged_inputs) -> float32 (3, H, W)`` (RGB8 path) or packed uint32 (RGB10A2).
+        ``graph_key`` names everything ``infer`` depends on besides its inputs: with it, and
+        ``launch_mode="graph"`` on the GPU, the stages are replayed as CUDA graphs.
         """
         eng = self.engine
         s = eng.stream(stream_ptr)
+        self._spend_host_cost()
+        if graph_key is not None and self.launch_mode == "graph" and eng.supports_graphs and not hooks.observers:
+            return self._run_graphed(inputs, infer, out_shape, s, non_blocking, graph_key)
         staged = []
         for i, arr in enumerate(inputs):
             shape, dtype = eng.shape_dtype(arr)
@@ -421,6 +460,63 @@ class _Effect:
             self._mark_own_work([s])
         self.runs += 1
         return eng.export(out)
+
+
+    def _run_graphed(
+        self, inputs: Sequence[Any], infer: Any, out_shape: tuple[int, ...], s: Any, non_blocking: bool, key: Any
+    ) -> Any:
+        """The stages of :meth:`_run_stages` with the emulator's host cost cut to a few driver calls:
+        each input copied with one ``cudaMemcpyAsync``, then two graphs captured once per key and
+        buffers (delay + inference on the SDK stream; delay + conversion on stream 0). The same
+        streams, the same host wait, the same order; the input is read before the transfer delay."""
+        eng: Any = self.engine
+        staged = []
+        for i, arr in enumerate(inputs):
+            shape, dtype = eng.shape_dtype(arr)
+            buf = self._internal_buffer(f"input{i}", shape, dtype)
+            eng.copy(s, arr, buf)
+            staged.append(buf)
+        rgb8 = self._has_rgb8_conversion and self._encoding is ImageEncoding.RGB8
+        result = self._internal_buffer("rgb8 result", out_shape, np.uint8) if rgb8 else None
+        out = self._output_buffer(out_shape, np.float32 if rgb8 else np.uint32)
+        lat = self._latency
+        full_key = (key, rgb8, tuple(b.data.ptr for b in staged), result.data.ptr if result is not None else 0,
+                    out.data.ptr, lat["transfer"] * len(inputs) + lat["inference"], lat["conversion"])
+        graphs = self._graphs.get(full_key)
+        if graphs is None:
+            if len(self._graphs) > 16:
+                self._graphs.clear()
+
+            def inference(c: Any) -> None:
+                eng.delay(c, full_key[5])
+                if result is not None:
+                    eng.launch(c, f"{self._name}.inference", lambda xp, r, w: _to_rgb8_into(xp, infer(xp, r), w[0]), staged, [result])
+                else:
+                    eng.launch(c, f"{self._name}.inference", lambda xp, r, w: _assign(w[0], infer(xp, r)), staged, [out])
+
+            def conversion(c: Any) -> None:
+                eng.delay(c, full_key[6])
+                eng.launch(c, f"{self._name}.conversion", lambda xp, r, w: K.from_rgb8(xp, r[0], w[0]), [result], [out])
+
+            graphs = self._graphs[full_key] = (eng.capture(inference), eng.capture(conversion) if rgb8 else None)
+        eng.launch_graph(graphs[0], s)
+        if not non_blocking:
+            eng.host_wait(s)
+        if graphs[1] is not None:
+            legacy = eng.legacy()
+            eng.launch_graph(graphs[1], legacy)
+            self._mark_own_work([s, legacy] if s != legacy else [s])
+        else:
+            self._mark_own_work([s])
+        self.runs += 1
+        return eng.export(out)
+
+    def _spend_host_cost(self) -> None:
+        """Busy-wait ``host_cost_us`` on the host, holding the GIL (what a slower SDK's enqueue costs)."""
+        if self.host_cost_us > 0:
+            end = time.perf_counter() + self.host_cost_us * 1e-6
+            while time.perf_counter() < end:
+                pass
 
 
 def _copy(xp: Any, reads: Sequence[Any], writes: Sequence[Any]) -> None:
@@ -452,8 +548,11 @@ class VideoSuperRes(_Effect):
         *,
         backend: Backend | None = None,
         latency_us: float | Mapping[str, float] | None = None,
+        launch_mode: str = "eager",
+        host_cost_us: float = 0.0,
     ) -> None:
-        super().__init__(device=device, image_encoding=image_encoding, backend=backend, latency_us=latency_us)
+        super().__init__(device=device, image_encoding=image_encoding, backend=backend, latency_us=latency_us,
+                         launch_mode=launch_mode, host_cost_us=host_cost_us)
         self.quality = quality
         self.strength = strength
         self._in: list[int | None] = [None, None]
@@ -578,7 +677,9 @@ class VideoSuperRes(_Effect):
             return K.pack_rgb10a2(xp, up) if rgb10 else up
 
         shape = (oh, ow) if rgb10 else (3, oh, ow)
-        return VideoSuperResOutput(self._run_stages([arr], infer, shape, stream_ptr=stream_ptr, non_blocking=non_blocking))
+        return VideoSuperResOutput(
+            self._run_stages([arr], infer, shape, stream_ptr=stream_ptr, non_blocking=non_blocking, graph_key=("sr", rgb10, oh, ow))
+        )
 
 
 class VideoFrameGeneration(_Effect):
@@ -595,8 +696,11 @@ class VideoFrameGeneration(_Effect):
         *,
         backend: Backend | None = None,
         latency_us: float | Mapping[str, float] | None = None,
+        launch_mode: str = "eager",
+        host_cost_us: float = 0.0,
     ) -> None:
-        super().__init__(device=device, image_encoding=image_encoding, backend=backend, latency_us=latency_us)
+        super().__init__(device=device, image_encoding=image_encoding, backend=backend, latency_us=latency_us,
+                         launch_mode=launch_mode, host_cost_us=host_cost_us)
         self.mode = mode
         self.automatic_shot_change_detection_enabled = bool(automatic_shot_change_detection_enabled)
         self._in: list[int | None] = [None, None]
@@ -704,7 +808,8 @@ class VideoFrameGeneration(_Effect):
 
         h, w = hw_cur
         shape = (h, w) if rgb10 else (3, h, w)
-        capsule = self._run_stages([prev, cur], infer, shape, stream_ptr=stream_ptr, non_blocking=non_blocking)
+        capsule = self._run_stages([prev, cur], infer, shape, stream_ptr=stream_ptr, non_blocking=non_blocking,
+                                   graph_key=("vfg", rgb10, t, detect))
         return VideoFrameGenerationOutput(capsule)
 
 
@@ -738,8 +843,11 @@ class TrueHDR(_Effect):
         *,
         backend: Backend | None = None,
         latency_us: float | Mapping[str, float] | None = None,
+        launch_mode: str = "eager",
+        host_cost_us: float = 0.0,
     ) -> None:
-        super().__init__(device=device, image_encoding=ImageEncoding.RGB10A2, backend=backend, latency_us=latency_us)
+        super().__init__(device=device, image_encoding=ImageEncoding.RGB10A2, backend=backend, latency_us=latency_us,
+                         launch_mode=launch_mode, host_cost_us=host_cost_us)
         self.contrast = contrast
         self.saturation = saturation
         self.middle_gray = middle_gray
@@ -776,4 +884,5 @@ class TrueHDR(_Effect):
         def infer(xp: Any, staged: Sequence[Any]) -> Any:
             return K.tone_map_hdr(xp, staged[0], **params)
 
-        return TrueHDROutput(self._run_stages([arr], infer, (h, w), stream_ptr=stream_ptr, non_blocking=non_blocking))
+        return TrueHDROutput(self._run_stages([arr], infer, (h, w), stream_ptr=stream_ptr, non_blocking=non_blocking,
+                                              graph_key=("hdr", *params.values())))

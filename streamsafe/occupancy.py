@@ -1,0 +1,56 @@
+"""Which threads drive guarded effects on each device: what ``auto`` asks before it picks ``async``.
+
+``async`` runs the SDK on a blocking shadow stream so that stream 0, where the SDK converts its
+output, waits for it on the device. One pipeline gains: the host never waits. But every blocking
+stream of a device is ordered with stream 0, so when several threads each run a pipeline (a video
+server), every conversion waits for every other pipeline's inference and the pipelines run one
+after another. ``auto`` therefore picks ``async`` only while one thread drives guarded effects on
+the device, and ``event`` (non-blocking SDK streams, per-pipeline host waits that release the GIL)
+once several do. A thread counts as driving a device for :data:`WINDOW_S` seconds after its last
+guarded run there and while it lives. Nothing here blocks; a note costs a clock read and a dict
+write, plus a look at the other threads while there are any.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+__all__ = ["note_run", "threads_on", "WINDOW_S"]
+
+WINDOW_S = 1.0
+"""Seconds a thread counts as driving a device after its last guarded run there."""
+
+_seen: dict[int, dict[int, tuple[float, threading.Thread]]] = {}
+_clock = time.monotonic
+_get_ident = threading.get_ident
+_current_thread = threading.current_thread
+
+
+def note_run(device: int) -> bool:
+    """Record a guarded run on ``device`` by this thread. True when other live threads ran guarded
+    effects on ``device`` within the last :data:`WINDOW_S` seconds (the device is shared)."""
+    now = _clock()
+    threads = _seen.get(device)
+    if threads is None:
+        threads = _seen.setdefault(device, {})
+    ident = _get_ident()
+    mine = threads.get(ident)
+    threads[ident] = (now, mine[1] if mine is not None else _current_thread())
+    if len(threads) == 1:
+        return False
+    for other, (last, thread) in list(threads.items()):  # a thread that ended, or went quiet, no longer counts
+        if now - last > WINDOW_S or not thread.is_alive():
+            threads.pop(other, None)
+    return len(threads) > 1
+
+
+def threads_on(device: int) -> int:
+    """How many threads ran guarded effects on ``device`` within the last :data:`WINDOW_S` seconds."""
+    now = _clock()
+    return sum(1 for last, thread in list(_seen.get(device, {}).values()) if now - last <= WINDOW_S and thread.is_alive())
+
+
+def forget() -> None:
+    """Forget every thread (tests)."""
+    _seen.clear()

@@ -1,0 +1,109 @@
+"""Fences as the backend issues them: one by one (:func:`apply_fences`), or bound once into a
+:class:`FenceProgram` that a steady-state frame replays with no per-frame lookups."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from . import hooks
+from .backend import Backend, SimBackend
+from .plan import Fence
+
+__all__ = ["apply_fences", "FenceProgram"]
+
+
+def apply_fences(backend: Backend, device: int, fences: Iterable[Fence], stats: dict[str, int]) -> None:
+    """Issue ``fences`` through ``backend``. Device waits do not block the host; host waits and
+    device syncs do (one device sync at most per call)."""
+    synced = False
+    nvtx = _NVTX if _NVTX is not None and not isinstance(backend, SimBackend) else None
+    for fence in fences:
+        action = fence.action
+        if nvtx is not None and action in ("device-wait", "host-wait", "device-sync"):
+            with nvtx.annotate(f"streamsafe {fence.hazard} {action}", domain="streamsafe"):
+                synced = _apply_one(backend, device, fence, stats, synced)
+            continue
+        if action == "device-wait":  # the hot path, inline
+            backend.fence(fence.waiter, fence.signaller)  # type: ignore[arg-type]
+            stats["fences"] += 1
+            stats[fence.hazard] = stats.get(fence.hazard, 0) + 1
+        else:
+            synced = _apply_one(backend, device, fence, stats, synced)
+
+
+def _apply_one(backend: Backend, device: int, fence: Fence, stats: dict[str, int], synced: bool) -> bool:
+    action = fence.action
+    if action in ("device-wait", "host-wait") or (action == "device-sync" and not synced):
+        stats[fence.hazard] = stats.get(fence.hazard, 0) + 1
+    if action == "device-wait":
+        backend.fence(fence.waiter, fence.signaller)  # type: ignore[arg-type]
+        stats["fences"] += 1
+    elif action == "host-wait":
+        assert fence.signaller is not None
+        event = backend.acquire_event(device)
+        try:
+            backend.record(event, fence.signaller)
+            backend.synchronize_event(event)
+        finally:
+            backend.release_event(event)
+        stats["host_waits"] += 1
+    elif action == "device-sync" and not synced:
+        backend.synchronize_device(device)
+        stats["device_syncs"] += 1
+        synced = True
+    return synced
+
+
+def _load_nvtx() -> Any:
+    try:
+        import nvtx
+
+        return nvtx
+    except ImportError:
+        return None
+
+
+_NVTX = _load_nvtx()
+
+
+
+class FenceProgram:
+    """A fixed list of fences, bound once to the backend's calls. Running it issues exactly those
+    fences (device waits do not block the host; host waits and device syncs, if any, do) and
+    adds the same counts to a stats dict as :func:`~streamsafe.ledger.apply_fences` would."""
+
+    __slots__ = ("fences", "plan", "_backend", "_device", "_bound", "_counts", "__weakref__")
+
+    def __init__(self, backend: Any, device: int, fences: tuple[Fence, ...], plan: Any = None) -> None:
+        self.fences = fences
+        self.plan = plan
+        """The plan the fences came from, when the caller keys programs by plan."""
+        self._backend = backend
+        self._device = device
+        self._bound: Callable[[], None] | None = None
+        self._counts: tuple[tuple[str, int], ...] = ()
+        bind = getattr(backend, "bind_fences", None)
+        if fences and bind is not None and all(f.action == "device-wait" for f in fences):
+            self._bound = bind([(f.waiter, f.signaller) for f in fences], self)
+            counts: dict[str, int] = {"fences": len(fences)}
+            for f in fences:
+                counts[f.hazard] = counts.get(f.hazard, 0) + 1
+            self._counts = tuple(counts.items())
+
+    def __call__(self, stats: dict[str, int]) -> None:
+        bound = self._bound
+        if bound is None or hooks.observers:  # observers hear of each fence: one by one
+            if self.fences:
+                apply_fences(self._backend, self._device, self.fences, stats)
+            return
+        bound()
+        for name, n in self._counts:
+            stats[name] = stats.get(name, 0) + n
+
+    def __bool__(self) -> bool:
+        return bool(self.fences)
+
+    def __repr__(self) -> str:
+        how = "bound" if self._bound is not None else "applied one by one"
+        return f"<FenceProgram {len(self.fences)} fence(s), {how}>"

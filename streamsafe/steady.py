@@ -1,0 +1,92 @@
+"""Steady state: a contract's frames replayed from a recipe instead of planned again.
+
+A video pipeline calls ``run()`` with the same streams, the same input shapes and the same
+consumers frame after frame. The general path of :meth:`StreamContract.run
+<streamsafe.contract.StreamContract.run>` plans each call from scratch (stream objects, plan
+lookups, fence lists); what it decides is a pure function of
+
+* the call's **facts**: the method, ``stream_ptr`` and ``non_blocking``, each input's type,
+  shape and producer stream, and the current stream (raw handles, read from the framework);
+* the effect's **state** in its :class:`~streamsafe.ledger.Ledger`: the readers of the current
+  output, whether a view of it escaped, the previous run's plan and SDK streams, the previous
+  input shapes, and the output-size and encoding attributes.
+
+A :class:`Recipe` stores what the general path decided for one (facts, state) pair, with its
+device-side fences bound into a :class:`FenceProgram` (prebound driver calls and events of
+its own, no per-frame lookups). When both match the next call's, the contract replays it:
+the same fences, the same ledger updates, the same input protection, in the same order. Any
+difference, an observer (sanitize mode), or an input that is not a plain torch tensor or a
+model array sends the call down the general path, which then records a recipe for the new
+situation. ``STREAMSAFE_CHECK_REPLAY=1`` makes every replay plan the call again and compare
+(the test suite runs with it).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .plan import FencePlan
+from .program import FenceProgram
+
+__all__ = ["Recipe", "ledger_state", "check_replay"]
+
+check_replay = os.environ.get("STREAMSAFE_CHECK_REPLAY") == "1"
+replays = 0
+"""Plan every replayed call again and raise if the recipe differs (a test switch)."""
+
+
+class Recipe:
+    """What the general path decided for one call in one ledger state; see the module docstring."""
+
+    __slots__ = (
+        "facts", "readers", "escaped", "previous_plan", "previous_sdk", "input_shapes", "ledger_config", "config",
+        "plan", "shapes", "before", "after", "protect", "default_consumer", "run_ptr", "non_blocking",
+    )
+
+    def __init__(
+        self,
+        facts: tuple[Any, ...],
+        state: tuple[Any, ...],
+        plan: FencePlan,
+        shapes: tuple[Any, ...],
+        before: FenceProgram,
+        after: FenceProgram,
+        protect: bool,
+        default_consumer: Any,
+    ) -> None:
+        self.facts = facts
+        self.readers, self.escaped, self.previous_plan, self.previous_sdk, self.input_shapes, self.ledger_config, self.config = state
+        self.plan = plan
+        self.shapes = shapes
+        self.before = before
+        self.after = after
+        self.protect = protect
+        self.default_consumer = default_consumer
+        self.run_ptr = plan.run_stream.ptr
+        self.non_blocking = plan.non_blocking
+
+    def matches(self, ledger: Any, config: Any) -> bool:
+        """Whether the ledger is in the state this recipe was made in (the caller compared the facts)."""
+        return (
+            ledger.plan is self.previous_plan
+            and ledger.escaped is self.escaped
+            and ledger.input_shapes == self.input_shapes
+            and tuple(ledger.readers) == self.readers
+            and ledger.previous_sdk == self.previous_sdk
+            and config == self.config
+            and ledger.config == self.ledger_config
+        )
+
+    def state(self) -> tuple[Any, ...]:
+        """The state this recipe was made in, as :func:`ledger_state` gives it."""
+        return (self.readers, self.escaped, self.previous_plan, self.previous_sdk, self.input_shapes, self.ledger_config, self.config)
+
+    def __repr__(self) -> str:
+        return f"<Recipe {self.facts[0]} {self.plan.strategy.value}: {len(self.before.fences)} fence(s) before, {len(self.after.fences)} after>"
+
+
+def ledger_state(ledger: Any, config: Any) -> tuple[Any, ...]:
+    """The part of a ledger's state that decides a run's fences, with the effect's output-size and
+    encoding attributes as read now (``config``; see :meth:`Recipe.matches`)."""
+    return (tuple(ledger.readers), ledger.escaped, ledger.plan, ledger.previous_sdk, ledger.input_shapes, ledger.config, config)

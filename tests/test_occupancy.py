@@ -1,0 +1,143 @@
+"""auto picks async for one pipeline, event once several threads drive effects on a device (occupancy).
+
+Blocking shadow streams are ordered with stream 0, where every pipeline's conversion runs, so
+several async pipelines serialise one another; event fences do not. Each test checks the
+choice and that every frame is right, on the adversarial model.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+from streamsafe import occupancy
+from streamsafe.testing import VideoSuperRes
+from streamsafe.testing import _kernels as K
+
+
+def _pipeline(sim: ss.SimBackend, device: int = 0, strategy: str = "auto") -> tuple[Any, Any, ss.Stream]:
+    s = sim.create_stream(non_blocking=True, device=device)
+    sr = VideoSuperRes(backend=sim, device=device)
+    sr.output_width = sr.output_height = 32
+    sr.load()
+    return sr, ss.StreamContract(sr, s, strategy=strategy), s
+
+
+def _frames(sim: ss.SimBackend, c: Any, s: ss.Stream, n: int, device: int = 0, seed: int = 0) -> list[bool]:
+    ok = []
+    with sim.use_stream(s):
+        for i in range(n):
+            x = np.random.default_rng(seed + i).random((3, 16, 16), dtype=np.float32)
+            arr = sim.empty(x.shape, np.float32, device=device, name="frame")
+            sim.launch(s, "producer.write", lambda arr=arr, x=x: np.copyto(arr.buffer.data, x), writes=[arr])
+            copy = sim.copy(sim.from_dlpack(c.run(arr).image, stream=s), s)
+            sim.synchronize_stream(s)
+            ref = K.to_rgb8(np, K.resize_bilinear(np, x, 32, 32)).astype(np.float32) / np.float32(255)
+            ok.append(bool(np.allclose(copy.buffer.data, ref, atol=1.5 / 255)))
+    return ok
+
+
+def _together(*jobs: Any) -> list[Any]:
+    """Run each job on its own thread, all started together; their results (exceptions re-raised)."""
+    barrier = threading.Barrier(len(jobs))
+    results: list[Any] = [None] * len(jobs)
+
+    def body(i: int, job: Any) -> None:
+        barrier.wait()
+        try:
+            results[i] = job()
+        except BaseException as e:
+            results[i] = e
+
+    threads = [threading.Thread(target=body, args=(i, j)) for i, j in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results
+
+
+@pytest.fixture(autouse=True)
+def _fresh_occupancy() -> None:
+    occupancy.forget()
+
+
+def test_one_thread_gets_async() -> None:
+    sim = ss.SimBackend(scheduler="adversarial")
+    _, c, s = _pipeline(sim)
+    assert all(_frames(sim, c, s, 4))
+    assert c._last_plan.strategy is ss.Strategy.ASYNC
+    assert c.stats["sdk_waits"] == 0 and sim.races == []
+
+
+def test_two_threads_on_one_device_get_event_and_stay_correct() -> None:
+    sim = ss.SimBackend(scheduler="adversarial")
+    lanes = [_pipeline(sim) for _ in range(2)]
+    step = threading.Barrier(2)
+
+    def lane(i: int) -> tuple[list[bool], Any]:
+        _, c, s = lanes[i]
+        ok = []
+        for k in range(6):
+            ok += _frames(sim, c, s, 1, seed=10 * i + k)
+            step.wait()  # both lanes keep running: each sees the other
+        return ok, c._last_plan.strategy
+
+    results = _together(lambda: lane(0), lambda: lane(1))
+    for ok, strategy in results:
+        assert all(ok)
+        assert strategy is ss.Strategy.EVENT
+    assert occupancy.threads_on(0) == 0  # both threads ended
+    assert sim.races == []
+
+
+def test_back_to_async_when_the_other_thread_ends() -> None:
+    sim = ss.SimBackend(scheduler="adversarial")
+    _, c, s = _pipeline(sim)
+    _, c2, s2 = _pipeline(sim)
+    _frames(sim, c, s, 1)
+    t = threading.Thread(target=lambda: _frames(sim, c2, s2, 2))
+    t.start()
+    t.join()
+    assert all(_frames(sim, c, s, 3))
+    assert c._last_plan.strategy is ss.Strategy.ASYNC
+    assert sim.races == []
+
+
+def test_threads_on_different_devices_do_not_share() -> None:
+    sim = ss.SimBackend(scheduler="adversarial", devices=2)
+    lanes = [_pipeline(sim, device=d) for d in (0, 1)]
+    step = threading.Barrier(2)
+
+    def lane(d: int) -> Any:
+        _, c, s = lanes[d]
+        for k in range(4):
+            assert all(_frames(sim, c, s, 1, device=d, seed=k))
+            step.wait()
+        return c._last_plan.strategy
+
+    assert _together(lambda: lane(0), lambda: lane(1)) == [ss.Strategy.ASYNC, ss.Strategy.ASYNC]
+    assert sim.races == []
+
+
+@pytest.mark.parametrize("strategy", ["async", "event", "device"])
+def test_named_strategies_do_not_change_with_threads(strategy: str) -> None:
+    sim = ss.SimBackend(scheduler="adversarial")
+    lanes = [_pipeline(sim, strategy=strategy) for _ in range(2)]
+    step = threading.Barrier(2)
+
+    def lane(i: int) -> Any:
+        _, c, s = lanes[i]
+        for k in range(3):
+            assert all(_frames(sim, c, s, 1, seed=k))
+            step.wait()
+        return c._last_plan.strategy
+
+    assert _together(lambda: lane(0), lambda: lane(1)) == [ss.Strategy(strategy)] * 2
