@@ -204,6 +204,7 @@ class _Effect:
         self.launch_mode = launch_mode
         self.host_cost_us = host_cost_us
         self._graphs: dict[Any, Any] = {}
+        self._graph_warm: set[Any] = set()
 
     @property
     def _name(self) -> str:
@@ -432,7 +433,9 @@ class _Effect:
         s = eng.stream(stream_ptr)
         self._spend_host_cost()
         if graph_key is not None and self.launch_mode == "graph" and eng.supports_graphs and not hooks.observers:
-            return self._run_graphed(inputs, infer, out_shape, s, non_blocking, graph_key)
+            if graph_key in self._graph_warm:
+                return self._run_graphed(inputs, infer, out_shape, s, non_blocking, graph_key)
+            self._graph_warm.add(graph_key)  # the first run of a key is eager: kernels compiled, memory pooled
         staged = []
         for i, arr in enumerate(inputs):
             shape, dtype = eng.shape_dtype(arr)

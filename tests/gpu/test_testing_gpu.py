@@ -160,3 +160,48 @@ def test_gpu_effects_match_numpy(torch_cuda) -> None:  # type: ignore[no-untyped
         fx.close()
     if (path := lane_output("gpu-effects.json")) is not None:
         path.write_text(json.dumps({"rgb8_max_abs_err": float(np.abs(got - want).max())}))
+
+
+def _emulated(kind: str, mode: str, backend):  # type: ignore[no-untyped-def]
+    from streamsafe.testing import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
+
+    if kind == "hdr":
+        fx = TrueHDR(backend=backend, launch_mode=mode, latency_us=20)
+    elif kind == "vfg":
+        fx = VideoFrameGeneration(backend=backend, launch_mode=mode, latency_us=20)
+        fx.input_width, fx.input_height = 96, 64
+    else:
+        enc = ImageEncoding.RGB10A2 if kind == "sr-rgb10" else ImageEncoding.RGB8
+        fx = VideoSuperRes(backend=backend, launch_mode=mode, image_encoding=enc, latency_us=20)
+        fx.output_width, fx.output_height = 192, 128
+    fx.load()
+    return fx
+
+
+@pytest.mark.parametrize("kind", ["sr", "sr-rgb10", "vfg", "hdr"])
+def test_graph_launch_mode_gives_the_eager_frames(torch_cuda, cuda_backend, kind: str) -> None:  # type: ignore[no-untyped-def]
+    """The bench's emulated SDK (CUDA graphs, a few driver calls per run) computes what the eager one does,
+    on the same streams, through a contract, frame after frame (the graphs are replayed, inputs change)."""
+    pytest.importorskip("cupy")
+    torch = torch_cuda
+    side = torch.cuda.Stream()
+    outs: dict[str, list] = {}
+    for mode in ("eager", "graph"):
+        fx = _emulated(kind, mode, cuda_backend)
+        c = ss.StreamContract(fx, side, strategy="auto")
+        got = []
+        with torch.cuda.stream(side):
+            for i in range(5):
+                g = torch.Generator(device="cuda").manual_seed(i)
+                if kind == "sr-rgb10":
+                    x = torch.randint(0, 2**30, (64, 96), device="cuda", dtype=torch.int32, generator=g).view(torch.uint32)
+                else:
+                    x = torch.rand(3, 64, 96, device="cuda", generator=g)
+                out = c.run(x, x, frame_index=1) if kind == "vfg" else c.run(x)
+                t = torch.from_dlpack(out.image)
+                got.append((t.view(torch.int32) if t.dtype == torch.uint32 else t).clone().cpu())
+        c.close()
+        outs[mode] = got
+    for a, b in zip(outs["eager"], outs["graph"]):
+        assert torch.equal(a, b)
+    assert len(outs["graph"]) == 5 and not torch.equal(outs["graph"][0], outs["graph"][1])

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The performance lane (issue 10) and the two-GPU lane (issue 12) on the nvidia-h200-x2 kind, in two calls:
+#   GPU_LANE_PART=tests bash scripts/gpu_lane_perf.sh   # every GPU test (single- and two-GPU), host costs, overhead, profile
+#   GPU_LANE_PART=bench bash scripts/gpu_lane_perf.sh   # the bench (every scenario, 200 frames a cell) and the two-GPU bench
+# Everything lands in ONE file, $OUT/lane.tgz (folder lane/). Runs on one GPU too (the two-GPU parts then skip).
+set -uo pipefail
+OUT=${OUT:-gpu-out}
+PART=${GPU_LANE_PART:-tests}
+L=$(realpath -m "$OUT")/lane; mkdir -p "$L"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false STREAMSAFE_GPU_OUT=$L
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,memory.used --format=csv > "$L/gpu-$PART.txt" 2>&1
+python3 -c "import torch, cupy, jax; print('torch', torch.__version__, 'cupy', cupy.__version__, 'jax', jax.__version__, 'gpus', torch.cuda.device_count())" >> "$L/gpu-$PART.txt" 2>&1
+cat "$L/gpu-$PART.txt"
+rc=0
+if [ "$PART" = tests ]; then
+  STREAMSAFE_FUZZ_FRAMES=2000 STREAMSAFE_FUZZ_CONTROL_FRAMES=500 STREAMSAFE_SOAK_FRAMES=2000 timeout 330 \
+    python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu > "$L/pytest-gpu.txt" 2>&1 || rc=1
+  grep -E "PASSED|FAILED|ERROR|passed|failed|soak|fuzz" "$L/pytest-gpu.txt" | tail -40
+  timeout 60 python3 benchmarks/effect_host_cost.py --json "$L/effect_host_cost.json" > "$L/effect_host_cost.txt" 2>&1; cat "$L/effect_host_cost.txt" | tail -6
+  timeout 60 python3 benchmarks/contract_overhead.py --json "$L/contract_overhead.json" > "$L/contract_overhead.txt" 2>&1; cat "$L/contract_overhead.txt"
+  for s in event auto; do timeout 30 python3 benchmarks/python_overhead.py $s; done > "$L/python_overhead.txt" 2>&1; cat "$L/python_overhead.txt"
+  (cd benchmarks && timeout 40 python3 profile_contract.py auto 3000 > "$L/profile_contract_auto.txt" 2>&1); head -40 "$L/profile_contract_auto.txt" | cut -c1-150
+  timeout 100 python3 -m streamsafe bench --backend cuda --scenario server-1,server-8 --strategy auto,event,async,device,none \
+    --frames 100 --warmup 20 --block 20 --json "$L/bench-server-probe.json" > "$L/bench-server-probe.txt" 2>&1; tail -25 "$L/bench-server-probe.txt"
+fi
+if [ "$PART" = bench ]; then
+  timeout 400 python3 -m streamsafe bench --backend cuda --frames 200 --warmup 20 --block 20 --json "$L/bench.json" --png "$L/bench.png" \
+    > "$L/bench.txt" 2> "$L/bench.err" || rc=1
+  cat "$L/bench.txt"; tail -3 "$L/bench.err"
+  timeout 150 python3 -m streamsafe.bench.multi_gpu --backend cuda --json "$L/multi-gpu-bench.json" > "$L/multi-gpu-bench.txt" 2> "$L/multi-gpu-bench.err" || rc=1
+  cat "$L/multi-gpu-bench.txt"; tail -3 "$L/multi-gpu-bench.err"
+fi
+tar czf "$OUT/lane.tgz" -C "$OUT" lane && rm -rf "$L"
+exit $rc
