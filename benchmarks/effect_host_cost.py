@@ -59,9 +59,37 @@ def measure(blocks: int = 20, per_block: int = 200) -> dict[str, dict[str, list[
     return results
 
 
+def profile(runs: int = 2000) -> None:
+    """cProfile of graph-mode VideoSuperRes RGB8 runs: where the emulated SDK's host time goes."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    import streamsafe as ss
+    from streamsafe.testing import VideoSuperRes
+
+    side = torch.cuda.Stream()
+    x = torch.rand(3, 540, 960, device="cuda")
+    fx = VideoSuperRes(backend=ss.CudaBackend(), launch_mode="graph")
+    fx.output_width, fx.output_height = 1920, 1080
+    fx.load()
+    for _ in range(20):
+        fx.run(x, stream_ptr=side.cuda_stream, non_blocking=True)
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(runs):
+        fx.run(x, stream_ptr=side.cuda_stream, non_blocking=True)
+    prof.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json")
+    parser.add_argument("--profile", action="store_true", help="also a cProfile of graph-mode VideoSuperRes runs")
     args = parser.parse_args()
     results = measure()
     print(f"{'effect':<36} {'eager us/run':>13} {'graph us/run':>13} {'eager/graph':>12}")
@@ -71,6 +99,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
+    if args.profile:
+        profile()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,11 @@ if [ "$PART" = tests ]; then
     --frames 100 --warmup 20 --block 20 --json "$L/bench-server-probe.json" > "$L/bench-server-probe.txt" 2>&1; tail -25 "$L/bench-server-probe.txt"
 fi
 if [ "$PART" = bench ]; then
-  timeout 400 python3 -m streamsafe bench --backend cuda --frames 200 --warmup 20 --block 20 --json "$L/bench.json" --png "$L/bench.png" \
+  timeout 90 python3 benchmarks/effect_host_cost.py --profile --json "$L/effect_host_cost.json" > "$L/effect_host_cost.txt" 2>&1; head -6 "$L/effect_host_cost.txt"
+  timeout 60 python3 benchmarks/contract_overhead.py --json "$L/contract_overhead.json" > "$L/contract_overhead.txt" 2>&1; cat "$L/contract_overhead.txt"
+  for s in event auto; do timeout 30 python3 benchmarks/python_overhead.py $s; done > "$L/python_overhead.txt" 2>&1; cat "$L/python_overhead.txt"
+  (cd benchmarks && timeout 40 python3 profile_contract.py event 3000 > "$L/profile_contract_event.txt" 2>&1); head -12 "$L/profile_contract_event.txt" | cut -c1-150
+  timeout 330 python3 -m streamsafe bench --backend cuda --frames 200 --warmup 20 --block 20 --json "$L/bench.json" --png "$L/bench.png" \
     > "$L/bench.txt" 2> "$L/bench.err" || rc=1
   cat "$L/bench.txt"; tail -3 "$L/bench.err"
   timeout 150 python3 -m streamsafe.bench.multi_gpu --backend cuda --json "$L/multi-gpu-bench.json" > "$L/multi-gpu-bench.txt" 2> "$L/multi-gpu-bench.err" || rc=1

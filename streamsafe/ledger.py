@@ -42,7 +42,7 @@ from .frameworks import framework_current_stream_handle
 from .plan import Fence, FencePlan, plan_fences, release_fences
 from .program import FenceProgram, apply_fences
 from .strategy import Strategy
-from .streams import Stream
+from .streams import LEGACY_HANDLE, PER_THREAD_HANDLE, Stream, StreamKind
 
 __all__ = ["Ledger", "ledger_of", "apply_fences", "new_stats", "view_owner", "views_exist"]
 
@@ -295,7 +295,7 @@ class Ledger:
         self.escaped = False
         self.previous_sdk = plan.sdk_streams
         self.input_shapes = input_shapes
-        self._release_holds()
+        # (no hold to release: every reader is also outstanding, and the outstanding stay)
         return self.generation
 
     def after_unguarded_run(self, sdk_streams: tuple[Stream, ...], input_shapes: tuple[Any, ...]) -> None:
@@ -307,7 +307,6 @@ class Ledger:
         self.escaped = False
         self.previous_sdk = sdk_streams
         self.input_shapes = input_shapes
-        self._release_holds()
 
     # -- releases ---------------------------------------------------------------------------------------
 
@@ -396,7 +395,14 @@ class Ledger:
         """Keep the framework's object for ``consumer`` alive: a stream a consumer made for one copy
         (``with cupy.cuda.Stream(): ...``) would otherwise be destroyed before the next run's fence
         is recorded on it, and a destroyed handle cannot be used."""
-        if consumer in self.holds or consumer.ptr in (0, 1, 2):
+        if consumer in self.holds:
+            return
+        if consumer.kind is StreamKind.LEGACY or consumer.kind is StreamKind.PER_THREAD:
+            # default streams live as long as the context: known by every handle that names them
+            for handle in ((0, LEGACY_HANDLE) if consumer.kind is StreamKind.LEGACY else (PER_THREAD_HANDLE,)):
+                self.known.setdefault(handle, consumer)
+            return
+        if consumer.ptr in (0, 1, 2):
             return
         if "cupy" in sys.modules:
             current = sys.modules["cupy"].cuda.get_current_stream()

@@ -127,6 +127,8 @@ class CupyEngine:
         self.device = device
         self._cupy = cupy
         self._streams: dict[int, Any] = {}
+        self._cu_streams: dict[int, Any] = {}
+        self._by_ptr: dict[int, Stream] = {}
         with cupy.cuda.Device(device):
             self._spin = _spin_kernel()
             self._release_stream = cupy.cuda.Stream(non_blocking=True)
@@ -239,14 +241,36 @@ class CupyEngine:
         """Launch a captured graph on ``stream`` (one driver call). Does not block the host."""
         from cuda.bindings import driver as d
 
-        if stream.kind is StreamKind.LEGACY:
-            handle = d.CU_STREAM_LEGACY
-        elif stream.kind is StreamKind.PER_THREAD:
-            handle = d.CU_STREAM_PER_THREAD
-        else:
-            handle = stream.handle
+        cu = self._cu_streams.get(stream.handle)
+        if cu is None:
+            if stream.kind is StreamKind.LEGACY:
+                cu = d.CUstream(d.CU_STREAM_LEGACY)
+            elif stream.kind is StreamKind.PER_THREAD:
+                cu = d.CUstream(d.CU_STREAM_PER_THREAD)
+            else:
+                cu = d.CUstream(stream.handle)
+            self._cu_streams[stream.handle] = cu
+        if self._cupy.cuda.runtime.getDevice() == self.device:
+            _ok(d.cuGraphLaunch(graph[0], cu), "cuGraphLaunch")
+            return
         with self._cupy.cuda.Device(self.device):
-            _ok(d.cuGraphLaunch(graph[0], d.CUstream(handle)), "cuGraphLaunch")
+            _ok(d.cuGraphLaunch(graph[0], cu), "cuGraphLaunch")
+
+    def stream_cached(self, stream_ptr: int) -> Stream:
+        """:meth:`stream`, remembered by pointer (graph mode: no driver query per run; the bench's
+        streams live as long as its effects)."""
+        stream = self._by_ptr.get(stream_ptr)
+        if stream is None:
+            stream = self._by_ptr[stream_ptr] = self.stream(stream_ptr)
+        return stream
+
+    def take(self, obj: Any) -> Any:
+        """The SDK's way in: ``__dlpack__()`` with no stream, on the effect's device, imported zero-copy."""
+        cupy = self._cupy
+        if cupy.cuda.runtime.getDevice() == self.device:
+            return cupy.from_dlpack(obj.__dlpack__())
+        with cupy.cuda.Device(self.device):  # torch exports a tensor only with its device current
+            return cupy.from_dlpack(obj.__dlpack__())
 
     def release(self, array: Any, name: str) -> None:
         """Poison the buffer from an unrelated stream, with no ordering, then drop it (like a free)."""

@@ -332,6 +332,9 @@ class _Effect:
     def _acquire(self, obj: Any, what: str) -> Any:
         """Take an input as the SDK does: ``__dlpack__()`` with no stream; then import it zero-copy."""
         require_cuda_input(what, obj, self._device)
+        take = getattr(self.engine, "take", None)
+        if take is not None:
+            return take(obj)
         with self.engine.on_device():  # torch exports a tensor only with its device current
             capsule = obj.__dlpack__()
         return self.engine.import_capsule(capsule)
@@ -430,12 +433,12 @@ class _Effect:
         ``launch_mode="graph"`` on the GPU, the stages are replayed as CUDA graphs.
         """
         eng = self.engine
-        s = eng.stream(stream_ptr)
         self._spend_host_cost()
-        if graph_key is not None and self.launch_mode == "graph" and eng.supports_graphs and not hooks.observers:
+        if graph_key is not None and self._launch_mode == "graph" and eng.supports_graphs and not hooks.observers:
             if graph_key in self._graph_warm:
-                return self._run_graphed(inputs, infer, out_shape, s, non_blocking, graph_key)
+                return self._run_graphed(inputs, infer, out_shape, eng.stream_cached(stream_ptr), non_blocking, graph_key)  # type: ignore[attr-defined]
             self._graph_warm.add(graph_key)  # the first run of a key is eager: kernels compiled, memory pooled
+        s = eng.stream(stream_ptr)
         staged = []
         for i, arr in enumerate(inputs):
             shape, dtype = eng.shape_dtype(arr)
@@ -506,13 +509,22 @@ class _Effect:
         if not non_blocking:
             eng.host_wait(s)
         if graphs[1] is not None:
-            legacy = eng.legacy()
+            legacy = eng.stream_cached(0)
             eng.launch_graph(graphs[1], legacy)
-            self._mark_own_work([s, legacy] if s != legacy else [s])
+            self._mark_own_work_again([s, legacy] if s != legacy else [s])
         else:
-            self._mark_own_work([s])
+            self._mark_own_work_again([s])
         self.runs += 1
         return eng.export(out)
+
+    def _mark_own_work_again(self, streams: Sequence[Any]) -> None:
+        """:meth:`_mark_own_work` re-recording the events it holds (graph mode: no pool traffic)."""
+        if len(self._own_work) != len(streams):
+            self._mark_own_work(streams)
+            return
+        be = self.engine.backend
+        for event, stream in zip(self._own_work, streams):
+            be.record(event, stream)
 
     def _spend_host_cost(self) -> None:
         """Busy-wait ``host_cost_us`` on the host, holding the GIL (what a slower SDK's enqueue costs)."""
