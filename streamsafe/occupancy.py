@@ -4,11 +4,11 @@
 output, waits for it on the device. One pipeline gains: the host never waits. But every blocking
 stream of a device is ordered with stream 0, so when several threads each run a pipeline (a video
 server), every conversion waits for every other pipeline's inference and the pipelines run one
-after another. ``auto`` therefore picks ``async`` only while one thread drives guarded effects on
-the device, and ``event`` (non-blocking SDK streams, per-pipeline host waits that release the GIL)
-once several do. A thread counts as driving a device for :data:`WINDOW_S` seconds after its last
-guarded run there and while it lives. Nothing here blocks; a note costs a clock read and a dict
-write, plus a look at the other threads while there are any.
+after another. ``auto`` therefore picks ``event`` (non-blocking SDK streams, per-pipeline host
+waits that release the GIL) for a run when another live thread ran a guarded effect on the same
+device since this thread's previous run there (within :data:`WINDOW_S` seconds): the pipelines
+interleave. Otherwise it keeps ``async``. Nothing here blocks; a note costs a clock read and a
+dict write, plus a look at the other threads while there are any.
 """
 
 from __future__ import annotations
@@ -28,21 +28,28 @@ _current_thread = threading.current_thread
 
 
 def note_run(device: int) -> bool:
-    """Record a guarded run on ``device`` by this thread. True when other live threads ran guarded
-    effects on ``device`` within the last :data:`WINDOW_S` seconds (the device is shared)."""
+    """Record a guarded run on ``device`` by this thread. True when another live thread ran a guarded
+    effect on ``device`` since this thread's previous run there (and within :data:`WINDOW_S`): the
+    pipelines interleave, the device is shared."""
     now = _clock()
     threads = _seen.get(device)
     if threads is None:
         threads = _seen.setdefault(device, {})
     ident = _get_ident()
     mine = threads.get(ident)
+    previous = mine[0] if mine is not None else 0.0
     threads[ident] = (now, mine[1] if mine is not None else _current_thread())
     if len(threads) == 1:
         return False
-    for other, (last, thread) in list(threads.items()):  # a thread that ended, or went quiet, no longer counts
-        if now - last > WINDOW_S or not thread.is_alive():
+    shared = False
+    for other, (last, thread) in list(threads.items()):
+        if other == ident:
+            continue
+        if now - last > WINDOW_S or not thread.is_alive():  # ended, or quiet: it no longer counts
             threads.pop(other, None)
-    return len(threads) > 1
+        elif last >= previous:
+            shared = True
+    return shared
 
 
 def threads_on(device: int) -> int:

@@ -43,7 +43,7 @@ def _frames(sim: ss.SimBackend, c: Any, s: ss.Stream, n: int, device: int = 0, s
 
 def _together(*jobs: Any) -> list[Any]:
     """Run each job on its own thread, all started together; their results (exceptions re-raised)."""
-    barrier = threading.Barrier(len(jobs))
+    barrier, end = threading.Barrier(len(jobs)), threading.Barrier(len(jobs))
     results: list[Any] = [None] * len(jobs)
 
     def body(i: int, job: Any) -> None:
@@ -52,6 +52,7 @@ def _together(*jobs: Any) -> list[Any]:
             results[i] = job()
         except BaseException as e:
             results[i] = e
+        end.wait()  # no thread ends (and stops counting) before the others are done
 
     threads = [threading.Thread(target=body, args=(i, j)) for i, j in enumerate(jobs)]
     for t in threads:
@@ -77,24 +78,67 @@ def test_one_thread_gets_async() -> None:
     assert c.stats["sdk_waits"] == 0 and sim.races == []
 
 
-def test_two_threads_on_one_device_get_event_and_stay_correct() -> None:
+class _Turns:
+    """Threads take turns: lane 0, lane 1, lane 0, ... (their runs interleave, as a server's do)."""
+
+    def __init__(self, lanes: int) -> None:
+        self.lanes, self.turn, self.cond = lanes, 0, threading.Condition()
+
+    def wait(self, lane: int) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.turn % self.lanes == lane)
+
+    def done(self) -> None:
+        with self.cond:
+            self.turn += 1
+            self.cond.notify_all()
+
+
+def test_two_interleaved_threads_on_one_device_get_event_and_stay_correct() -> None:
     sim = ss.SimBackend(scheduler="adversarial")
     lanes = [_pipeline(sim) for _ in range(2)]
-    step = threading.Barrier(2)
+    turns = _Turns(2)
 
-    def lane(i: int) -> tuple[list[bool], Any]:
+    def lane(i: int) -> tuple[list[bool], list[Any]]:
         _, c, s = lanes[i]
-        ok = []
+        ok, chosen = [], []
         for k in range(6):
+            turns.wait(i)
             ok += _frames(sim, c, s, 1, seed=10 * i + k)
-            step.wait()  # both lanes keep running: each sees the other
-        return ok, c._last_plan.strategy
+            chosen.append(c._last_plan.strategy)
+            turns.done()
+        return ok, chosen
 
     results = _together(lambda: lane(0), lambda: lane(1))
-    for ok, strategy in results:
+    for ok, chosen in results:
         assert all(ok)
-        assert strategy is ss.Strategy.EVENT
+        assert chosen[1:] == [ss.Strategy.EVENT] * 5, chosen  # lane 1's first run already follows lane 0's
+    assert results[0][1][0] is ss.Strategy.ASYNC  # lane 0's first run: nobody else yet
     assert occupancy.threads_on(0) == 0  # both threads ended
+    assert sim.races == []
+
+
+def test_threads_that_take_long_turns_keep_async_within_a_turn() -> None:
+    """Pipelines that do not interleave (each runs a burst alone, as the bench's rows do) keep async
+    after the first run of each burst."""
+    sim = ss.SimBackend(scheduler="adversarial")
+    lanes = [_pipeline(sim) for _ in range(2)]
+    turns = _Turns(2)
+
+    def lane(i: int) -> list[Any]:
+        _, c, s = lanes[i]
+        chosen = []
+        for _ in range(2):
+            turns.wait(i)
+            for k in range(3):
+                assert all(_frames(sim, c, s, 1, seed=k))
+                chosen.append(c._last_plan.strategy)
+            turns.done()
+        return chosen
+
+    first, second = _together(lambda: lane(0), lambda: lane(1))
+    assert first == [ss.Strategy.ASYNC] * 3 + [ss.Strategy.EVENT, ss.Strategy.ASYNC, ss.Strategy.ASYNC]
+    assert second == [ss.Strategy.EVENT, ss.Strategy.ASYNC, ss.Strategy.ASYNC] * 2
     assert sim.races == []
 
 
@@ -114,13 +158,14 @@ def test_back_to_async_when_the_other_thread_ends() -> None:
 def test_threads_on_different_devices_do_not_share() -> None:
     sim = ss.SimBackend(scheduler="adversarial", devices=2)
     lanes = [_pipeline(sim, device=d) for d in (0, 1)]
-    step = threading.Barrier(2)
+    turns = _Turns(2)
 
     def lane(d: int) -> Any:
         _, c, s = lanes[d]
         for k in range(4):
+            turns.wait(d)
             assert all(_frames(sim, c, s, 1, device=d, seed=k))
-            step.wait()
+            turns.done()
         return c._last_plan.strategy
 
     assert _together(lambda: lane(0), lambda: lane(1)) == [ss.Strategy.ASYNC, ss.Strategy.ASYNC]
@@ -131,13 +176,14 @@ def test_threads_on_different_devices_do_not_share() -> None:
 def test_named_strategies_do_not_change_with_threads(strategy: str) -> None:
     sim = ss.SimBackend(scheduler="adversarial")
     lanes = [_pipeline(sim, strategy=strategy) for _ in range(2)]
-    step = threading.Barrier(2)
+    turns = _Turns(2)
 
     def lane(i: int) -> Any:
         _, c, s = lanes[i]
         for k in range(3):
+            turns.wait(i)
             assert all(_frames(sim, c, s, 1, seed=k))
-            step.wait()
+            turns.done()
         return c._last_plan.strategy
 
     assert _together(lambda: lane(0), lambda: lane(1)) == [ss.Strategy(strategy)] * 2
