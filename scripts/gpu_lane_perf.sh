@@ -2,6 +2,7 @@
 # The performance lane (issue 10) and the two-GPU lane (issue 12) on the nvidia-h200-x2 kind, in two calls:
 #   GPU_LANE_PART=tests bash scripts/gpu_lane_perf.sh   # every GPU test (single- and two-GPU), host costs, overhead, profile
 #   GPU_LANE_PART=bench bash scripts/gpu_lane_perf.sh   # the bench (every scenario, 200 frames a cell) and the two-GPU bench
+#   GPU_LANE_PART=final bash scripts/gpu_lane_perf.sh   # after a plan change: the GPU tests, the overhead and the bench again
 # Everything lands in ONE file, $OUT/lane.tgz (folder lane/). Runs on one GPU too (the two-GPU parts then skip).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -33,6 +34,15 @@ if [ "$PART" = bench ]; then
   cat "$L/bench.txt"; tail -3 "$L/bench.err"
   timeout 150 python3 -m streamsafe.bench.multi_gpu --backend cuda --json "$L/multi-gpu-bench.json" > "$L/multi-gpu-bench.txt" 2> "$L/multi-gpu-bench.err" || rc=1
   cat "$L/multi-gpu-bench.txt"; tail -3 "$L/multi-gpu-bench.err"
+fi
+if [ "$PART" = final ]; then  # after a plan change: the GPU checks and the bench again, in one call
+  STREAMSAFE_FUZZ_FRAMES=2000 STREAMSAFE_FUZZ_CONTROL_FRAMES=500 STREAMSAFE_SOAK_FRAMES=2000 STREAMSAFE_MULTI_GPU_SOAK_FRAMES=5000 \
+    timeout 300 python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu > "$L/pytest-gpu.txt" 2>&1 || rc=1
+  grep -E "FAILED|ERROR|passed|failed|soak|fuzz" "$L/pytest-gpu.txt" | tail -30
+  timeout 60 python3 benchmarks/contract_overhead.py --json "$L/contract_overhead.json" > "$L/contract_overhead.txt" 2>&1; tail -20 "$L/contract_overhead.txt"
+  timeout 200 python3 -m streamsafe bench --backend cuda --frames 200 --warmup 20 --block 20 --json "$L/bench.json" --png "$L/bench.png" \
+    > "$L/bench.txt" 2> "$L/bench.err" || rc=1
+  cat "$L/bench.txt"; tail -3 "$L/bench.err"
 fi
 tar czf "$OUT/lane.tgz" -C "$OUT" lane && rm -rf "$L"
 exit $rc

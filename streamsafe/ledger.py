@@ -282,7 +282,7 @@ class Ledger:
         if self.escaped and current is not None and current not in self.readers:
             readers = (*self.readers, current)  # a view escaped: the framework's current stream may read it
         if self.plan is not None or self.previous_sdk:
-            fences += plan.reuse_fences(tuple(readers), self.previous_sdk)
+            fences += plan.reuse_fences(tuple(readers), self.previous_sdk, tuple(self.readers))
         return fences
 
     def after_run(self, plan: FencePlan, input_shapes: tuple[Any, ...], stats: dict[str, int], default_consumer: Stream) -> int:

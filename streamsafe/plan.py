@@ -106,23 +106,35 @@ class FencePlan:
             )
         return cached
 
-    def reuse_fences(self, readers: Iterable[Stream], previous_sdk: Iterable[Stream]) -> tuple[Fence, ...]:
+    def reuse_fences(
+        self, readers: Iterable[Stream], previous_sdk: Iterable[Stream], fenced: Iterable[Stream] = ()
+    ) -> tuple[Fence, ...]:
         """H5, before this plan's ``run()``: the SDK streams wait for every stream that may still read the
         previous output (``readers``) and for the previous run's SDK streams (``previous_sdk``: the SDK
-        buffers they wrote or read are about to be overwritten, also when the SDK stream changed)."""
-        readers, previous_sdk = tuple(readers), tuple(previous_sdk)
-        key = ("reuse", readers, previous_sdk)
+        buffers they wrote or read are about to be overwritten, also when the SDK stream changed).
+
+        ``fenced``: the readers that were made to wait for the previous output's writer when they
+        imported it. Two fences follow from others and are left out: the conversion stream's wait
+        for a reader that is the run stream itself when the SDK makes the host wait for the run stream
+        before it converts (``non_blocking=False``), and the run stream's wait for the previous
+        output's writer when the run stream imported that output."""
+        readers, previous_sdk, fenced = tuple(readers), tuple(previous_sdk), tuple(fenced)
+        key = ("reuse", readers, previous_sdk, fenced)
         cached = self._cache.get(key)
         if cached is None:
             fences: list[Fence] = []
             if self.strategy is not Strategy.NONE:
                 for consumer in readers:
                     fences += [f for f in consumer_fences(
-                        self.strategy, run_stream=self.run_stream, conversion=self.conversion, consumer=consumer
+                        self.strategy, run_stream=self.run_stream, conversion=self.conversion, consumer=consumer,
+                        host_waits_run=not self.non_blocking,
                     ) if f.when == "before next run"]
+                writer = previous_sdk[-1] if previous_sdk else None
                 for previous in previous_sdk:
                     if implicitly_ordered(previous, self.run_stream):
                         continue
+                    if previous == writer and self.run_stream in fenced:
+                        continue  # the run stream imported the previous output: it waited for the writer then
                     why = (
                         "the next inference overwrites the 8-bit result stream 0 converts"
                         if previous.kind is StreamKind.LEGACY and self.conversion is not None
@@ -234,8 +246,9 @@ def plan_fences(
                 fences.append(Fence("H12", "after run", "protect-input", None, run_stream, "the host does not wait for the input transfer"))
             for w in open_writers:
                 fences.append(Fence("H12", "after run", "device-wait", w, run_stream, "a rewrite or a recycled allocation on it must wait for the SDK's read"))
-        fences += consumer_fences(strategy, run_stream=run_stream, conversion=conversion, consumer=consumer)
-        fences += reuse_fences(strategy, run_stream=run_stream, conversion=conversion)
+        fences += consumer_fences(strategy, run_stream=run_stream, conversion=conversion, consumer=consumer,
+                                  host_waits_run=not non_blocking)
+        fences += reuse_fences(strategy, run_stream=run_stream, conversion=conversion, imported_on_run_stream=consumer == run_stream)
         release += release_fences(strategy, [consumer])
     else:
         writers = []
@@ -267,8 +280,14 @@ def _before_run(run_stream: Stream, sdk: Stream, producer: Stream | None) -> lis
     return fences
 
 
-def consumer_fences(strategy: Strategy, *, run_stream: Stream, conversion: Stream | None, consumer: Stream) -> list[Fence]:
-    """The fences for one consumer stream: at its import (H3/H4) and before the next run (H5)."""
+def consumer_fences(
+    strategy: Strategy, *, run_stream: Stream, conversion: Stream | None, consumer: Stream, host_waits_run: bool = False
+) -> list[Fence]:
+    """The fences for one consumer stream: at its import (H3/H4) and before the next run (H5).
+
+    ``host_waits_run``: the SDK makes the host wait for the run stream before it converts
+    (``non_blocking=False``); a copy on the run stream itself is then done before the next
+    conversion overwrites the output, and needs no fence for it."""
     if strategy is Strategy.NONE:
         return []
     fences: list[Fence] = []
@@ -277,14 +296,21 @@ def consumer_fences(strategy: Strategy, *, run_stream: Stream, conversion: Strea
         hazard = "H3" if conversion is not None else "H4"
         fences.append(_wait(strategy, hazard, "at import", consumer, last_writer, f"{consumer.kind} consumer streams do not wait for it"))
     for writer in (run_stream, conversion):
-        if writer is not None and not implicitly_ordered(consumer, writer):
-            fences.append(_wait(strategy, "H5", "before next run", writer, consumer, "the next run overwrites the buffer the copy reads"))
+        if writer is None or implicitly_ordered(consumer, writer):
+            continue
+        if writer is conversion and host_waits_run and consumer == run_stream:
+            continue
+        fences.append(_wait(strategy, "H5", "before next run", writer, consumer, "the next run overwrites the buffer the copy reads"))
     return _dedupe(fences)
 
 
-def reuse_fences(strategy: Strategy, *, run_stream: Stream, conversion: Stream | None) -> list[Fence]:
-    """Before the next run: the next inference must not overwrite the 8-bit result stream 0 still converts."""
-    if strategy is Strategy.NONE or conversion is None or implicitly_ordered(conversion, run_stream):
+def reuse_fences(
+    strategy: Strategy, *, run_stream: Stream, conversion: Stream | None, imported_on_run_stream: bool = False
+) -> list[Fence]:
+    """Before the next run: the next inference must not overwrite the 8-bit result stream 0 still converts.
+    ``imported_on_run_stream``: the output is imported on the run stream, which then waits for the
+    conversion at the import already."""
+    if strategy is Strategy.NONE or conversion is None or implicitly_ordered(conversion, run_stream) or imported_on_run_stream:
         return []
     return [_wait(strategy, "H5", "before next run", run_stream, conversion, "the next inference overwrites the 8-bit result stream 0 converts")]
 

@@ -303,8 +303,9 @@ def test_fences_per_frame_match_the_plan(scenario: str, strategy: str) -> None:
         pipe.close()
 
 
-def test_fences_per_frame_match_the_plan_in_the_video_server() -> None:
-    pipe = sim_factory("server-2", Strategy.AUTO)
+@pytest.mark.parametrize("strategy", [Strategy.EVENT, Strategy.ASYNC])
+def test_fences_per_frame_match_the_plan_in_the_video_server(strategy: Strategy) -> None:
+    pipe = sim_factory("server-2", strategy)
     assert isinstance(pipe, ServerPipeline)
     try:
         pipe.run_block(0, 3)
@@ -313,6 +314,22 @@ def test_fences_per_frame_match_the_plan_in_the_video_server() -> None:
         c1 = pipe.counters()
         assert c1["runs"] - c0["runs"] == 10
         assert (c1["fences"] - c0["fences"]) / 10 == _planned_fences(pipe.lanes[0])
+    finally:
+        pipe.close()
+
+
+def test_auto_in_the_video_server_uses_event_or_async_and_stays_correct() -> None:
+    """auto picks per run: event while the lanes interleave, async for a lane running alone."""
+    pipe = sim_factory("server-2", Strategy.AUTO)
+    assert isinstance(pipe, ServerPipeline)
+    try:
+        pipe.run_block(0, 8)
+        used = {lane.runner.contract._last_plan.strategy for lane in pipe.lanes}  # type: ignore[attr-defined]
+        assert used <= {Strategy.EVENT, Strategy.ASYNC}
+        pipe.drain()
+        checked, corrupt = pipe.check()
+        assert checked == 16 and corrupt == 0
+        assert all(lane.sim.races == [] for lane in pipe.lanes)  # type: ignore[attr-defined]
     finally:
         pipe.close()
 

@@ -88,7 +88,16 @@ def test_fences_only_where_kinds_leave_an_edge_open(sim: ss.SimBackend) -> None:
     assert plan.fences == ()  # stream 0 and a blocking stream order each other implicitly
     nb = sim.create_stream(non_blocking=True)
     plan = plan_fences(ss.Strategy.EVENT, sdk=nb, conversion=legacy, consumer=nb, producer=nb)
-    assert {(f.hazard, f.action) for f in plan.fences} == {("H2", "sdk-blocking"), ("H3", "device-wait"), ("H5", "device-wait")}
+    # the copy on the SDK stream is done before the next conversion (the SDK's host wait), and the SDK
+    # stream waited for the conversion at the import: no H5 fence of its own
+    assert {(f.hazard, f.action) for f in plan.fences} == {("H2", "sdk-blocking"), ("H3", "device-wait")}
+    other = sim.create_stream(non_blocking=True)
+    plan = plan_fences(ss.Strategy.EVENT, sdk=nb, conversion=legacy, consumer=other, producer=nb)
+    assert {(f.hazard, f.when, f.waiter, f.signaller) for f in plan.fences if f.hazard == "H5"} == {
+        ("H5", "before next run", legacy, other), ("H5", "before next run", nb, other), ("H5", "before next run", nb, legacy),
+    }
+    plan = plan_fences(ss.Strategy.ASYNC, sdk=nb, conversion=legacy, consumer=nb, producer=nb, shadow=sim.create_stream())
+    assert any(f.hazard == "H5" and f.waiter == legacy and f.signaller == nb for f in plan.fences)  # no host wait there
 
 
 def test_auto_picks_async_for_a_non_blocking_sdk_stream_and_says_why(sim: ss.SimBackend) -> None:
