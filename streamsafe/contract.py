@@ -399,6 +399,8 @@ class StreamContract:
             self._check_unguarded_change()
             config = self._config() if facts is not None else _UNREADABLE
             state = steady.ledger_state(ledger, config) if config is not _UNREADABLE else None
+            if state is not None and ledger.input_shapes is not None and ledger.input_shapes != tuple(map(shape_of, arrays)):
+                state = None  # an input-size change waits for every outstanding reader: no recipe for that
             plan, shapes, before, after = self._plan_frame(sdk, arrays, producers, user_nb)
             run_stream = plan.run_stream
             if hooks.observers and not isinstance(be, SimBackend):

@@ -11,6 +11,10 @@ import pytest
 os.environ.setdefault("STREAMSAFE_CHECK_REPLAY", "1")
 
 import streamsafe as ss
+from streamsafe import steady
+
+# (set again here: the pytest plugin that provides fake_nvvfx imports streamsafe before this file)
+steady.check_replay = os.environ["STREAMSAFE_CHECK_REPLAY"] == "1"
 
 
 def _gpu_reason() -> str | None:

@@ -52,21 +52,21 @@ class DeviceLog(ss.SimBackend):
         kw.setdefault("scheduler", "adversarial")
         super().__init__(**kw)
         self.log: list[tuple[int, str, str, int, int | None]] = []  # (thread, what, name, stream device, event device)
-        self._freeing = False
+        self._freeing = threading.local()  # per thread: another thread's drain must not end this one's
 
     def _issue(self, stream: ss.Stream, name: str, fn: Any, reads: Any = (), writes: Any = (), *, after: SimEvent | None = None) -> Op:
-        what = "free" if self._freeing else "op"
+        what = "free" if getattr(self._freeing, "on", False) else "op"
         self.log.append((threading.get_ident(), what, name, stream.device, None if after is None else after.device))
         return super()._issue(stream, name, fn, reads, writes, after=after)
 
     def _drain_released(self) -> None:
         # The caching allocator takes back blocks whose arrays are gone, at the start of any later call
         # (on any device): the events it records belong to the freed block's streams, not to that call.
-        self._freeing = True
+        self._freeing.on = True
         try:
             super()._drain_released()
         finally:
-            self._freeing = False
+            self._freeing.on = False
 
     def synchronize_stream(self, stream: ss.Stream) -> None:
         self.log.append((threading.get_ident(), "sync", "stream", stream.device, None))

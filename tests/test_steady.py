@@ -140,6 +140,32 @@ def test_replay_issues_exactly_what_planning_issues(program: str, strategy: str)
         assert replayed["replays"] > 0, "a repeated call should replay"
 
 
+def test_an_input_size_change_is_never_replayed() -> None:
+    """A run whose input size changed first waits for every outstanding reader (TrueHDR reallocates
+    its output); the outstanding readers are not part of a recipe, so such a run is always planned.
+    Here a reader of an older output (o2) is outstanding when the sizes alternate again."""
+    from streamsafe.testing import TrueHDR
+
+    sim = ss.SimBackend(scheduler="adversarial")
+    s, o1, o2 = (sim.create_stream(non_blocking=True) for _ in range(3))
+    fx = TrueHDR(backend=sim)
+    fx.load()
+    c = StreamContract(fx, s, strategy="event")
+    waits_on_o2 = []
+    with sim.use_stream(s):
+        for i in range(13):
+            size = 16 if i % 2 else 24
+            out = c.run(_fresh(sim, _frame(i, size, size), s))
+            consumer = o2 if i == 8 else o1
+            sim.copy(sim.from_dlpack(out.image, stream=consumer), consumer)
+            if i > 8:
+                waits_on_o2.append(any(f.signaller == o2 and f.action == "host-wait"
+                                       for f in c.ledger.release_fences(c._last_plan)))
+    sim.synchronize_device(0)
+    assert sim.races == []
+    assert all(waits_on_o2)  # o2 stays outstanding: every later size change waits for it
+
+
 def test_a_recipe_that_skips_a_fence_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Controls: a replay missing its fences races on the model; the check mode refuses it."""
     sim = ss.SimBackend(scheduler="adversarial")
