@@ -622,7 +622,8 @@ def test_multi_gpu_bench_lane_threads_stay_on_their_device() -> None:
         mine = sim.log[start:]
         idents = {e[0] for e in mine}
         assert len(idents) == 2 and threading.get_ident() not in idents  # one worker thread per lane
-        assert sorted(tuple(sim.devices([e for e in mine if e[0] == t])) for t in idents) == [(0,), (1,)]
+        # (the allocator's records for blocks freed earlier, of either device, are drained by whichever call comes next)
+        assert sorted(tuple(sim.devices([e for e in mine if e[0] == t and e[1] != "free"])) for t in idents) == [(0,), (1,)]
         assert pipe.check() == (8, 0)
         assert sim.races == []
     finally:
