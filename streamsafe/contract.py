@@ -228,17 +228,18 @@ class StreamContract:
         raise EffectStateError(self.effect_name, call, "closed", "Create a new effect and contract.")
 
     def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SafeOutput:
-        if self.strategy is Strategy.AUTO:
-            self._shared = note_run(self.device)  # several threads on the device: auto picks event, not async
+        # several threads' pipelines interleaving on the device: auto picks event, not async (every guarded
+        # run counts, whatever its strategy; the flag is set under the effect's lock, in the paths below)
+        shared = note_run(self.device) and self.strategy is Strategy.AUTO
         if self._recipes and not hooks.observers:
-            out = self._replay(name, args, kwargs)
+            out = self._replay(name, args, kwargs, shared)
             if out is not None:
                 return out
-        return self._call_planned(name, args, kwargs)
+        return self._call_planned(name, args, kwargs, shared)
 
     # -- steady state (streamsafe.steady) ---------------------------------------------------------
 
-    def _facts(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+    def _facts(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> tuple[Any, ...] | None:
         """This call's facts for :mod:`streamsafe.steady` (raw handles, shapes), read without a driver
         query; ``None`` when the call must take the general path (inputs passed by keyword, inputs
         other than plain torch tensors and model arrays, an input on another device)."""
@@ -254,7 +255,7 @@ class StreamContract:
         dev = self.device
         declared = self._input
         tensor = _TORCH_TENSOR
-        facts: list[Any] = [name, stream_ptr, non_blocking, self._shared]
+        facts: list[Any] = [name, stream_ptr, non_blocking, shared]
         sim = None
         for a in args:
             kind = type(a)
@@ -287,11 +288,11 @@ class StreamContract:
             facts.append(_torch_raw_stream(dev))  # the current stream (torch is initialised: it made the inputs)
         return tuple(facts)
 
-    def _replay(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SafeOutput | None:
+    def _replay(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> SafeOutput | None:
         """Replay a recorded recipe when this call's facts and the ledger's state match one; else ``None``."""
         if self.closed:
             return None
-        facts = self._facts(name, args, kwargs)
+        facts = self._facts(name, args, kwargs, shared)
         if facts is None:
             return None
         for recipe in self._recipes:
@@ -304,6 +305,7 @@ class StreamContract:
             config = self._config()
             if ledger.closed or config is _UNREADABLE or not recipe.matches(ledger, config):
                 return None
+            self._shared = shared
             steady.replays += 1
             if steady.check_replay:
                 self._check_recipe(recipe, name, args, kwargs)
@@ -376,12 +378,12 @@ class StreamContract:
         after = tuple(f for f in plan.at("after run") if f.action == "device-wait")
         return plan, shapes, tuple(fences), after
 
-    def _call_planned(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SafeOutput:
+    def _call_planned(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool = False) -> SafeOutput:
         ledger = self.ledger
         if self.closed or ledger.closed:
             self._refuse_closed(name)
         _refresh_torch()
-        facts = self._facts(name, args, kwargs) if not hooks.observers else None
+        facts = self._facts(name, args, kwargs, shared) if not hooks.observers else None
         stream_ptr = kwargs.pop("stream_ptr", None)
         user_nb = bool(kwargs.pop("non_blocking", False))
         be, dev = self.backend, self.device
@@ -396,6 +398,7 @@ class StreamContract:
             raise HostArrayError(e.what, e.value, _describe(e), e.rule, f"{e.fix} On the simulated backend (this effect's): "
                                  "sim.array(x), a device copy, or sim.empty(shape, dtype) and a kernel.") from None
         with ledger.using(name):
+            self._shared = shared
             self._check_unguarded_change()
             config = self._config() if facts is not None else _UNREADABLE
             state = steady.ledger_state(ledger, config) if config is not _UNREADABLE else None

@@ -250,7 +250,7 @@ def tracked_raw_call(effect: Any, ledger: Ledger, name: str, args: tuple[Any, ..
     stream_ptr = kwargs.get("stream_ptr", 0)
     sdk = as_stream(stream_ptr, device=dev, backend=be)
     conversion = None if is_rgb10a2(effect) else as_stream(LEGACY_HANDLE, device=dev, backend=be)
-    plan = ledger.raw_plan(sdk, conversion)
+    plan = ledger.raw_plan(sdk, conversion, bool(kwargs.get("non_blocking", False)))
     arrays = [a for a in args if hasattr(a, "__dlpack__")] + [kwargs[k] for k in INPUT_KWARGS if k in kwargs]
     shapes = tuple(shape_of(a) for a in arrays)
     with ledger.using(name):

@@ -28,6 +28,7 @@ that a program serialises itself (a lock, a queue) are fine.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import weakref
@@ -180,7 +181,7 @@ class Ledger:
         handle cannot be freed and reused with other flags while the entry stands)."""
         self.keepalive: deque[tuple[Any, Any]] = deque()
         self.torch_streams: dict[int, Any] = {}
-        self.raw_plans: dict[tuple[Stream, Stream | None], FencePlan] = {}
+        self.raw_plans: dict[tuple[Stream, Stream | None, bool], FencePlan] = {}
         self.import_programs: dict[Stream, FenceProgram] = {}
         """Bound import fences by consumer stream, for the plan that wrote the current output."""
         """The plans of tracked raw calls, by (SDK stream, conversion stream)."""
@@ -437,15 +438,18 @@ class Ledger:
                     return known
         return be.current_stream(self.device)
 
-    def raw_plan(self, sdk: Stream, conversion: Stream | None) -> FencePlan:
-        """The ``event`` plan whose fences order a tracked raw call on ``sdk`` (cached)."""
-        plan = self.raw_plans.get((sdk, conversion))
+    def raw_plan(self, sdk: Stream, conversion: Stream | None, non_blocking: bool = False) -> FencePlan:
+        """The ``event`` plan whose fences order a tracked raw call on ``sdk`` (cached). ``non_blocking``:
+        the call's own, so the plan counts on the SDK's host wait only when the call makes it."""
+        key = (sdk, conversion, non_blocking)
+        plan = self.raw_plans.get(key)
         if plan is None:
             if len(self.raw_plans) > 64:
                 self.raw_plans.clear()
-            plan = self.raw_plans[(sdk, conversion)] = plan_fences(
-                Strategy.EVENT, sdk=sdk, conversion=conversion, consumer=sdk, producer=sdk
-            )
+            plan = plan_fences(Strategy.EVENT, sdk=sdk, conversion=conversion, consumer=sdk, producer=sdk)
+            if non_blocking:
+                plan = dataclasses.replace(plan, non_blocking=True, _cache={})
+            self.raw_plans[key] = plan
         return plan
 
     def resolved_backend(self) -> Backend:

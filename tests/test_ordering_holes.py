@@ -645,3 +645,38 @@ def test_a_run_while_another_thread_leaves_its_block_waits_for_it(sim: ss.SimBac
     threading.Timer(0.2, release.set).start()
     c.run(fresh(sim, 0, sim.legacy_stream())[0])  # waits for the closing wait, does not raise
     t.join()
+
+
+# -- a third review's finding ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_a_plain_run_waits_for_a_copy_on_its_own_stream_whatever_its_non_blocking(sim: ss.SimBackend, non_blocking: bool) -> None:
+    """A plain run() outside the guard, on the stream a guarded output is being copied on: its conversion
+    on stream 0 must wait for the copy. With non_blocking=False the SDK's host wait gives that; with
+    non_blocking=True only a fence does (a plan once counted on the host wait for both)."""
+    s = sim.create_stream(non_blocking=True)
+    sr = make_sr(sim)
+    c = ss.StreamContract(sr, s, strategy="event")
+    with sim.use_stream(s):
+        x, data = fresh(sim, 0, s)
+        copy = import_copy(sim, c.run(x), s)
+        sr.run(fresh(sim, 1, s)[0], stream_ptr=s.ptr, non_blocking=non_blocking)
+    sim.synchronize_device()
+    assert [r for r in sim.races if "consumer.copy" in str(r)] == []
+    assert np.array_equal(copy.buffer.data, sr_expected(data))
+
+
+def test_a_plain_run_control_without_its_fence_the_copy_races(sim: ss.SimBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamsafe import ledger as ledger_mod
+
+    s = sim.create_stream(non_blocking=True)
+    sr = make_sr(sim)
+    c = ss.StreamContract(sr, s, strategy="event")
+    monkeypatch.setattr(ledger_mod.Ledger, "before_run", lambda self, plan, shapes, current: [])
+    with sim.use_stream(s):
+        x, _ = fresh(sim, 0, s)
+        import_copy(sim, c.run(x), s)
+        sr.run(fresh(sim, 1, s)[0], stream_ptr=s.ptr, non_blocking=True)
+    sim.synchronize_device()
+    assert [r for r in sim.races if "consumer.copy" in str(r)]
