@@ -298,3 +298,31 @@ def test_true_hdr_output_is_always_rgb10a2(sim: ss.SimBackend) -> None:
     with pytest.raises(ss.EffectConfigError, match="TrueHDR output is always RGB10A2"):
         hdr.image_encoding = ImageEncoding.RGB8
     assert hdr.image_encoding is ImageEncoding.RGB10A2
+
+
+def test_launch_mode_and_host_cost_knobs_are_validated_and_graph_mode_runs_on_the_model() -> None:
+    import time
+
+    from streamsafe.errors import EffectConfigError as ConfigError
+
+    sim = ss.SimBackend()
+    with pytest.raises(ConfigError, match="launch_mode"):
+        VideoSuperRes(backend=sim, launch_mode="fast")
+    with pytest.raises(ConfigError, match="host_cost_us"):
+        VideoSuperRes(backend=sim, host_cost_us=-1)
+    with pytest.raises(ConfigError, match="host_cost_us"):
+        VideoSuperRes(backend=sim, host_cost_us=True)
+    outs = []
+    for mode, cost in (("eager", 0.0), ("graph", 300.0)):
+        sr = VideoSuperRes(backend=sim, launch_mode=mode, host_cost_us=cost)
+        sr.output_width = sr.output_height = 32
+        sr.load()
+        x = sim.array(np.random.default_rng(1).random((3, 16, 16), dtype=np.float32))
+        t0 = time.perf_counter()
+        out = sr.run(x)
+        elapsed = time.perf_counter() - t0
+        sim.synchronize_device()
+        outs.append(sim.from_dlpack(out.image).buffer.data.copy())
+        if cost:
+            assert elapsed >= cost * 1e-6  # the host cost is spent inside run()
+    assert np.array_equal(outs[0], outs[1])  # the model runs stages one by one in either mode
