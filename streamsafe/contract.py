@@ -314,7 +314,7 @@ class StreamContract:
             if views_exist():
                 self._read_views(arrays, recipe.plan.run_stream)
             if kwargs:
-                kwargs = {k: v for k, v in kwargs.items() if k != "stream_ptr" and k != "non_blocking"}
+                kwargs = _sdk_kwargs_removed(kwargs)
             raw = call_raw(self.effect, name, *args, stream_ptr=recipe.run_ptr, non_blocking=recipe.non_blocking, **kwargs)
             plan = recipe.plan
             generation = ledger.after_run(plan, recipe.shapes, self.stats, recipe.default_consumer)
@@ -339,11 +339,7 @@ class StreamContract:
 
     def _check_recipe(self, recipe: steady.Recipe, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``STREAMSAFE_CHECK_REPLAY=1``: plan the call again; the recipe must say the same."""
-        stream_ptr = kwargs.get("stream_ptr")
-        user_nb = bool(kwargs.get("non_blocking", False))
-        sdk = self._sdk_stream() if stream_ptr is None else stream_on_device(stream_ptr, self.device, self.backend, "sdk")
-        arrays = [a for a in args if not isinstance(a, numbers.Number)]
-        producers = [self._producer_of(a) for a in arrays]
+        sdk, user_nb, arrays, producers = self._call_inputs(args, kwargs)
         frame = self._plan_frame(sdk, arrays, producers, user_nb)
         got = (recipe.plan, recipe.shapes, recipe.before.fences, recipe.after.fences, recipe.default_consumer)
         want = (frame[0], frame[1], frame[2], frame[3], self._consumer or sdk)
@@ -351,6 +347,26 @@ class StreamContract:
             raise AssertionError(f"streamsafe replayed a recipe that differs from the plan: {got} != {want}")
 
     # -- the general path --------------------------------------------------------------------------
+
+    def _call_inputs(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Stream, bool, list[Any], list[Stream | None]]:
+        """The SDK stream, the caller's ``non_blocking``, the inputs and their producers' streams
+        (``None``: unknown) of a call; validates every input first. Issues nothing."""
+        stream_ptr = kwargs.get("stream_ptr")
+        user_nb = bool(kwargs.get("non_blocking", False))
+        be = self.backend
+        sdk = self._sdk_stream() if stream_ptr is None else stream_on_device(stream_ptr, self.device, be, "sdk")
+        arrays = [a for a in args if not isinstance(a, numbers.Number)]
+        arrays += [kwargs[k] for k in INPUT_KWARGS if k in kwargs]
+        try:
+            producers = [self._producer_of(a) for a in arrays]
+        except HostArrayError as e:
+            if not isinstance(be, SimBackend):
+                raise
+            raise HostArrayError(e.what, e.value, _describe(e), e.rule, f"{e.fix} On the simulated backend (this effect's): "
+                                 "sim.array(x), a device copy, or sim.empty(shape, dtype) and a kernel.") from None
+        return sdk, user_nb, arrays, producers
 
     def _plan_frame(
         self, sdk: Stream, arrays: list[Any], producers: list[Stream | None], user_nb: bool
@@ -384,27 +400,16 @@ class StreamContract:
             self._refuse_closed(name)
         _refresh_torch()
         facts = self._facts(name, args, kwargs, shared) if not hooks.observers else None
-        stream_ptr = kwargs.pop("stream_ptr", None)
-        user_nb = bool(kwargs.pop("non_blocking", False))
         be, dev = self.backend, self.device
-        sdk = self._sdk_stream() if stream_ptr is None else stream_on_device(stream_ptr, dev, be, "sdk")
-        arrays = [a for a in args if not isinstance(a, numbers.Number)]
-        arrays += [kwargs[k] for k in INPUT_KWARGS if k in kwargs]
-        try:
-            producers = [self._producer_of(a) for a in arrays]  # validates every input first
-        except HostArrayError as e:
-            if not isinstance(be, SimBackend):
-                raise
-            raise HostArrayError(e.what, e.value, _describe(e), e.rule, f"{e.fix} On the simulated backend (this effect's): "
-                                 "sim.array(x), a device copy, or sim.empty(shape, dtype) and a kernel.") from None
+        sdk, user_nb, arrays, producers = self._call_inputs(args, kwargs)
         with ledger.using(name):
             self._shared = shared
             self._check_unguarded_change()
+            plan, shapes, before, after = self._plan_frame(sdk, arrays, producers, user_nb)  # reads the ledger, changes nothing
             config = self._config() if facts is not None else _UNREADABLE
             state = steady.ledger_state(ledger, config) if config is not _UNREADABLE else None
-            if state is not None and ledger.input_shapes is not None and ledger.input_shapes != tuple(map(shape_of, arrays)):
+            if ledger.input_shapes is not None and ledger.input_shapes != shapes:
                 state = None  # an input-size change waits for every outstanding reader: no recipe for that
-            plan, shapes, before, after = self._plan_frame(sdk, arrays, producers, user_nb)
             run_stream = plan.run_stream
             if hooks.observers and not isinstance(be, SimBackend):
                 for arr, producer in zip(arrays, producers):  # before the fences that order them
@@ -415,7 +420,7 @@ class StreamContract:
             if views_exist():
                 self._read_views(arrays, run_stream)
             call_args = list(args)
-            call_kwargs = dict(kwargs)
+            call_kwargs = _sdk_kwargs_removed(kwargs)
             if plan.strategy is not Strategy.NONE and None in producers:
                 for i, a in enumerate(call_args):
                     if not isinstance(a, numbers.Number) and self._producer_is_unknown(a, arrays, producers):
@@ -731,6 +736,11 @@ def _effect_backend(effect: Any) -> Backend | None:
 
 
 _INPUT_KWARG_SET = frozenset(INPUT_KWARGS)
+
+
+def _sdk_kwargs_removed(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A call's keywords without ``stream_ptr`` and ``non_blocking`` (the contract passes its own)."""
+    return {k: v for k, v in kwargs.items() if k != "stream_ptr" and k != "non_blocking"}
 
 
 def _config_reader(effect: Any) -> Callable[[Any], Any]:
