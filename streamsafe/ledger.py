@@ -232,8 +232,7 @@ class Ledger:
             self.outstanding[consumer] = None
             if escapes:
                 self.escaped = True
-            if consumer not in self.holds:
-                self._hold(consumer)
+            self._hold(consumer)
 
     def _import_program(self, plan: FencePlan, consumer: Stream) -> FenceProgram:
         """The bound fences of an import of ``plan``'s output on ``consumer`` (cached per consumer)."""
@@ -402,8 +401,6 @@ class Ledger:
             # default streams live as long as the context: known by every handle that names them
             for handle in ((0, LEGACY_HANDLE) if consumer.kind is StreamKind.LEGACY else (PER_THREAD_HANDLE,)):
                 self.known.setdefault(handle, consumer)
-            return
-        if consumer.ptr in (0, 1, 2):
             return
         if "cupy" in sys.modules:
             current = sys.modules["cupy"].cuda.get_current_stream()
