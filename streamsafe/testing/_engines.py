@@ -11,7 +11,6 @@ ordering, exactly like the SDK (see the seed document).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -35,13 +34,12 @@ class Engine(Protocol):
     xp: Any
     supports_graphs: bool
 
-    def on_device(self) -> Any: ...
 
     def stream(self, stream_ptr: int) -> Stream: ...
 
     def legacy(self) -> Stream: ...
 
-    def import_capsule(self, capsule: Any) -> Any: ...
+    def take(self, obj: Any) -> Any: ...
 
     def shape_dtype(self, array: Any) -> tuple[tuple[int, ...], np.dtype[Any]]: ...
 
@@ -71,14 +69,12 @@ class SimEngine:
     def stream(self, stream_ptr: int) -> Stream:
         return as_stream(stream_ptr, device=self.device, backend=self.backend)
 
-    def on_device(self) -> Any:
-        return contextlib.nullcontext()
-
     def legacy(self) -> Stream:
         return self.backend.legacy_stream(self.device)
 
-    def import_capsule(self, capsule: Any) -> SimArray:
-        return self.backend.from_dlpack(capsule)
+    def take(self, obj: Any) -> SimArray:
+        """The SDK's way in: ``__dlpack__()`` with no stream, imported zero-copy."""
+        return self.backend.from_dlpack(obj.__dlpack__())
 
     def shape_dtype(self, array: SimArray) -> tuple[tuple[int, ...], np.dtype[Any]]:
         return array.shape, np.dtype(array.dtype)
@@ -137,10 +133,6 @@ class CupyEngine:
     def stream(self, stream_ptr: int) -> Stream:
         return as_stream(stream_ptr, device=self.device, backend=self.backend)
 
-    def on_device(self) -> Any:
-        """The effect's device made current for the block (the SDK takes its inputs there)."""
-        return self._cupy.cuda.Device(self.device)
-
     def legacy(self) -> Stream:
         return as_stream(LEGACY_HANDLE, device=self.device, backend=self.backend)
 
@@ -158,14 +150,6 @@ class CupyEngine:
                 cs = cuda.ExternalStream(stream.handle, self.device)
             self._streams[stream.handle] = cs
         return cs
-
-    def import_capsule(self, capsule: Any) -> Any:
-        cupy = self._cupy
-        with cupy.cuda.Device(self.device):
-            try:
-                return cupy.from_dlpack(capsule)
-            except TypeError:
-                return cupy.fromDlpack(capsule)
 
     def shape_dtype(self, array: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
         return tuple(array.shape), np.dtype(array.dtype)
@@ -268,9 +252,15 @@ class CupyEngine:
         """The SDK's way in: ``__dlpack__()`` with no stream, on the effect's device, imported zero-copy."""
         cupy = self._cupy
         if cupy.cuda.runtime.getDevice() == self.device:
-            return cupy.from_dlpack(obj.__dlpack__())
+            return self._import(obj.__dlpack__())
         with cupy.cuda.Device(self.device):  # torch exports a tensor only with its device current
-            return cupy.from_dlpack(obj.__dlpack__())
+            return self._import(obj.__dlpack__())
+
+    def _import(self, capsule: Any) -> Any:
+        try:
+            return self._cupy.from_dlpack(capsule)
+        except TypeError:  # older CuPy
+            return self._cupy.fromDlpack(capsule)
 
     def release(self, array: Any, name: str) -> None:
         """Poison the buffer from an unrelated stream, with no ordering, then drop it (like a free)."""

@@ -332,12 +332,7 @@ class _Effect:
     def _acquire(self, obj: Any, what: str) -> Any:
         """Take an input as the SDK does: ``__dlpack__()`` with no stream; then import it zero-copy."""
         require_cuda_input(what, obj, self._device)
-        take = getattr(self.engine, "take", None)
-        if take is not None:
-            return take(obj)
-        with self.engine.on_device():  # torch exports a tensor only with its device current
-            capsule = obj.__dlpack__()
-        return self.engine.import_capsule(capsule)
+        return self.engine.take(obj)
 
     def _check_image(self, what: str, array: Any, encoding: _Encoding) -> tuple[int, int]:
         shape, dtype = self.engine.shape_dtype(array)
@@ -400,7 +395,13 @@ class _Effect:
         self._own_work = []
 
     def _mark_own_work(self, streams: Sequence[Any]) -> None:
+        """Record where the SDK's own work ends on each of ``streams`` (the events it holds are
+        recorded again when there are as many; pool traffic only when the count changes)."""
         be = self.engine.backend
+        if len(self._own_work) == len(streams):
+            for event, stream in zip(self._own_work, streams):
+                be.record(event, stream)
+            return
         for event in self._own_work:
             be.release_event(event)
         self._own_work = []
@@ -511,20 +512,11 @@ class _Effect:
         if graphs[1] is not None:
             legacy = eng.stream_cached(0)
             eng.launch_graph(graphs[1], legacy)
-            self._mark_own_work_again([s, legacy] if s != legacy else [s])
+            self._mark_own_work([s, legacy] if s != legacy else [s])
         else:
-            self._mark_own_work_again([s])
+            self._mark_own_work([s])
         self.runs += 1
         return eng.export(out)
-
-    def _mark_own_work_again(self, streams: Sequence[Any]) -> None:
-        """:meth:`_mark_own_work` re-recording the events it holds (graph mode: no pool traffic)."""
-        if len(self._own_work) != len(streams):
-            self._mark_own_work(streams)
-            return
-        be = self.engine.backend
-        for event, stream in zip(self._own_work, streams):
-            be.record(event, stream)
 
     def _spend_host_cost(self) -> None:
         """Busy-wait ``host_cost_us`` on the host, holding the GIL (what a slower SDK's enqueue costs)."""
