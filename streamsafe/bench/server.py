@@ -106,25 +106,29 @@ class ServerPipeline:
             for i in range(first, first + count):
                 self.step(i)
             return 0.0  # the caller's CPU clock counts this thread already
-        cpu, error = 0.0, None
+        cpu = 0.0
         if not self._primed:
             # The first steps one lane at a time: the emulated SDK captures its CUDA graphs in them, and a
             # capture fails while another thread synchronises the device (as the `device` rows do).
             self._primed = True
             primed = min(count, PRIME_STEPS)
             for w in self._workers:
-                w.inbox.put((first, primed))
-                _, used, exc = self._done.get()
-                cpu += used
-                error = error or exc
+                cpu += self._run_on([w], first, primed)
             first, count = first + primed, count - primed
-        if count and error is None:
-            for w in self._workers:
-                w.inbox.put((first, count))
-            for _ in self._workers:
-                _, used, exc = self._done.get()
-                cpu += used
-                error = error or exc
+        if count:
+            cpu += self._run_on(self._workers, first, count)
+        return cpu
+
+    def _run_on(self, workers: list[_Worker], first: int, count: int) -> float:
+        """``workers`` run steps ``first .. first + count - 1`` at once; their CPU seconds. Blocks until
+        all are done; re-raises a lane's exception."""
+        for w in workers:
+            w.inbox.put((first, count))
+        cpu, error = 0.0, None
+        for _ in workers:
+            _, used, exc = self._done.get()
+            cpu += used
+            error = error or exc
         if error is not None:
             raise error
         return cpu
