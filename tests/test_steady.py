@@ -54,6 +54,15 @@ def _fresh(sim: ss.SimBackend, x: np.ndarray, stream: ss.Stream) -> Any:
     return arr
 
 
+def _sr_contract(sim: ss.SimBackend, strategy: str) -> tuple[ss.SimBackend, ss.Stream, StreamContract]:
+    """A loaded VideoSuperRes (to 32x32) and its contract on a new non-blocking SDK stream."""
+    s = sim.create_stream(non_blocking=True)
+    sr = VideoSuperRes(backend=sim)
+    sr.output_width = sr.output_height = 32
+    sr.load()
+    return sim, s, StreamContract(sr, s, strategy=strategy)
+
+
 def run_program(program: str, strategy: str, *, replay: bool, frames: int = 8) -> dict[str, Any]:
     """One user program on a fresh model; what it issued, counted and got."""
     sim = OpLog()
@@ -168,13 +177,8 @@ def test_an_input_size_change_is_never_replayed() -> None:
 
 def test_a_recipe_that_skips_a_fence_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Controls: a replay missing its fences races on the model; the check mode refuses it."""
-    sim = ss.SimBackend(scheduler="adversarial")
-    s = sim.create_stream(non_blocking=True)
-    sr = VideoSuperRes(backend=sim)
-    sr.output_width = sr.output_height = 32
-    sr.load()
+    sim, s, c = _sr_contract(ss.SimBackend(scheduler="adversarial"), "event")
     other = sim.create_stream(non_blocking=True)  # the consumer reads on its own stream: the next run must wait for it
-    c = StreamContract(sr, s, strategy="event")
     with sim.use_stream(s):
         for i in range(3):
             arr = _fresh(sim, _frame(i), s)
@@ -194,12 +198,7 @@ def test_a_recipe_that_skips_a_fence_is_caught(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_an_observer_sends_every_call_down_the_planned_path() -> None:
-    sim = ss.SimBackend()
-    s = sim.create_stream(non_blocking=True)
-    sr = VideoSuperRes(backend=sim)
-    sr.output_width = sr.output_height = 32
-    sr.load()
-    c = StreamContract(sr, s, strategy="auto")
+    sim, s, c = _sr_contract(ss.SimBackend(), "auto")
     with sim.use_stream(s):
         for i in range(3):
             sim.copy(sim.from_dlpack(c.run(_fresh(sim, _frame(i), s)).image, stream=s), s)
@@ -217,12 +216,7 @@ def test_an_observer_sends_every_call_down_the_planned_path() -> None:
 
 
 def test_closed_contract_and_bad_input_still_refused_after_replays() -> None:
-    sim = ss.SimBackend()
-    s = sim.create_stream(non_blocking=True)
-    sr = VideoSuperRes(backend=sim)
-    sr.output_width = sr.output_height = 32
-    sr.load()
-    c = StreamContract(sr, s, strategy="auto")
+    sim, s, c = _sr_contract(ss.SimBackend(), "auto")
     with sim.use_stream(s):
         for i in range(4):
             sim.copy(sim.from_dlpack(c.run(_fresh(sim, _frame(i), s)).image, stream=s), s)
