@@ -450,7 +450,7 @@ class StreamContract:
     ) -> None:
         """Keep a recipe of this call for the frames that repeat it (the newest first, at most four)."""
         for old in self._recipes:
-            if old.facts == facts and old.state() == state:
+            if old.facts == facts and old.state == state:
                 return
         be, dev = self.backend, self.device
         recipe = steady.Recipe(facts, state, plan, shapes, steady.FenceProgram(be, dev, before),

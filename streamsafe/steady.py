@@ -40,7 +40,7 @@ class Recipe:
     """What the general path decided for one call in one ledger state; see the module docstring."""
 
     __slots__ = (
-        "facts", "readers", "escaped", "previous_plan", "previous_sdk", "input_shapes", "ledger_config", "config",
+        "facts", "state", "readers", "escaped", "previous_plan", "previous_sdk", "input_shapes", "ledger_config", "config",
         "plan", "shapes", "before", "after", "protect", "default_consumer", "run_ptr", "non_blocking",
     )
 
@@ -56,6 +56,8 @@ class Recipe:
         default_consumer: Any,
     ) -> None:
         self.facts = facts
+        self.state = state
+        """The ledger state it was made in, as :func:`ledger_state` gives it."""
         self.readers, self.escaped, self.previous_plan, self.previous_sdk, self.input_shapes, self.ledger_config, self.config = state
         self.plan = plan
         self.shapes = shapes
@@ -77,10 +79,6 @@ class Recipe:
             and config == self.config
             and ledger.config == self.ledger_config
         )
-
-    def state(self) -> tuple[Any, ...]:
-        """The state this recipe was made in, as :func:`ledger_state` gives it."""
-        return (self.readers, self.escaped, self.previous_plan, self.previous_sdk, self.input_shapes, self.ledger_config, self.config)
 
     def __repr__(self) -> str:
         return f"<Recipe {self.facts[0]} {self.plan.strategy.value}: {len(self.before.fences)} fence(s) before, {len(self.after.fences)} after>"
