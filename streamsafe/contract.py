@@ -392,7 +392,7 @@ class StreamContract:
             if producer != first:
                 fences += self.plan_for(producer=producer, sdk=sdk, non_blocking=user_nb, input_writers=extra).at("before run")
         after = tuple(f for f in plan.at("after run") if f.action == "device-wait")
-        return plan, shapes, tuple(fences), after
+        return plan, shapes, plan.before_run(fences), after
 
     def _call_planned(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool = False) -> SafeOutput:
         ledger = self.ledger

@@ -96,15 +96,37 @@ class FencePlan:
         return (self.run_stream, self.conversion)
 
     def import_fences(self, consumer: Stream) -> tuple[Fence, ...]:
-        """H3/H4: what a consumer importing this plan's output on ``consumer`` waits for. Cached."""
+        """H3/H4: what a consumer importing this plan's output on ``consumer`` waits for (nothing where
+        the consumer already waited for the output's writer after the run). Cached."""
         key = ("import", consumer)
         cached = self._cache.get(key)
         if cached is None:
             cached = self._cache[key] = tuple(
                 f for f in consumer_fences(self.strategy, run_stream=self.run_stream, conversion=self.conversion, consumer=consumer)
-                if f.when == "at import"
+                if f.when == "at import" and not _waited_after_run(self.fences, f)
             )
         return cached
+
+    def before_run(self, fences: Iterable[Fence]) -> tuple[Fence, ...]:
+        """One batch of fences placed together before this plan's ``run()`` (reuse fences, then the plan's
+        own), without those that others in the batch already give: a repeated wait of one stream on
+        another, and the conversion stream's wait for a stream the run stream waits for, when the
+        conversion stream implicitly waits for the run stream (``async``: stream 0 waits for the
+        blocking shadow stream, and the SDK converts after its inference)."""
+        fences = tuple(fences)
+        seen: set[tuple[str, object, object]] = set()
+        via_run = self.conversion is not None and self.conversion != self.run_stream and implicitly_ordered(self.run_stream, self.conversion)
+        run_waits = {f.signaller for f in fences if f.action == "device-wait" and f.waiter == self.run_stream} if via_run else set()
+        out: list[Fence] = []
+        for f in fences:
+            key = (f.action, f.waiter, f.signaller)
+            if f.action != "forward-dlpack" and key in seen:
+                continue
+            seen.add(key)
+            if f.action == "device-wait" and f.waiter == self.conversion and f.signaller in run_waits:
+                continue
+            out.append(f)
+        return tuple(out)
 
     def reuse_fences(
         self, readers: Iterable[Stream], previous_sdk: Iterable[Stream], fenced: Iterable[Stream] = ()
@@ -245,9 +267,16 @@ def plan_fences(
             if open_writers or producer is None:
                 fences.append(Fence("H12", "after run", "protect-input", None, run_stream, "the host does not wait for the input transfer"))
             for w in open_writers:
-                fences.append(Fence("H12", "after run", "device-wait", w, run_stream, "a rewrite or a recycled allocation on it must wait for the SDK's read"))
-        fences += consumer_fences(strategy, run_stream=run_stream, conversion=conversion, consumer=consumer,
-                                  host_waits_run=not non_blocking)
+                if w == consumer and conversion is not None and conversion != run_stream and implicitly_ordered(run_stream, conversion):
+                    # stream 0's conversion follows the run stream's read: one wait covers the input and the import
+                    fences.append(Fence("H12", "after run", "device-wait", w, conversion,
+                                        "a rewrite or a recycled allocation on it must wait for the SDK's read; "
+                                        "waiting for the conversion, which follows it, also orders its import"))
+                else:
+                    fences.append(Fence("H12", "after run", "device-wait", w, run_stream,
+                                        "a rewrite or a recycled allocation on it must wait for the SDK's read"))
+        fences += [f for f in consumer_fences(strategy, run_stream=run_stream, conversion=conversion, consumer=consumer,
+                                              host_waits_run=not non_blocking) if not _waited_after_run(fences, f)]
         fences += reuse_fences(strategy, run_stream=run_stream, conversion=conversion, imported_on_run_stream=consumer == run_stream)
         release += release_fences(strategy, [consumer])
     else:
@@ -324,6 +353,14 @@ def release_fences(strategy: Strategy, streams: Iterable[Stream]) -> list[Fence]
     if strategy is Strategy.DEVICE:
         return [Fence("H6", "before release", "device-sync", None, None, why)]
     return [Fence("H6", "before release", "host-wait", None, s, why) for s in _unique(list(streams))]
+
+
+def _waited_after_run(fences: Iterable[Fence], f: Fence) -> bool:
+    """Whether an import fence ``f`` (its stream waits for the output's writer) is given by a device
+    wait of the same pair placed right after the run (the input-reuse fence of ``async``)."""
+    return f.when == "at import" and f.action == "device-wait" and any(
+        g.when == "after run" and g.action == "device-wait" and g.waiter == f.waiter and g.signaller == f.signaller for g in fences
+    )
 
 
 def _unique(streams: list[Stream]) -> list[Stream]:

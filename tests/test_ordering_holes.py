@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import streamsafe as ss
+from streamsafe.streams import implicitly_ordered
 from streamsafe.testing import ImageEncoding, TrueHDR, VideoSuperRes
 from streamsafe.testing import _kernels as K
 
@@ -109,7 +110,10 @@ def test_hole1_blocking_stream_rewrite_waits_for_the_shadow_stream(sim: ss.SimBa
     c = ss.StreamContract(make_sr(sim), s)
     assert c.plan.strategy is ss.Strategy.ASYNC
     h12 = [f for f in c.plan.fences if f.hazard == "H12" and f.action == "device-wait"]
-    assert [(f.waiter, f.signaller) for f in h12] == [(s, c.plan.run_stream)]
+    # S waits for stream 0's conversion, which stream 0 issues after the shadow's read (it waits for blocking streams)
+    assert [(f.waiter, f.signaller) for f in h12] == [(s, c.plan.conversion)]
+    assert implicitly_ordered(c.plan.run_stream, c.plan.conversion)
+    assert not c.plan.import_fences(s)  # that wait also orders the import on S
 
 
 # -- 2. allocator reuse: the input is made on S while another stream is current at run() ------------
