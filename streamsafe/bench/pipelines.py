@@ -71,6 +71,8 @@ SCENARIOS: tuple[BenchScenario, ...] = (
                   stage_us={"inference": 300.0, "conversion": 60.0}),
     BenchScenario("f-hdr", "TrueHDR, 1080p", effect="hdr", encoding="RGB10A2", size=(1080, 1920), out=(1080, 1920),
                   stage_us={"inference": 800.0}),
+    BenchScenario("g-host", "host-bound: 144p->288p, no added GPU time", size=(144, 256), out=(288, 512),
+                  stage_us={"inference": 0.0, "conversion": 0.0}),
     *(
         BenchScenario(f"server-{n}", f"video server: {n} x (540p->1080p, 2 ms inference), a stream and a thread each",
                       effects=n, stage_us=dict(_SERVER_STAGES))

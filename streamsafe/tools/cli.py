@@ -338,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "only counts are real; times are shown as '-'.")
     bench.add_argument("--backend", choices=["auto", "sim", "cuda"], default="auto",
                        help="sim, cuda (needs PyTorch, CuPy and a GPU), or auto (default)")
-    bench.add_argument("--scenario", default="all", help="comma-separated scenario keys (a, b, c, d-cupy, d-jax, e-4k, e-rgb10, f-vfg, f-hdr) or all")
+    bench.add_argument("--scenario", default="all", help="comma-separated scenario keys (a, b, c, d-cupy, d-jax, e-4k, e-rgb10, f-vfg, f-hdr, g-host, server-1, server-2, server-4, server-8) or all")
     bench.add_argument("--strategy", default="all", help="comma-separated strategies or all")
     bench.add_argument("--frames", type=_positive, help="timed frames per strategy and scenario (default 100 on cuda, 8 on sim)")
     bench.add_argument("--warmup", type=int, help="untimed frames first (default 20 on cuda, 2 on sim)")
