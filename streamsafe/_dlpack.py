@@ -192,19 +192,18 @@ def capsule_data_key(capsule: Any) -> Any:
     if isinstance(capsule, SimCapsule):
         return capsule._array.buffer
 
-    get_name, get_pointer = _capsule_api()
-    try:
-        name = get_name(capsule)
+    get_pointer = _capsule_api()
+    try:  # one call for the plain capsule the SDK makes (a name mismatch raises)
+        ptr, offset = get_pointer(capsule, b"dltensor"), 0
     except Exception:
-        return None
-    if name not in (b"dltensor", b"dltensor_versioned"):
-        return None
-    ptr = get_pointer(capsule, name)
+        try:
+            # the versioned struct puts version (8 bytes), manager_ctx, deleter and flags (8 bytes each) before DLTensor
+            ptr, offset = get_pointer(capsule, b"dltensor_versioned"), 32
+        except Exception:  # consumed ("used_..."), or not a capsule
+            return None
     if not ptr:
         return None
-    # DLManagedTensor starts with DLTensor (data first); the versioned struct puts
-    # version (8 bytes), manager_ctx, deleter and flags (8 bytes each) before it.
-    offset = 0 if name == b"dltensor" else 32
+    # DLManagedTensor starts with DLTensor, whose first field is the data pointer
     return ctypes.c_void_p.from_address(ptr + offset).value
 
 
@@ -212,12 +211,9 @@ _CAPSULE_API: Any = None
 
 
 def _capsule_api() -> Any:
-    """Private prototypes of ``PyCapsule_GetName``/``PyCapsule_GetPointer``, made once (setting
-    ``ctypes.pythonapi``'s shared ones on every call cost microseconds and changed them for everyone)."""
+    """A private prototype of ``PyCapsule_GetPointer``, made once (setting ``ctypes.pythonapi``'s
+    shared one on every call cost microseconds and changed it for everyone)."""
     global _CAPSULE_API
     if _CAPSULE_API is None:
-    
-        get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
-        get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", ctypes.pythonapi))
-        _CAPSULE_API = (get_name, get_pointer)
+        _CAPSULE_API = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", ctypes.pythonapi))
     return _CAPSULE_API
