@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import streamsafe as ss
 from streamsafe import hooks
 from streamsafe.sim import mirror
+from streamsafe.backend import _held
 from streamsafe.backend import cuda as cuda_backend
 from streamsafe.backend._pool import EventPool
 from streamsafe.backend.sim import SimArray
@@ -638,6 +639,7 @@ def test_the_cuda_backend_tells_observers_before_ordering_and_after_host_waits(m
     driver = _FakeDriver(log)
     monkeypatch.setattr(cuda_backend, "_driver", driver)
     monkeypatch.setattr(cuda_backend, "_SUCCESS", 0)
+    monkeypatch.setattr(_held, "_HELD", None)  # the fake driver's calls, not the real driver's entry points
     be: Any = object.__new__(cuda_backend.CudaBackend)
     be._d = driver
     be._pool = EventPool(be._create_event, lambda e: None, 4)

@@ -263,7 +263,7 @@ class RecordingDriver:
 
 
 def _recording_backend(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, RecordingDriver]:
-    from streamsafe.backend import cuda
+    from streamsafe.backend import _held, cuda
     from streamsafe.backend._pool import EventPool
 
     be = cuda.CudaBackend.__new__(cuda.CudaBackend)
@@ -276,6 +276,7 @@ def _recording_backend(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, RecordingD
     be._count = 1
     be._lock = __import__("threading").Lock()
     monkeypatch.setattr(cuda, "_SUCCESS", 0)
+    monkeypatch.setattr(_held, "_HELD", None)  # cuda.bindings' own calls (the recording driver's)
     return be, d
 
 
@@ -310,6 +311,39 @@ def test_bound_program_on_the_legacy_stream_checks_the_context(monkeypatch: pyte
     owner = type("Owner", (), {})()
     be.bind_fences([(S, L)], owner)()
     assert d.calls == [("ctx?",), ("record", "e100", ("stream", "legacy")), ("wait", ("stream", 0x10), "e100")]
+
+
+def test_bound_program_with_the_gil_held_makes_the_same_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the driver's entry points are found, the program calls them through ctypes with the GIL
+    held (no other thread cuts in between a record and its wait), with plain integer handles, in the
+    same order, and checks the context the same way."""
+    from streamsafe.backend import _held, cuda
+    from streamsafe.backend._pool import EventPool
+
+    be, d = _recording_backend(monkeypatch)
+    d.CU_STREAM_LEGACY, d.CU_STREAM_PER_THREAD = 1, 2
+    calls: list[tuple[Any, ...]] = []
+
+    def get_current(ref: Any) -> int:
+        calls.append(("ctx?",))
+        ref._obj.value = 7
+        return 0
+
+    held = _held.HeldCalls(
+        cuEventRecord=lambda ev, st: calls.append(("record", ev, st)) or 0,
+        cuStreamWaitEvent=lambda st, ev, flags: calls.append(("wait", st, ev)) or 0,
+        cuCtxGetCurrent=get_current,
+    )
+    monkeypatch.setattr(_held, "_HELD", held)
+    handles = iter(range(500, 600))
+    be._pool = EventPool(lambda dev: cuda.CudaEvent(dev, next(handles)), lambda e: None)
+    S, A = (ss.Stream(0, h, ss.StreamKind.NON_BLOCKING, be) for h in (0x10, 0x20))
+    L = ss.Stream(0, 1, ss.StreamKind.LEGACY, be)
+    owner = type("Owner", (), {})()
+    be.bind_fences([(A, S), (S, L)], owner)()
+    # the legacy stream as CU_STREAM_LEGACY, a stream as its handle, an event as its integer handle
+    assert calls == [("ctx?",), ("record", 500, 0x10), ("wait", 0x20, 500), ("record", 501, 1), ("wait", 0x10, 501)]
+    assert d.calls == []  # nothing through cuda.bindings' own calls
 
 
 def test_fence_program_counts_like_apply_fences() -> None:

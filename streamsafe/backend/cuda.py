@@ -11,6 +11,7 @@ synchronisation after it; this module knows nothing of the model. Every driver e
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from typing import Any
 from .. import hooks
 from ..errors import BackendUnavailableError, CudaDriverError, StreamValueError
 from ..frameworks import framework_current_stream_handle
+from ._held import held_calls
 from ._pool import EventPool, EventPoolStats
 from ..streams import LEGACY_HANDLE, Stream, StreamKind, as_stream
 
@@ -62,14 +64,23 @@ def _check(result: Any, call: str, hint: str = "") -> Any:
     return None
 
 
+def _as_int(handle: Any) -> int:
+    try:
+        return int(handle)
+    except (TypeError, ValueError):  # a stand-in handle (tests)
+        return 0
+
+
 class CudaEvent:
     """A pooled driver event (timing disabled) of one device."""
 
-    __slots__ = ("device", "handle", "__weakref__")
+    __slots__ = ("device", "handle", "handle_int", "__weakref__")
 
     def __init__(self, device: int, handle: Any) -> None:
         self.device = device
         self.handle = handle
+        self.handle_int = _as_int(handle)
+        """The handle as an integer (for the calls that keep the GIL)."""
 
     def __repr__(self) -> str:
         return f"CudaEvent(device={self.device}, handle={int(self.handle):#x})"
@@ -78,6 +89,10 @@ class CudaEvent:
 @dataclass
 class _Device:
     ctx: Any
+    ctx_int: int = 0
+
+    def __post_init__(self) -> None:
+        self.ctx_int = int(self.ctx)
 
 
 class CudaBackend:
@@ -217,6 +232,14 @@ class CudaBackend:
         handle = found[0] if found else LEGACY_HANDLE
         return as_stream(handle, device=dev, backend=self)
 
+    def _stream_int(self, stream: Stream) -> int:
+        """The driver's handle of ``stream`` as a plain integer (for the GIL-holding calls)."""
+        if stream.kind is StreamKind.LEGACY:
+            return int(self._d.CU_STREAM_LEGACY)
+        if stream.kind is StreamKind.PER_THREAD:
+            return int(self._d.CU_STREAM_PER_THREAD)
+        return stream.handle
+
     def _stream_arg(self, stream: Stream) -> Any:
         if stream.kind is StreamKind.LEGACY:
             return self._cu_stream(self._d.CU_STREAM_LEGACY)
@@ -255,11 +278,24 @@ class CudaBackend:
         self._record_raw(event, stream)
 
     def _record_raw(self, event: CudaEvent, stream: Stream) -> None:
-        if stream.kind is StreamKind.LEGACY or stream.kind is StreamKind.PER_THREAD:
+        if (stream.kind is StreamKind.LEGACY or stream.kind is StreamKind.PER_THREAD) and not self._context_is_current(stream.device):
             with self._in_context(stream.device):
                 _check(self._d.cuEventRecord(event.handle, self._stream_arg(stream)), "cuEventRecord")
-        else:
-            _check(self._d.cuEventRecord(event.handle, self._stream_arg(stream)), "cuEventRecord")
+            return
+        held = held_calls()
+        if held is not None:
+            err = held.cuEventRecord(event.handle_int, self._stream_int(stream))
+            if err:
+                _check((self._d.CUresult(err),), "cuEventRecord")
+            return
+        err = self._d.cuEventRecord(event.handle, self._stream_arg(stream))[0]
+        if err != _SUCCESS:
+            _check((err,), "cuEventRecord")
+
+    def _context_is_current(self, device: int) -> bool:
+        """Whether ``device``'s primary context is current on this thread (one ``cuCtxGetCurrent``)."""
+        current = self._d.cuCtxGetCurrent()[1]
+        return current is not None and int(current) == self._device(device).ctx_int
 
     def wait(self, stream: Stream, event: CudaEvent) -> None:
         """Make later work on ``stream`` wait for ``event``'s latest record. Does not block the host."""
@@ -269,11 +305,19 @@ class CudaBackend:
         self._wait_raw(stream, event)
 
     def _wait_raw(self, stream: Stream, event: CudaEvent) -> None:
-        if stream.kind is StreamKind.LEGACY or stream.kind is StreamKind.PER_THREAD:
+        if (stream.kind is StreamKind.LEGACY or stream.kind is StreamKind.PER_THREAD) and not self._context_is_current(stream.device):
             with self._in_context(stream.device):
                 _check(self._d.cuStreamWaitEvent(self._stream_arg(stream), event.handle, 0), "cuStreamWaitEvent")
-        else:
-            _check(self._d.cuStreamWaitEvent(self._stream_arg(stream), event.handle, 0), "cuStreamWaitEvent")
+            return
+        held = held_calls()
+        if held is not None:
+            err = held.cuStreamWaitEvent(self._stream_int(stream), event.handle_int, 0)
+            if err:
+                _check((self._d.CUresult(err),), "cuStreamWaitEvent")
+            return
+        err = self._d.cuStreamWaitEvent(self._stream_arg(stream), event.handle, 0)[0]
+        if err != _SUCCESS:
+            _check((err,), "cuStreamWaitEvent")
 
     def query(self, event: CudaEvent) -> bool:
         """True when the work before ``event``'s latest record is complete. Does not block."""
@@ -325,18 +369,8 @@ class CudaBackend:
         event = events.get(signaller.device)
         if event is None:
             event = events[signaller.device] = self.acquire_event(signaller.device)
-        if signaller.kind is StreamKind.NON_BLOCKING or signaller.kind is StreamKind.BLOCKING:
-            err = self._d.cuEventRecord(event.handle, self._cu_stream(signaller.handle))[0]
-            if err != _SUCCESS:
-                _check((err,), "cuEventRecord")
-        else:
-            self._record_raw(event, signaller)  # mirrored once, as a fence, above
-        if waiter.kind is StreamKind.NON_BLOCKING or waiter.kind is StreamKind.BLOCKING:
-            err = self._d.cuStreamWaitEvent(self._cu_stream(waiter.handle), event.handle, 0)[0]
-            if err != _SUCCESS:
-                _check((err,), "cuStreamWaitEvent")
-        else:
-            self._wait_raw(waiter, event)
+        self._record_raw(event, signaller)  # mirrored once, as a fence, above
+        self._wait_raw(waiter, event)
 
     def bind_fences(self, pairs: list[tuple[Stream, Stream]], owner: Any) -> Callable[[], None]:
         """Bind device-side fences (``waiter`` after ``signaller``, in order) to prebuilt driver calls.
@@ -351,8 +385,13 @@ class CudaBackend:
         :meth:`fence` while any is registered).
         """
         d = self._d
-        record, wait = d.cuEventRecord, d.cuStreamWaitEvent
-        steps: list[tuple[Any, tuple[Any, ...]]] = []
+        held = held_calls()
+        # with the GIL held (ctypes on the driver's own entry points) when they could be found: a fence
+        # is a few microseconds of host work, and releasing the GIL for it lets every other Python
+        # thread of a video server cut in before the fence's second call
+        record, wait = (held.cuEventRecord, held.cuStreamWaitEvent) if held else (d.cuEventRecord, d.cuStreamWaitEvent)
+        stream_arg = self._stream_int if held else self._stream_arg
+        steps: list[tuple[Any, tuple[Any, ...], str]] = []
         events: list[CudaEvent] = []
         recorded: dict[Stream, CudaEvent] = {}
         contexts: set[int] = set()
@@ -365,17 +404,26 @@ class CudaBackend:
                 event = self.acquire_event(signaller.device)
                 events.append(event)
                 recorded[signaller] = event
-                steps.append((record, (event.handle, self._stream_arg(signaller))))
-            steps.append((wait, (self._stream_arg(waiter), event.handle, 0)))
+                steps.append((record, (event.handle_int if held else event.handle, stream_arg(signaller)), "cuEventRecord"))
+            steps.append((wait, (stream_arg(waiter), event.handle_int if held else event.handle, 0), "cuStreamWaitEvent"))
             recorded.pop(waiter, None)
         weakref.finalize(owner, _release_events, self._pool, events)
         program = tuple(steps)
 
-        def run() -> None:
-            for call, args in program:
-                err = call(*args)[0]
-                if err != _SUCCESS:
-                    _check((err,), call.__name__)
+        if held:
+
+            def run() -> None:
+                for call, args, name in program:
+                    err = call(*args)
+                    if err:
+                        _check((d.CUresult(err),), name)
+        else:
+
+            def run() -> None:
+                for call, args, name in program:
+                    err = call(*args)[0]
+                    if err != _SUCCESS:
+                        _check((err,), name)
 
         if not contexts:
             return run
@@ -388,11 +436,21 @@ class CudaBackend:
             return run_one_by_one
         ctx = self._device(contexts.pop()).ctx
         ctx_int = int(ctx)
-        get_current = d.cuCtxGetCurrent
+        if held:
+            box = ctypes.c_void_p()  # one per program: a program runs under its effect's thread rule
+            ref, get_raw = ctypes.byref(box), held.cuCtxGetCurrent
+
+            def current_int() -> int | None:
+                return box.value if get_raw(ref) == 0 else None
+        else:
+            get_current = d.cuCtxGetCurrent
+
+            def current_int() -> int | None:
+                current = get_current()[1]
+                return None if current is None else int(current)
 
         def run_in_context() -> None:
-            current = get_current()[1]
-            if current is not None and int(current) == ctx_int:
+            if current_int() == ctx_int:
                 run()
                 return
             _check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")

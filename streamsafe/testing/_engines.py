@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .. import hooks
+from ..backend._held import held_calls
 from ..sim import mirror
 from ..backend import Backend, SimBackend, current_backend
 from ..sim.backend import SimArray
@@ -182,12 +183,24 @@ class CupyEngine:
     supports_graphs = True
 
     def copy(self, stream: Stream, src: Any, dst: Any) -> None:
-        """``dst[...] = src`` on ``stream`` as one ``cudaMemcpyAsync`` (contiguous arrays), else a kernel."""
+        """``dst[...] = src`` on ``stream`` as one device-to-device copy (contiguous arrays), else a kernel.
+        The copy is enqueued with the GIL held where the driver's entry points were found (as a C++
+        SDK's ``run()`` enqueues its work). Does not block the host."""
         cupy = self._cupy
-        if src.flags.c_contiguous and src.nbytes == dst.nbytes and src.dtype == dst.dtype:
-            cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, stream.ptr)  # 3: device to device
-        else:
+        if not (src.flags.c_contiguous and src.nbytes == dst.nbytes and src.dtype == dst.dtype):
             self.launch(stream, "copy", lambda xp, r, w: w[0].__setitem__(Ellipsis, r[0]), [src], [dst])
+            return
+        held = held_calls()
+        if held is None:
+            cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, stream.ptr)  # 3: device to device
+            return
+        if cupy.cuda.runtime.getDevice() == self.device:
+            err = held.cuMemcpyDtoDAsync(dst.data.ptr, src.data.ptr, dst.nbytes, _driver_stream(stream))
+        else:
+            with cupy.cuda.Device(self.device):
+                err = held.cuMemcpyDtoDAsync(dst.data.ptr, src.data.ptr, dst.nbytes, _driver_stream(stream))
+        if err:
+            raise RuntimeError(f"cuMemcpyDtoDAsync failed with CUresult {err}")
 
     def capture(self, stages: Callable[[Stream], None]) -> Any:
         """Run ``stages(stream)`` under CUDA stream capture on a private stream and return the
@@ -219,12 +232,23 @@ class CupyEngine:
             _ok((err,), "cuStreamEndCapture")
             exe = _ok(d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
             self._streams.pop(stream.handle, None)
-        return (exe, graph, keep, cap)
+        return (exe, graph, keep, cap, int(exe))
 
     def launch_graph(self, graph: Any, stream: Stream) -> None:
-        """Launch a captured graph on ``stream`` (one driver call). Does not block the host."""
+        """Launch a captured graph on ``stream`` (one driver call, with the GIL held where the driver's
+        entry points were found). Does not block the host."""
         from cuda.bindings import driver as d
 
+        held = held_calls()
+        if held is not None:
+            if self._cupy.cuda.runtime.getDevice() == self.device:
+                err = held.cuGraphLaunch(graph[4], _driver_stream(stream))
+            else:
+                with self._cupy.cuda.Device(self.device):
+                    err = held.cuGraphLaunch(graph[4], _driver_stream(stream))
+            if err:
+                raise RuntimeError(f"cuGraphLaunch failed with CUresult {err}")
+            return
         cu = self._cu_streams.get(stream.handle)
         if cu is None:
             if stream.kind is StreamKind.LEGACY:
@@ -277,6 +301,15 @@ class CupyEngine:
             return array.__dlpack__(stream=-1)
         except TypeError:  # older CuPy
             return array.toDlpack()
+
+
+def _driver_stream(stream: Stream) -> int:
+    """The driver's handle of ``stream`` (``CU_STREAM_LEGACY`` is 1, ``CU_STREAM_PER_THREAD`` 2)."""
+    if stream.kind is StreamKind.LEGACY:
+        return 1
+    if stream.kind is StreamKind.PER_THREAD:
+        return 2
+    return stream.handle
 
 
 def _ok(result: Any, call: str) -> Any:

@@ -615,8 +615,11 @@ class VideoSuperRes(_Effect):
             self._check_scale(self._in[0], self._in[1], self._out[0], self._out[1])
 
     def _check_scale(self, w: int, h: int, ow: int, oh: int) -> None:
-        """The SDK's rules for an input of ``w x h`` and an output of ``ow x oh`` at this quality."""
+        """The SDK's rules for an input of ``w x h`` and an output of ``ow x oh`` at this quality
+        (the last sizes that passed are remembered: a video's frames repeat them)."""
         q = self._quality
+        if self.__dict__.get("_scale_passed") == (w, h, ow, oh, q):
+            return
         size = f"{ow}x{oh}"
         if q in SAME_RESOLUTION_QUALITIES:
             if (ow, oh) != (w, h):
@@ -659,6 +662,7 @@ class VideoSuperRes(_Effect):
                 f"at {factor:g}x (output {size}) the input must fit {long_max}x{short_max} ({short_max}p, either "
                 f"orientation); use a smaller input or a lower scale{hint}",
             )
+        self._scale_passed = (w, h, ow, oh, q)
 
     def run(self, input_array: Any, *, non_blocking: bool = False, stream_ptr: int = 0) -> VideoSuperResOutput:
         """Upscale one frame. Blocks the host only with ``non_blocking=False`` (until inference ends)."""
