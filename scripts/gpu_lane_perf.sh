@@ -3,6 +3,7 @@
 #   GPU_LANE_PART=tests bash scripts/gpu_lane_perf.sh   # every GPU test (single- and two-GPU), host costs, overhead, profile
 #   GPU_LANE_PART=bench bash scripts/gpu_lane_perf.sh   # the bench (every scenario, 200 frames a cell) and the two-GPU bench
 #   GPU_LANE_PART=final bash scripts/gpu_lane_perf.sh   # after a plan change: the GPU tests, the overhead and the bench again
+#   GPU_LANE_PART=probe bash scripts/gpu_lane_perf.sh   # host costs only: the bindings, the overhead, the emulator, the host-bound bench
 # Everything lands in ONE file, $OUT/lane.tgz (folder lane/). Runs on one GPU too (the two-GPU parts then skip).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -43,6 +44,20 @@ if [ "$PART" = final ]; then  # after a plan change: the GPU checks and the benc
   timeout 200 python3 -m streamsafe bench --backend cuda --frames 200 --warmup 20 --block 20 --json "$L/bench.json" --png "$L/bench.png" \
     > "$L/bench.txt" 2> "$L/bench.err" || rc=1
   cat "$L/bench.txt"; tail -3 "$L/bench.err"
+fi
+if [ "$PART" = probe ]; then  # where the host time goes, before changing the hot path
+  timeout 150 python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/gpu/test_cuda_backend.py tests/gpu/test_testing_gpu.py \
+    tests/gpu/test_contract_gpu.py > "$L/pytest-quick.txt" 2>&1 || rc=1
+  tail -5 "$L/pytest-quick.txt"
+  timeout 90 python3 benchmarks/fence_bindings.py > "$L/fence_bindings.txt" 2>&1; cat "$L/fence_bindings.txt"
+  timeout 60 python3 benchmarks/contract_overhead.py --json "$L/contract_overhead.json" > "$L/contract_overhead.txt" 2>&1; tail -22 "$L/contract_overhead.txt"
+  timeout 90 python3 benchmarks/effect_host_cost.py --profile --json "$L/effect_host_cost.json" > "$L/effect_host_cost.txt" 2>&1; head -6 "$L/effect_host_cost.txt"
+  timeout 90 python3 benchmarks/profile_bench_step.py g-host hand auto > "$L/profile_bench_step.txt" 2>&1; grep -A14 "^==" "$L/profile_bench_step.txt" | cut -c1-150
+  for calls in held bindings; do  # the video server with driver calls that keep the GIL, and with cuda.bindings' own calls
+    STREAMSAFE_FENCE_CALLS=$calls timeout 120 python3 -m streamsafe bench --backend cuda --scenario server-8,g-host --strategy auto,event,device \
+      --frames 200 --warmup 20 --block 20 --json "$L/bench-$calls.json" > "$L/bench-$calls.txt" 2>&1 || rc=1
+    grep -E "^(server|g-host)" "$L/bench-$calls.txt"
+  done
 fi
 tar czf "$OUT/lane.tgz" -C "$OUT" lane && rm -rf "$L"
 exit $rc
