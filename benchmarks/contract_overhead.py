@@ -209,37 +209,40 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
             from_dlpack(image)
             timers.add(name, clock() - t0)
 
-        # The fences the contract's plan places per frame, by hand, in the same order, the last one the import's.
+        # The fences the contract's plan places per frame, by hand, in the same order: before the run,
+        # after it, and at the import (timed with the import).
         if strategy == "event":
             # run(non_blocking=False) (its host wait orders the copy on S before the next conversion, and
             # S waited for L at the import, so no H5 fence is left); at import (H3): S waits L.
-            before, after = [], [raw.site(S, L)]
+            before, after, at_import = [], [], [raw.site(S, L)]
             run_ptr, nb, protect = S.ptr, False, None
             minimal = [], [raw.site(S, L)]  # hand-sync
             min_ptr, min_nb = S.ptr, False
         else:
-            # auto -> async: the SDK on a blocking stream B. Before run: B and L wait S (H5), B waits S (H1);
-            # after run: S waits B (H12) and the input is record_stream'ed on B; at import: S waits L (H3).
+            # auto -> async: the SDK on a blocking stream B. Before run: B waits S (H1; stream 0 follows B, so
+            # its H5 wait is given); after run: S waits L (H12: stream 0 converts after B read the input,
+            # so this also orders the import) and the input is record_stream'ed on B; at import: nothing.
             B = raw.blocking_stream()
             b_torch = torch.cuda.ExternalStream(B.handle, device=0)
-            before, after = [raw.site(B, S), raw.site(L, S), raw.site(B, S)], [raw.site(S, B), raw.site(S, L)]
+            before, after, at_import = [raw.site(B, S)], [raw.site(S, L)], []
             run_ptr, nb, protect = B.ptr, True, b_torch
             minimal = [raw.site(B, S)], [raw.site(S, L)]  # hand
             min_ptr, min_nb = B.ptr, True
         hand_fx = NullSuperRes(out_buf)
         hand_import_name = f"import: hand fence + raw capsule [{strategy}]"
 
-        def hand_same(before: Any = before, after: Any = after, run_ptr: int = run_ptr, nb: bool = nb,
+        def hand_same(before: Any = before, after: Any = after, at_import: Any = at_import, run_ptr: int = run_ptr, nb: bool = nb,
                       protect: Any = protect, fx: Any = hand_fx, name: str = hand_import_name) -> None:
             for f in before:
                 f()
             image = fx.run(x, stream_ptr=run_ptr, non_blocking=nb).image
-            for f in after[:-1]:
+            for f in after:
                 f()
             if protect is not None:
                 x.record_stream(protect)
             t0 = clock()
-            after[-1]()
+            for f in at_import:
+                f()
             from_dlpack(image)
             timers.add(name, clock() - t0)
 
@@ -256,7 +259,7 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
         rows[f"contract.run() + out.image import [{strategy}]"] = contract_import
         rows[f"hand, same fences + raw capsule import [{strategy}]"] = hand_same
         rows[f"hand, minimal + raw capsule import [{strategy}]"] = hand_minimal
-        hand_count = len(before) + len(after)
+        hand_count = len(before) + len(after) + len(at_import)
         fences[f"hand, same fences + raw capsule import [{strategy}]"] = hand_count
         fences[f"hand, minimal + raw capsule import [{strategy}]"] = len(minimal[0]) + len(minimal[1])
 

@@ -618,7 +618,7 @@ class VideoSuperRes(_Effect):
         """The SDK's rules for an input of ``w x h`` and an output of ``ow x oh`` at this quality
         (the last sizes that passed are remembered: a video's frames repeat them)."""
         q = self._quality
-        if self.__dict__.get("_scale_passed") == (w, h, ow, oh, q):
+        if getattr(self, "_scale_passed", None) == (w, h, ow, oh, q):
             return
         size = f"{ow}x{oh}"
         if q in SAME_RESOLUTION_QUALITIES:
