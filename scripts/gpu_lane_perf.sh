@@ -44,6 +44,9 @@ if [ "$PART" = final ]; then  # after a plan change: the GPU checks and the benc
   timeout 200 python3 -m streamsafe bench --backend cuda --frames 200 --warmup 20 --block 20 --json "$L/bench.json" --png "$L/bench.png" \
     > "$L/bench.txt" 2> "$L/bench.err" || rc=1
   cat "$L/bench.txt"; tail -3 "$L/bench.err"
+  timeout 60 python3 -m streamsafe bench --backend cuda --scenario g-host --frames 200 --warmup 20 --block 20 \
+    --json "$L/bench-g-host-again.json" > "$L/bench-g-host-again.txt" 2>&1 || rc=1  # run-to-run stability of the host-bound rows
+  grep -E "^g-host" "$L/bench-g-host-again.txt"
 fi
 if [ "$PART" = probe ]; then  # where the host time goes, before changing the hot path
   timeout 150 python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/gpu/test_cuda_backend.py tests/gpu/test_testing_gpu.py \
