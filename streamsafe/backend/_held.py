@@ -4,9 +4,10 @@
 that is what a program needs; for an enqueue of a microsecond (an event record, a stream wait, a
 graph launch) it is a chance for every other Python thread to take the GIL before the next call,
 and in a process with several pipeline threads (a video server) each such chance costs a thread
-switch: on an H200 host, 8 threads fencing through ``cuda.bindings`` paid 12.4 us per fence, and
-2.1 us through these calls (``benchmarks/fence_bindings.py``, run ``docs/runs/2026-11-29-host-probe-2``). The entry points come from
-the driver itself (``cuGetProcAddress`` through ``cuda.bindings``), so no library is loaded twice.
+switch: on an H200 host, 8 threads fencing through ``cuda.bindings`` paid 13.7 us per fence, and
+2.6 us through these calls (``benchmarks/fence_bindings.py``, ``docs/runs/2026-11-29-host-probe-3``).
+The entry points come from the driver itself (``cuGetProcAddress`` through ``cuda.bindings``), so
+no library is loaded twice.
 Nothing here blocks the host; every call returns the driver's ``CUresult`` as an int.
 
 ``STREAMSAFE_FENCE_CALLS=bindings`` makes :func:`held_calls` return ``None`` (callers then use
@@ -72,8 +73,3 @@ def held_calls() -> HeldCalls | None:
                 _HELD = None
     return _HELD  # type: ignore[no-any-return]
 
-
-def forget() -> None:
-    """Look the entry points up again at the next :func:`held_calls` (tests)."""
-    global _HELD
-    _HELD = False
