@@ -112,7 +112,11 @@ def collect() -> dict[str, Any]:
     report["cuda"] = {"available": reason is None, "reason": reason}
     if cuda_available():
         driver, gpus = _gpus()
-        report["cuda"].update({"driver": driver, "gpus": gpus})
+        from ..backend._held import held_calls
+
+        calls = ("the driver's entry points, GIL kept" if held_calls() is not None
+                 else "cuda.bindings (GIL released around each call)")
+        report["cuda"].update({"driver": driver, "gpus": gpus, "fence_calls": calls})
         report["stream_defaults"] = _stream_defaults()
         report["backend"] = "cuda"
     else:
@@ -138,6 +142,7 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  driver {cuda['driver']}")
         for gpu in cuda["gpus"]:
             lines.append(f"  cuda:{gpu['index']}  {gpu['name']}  (compute capability {gpu['compute_capability']})")
+        lines.append(f"  fence calls: {cuda['fence_calls']}  (STREAMSAFE_FENCE_CALLS=bindings: cuda.bindings' own)")
     else:
         lines += textwrap.wrap(f"not available: {cuda['reason']}", 98, initial_indent="  ", subsequent_indent="    ")
     if report["stream_defaults"]:
