@@ -4,6 +4,7 @@
 #   GPU_LANE_PART=bench bash scripts/gpu_lane_perf.sh   # the bench (every scenario, 200 frames a cell) and the two-GPU bench
 #   GPU_LANE_PART=final bash scripts/gpu_lane_perf.sh   # after a plan change: the GPU tests, the overhead and the bench again
 #   GPU_LANE_PART=probe bash scripts/gpu_lane_perf.sh   # host costs only: the bindings, the overhead, the emulator, the host-bound bench
+#   GPU_LANE_PART=smoke bash scripts/gpu_lane_perf.sh   # after a small change: backend, emulator and contract GPU tests, doctor
 # Everything lands in ONE file, $OUT/lane.tgz (folder lane/). Runs on one GPU too (the two-GPU parts then skip).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -61,6 +62,12 @@ if [ "$PART" = probe ]; then  # where the host time goes, before changing the ho
       --frames 200 --warmup 20 --block 20 --json "$L/bench-$calls.json" > "$L/bench-$calls.txt" 2>&1 || rc=1
     grep -E "^(server|g-host)" "$L/bench-$calls.txt"
   done
+fi
+if [ "$PART" = smoke ]; then
+  STREAMSAFE_SOAK_FRAMES=1000 timeout 240 python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu/test_cuda_backend.py \
+    tests/gpu/test_testing_gpu.py tests/gpu/test_contract_gpu.py > "$L/pytest-smoke.txt" 2>&1 || rc=1
+  grep -E "FAILED|ERROR|passed|failed|soak|bound program" "$L/pytest-smoke.txt" | tail -20
+  python3 -m streamsafe doctor > "$L/doctor.txt" 2>&1 || rc=1; cat "$L/doctor.txt"
 fi
 tar czf "$OUT/lane.tgz" -C "$OUT" lane && rm -rf "$L"
 exit $rc

@@ -57,8 +57,9 @@ def test_stream_kinds_match_design_table(torch_cuda, cuda_backend) -> None:  # t
     assert ss.as_stream(nb, backend=be).device == 0
 
 
-def _trial(torch, be, w, r, fence: bool, value: float) -> bool:  # type: ignore[no-untyped-def]
-    """One slow write on ``w`` and a copy on ``r``; True when the copy saw the write."""
+def _trial(torch, be, w, r, fence, value: float) -> bool:  # type: ignore[no-untyped-def]
+    """One slow write on ``w`` and a copy on ``r``; True when the copy saw the write. ``fence``: False,
+    True (``be.fence``), or a callable that places the fence (a bound program)."""
     x = _trial.x  # type: ignore[attr-defined]
     y = _trial.y  # type: ignore[attr-defined]
     torch.cuda.synchronize()
@@ -68,7 +69,9 @@ def _trial(torch, be, w, r, fence: bool, value: float) -> bool:  # type: ignore[
     with torch.cuda.stream(w):
         torch.cuda._sleep(SLEEP_CYCLES)
         x.fill_(value)
-    if fence:
+    if callable(fence):
+        fence()
+    elif fence:
         be.fence(ss.as_stream(r, backend=be), ss.as_stream(w, backend=be))
     with torch.cuda.stream(r):
         y.copy_(x)
@@ -106,6 +109,33 @@ def test_fence_orders_real_kernels_as_the_model_predicts(torch_cuda, cuda_backen
         assert wrong_unfenced == 0
     else:
         assert wrong_unfenced > TRIALS // 2  # a 400 us head start: the unfenced reader nearly always wins
+
+
+@pytest.mark.parametrize("calls", ["held", "bindings"])
+@pytest.mark.parametrize("reader", ["torch-nonblocking", "legacy"])
+def test_bound_fences_order_real_kernels_through_either_kind_of_driver_call(  # type: ignore[no-untyped-def]
+    torch_cuda, cuda_backend, monkeypatch, calls: str, reader: str
+) -> None:
+    """A bound fence program orders real kernels through the driver calls that keep the GIL (found on
+    every GPU machine) and through cuda.bindings' own, onto a stream and onto the legacy stream (whose
+    program checks the context first); without it the reader wins the race."""
+    from streamsafe.backend import _held
+
+    if calls == "held":
+        assert _held.held_calls() is not None, "the driver's entry points were not found"
+    else:
+        monkeypatch.setattr(_held, "_HELD", None)
+    torch, be = torch_cuda, cuda_backend
+    _trial.x = torch.empty(1 << 20, device="cuda")  # type: ignore[attr-defined]
+    _trial.y = torch.empty(1 << 20, device="cuda")  # type: ignore[attr-defined]
+    w, r = torch.cuda.Stream(), make_stream(torch, reader)
+    owner = type("Owner", (), {})()
+    program = be.bind_fences([(ss.as_stream(r, backend=be), ss.as_stream(w, backend=be))], owner)
+    wrong_unfenced = sum(not _trial(torch, be, w, r, False, float(i)) for i in range(TRIALS))
+    wrong_fenced = sum(not _trial(torch, be, w, r, program, float(i)) for i in range(TRIALS))
+    print(f"bound program, {calls} calls, -> {reader}: wrong without fence {wrong_unfenced}/{TRIALS}, with {wrong_fenced}/{TRIALS}")
+    assert wrong_fenced == 0
+    assert wrong_unfenced > TRIALS // 2
 
 
 def test_host_waits_and_query(torch_cuda, cuda_backend) -> None:  # type: ignore[no-untyped-def]
