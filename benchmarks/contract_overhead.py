@@ -14,7 +14,10 @@ stream 0 converts. For each strategy (``event``; ``auto``, which picks ``async``
   count is checked against the contract's counters), issued by hand with raw ``cuda.bindings``
   events bound once per site (no streamsafe), then ``torch.from_dlpack`` of the SDK's raw capsule;
 * ``hand, minimal + raw capsule import``: the fewest fences that are correct for these streams
-  (:mod:`streamsafe.bench.hand`: ``hand-sync`` beside ``event``, ``hand`` beside ``auto``).
+  (:mod:`streamsafe.bench.hand`: ``hand-sync`` beside ``event``, ``hand`` beside ``auto``);
+* ``contract.run() + out.torch() copy`` beside ``hand, same fences + raw capsule import + clone``:
+  the copy helper, which asks for the capsule on torch's current stream itself and imports it as a
+  raw capsule (no producer object for torch to ask its current stream of).
 
 Plus ``raw effect.run()`` and ``raw capsule import`` (no fences: unsafe, the floor of the calls), and
 ``raw run + producer-object import``: ``torch.from_dlpack`` of a bare producer object that returns
@@ -30,6 +33,7 @@ every raw sample kept.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 from collections.abc import Callable
@@ -104,6 +108,9 @@ class OverheadResult:
             out[f"contract + import / hand, same fences + import [{s}]"] = ours / m(f"hand, same fences + raw capsule import [{s}]")
             out[f"out.image import - (hand fence + raw capsule import) [{s}] (us)"] = (
                 m(f"import: out.image [{s}]") - m(f"import: hand fence + raw capsule [{s}]")
+            )
+            out[f"contract + out.torch() - hand, same fences + import + clone [{s}] (us)"] = (
+                m(f"contract.run() + out.torch() copy [{s}]") - m(f"hand, same fences + raw capsule import + clone [{s}]")
             )
             out[f"out.image import - raw capsule import [{s}] (us)"] = m(f"import: out.image [{s}]") - m("import: raw capsule")
             out[f"out.image import - producer-object import (torch's floor) [{s}] (us)"] = (
@@ -192,11 +199,12 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
     fences["raw effect.run()"] = fences["raw capsule import"] = fences["raw run + producer-object import"] = 0
 
     for strategy in ("event", "auto"):
-        fx, fx_import = NullSuperRes(out_buf), NullSuperRes(out_buf)
+        fx, fx_import, fx_copy = NullSuperRes(out_buf), NullSuperRes(out_buf), NullSuperRes(out_buf)
         with torch.cuda.stream(side):
             c = ss.StreamContract(fx, side, strategy=strategy)
             c_import = ss.StreamContract(fx_import, side, strategy=strategy)
-        keep += [fx, fx_import, c, c_import]
+            c_copy = ss.StreamContract(fx_copy, side, strategy=strategy)
+        keep += [fx, fx_import, fx_copy, c, c_import, c_copy]
         result.plans[strategy] = str(c.plan)
         import_name = f"import: out.image [{strategy}]"
 
@@ -232,7 +240,7 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
         hand_import_name = f"import: hand fence + raw capsule [{strategy}]"
 
         def hand_same(before: Any = before, after: Any = after, at_import: Any = at_import, run_ptr: int = run_ptr, nb: bool = nb,
-                      protect: Any = protect, fx: Any = hand_fx, name: str = hand_import_name) -> None:
+                      protect: Any = protect, fx: Any = hand_fx, name: str = hand_import_name, copy: bool = False) -> None:
             for f in before:
                 f()
             image = fx.run(x, stream_ptr=run_ptr, non_blocking=nb).image
@@ -243,8 +251,14 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
             t0 = clock()
             for f in at_import:
                 f()
+            if copy:
+                from_dlpack(image).clone()
+                return
             from_dlpack(image)
             timers.add(name, clock() - t0)
+
+        def contract_copy(c: Any = c_copy) -> None:
+            c.run(x).torch()
 
         def hand_minimal(before: Any = minimal[0], after: Any = minimal[1], run_ptr: int = min_ptr, nb: bool = min_nb,
                          fx: Any = hand_fx) -> None:
@@ -259,6 +273,9 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
         rows[f"contract.run() + out.image import [{strategy}]"] = contract_import
         rows[f"hand, same fences + raw capsule import [{strategy}]"] = hand_same
         rows[f"hand, minimal + raw capsule import [{strategy}]"] = hand_minimal
+        rows[f"contract.run() + out.torch() copy [{strategy}]"] = contract_copy
+        rows[f"hand, same fences + raw capsule import + clone [{strategy}]"] = functools.partial(hand_same, copy=True)
+        fences[f"hand, same fences + raw capsule import + clone [{strategy}]"] = len(before) + len(after) + len(at_import)
         hand_count = len(before) + len(after) + len(at_import)
         fences[f"hand, same fences + raw capsule import [{strategy}]"] = hand_count
         fences[f"hand, minimal + raw capsule import [{strategy}]"] = len(minimal[0]) + len(minimal[1])

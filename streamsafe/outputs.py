@@ -13,8 +13,9 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import hooks
-from ._dlpack import DLPACK_CUDA, capsule_data_key, stream_on_device
-from .streams import Stream
+from ._dlpack import DLPACK_CUDA, SimCapsule, capsule_data_key, stream_on_device
+from .frameworks import torch_current_stream_handle
+from .streams import LEGACY_HANDLE as LEGACY_DLPACK, Stream
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -182,9 +183,9 @@ class SafeOutput:
 
         image = self._copied()
         if stream is None:
-            return torch.from_dlpack(image).clone()
+            return _torch_copy(torch, image)
         with torch.cuda.stream(stream):
-            return torch.from_dlpack(image).clone()
+            return _torch_copy(torch, image)
 
     def cupy(self, stream: Any = None) -> Any:
         """A CuPy copy, issued on ``stream`` (a CuPy stream) or CuPy's current stream. Does not block."""
@@ -229,6 +230,16 @@ class SafeOutput:
             result = cupy.asnumpy(self.cupy())
         image._ledger.reader_done(image._generation, image._consumer)
         return result
+
+
+def _torch_copy(torch: Any, image: SafeImage) -> Any:
+    """``torch.from_dlpack(image).clone()`` on torch's current stream of the image's device, with the
+    capsule asked for on that stream here: what ``torch.from_dlpack`` does for a producer object,
+    without the ``torch.cuda.Stream`` it builds to learn the stream (a few microseconds a frame)."""
+    if not isinstance(image._capsule, SimCapsule):
+        handle = torch_current_stream_handle(torch, image._device)
+        return torch.from_dlpack(image.__dlpack__(stream=handle or LEGACY_DLPACK)).clone()  # DLPack: 1 names stream 0
+    return torch.from_dlpack(image).clone()
 
 
 def _importable(name: str) -> bool:

@@ -116,6 +116,40 @@ def test_soak_zero_corruption_for_every_strategy(torch_cuda, frames) -> None:  #
         assert result["frames"] >= SOAK and result["corrupt"] == 0, (strategy, result)
 
 
+@pytest.mark.parametrize("current", ["side stream", "default stream"])
+def test_out_torch_without_a_stream_copies_in_order_on_the_current_stream(torch_cuda, frames, current: str) -> None:  # type: ignore[no-untyped-def]
+    """``out.torch()`` asks for the capsule on torch's current stream itself: the copy waits for the
+    SDK's conversion on stream 0 (slowed to a random 200-800 us) on that stream; with no fence
+    (``none``) the same copies read the output early."""
+    torch = torch_cuda
+    from streamsafe.testing import VideoSuperRes
+
+    be = ss.CudaBackend()
+    rng = np.random.default_rng(7)
+    side = torch.cuda.Stream() if current == "side stream" else torch.cuda.default_stream()
+    inputs = [torch.from_numpy(x).cuda() for x, _ in frames]
+    torch.cuda.synchronize()
+
+    def corrupt(strategy: str) -> int:
+        sr = VideoSuperRes(backend=be, latency_us={"inference": float(rng.integers(0, 200)), "conversion": float(rng.integers(200, 800))})
+        sr.output_width, sr.output_height = OW, OH
+        sr.load()
+        c = ss.StreamContract(sr, side, strategy=strategy, allow_none=strategy == "none")
+        copies = []
+        with torch.cuda.stream(side):
+            for i in range(24):
+                copies.append((c.run(inputs[i % len(inputs)]).torch(), frames[i % len(frames)][1]))
+        torch.cuda.synchronize()
+        c.close()
+        return sum(not np.allclose(got.cpu().numpy(), want, atol=1.5 / 255) for got, want in copies)
+
+    results = {s: corrupt(s) for s in ("auto", "event", "async", "none")}
+    print(f"out.torch() on the {current}: corrupt of 24 {results}")
+    assert results["auto"] == results["event"] == results["async"] == 0
+    if current == "side stream":  # the legacy default stream already waits for stream 0 (it is stream 0)
+        assert results["none"] > 0
+
+
 def test_seed_samples_run_inside_a_contract_without_device_syncs(torch_cuda, frames) -> None:  # type: ignore[no-untyped-def]
     cupy = pytest.importorskip("cupy")
     jax = pytest.importorskip("jax")
