@@ -282,15 +282,14 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
 
         # The contract's fences per frame in steady state (its counters), to check the hand row matches.
         with torch.cuda.stream(side):
-            for row, contract in ((contract_run, c), (contract_import, c_import)):
+            for row, contract, label in ((contract_run, c, "contract.run()"), (contract_import, c_import, "contract.run() + out.image import"),
+                                         (contract_copy, c_copy, "contract.run() + out.torch() copy")):
                 for _ in range(3):
                     row()
                 start = contract.stats["fences"]
                 for _ in range(10):
                     row()
-                fences[f"contract.run(){' + out.image import' if contract is c_import else ''} [{strategy}]"] = (
-                    (contract.stats["fences"] - start) / 10
-                )
+                fences[f"{label} [{strategy}]"] = (contract.stats["fences"] - start) / 10
         torch.cuda.synchronize()
         per_frame = fences[f"contract.run() + out.image import [{strategy}]"]
         if per_frame != hand_count:
