@@ -473,7 +473,7 @@ class _Effect:
         self, inputs: Sequence[Any], infer: Any, out_shape: tuple[int, ...], s: Any, non_blocking: bool, key: Any
     ) -> Any:
         """The stages of :meth:`_run_stages` with the emulator's host cost cut to a few driver calls:
-        each input copied with one ``cudaMemcpyAsync``, then two graphs captured once per key and
+        each input copied with one device-to-device copy, then two graphs captured once per key and
         buffers (delay + inference on the SDK stream; delay + conversion on stream 0). The same
         streams, the same host wait, the same order; the input is read before the transfer delay."""
         eng: Any = self.engine
