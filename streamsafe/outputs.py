@@ -13,7 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import hooks
-from ._dlpack import DLPACK_CUDA, SimCapsule, capsule_data_key, stream_on_device
+from ._dlpack import DLPACK_CUDA, capsule_data_key, stream_on_device
 from .frameworks import torch_current_stream_handle
 from .streams import LEGACY_HANDLE as LEGACY_DLPACK, Stream
 
@@ -236,10 +236,8 @@ def _torch_copy(torch: Any, image: SafeImage) -> Any:
     """``torch.from_dlpack(image).clone()`` on torch's current stream of the image's device, with the
     capsule asked for on that stream here: what ``torch.from_dlpack`` does for a producer object,
     without the ``torch.cuda.Stream`` it builds to learn the stream (a few microseconds a frame)."""
-    if not isinstance(image._capsule, SimCapsule):
-        handle = torch_current_stream_handle(torch, image._device)
-        return torch.from_dlpack(image.__dlpack__(stream=handle or LEGACY_DLPACK)).clone()  # DLPack: 1 names stream 0
-    return torch.from_dlpack(image).clone()
+    handle = torch_current_stream_handle(torch, image._device)
+    return torch.from_dlpack(image.__dlpack__(stream=handle or LEGACY_DLPACK)).clone()  # DLPack: 1 names stream 0
 
 
 def _importable(name: str) -> bool:

@@ -270,7 +270,7 @@ def _recording_backend(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, RecordingD
     d = RecordingDriver()
     handles = iter(range(100, 200))
     be._d = d
-    be._pool = EventPool(lambda dev: cuda.CudaEvent(dev, f"e{next(handles)}"), lambda e: None)
+    be._pool = EventPool(lambda dev: cuda.CudaEvent(dev, next(handles)), lambda e: None)
     be._cu_streams = {}
     be._devices = {0: cuda._Device(ctx=7)}
     be._count = 1
@@ -291,10 +291,10 @@ def test_bound_program_records_each_signaller_once_until_it_waits(monkeypatch: p
     run = be.bind_fences([(A, S), (B, S), (S, X), (A, S)], owner)
     run()
     assert d.calls == [
-        ("record", "e100", ("stream", 0x10)), ("wait", ("stream", 0x20), "e100"),
-        ("wait", ("stream", 0x30), "e100"),  # S not recorded again: no work and no wait on S since
-        ("record", "e101", ("stream", 0x40)), ("wait", ("stream", 0x10), "e101"),
-        ("record", "e102", ("stream", 0x10)), ("wait", ("stream", 0x20), "e102"),  # S waited: a new record carries it
+        ("record", 100, ("stream", 0x10)), ("wait", ("stream", 0x20), 100),
+        ("wait", ("stream", 0x30), 100),  # S not recorded again: no work and no wait on S since
+        ("record", 101, ("stream", 0x40)), ("wait", ("stream", 0x10), 101),
+        ("record", 102, ("stream", 0x10)), ("wait", ("stream", 0x20), 102),  # S waited: a new record carries it
     ]
     assert be.pool_stats(0).in_use == 3
     del run, owner
@@ -310,7 +310,7 @@ def test_bound_program_on_the_legacy_stream_checks_the_context(monkeypatch: pyte
     L = ss.Stream(0, 1, ss.StreamKind.LEGACY, be)
     owner = type("Owner", (), {})()
     be.bind_fences([(S, L)], owner)()
-    assert d.calls == [("ctx?",), ("record", "e100", ("stream", "legacy")), ("wait", ("stream", 0x10), "e100")]
+    assert d.calls == [("ctx?",), ("record", 100, ("stream", "legacy")), ("wait", ("stream", 0x10), 100)]
 
 
 def test_bound_program_with_the_gil_held_makes_the_same_calls(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,7 +20,9 @@ import ctypes
 import os
 from typing import Any
 
-__all__ = ["HeldCalls", "held_calls"]
+from ..streams import Stream, StreamKind
+
+__all__ = ["HeldCalls", "held_calls", "stream_handle"]
 
 _VP, _I32, _U32, _SIZE, _U64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_size_t, ctypes.c_uint64
 
@@ -73,3 +75,12 @@ def held_calls() -> HeldCalls | None:
                 _HELD = None
     return _HELD  # type: ignore[no-any-return]
 
+
+def stream_handle(stream: Stream) -> int:
+    """The driver's handle of ``stream`` as these calls take it: ``CU_STREAM_LEGACY`` (1) for the
+    legacy stream, ``CU_STREAM_PER_THREAD`` (2) for the per-thread one, else the stream's pointer."""
+    if stream.kind is StreamKind.LEGACY:
+        return 1
+    if stream.kind is StreamKind.PER_THREAD:
+        return 2
+    return stream.handle

@@ -22,7 +22,7 @@ from typing import Any
 from .. import hooks
 from ..errors import BackendUnavailableError, CudaDriverError, StreamValueError
 from ..frameworks import framework_current_stream_handle
-from ._held import held_calls
+from ._held import held_calls, stream_handle
 from ._pool import EventPool, EventPoolStats
 from ..streams import LEGACY_HANDLE, Stream, StreamKind, as_stream
 
@@ -64,13 +64,6 @@ def _check(result: Any, call: str, hint: str = "") -> Any:
     return None
 
 
-def _as_int(handle: Any) -> int:
-    try:
-        return int(handle)
-    except (TypeError, ValueError):  # a stand-in handle (tests)
-        return 0
-
-
 class CudaEvent:
     """A pooled driver event (timing disabled) of one device."""
 
@@ -79,7 +72,7 @@ class CudaEvent:
     def __init__(self, device: int, handle: Any) -> None:
         self.device = device
         self.handle = handle
-        self.handle_int = _as_int(handle)
+        self.handle_int = int(handle)
         """The handle as an integer (for the calls that keep the GIL)."""
 
     def __repr__(self) -> str:
@@ -168,12 +161,10 @@ class CudaBackend:
     @contextmanager
     def _in_context(self, device: int) -> Iterator[None]:
         """Make the device's primary context current for the block, if it is not already."""
-        state = self._device(device)
-        current = _check(self._d.cuCtxGetCurrent(), "cuCtxGetCurrent")
-        if current is not None and int(current) == int(state.ctx):
+        if self._context_is_current(device):
             yield
             return
-        _check(self._d.cuCtxPushCurrent(state.ctx), "cuCtxPushCurrent")
+        _check(self._d.cuCtxPushCurrent(self._device(device).ctx), "cuCtxPushCurrent")
         try:
             yield
         finally:
@@ -232,14 +223,6 @@ class CudaBackend:
         handle = found[0] if found else LEGACY_HANDLE
         return as_stream(handle, device=dev, backend=self)
 
-    def _stream_int(self, stream: Stream) -> int:
-        """The driver's handle of ``stream`` as a plain integer (for the GIL-holding calls)."""
-        if stream.kind is StreamKind.LEGACY:
-            return int(self._d.CU_STREAM_LEGACY)
-        if stream.kind is StreamKind.PER_THREAD:
-            return int(self._d.CU_STREAM_PER_THREAD)
-        return stream.handle
-
     def _stream_arg(self, stream: Stream) -> Any:
         if stream.kind is StreamKind.LEGACY:
             return self._cu_stream(self._d.CU_STREAM_LEGACY)
@@ -284,7 +267,7 @@ class CudaBackend:
             return
         held = held_calls()
         if held is not None:
-            err = held.cuEventRecord(event.handle_int, self._stream_int(stream))
+            err = held.cuEventRecord(event.handle_int, stream_handle(stream))
             if err:
                 _check((self._d.CUresult(err),), "cuEventRecord")
             return
@@ -294,7 +277,7 @@ class CudaBackend:
 
     def _context_is_current(self, device: int) -> bool:
         """Whether ``device``'s primary context is current on this thread (one ``cuCtxGetCurrent``)."""
-        current = self._d.cuCtxGetCurrent()[1]
+        current = _check(self._d.cuCtxGetCurrent(), "cuCtxGetCurrent")
         return current is not None and int(current) == self._device(device).ctx_int
 
     def wait(self, stream: Stream, event: CudaEvent) -> None:
@@ -311,7 +294,7 @@ class CudaBackend:
             return
         held = held_calls()
         if held is not None:
-            err = held.cuStreamWaitEvent(self._stream_int(stream), event.handle_int, 0)
+            err = held.cuStreamWaitEvent(stream_handle(stream), event.handle_int, 0)
             if err:
                 _check((self._d.CUresult(err),), "cuStreamWaitEvent")
             return
@@ -390,7 +373,7 @@ class CudaBackend:
         # is a few microseconds of host work, and releasing the GIL for it lets every other Python
         # thread of a video server cut in before the fence's second call
         record, wait = (held.cuEventRecord, held.cuStreamWaitEvent) if held else (d.cuEventRecord, d.cuStreamWaitEvent)
-        stream_arg = self._stream_int if held else self._stream_arg
+        stream_arg = stream_handle if held else self._stream_arg
         steps: list[tuple[Any, tuple[Any, ...], str]] = []
         events: list[CudaEvent] = []
         recorded: dict[Stream, CudaEvent] = {}

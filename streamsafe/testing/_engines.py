@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .. import hooks
-from ..backend._held import held_calls
+from ..backend._held import held_calls, stream_handle
 from ..sim import mirror
 from ..backend import Backend, SimBackend, current_backend
 from ..sim.backend import SimArray
@@ -195,10 +195,10 @@ class CupyEngine:
             cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, stream.ptr)  # 3: device to device
             return
         if cupy.cuda.runtime.getDevice() == self.device:
-            err = held.cuMemcpyDtoDAsync(dst.data.ptr, src.data.ptr, dst.nbytes, _driver_stream(stream))
+            err = held.cuMemcpyDtoDAsync(dst.data.ptr, src.data.ptr, dst.nbytes, stream_handle(stream))
         else:
             with cupy.cuda.Device(self.device):
-                err = held.cuMemcpyDtoDAsync(dst.data.ptr, src.data.ptr, dst.nbytes, _driver_stream(stream))
+                err = held.cuMemcpyDtoDAsync(dst.data.ptr, src.data.ptr, dst.nbytes, stream_handle(stream))
         if err:
             raise RuntimeError(f"cuMemcpyDtoDAsync failed with CUresult {err}")
 
@@ -242,10 +242,10 @@ class CupyEngine:
         held = held_calls()
         if held is not None:
             if self._cupy.cuda.runtime.getDevice() == self.device:
-                err = held.cuGraphLaunch(graph[4], _driver_stream(stream))
+                err = held.cuGraphLaunch(graph[4], stream_handle(stream))
             else:
                 with self._cupy.cuda.Device(self.device):
-                    err = held.cuGraphLaunch(graph[4], _driver_stream(stream))
+                    err = held.cuGraphLaunch(graph[4], stream_handle(stream))
             if err:
                 raise RuntimeError(f"cuGraphLaunch failed with CUresult {err}")
             return
@@ -301,15 +301,6 @@ class CupyEngine:
             return array.__dlpack__(stream=-1)
         except TypeError:  # older CuPy
             return array.toDlpack()
-
-
-def _driver_stream(stream: Stream) -> int:
-    """The driver's handle of ``stream`` (``CU_STREAM_LEGACY`` is 1, ``CU_STREAM_PER_THREAD`` 2)."""
-    if stream.kind is StreamKind.LEGACY:
-        return 1
-    if stream.kind is StreamKind.PER_THREAD:
-        return 2
-    return stream.handle
 
 
 def _ok(result: Any, call: str) -> Any:

@@ -564,6 +564,8 @@ class VideoSuperRes(_Effect):
         self.strength = strength
         self._in: list[int | None] = [None, None]
         self._out: list[int | None] = [None, None]
+        self._scale_passed: tuple[Any, ...] | None = None
+        """The last (w, h, ow, oh, quality) that passed :meth:`_check_scale`."""
 
     @property
     def quality(self) -> _Quality:
@@ -618,7 +620,7 @@ class VideoSuperRes(_Effect):
         """The SDK's rules for an input of ``w x h`` and an output of ``ow x oh`` at this quality
         (the last sizes that passed are remembered: a video's frames repeat them)."""
         q = self._quality
-        if getattr(self, "_scale_passed", None) == (w, h, ow, oh, q):
+        if self._scale_passed == (w, h, ow, oh, q):
             return
         size = f"{ow}x{oh}"
         if q in SAME_RESOLUTION_QUALITIES:
