@@ -63,13 +63,16 @@ if [ "$PART" = probe ]; then  # where the host time goes, before changing the ho
     grep -E "^(server|g-host)" "$L/bench-$calls.txt"
   done
 fi
-if [ "$PART" = smoke ]; then  # GPU_LANE_TESTS: other test files; GPU_LANE_OVERHEAD=1: the contract overhead too
+if [ "$PART" = smoke ]; then  # GPU_LANE_TESTS: other test files; GPU_LANE_OVERHEAD=1, GPU_LANE_BINDINGS=1: the contract overhead, the fence bindings too
   TESTS=${GPU_LANE_TESTS:-tests/gpu/test_cuda_backend.py tests/gpu/test_testing_gpu.py tests/gpu/test_contract_gpu.py}
   # shellcheck disable=SC2086
   STREAMSAFE_SOAK_FRAMES=${STREAMSAFE_SOAK_FRAMES:-1000} timeout 240 python3 -m pytest -m gpu -v -s -p no:cacheprovider $TESTS \
     > "$L/pytest-smoke.txt" 2>&1 || rc=1
   grep -E "FAILED|ERROR|passed|failed|soak|fuzz|bound program|out.torch" "$L/pytest-smoke.txt" | tail -24
   python3 -m streamsafe doctor > "$L/doctor.txt" 2>&1 || rc=1; tail -4 "$L/doctor.txt"
+  if [ -n "${GPU_LANE_BINDINGS:-}" ]; then
+    timeout 120 python3 benchmarks/fence_bindings.py > "$L/fence_bindings.txt" 2>&1 || rc=1; cat "$L/fence_bindings.txt"
+  fi
   if [ -n "${GPU_LANE_OVERHEAD:-}" ]; then
     timeout 90 python3 benchmarks/contract_overhead.py --blocks 24 --json "$L/contract_overhead.json" > "$L/contract_overhead.txt" 2>&1
     tail -34 "$L/contract_overhead.txt"
