@@ -27,9 +27,10 @@ import numbers
 import operator
 import os
 import sys
+import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from . import guarding, hooks, steady
@@ -257,13 +258,19 @@ class StreamContract:
         tensor = _TORCH_TENSOR
         facts: list[Any] = [name, stream_ptr, non_blocking, shared]
         sim = None
+        current = None  # torch's current stream, read once
         for a in args:
             kind = type(a)
             if kind is tensor:
                 if a.get_device() != dev:
                     return None
                 facts.append(a.shape)
-                facts.append(declared if declared is not None else _torch_raw_stream(dev))
+                if declared is None:
+                    if current is None:
+                        current = _RAW_STREAM(dev)
+                    facts.append(current)
+                else:
+                    facts.append(declared)
             elif kind is SimArray:
                 if a.buffer.device != dev:
                     return None
@@ -285,7 +292,7 @@ class StreamContract:
         else:
             if _TORCH_DEVICE() != dev:  # the general path makes the effect's device current for the call
                 return None
-            facts.append(_torch_raw_stream(dev))  # the current stream (torch is initialised: it made the inputs)
+            facts.append(current if current is not None else _RAW_STREAM(dev))  # torch is initialised: it made the inputs
         return tuple(facts)
 
     def _replay(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> SafeOutput | None:
@@ -301,7 +308,13 @@ class StreamContract:
         else:
             return None
         ledger = self.ledger
-        with ledger.using(name):
+        lock = ledger._lock  # ledger.using(name), inline: another thread's call sends this one down the general path
+        if not lock.acquire(False):
+            return None
+        outer = (ledger._owner, ledger._closing_wait)
+        ledger._owner = _get_ident()
+        ledger._closing_wait = False
+        try:
             config = self._config()
             if ledger.closed or config is _UNREADABLE or not recipe.matches(ledger, config):
                 return None
@@ -309,25 +322,28 @@ class StreamContract:
             steady.replays += 1
             if steady.check_replay:
                 self._check_recipe(recipe, name, args, kwargs)
-            recipe.before(self.stats)
-            arrays = [a for a in args if type(a) is not int and type(a) is not float]
+            stats = self.stats
+            recipe.before(stats)
+            arrays = args if recipe.arrays_only else tuple(a for a in args if type(a) is not int and type(a) is not float)
+            run_stream = recipe.run_stream
             if views_exist():
-                self._read_views(arrays, recipe.plan.run_stream)
+                self._read_views(arrays, run_stream)
             if kwargs:
                 kwargs = _sdk_kwargs_removed(kwargs)
             raw = call_raw(self.effect, name, *args, stream_ptr=recipe.run_ptr, non_blocking=recipe.non_blocking, **kwargs)
             plan = recipe.plan
-            generation = ledger.after_run(plan, recipe.shapes, self.stats, recipe.default_consumer)
+            generation = ledger.after_run(plan, recipe.shapes, stats, recipe.default_consumer)
             if recipe.protect:
-                recipe.after(self.stats)
-                self._protect_inputs(arrays, plan.run_stream)
+                recipe.after(stats)
+                self._protect_inputs(arrays, run_stream)
             if ledger.keepalive:
                 ledger.prune_keepalive()
             self._last_plan = plan
-            stats = self.stats
-            stats["runs"] += 1
-            if not recipe.non_blocking:
-                stats["sdk_waits"] += 1
+            for counter, n in recipe.run_counts:
+                stats[counter] += n
+        finally:
+            ledger._owner, ledger._closing_wait = outer
+            lock.release()
         return SafeOutput(raw, SafeImage(ledger, raw.image, generation, self.device, recipe.default_consumer, self.effect))
 
     def _config(self) -> Any:
@@ -457,7 +473,7 @@ class StreamContract:
                                steady.FenceProgram(be, dev, after), protect, default_consumer)
         self._recipes = [recipe, *self._recipes[:3]]
 
-    def _read_views(self, arrays: list[Any], run_stream: Stream) -> None:
+    def _read_views(self, arrays: Sequence[Any], run_stream: Stream) -> None:
         """An input that is a zero-copy view of another guarded effect's output (effects chained by
         views): this run reads that output, so its effect's next run must wait for it."""
         for arr in arrays:
@@ -509,7 +525,7 @@ class StreamContract:
 
     # -- inputs after an asynchronous run (H12) ------------------------------------------------
 
-    def _protect_inputs(self, inputs: list[Any], run_stream: Stream) -> None:
+    def _protect_inputs(self, inputs: Sequence[Any], run_stream: Stream) -> None:
         """Keep each input from being recycled while the run stream may still read it: torch's
         ``record_stream`` (the allocator then waits for the run stream), else a keep-alive until
         an event recorded on the run stream completes. Does not block."""
@@ -753,16 +769,14 @@ def _nothing(effect: Any) -> tuple[()]:
     return ()
 
 
+_get_ident = threading.get_ident
+
 _UNREADABLE = object()
 """What :meth:`StreamContract._config` gives when an attribute went (no replay then)."""
 
 
-def _torch_raw_stream(device: int) -> int:
-    """torch's current stream pointer on ``device`` (torch is loaded: a tensor was seen)."""
-    return _RAW_STREAM(device)  # type: ignore[no-any-return]
-
-
 _RAW_STREAM: Any = None
+"""torch's current stream pointer on a device, as an int (set once torch is loaded: a tensor was seen)."""
 _TORCH_DEVICE: Any = None
 
 
@@ -788,7 +802,8 @@ def _refresh_torch() -> None:
         _TORCH_TENSOR = _torch_tensor_type()
         if _TORCH_TENSOR is not None:
             torch = sys.modules["torch"]
-            _RAW_STREAM = functools.partial(torch_current_stream_handle, torch)
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # an int, no stream object
+            _RAW_STREAM = raw if raw is not None else functools.partial(torch_current_stream_handle, torch)
             _TORCH_DEVICE = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 

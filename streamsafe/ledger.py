@@ -216,22 +216,37 @@ class Ledger:
         (H3/H4, on the device, or by a host wait under ``stream``/``device``) and remember it as a
         reader until the next run, and as outstanding until the next release. ``escapes``: the
         consumer keeps a zero-copy view (not one of streamsafe's copy helpers)."""
-        with self.using("import"):
-            if generation != self.generation:
-                self.check_current(generation)
-            plan = self.plan
-            assert plan is not None
-            program = self.import_programs.get(consumer)
-            if program is None or program.plan is not plan:
-                program = self._import_program(plan, consumer)
-            program(self.out_stats)
-            if hooks.observers and key is not None and not isinstance(self.backend, SimBackend):
-                for o in hooks.observers:  # after the fences that order it
-                    o.on_output_read(key, consumer, self.device)
-            self.readers[consumer] = None
-            self.outstanding[consumer] = None
-            if escapes:
-                self.escaped = True
+        lock = self._lock  # self.using("import"), inline on the hot path
+        if not lock.acquire(False):
+            with self.using("import"):  # another thread holds the effect: wait for its closing wait, or raise
+                self._import_held(generation, consumer, escapes, key)
+            return
+        outer = (self._owner, self._closing_wait)
+        self._owner = _get_ident()
+        self._closing_wait = False
+        try:
+            self._import_held(generation, consumer, escapes, key)
+        finally:
+            self._owner, self._closing_wait = outer
+            lock.release()
+
+    def _import_held(self, generation: int, consumer: Stream, escapes: bool, key: Any) -> None:
+        if generation != self.generation:
+            self.check_current(generation)
+        plan = self.plan
+        assert plan is not None
+        program = self.import_programs.get(consumer)
+        if program is None or program.plan is not plan:
+            program = self._import_program(plan, consumer)
+        program(self.out_stats)
+        if hooks.observers and key is not None and not isinstance(self.backend, SimBackend):
+            for o in hooks.observers:  # after the fences that order it
+                o.on_output_read(key, consumer, self.device)
+        self.readers[consumer] = None
+        self.outstanding[consumer] = None
+        if escapes:
+            self.escaped = True
+        if consumer not in self.holds:
             self._hold(consumer)
 
     def _import_program(self, plan: FencePlan, consumer: Stream) -> FenceProgram:

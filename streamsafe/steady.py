@@ -41,7 +41,8 @@ class Recipe:
 
     __slots__ = (
         "facts", "state", "readers", "escaped", "previous_plan", "previous_sdk", "input_shapes", "ledger_config", "config",
-        "plan", "shapes", "before", "after", "protect", "default_consumer", "run_ptr", "non_blocking",
+        "plan", "shapes", "before", "after", "protect", "default_consumer", "run_stream", "run_ptr", "non_blocking",
+        "run_counts", "arrays_only",
     )
 
     def __init__(
@@ -65,8 +66,13 @@ class Recipe:
         self.after = after
         self.protect = protect
         self.default_consumer = default_consumer
+        self.run_stream = plan.run_stream
         self.run_ptr = plan.run_stream.ptr
         self.non_blocking = plan.non_blocking
+        self.run_counts: tuple[tuple[str, int], ...] = (("runs", 1),) if plan.non_blocking else (("runs", 1), ("sdk_waits", 1))
+        """What a replayed run adds to the contract's counters besides its fences."""
+        self.arrays_only = int not in facts and float not in facts
+        """Whether every positional argument is an input array (no scalar such as a timestep)."""
 
     def matches(self, ledger: Any, config: Any) -> bool:
         """Whether the ledger is in the state this recipe was made in (the caller compared the facts)."""

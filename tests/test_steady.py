@@ -9,6 +9,7 @@ CUDA backend are checked against a recording driver.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -228,6 +229,61 @@ def test_closed_contract_and_bad_input_still_refused_after_replays() -> None:
         c.close()
         with pytest.raises(ss.EffectStateError, match="closed"):
             c.run(_fresh(sim, _frame(5), s))
+
+
+def test_the_thread_rule_holds_in_steady_state() -> None:
+    """Another thread inside a call on the effect: a replayed run and an import raise, and leave the
+    output importable; the thread's closing host wait is waited for instead."""
+    sim, s, c = _sr_contract(ss.SimBackend(), "auto")
+    inside, release = threading.Event(), threading.Event()
+
+    def hold(wait: bool) -> None:  # another thread in a call on the same effect (wait: its closing host wait)
+        with c.ledger.using("run", wait=wait):
+            inside.set()
+            release.wait(5)
+
+    def held_by_another_thread() -> threading.Thread:
+        inside.clear()
+        release.clear()
+        t = threading.Thread(target=hold, args=(False,), name="decoder-thread")
+        t.start()
+        inside.wait(5)
+        return t
+
+    with sim.use_stream(s):
+        for i in range(3):
+            sim.copy(sim.from_dlpack(c.run(_fresh(sim, _frame(i), s)).image, stream=s), s)
+        before = steady.replays
+        t = held_by_another_thread()
+        try:
+            with pytest.raises(ss.ConcurrentUseError, match="'decoder-thread' is inside a call on the same effect"):
+                c.run(_fresh(sim, _frame(3), s))
+        finally:
+            release.set()
+            t.join()
+        out = c.run(_fresh(sim, _frame(4), s))
+        assert steady.replays == before + 1, "the same call replays once the effect is free"
+        t = held_by_another_thread()
+        try:
+            with pytest.raises(ss.ConcurrentUseError, match="'decoder-thread' is inside a call on the same effect"):
+                out.image.__dlpack__(stream=s.handle)
+        finally:
+            release.set()
+            t.join()
+        assert not out.image.consumed
+        sim.copy(sim.from_dlpack(out.image, stream=s), s)  # still importable, once
+
+        inside.clear()
+        release.clear()
+        out = c.run(_fresh(sim, _frame(5), s))
+        t = threading.Thread(target=hold, args=(True,))
+        t.start()
+        inside.wait(5)
+        threading.Timer(0.05, release.set).start()
+        sim.copy(sim.from_dlpack(c.run(_fresh(sim, _frame(6), s)).image, stream=s), s)  # waits for the closing wait
+        t.join()
+    sim.synchronize_device(0)
+    assert sim.races == []
 
 
 # -- the CUDA backend's bound programs, against a recording driver ------------------------------------
