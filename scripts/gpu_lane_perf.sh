@@ -5,6 +5,8 @@
 #   GPU_LANE_PART=final bash scripts/gpu_lane_perf.sh   # after a plan change: the GPU tests, the overhead and the bench again
 #   GPU_LANE_PART=probe bash scripts/gpu_lane_perf.sh   # host costs only: the bindings, the overhead, the emulator, the host-bound bench
 #   GPU_LANE_PART=smoke bash scripts/gpu_lane_perf.sh   # after a small change: backend, emulator and contract GPU tests, doctor
+#   GPU_LANE_PART=verify bash scripts/gpu_lane_perf.sh  # after a hot-path change: every GPU test, the overhead, g-host's profile
+#   GPU_LANE_PART=measure bash scripts/gpu_lane_perf.sh # then: the bench (every scenario), g-host again, the emulator's cost
 # Everything lands in ONE file, $OUT/lane.tgz (folder lane/). Runs on one GPU too (the two-GPU parts then skip).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -77,6 +79,24 @@ if [ "$PART" = smoke ]; then  # GPU_LANE_TESTS: other test files; GPU_LANE_OVERH
     timeout 90 python3 benchmarks/contract_overhead.py --blocks 24 --json "$L/contract_overhead.json" > "$L/contract_overhead.txt" 2>&1
     tail -34 "$L/contract_overhead.txt"
   fi
+fi
+if [ "$PART" = verify ]; then  # after a hot-path change (first of two calls)
+  STREAMSAFE_FUZZ_FRAMES=2000 STREAMSAFE_FUZZ_CONTROL_FRAMES=500 STREAMSAFE_SOAK_FRAMES=2000 STREAMSAFE_MULTI_GPU_SOAK_FRAMES=5000 \
+    timeout 300 python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu > "$L/pytest-gpu.txt" 2>&1 || rc=1
+  grep -E "FAILED|ERROR|passed|failed|soak|fuzz" "$L/pytest-gpu.txt" | tail -30
+  timeout 90 python3 benchmarks/contract_overhead.py --blocks 24 --json "$L/contract_overhead.json" > "$L/contract_overhead.txt" 2>&1
+  tail -34 "$L/contract_overhead.txt"
+  for s in event auto; do timeout 30 python3 benchmarks/python_overhead.py $s; done > "$L/python_overhead.txt" 2>&1; cat "$L/python_overhead.txt"
+  timeout 90 python3 benchmarks/profile_bench_step.py g-host hand auto > "$L/profile_bench_step.txt" 2>&1; grep -A14 "^==" "$L/profile_bench_step.txt" | cut -c1-150
+fi
+if [ "$PART" = measure ]; then  # after a hot-path change (second call)
+  timeout 200 python3 -m streamsafe bench --backend cuda --frames 200 --warmup 20 --block 20 --json "$L/bench.json" --png "$L/bench.png" \
+    > "$L/bench.txt" 2> "$L/bench.err" || rc=1
+  cat "$L/bench.txt"; tail -3 "$L/bench.err"
+  timeout 60 python3 -m streamsafe bench --backend cuda --scenario g-host --frames 200 --warmup 20 --block 20 \
+    --json "$L/bench-g-host-again.json" > "$L/bench-g-host-again.txt" 2>&1 || rc=1
+  grep -E "^g-host" "$L/bench-g-host-again.txt"
+  timeout 90 python3 benchmarks/effect_host_cost.py --profile --json "$L/effect_host_cost.json" > "$L/effect_host_cost.txt" 2>&1; head -8 "$L/effect_host_cost.txt"
 fi
 tar czf "$OUT/lane.tgz" -C "$OUT" lane && rm -rf "$L"
 exit $rc

@@ -172,20 +172,11 @@ class SafeOutput:
         ledger.add_reader(image._generation, stream_on_device(stream, image._device, ledger.resolved_backend(), "consumer"))
 
     def _copied(self) -> SafeImage:
-        image = self.image
-        image.check_importable()
-        image._escapes = False  # the helper copies at once; no view leaves it
-        return image
+        return _for_copy(self.image)
 
     def torch(self, stream: Any = None) -> Any:
         """A torch copy, issued on ``stream`` (a torch stream) or torch's current stream. Does not block."""
-        import torch
-
-        image = self._copied()
-        if stream is None:
-            return _torch_copy(torch, image)
-        with torch.cuda.stream(stream):
-            return _torch_copy(torch, image)
+        return torch_copy(self.image, stream)
 
     def cupy(self, stream: Any = None) -> Any:
         """A CuPy copy, issued on ``stream`` (a CuPy stream) or CuPy's current stream. Does not block."""
@@ -230,6 +221,24 @@ class SafeOutput:
             result = cupy.asnumpy(self.cupy())
         image._ledger.reader_done(image._generation, image._consumer)
         return result
+
+
+def _for_copy(image: SafeImage) -> SafeImage:
+    """``image``, checked importable and marked as read by a copy helper (no view leaves it)."""
+    image.check_importable()
+    image._escapes = False
+    return image
+
+
+def torch_copy(image: SafeImage, stream: Any = None) -> Any:
+    """``out.torch(stream)`` given the output's image (what the bench's streamsafe rows import with)."""
+    import torch
+
+    _for_copy(image)
+    if stream is None:
+        return _torch_copy(torch, image)
+    with torch.cuda.stream(stream):
+        return _torch_copy(torch, image)
 
 
 def _torch_copy(torch: Any, image: SafeImage) -> Any:

@@ -43,7 +43,7 @@ from ..backend import SimBackend
 from ..streams import LEGACY_HANDLE
 from ..testing.effects import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
 from .harness import HAND_ROWS, BenchResult, Hand, Row, as_row, run_bench
-from .pipelines import POOL, BenchScenario, _as_signed, _inputs_and_refs, _Runner, count_corrupt, count_corrupt_sim, sim_inputs
+from .pipelines import POOL, BenchScenario, _as_signed, _inputs_and_refs, _Runner, count_corrupt, count_corrupt_sim, sim_inputs, torch_clone
 
 __all__ = [
     "MultiGpuScenario",
@@ -174,7 +174,7 @@ class GpuLane:
 
     def _consume(self, image: Any) -> Any:
         if self.sc.consumer == "torch":
-            return self.torch.from_dlpack(image).clone()  # torch passes its current stream of the output's device: S
+            return torch_clone(self.torch, image)  # torch passes its current stream of the output's device: S
         import cupy
 
         with cupy.cuda.Device(self.device), self.cupy_stream:

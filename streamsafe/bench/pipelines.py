@@ -5,7 +5,9 @@ torch side stream, non-blocking), the effect called through a contract with the
 strategy under test (``none``: the raw effect with ``non_blocking=True``, no fence at all:
 the unsafe reference), or with the fences an expert writes by hand (``hand``,
 ``hand-sync``: :mod:`streamsafe.bench.hand`), each output copied by the scenario's
-consumer, and every copy checked against a NumPy reference after its block (untimed).
+consumer, and every copy checked against a NumPy reference after its block (untimed). A torch
+consumer copies a streamsafe output with ``out.torch()`` and a raw capsule with
+``torch.from_dlpack(capsule).clone()`` (:func:`torch_clone`).
 The emulated effects' stage costs are set with their latency knob, so the GPU work per
 frame is realistic and known. The video-server scenarios (``server-N``) run N such
 pipelines, each with its own effect, stream and thread (:mod:`streamsafe.bench.server`).
@@ -21,7 +23,7 @@ import numpy as np
 
 from ..backend import SimBackend
 from ..contract import StreamContract
-from ..outputs import SafeImage
+from ..outputs import SafeImage, torch_copy
 from ..strategy import Strategy
 from ..streams import LEGACY_HANDLE, Stream
 from ..testing import _kernels as K
@@ -255,7 +257,7 @@ class GpuPipeline:
     def _consume(self, image: Any) -> Any:
         sc = self.sc
         if sc.consumer == "torch":
-            return self.torch.from_dlpack(image).clone()
+            return torch_clone(self.torch, image)
         if sc.consumer == "cupy":
             import cupy
 
@@ -392,6 +394,16 @@ class SimPipeline:
 
 def _as_signed(x: np.ndarray) -> np.ndarray:
     return x.view(np.int32) if x.dtype == np.uint32 else x
+
+
+def torch_clone(torch: Any, image: Any) -> Any:
+    """The torch consumer's copy on torch's current stream (S): ``out.torch()`` for a streamsafe output
+    (the guide's way into torch), ``torch.from_dlpack(capsule).clone()`` for a raw capsule (``none``,
+    the hand rows). ``torch.from_dlpack(out.image)`` costs torch's producer-object path on top
+    (``benchmarks/contract_overhead.py`` measures both)."""
+    if type(image) is SafeImage:
+        return torch_copy(image)
+    return torch.from_dlpack(image).clone()
 
 
 def _is_raw(image: Any) -> bool:
