@@ -89,14 +89,31 @@ if [ "$PART" = verify ]; then  # after a hot-path change (first of two calls)
   for s in event auto; do timeout 30 python3 benchmarks/python_overhead.py $s; done > "$L/python_overhead.txt" 2>&1; cat "$L/python_overhead.txt"
   timeout 90 python3 benchmarks/profile_bench_step.py g-host hand auto > "$L/profile_bench_step.txt" 2>&1; grep -A14 "^==" "$L/profile_bench_step.txt" | cut -c1-150
 fi
-if [ "$PART" = measure ]; then  # after a hot-path change (second call)
+if [ "$PART" = measure ]; then  # after a hot-path change (second call); GPU_LANE_TESTS: GPU test files to run first;
+  # GPU_LANE_AB=DIR: a copy of an older tree's package under DIR (untracked), measured side by side with this one
+  if [ -n "${GPU_LANE_TESTS:-}" ]; then
+    # shellcheck disable=SC2086
+    timeout 150 python3 -m pytest -m gpu -v -s -p no:cacheprovider $GPU_LANE_TESTS > "$L/pytest-measure.txt" 2>&1 || rc=1
+    grep -E "FAILED|ERROR|passed|failed|soak" "$L/pytest-measure.txt" | tail -12
+  fi
+  if [ -n "${GPU_LANE_AB:-}" ]; then
+    for i in 1 2; do for tree in "$GPU_LANE_AB" .; do for s in event auto; do
+      echo "$tree $(PYTHONPATH=$PWD/$tree timeout 30 python3 benchmarks/python_overhead.py $s)"
+    done; done; done > "$L/python_overhead-ab.txt" 2>&1; cat "$L/python_overhead-ab.txt"
+    for tree in "$GPU_LANE_AB" .; do
+      PYTHONPATH=$PWD/$tree timeout 60 python3 benchmarks/contract_overhead.py --blocks 12 > "$L/contract_overhead-$(basename "$(realpath "$tree")").txt" 2>&1
+    done
+    grep -H -E "^(raw effect|contract|streamsafe|hand)" "$L"/contract_overhead-*.txt | cut -c1-140
+  fi
   timeout 200 python3 -m streamsafe bench --backend cuda --frames 200 --warmup 20 --block 20 --json "$L/bench.json" --png "$L/bench.png" \
     > "$L/bench.txt" 2> "$L/bench.err" || rc=1
   cat "$L/bench.txt"; tail -3 "$L/bench.err"
-  timeout 60 python3 -m streamsafe bench --backend cuda --scenario g-host --frames 200 --warmup 20 --block 20 \
-    --json "$L/bench-g-host-again.json" > "$L/bench-g-host-again.txt" 2>&1 || rc=1
-  grep -E "^g-host" "$L/bench-g-host-again.txt"
-  timeout 90 python3 benchmarks/effect_host_cost.py --profile --json "$L/effect_host_cost.json" > "$L/effect_host_cost.txt" 2>&1; head -8 "$L/effect_host_cost.txt"
+  if [ -z "${GPU_LANE_AB:-}" ]; then
+    timeout 60 python3 -m streamsafe bench --backend cuda --scenario g-host --frames 200 --warmup 20 --block 20 \
+      --json "$L/bench-g-host-again.json" > "$L/bench-g-host-again.txt" 2>&1 || rc=1
+    grep -E "^g-host" "$L/bench-g-host-again.txt"
+    timeout 90 python3 benchmarks/effect_host_cost.py --profile --json "$L/effect_host_cost.json" > "$L/effect_host_cost.txt" 2>&1; head -8 "$L/effect_host_cost.txt"
+  fi
 fi
 tar czf "$OUT/lane.tgz" -C "$OUT" lane && rm -rf "$L"
 exit $rc

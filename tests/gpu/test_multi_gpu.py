@@ -8,7 +8,8 @@ JSON to the lane output: ``hazards-dev1.json`` (+ ``.txt``), ``multi-gpu-fences.
 
 Environment (defaults in brackets): ``STREAMSAFE_MULTI_GPU_SOAK_FRAMES`` [10000],
 ``STREAMSAFE_MULTI_GPU_MATRIX_FRAMES`` frames per matrix row on the GPU [100],
-``STREAMSAFE_MULTI_GPU_STRATEGIES`` [auto,event,async,stream,device].
+``STREAMSAFE_MULTI_GPU_STRATEGIES`` [auto,event,async,stream,device], ``STREAMSAFE_MULTI_GPU_JITTER_US``
+the soak's random spin, up to this long, on each lane's user stream and stream 0 before every frame [200].
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ SOAK = int(os.environ.get("STREAMSAFE_MULTI_GPU_SOAK_FRAMES", "10000"))
 MATRIX_FRAMES = int(os.environ.get("STREAMSAFE_MULTI_GPU_MATRIX_FRAMES", "100"))
 STRATEGIES = tuple(s for s in os.environ.get("STREAMSAFE_MULTI_GPU_STRATEGIES", "auto,event,async,stream,device").split(",") if s)
 BLOCK = 100
+JITTER_US = float(os.environ.get("STREAMSAFE_MULTI_GPU_JITTER_US", "200"))
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +157,7 @@ def test_hazard_matrix_on_device_1_with_real_kernels(two_gpus) -> None:  # type:
     assert unfenced and all(r.corrupt_frames > 0 for r in unfenced)
 
 
-def _two_lanes(strategy: str, lane: Any = None) -> Any:
+def _two_lanes(strategy: str, lane: Any = None, *, jitter_us: float = 0.0) -> Any:
     from streamsafe.bench.multi_gpu import SOAK_LANE, GpuLane, MultiGpuPipeline
 
     sc = lane or SOAK_LANE
@@ -167,7 +169,33 @@ def _two_lanes(strategy: str, lane: Any = None) -> Any:
         for x in lanes:
             x.close()
         raise
+    if jitter_us:
+        for seed, x in enumerate(lanes):
+            _jitter(x, jitter_us, seed)
     return MultiGpuPipeline(lanes, [0, 1], [strategy, strategy])
+
+
+def _jitter(lane: Any, max_us: float, seed: int) -> None:
+    """Before each of the lane's frames, spin its user stream S and its device's stream 0 (where the SDK
+    converts) for a random time up to ``max_us`` each: the frames' work overlaps differently every
+    frame, whatever the host's speed (a fast host alone lets the GPU fall behind; a slow one does not)."""
+    import numpy as np
+
+    from streamsafe.testing._engines import spin_cycles_per_us
+
+    torch, rng, step = lane.torch, np.random.default_rng(seed), lane.step
+    cycles_per_us = spin_cycles_per_us(lane.device)
+
+    def jittered(frame: int) -> None:
+        s_us, legacy_us = rng.uniform(0, max_us, 2)
+        with torch.cuda.device(lane.device):
+            with torch.cuda.stream(lane.side):
+                torch.cuda._sleep(int(s_us * cycles_per_us))
+            with torch.cuda.stream(torch.cuda.default_stream(lane.device)):
+                torch.cuda._sleep(int(legacy_us * cycles_per_us))
+        step(frame)
+
+    lane.step = jittered
 
 
 def test_two_pipelines_fence_on_their_own_device(two_gpus) -> None:  # type: ignore[no-untyped-def]
@@ -197,7 +225,7 @@ def test_two_pipeline_soak(two_gpus) -> None:  # type: ignore[no-untyped-def]
     summary: dict[str, Any] = {"frames_per_lane": SOAK, "block": BLOCK}
     for strategy in (*STRATEGIES, "none"):
         frames = SOAK if strategy != "none" else min(SOAK, 1000)  # the unfenced control: shows the soak sees corruption
-        pipe = _two_lanes(strategy)
+        pipe = _two_lanes(strategy, jitter_us=JITTER_US)
         start = time.perf_counter()
         checked = corrupt = 0
         try:
