@@ -177,8 +177,8 @@ def _two_lanes(strategy: str, lane: Any = None, *, jitter_us: float = 0.0) -> An
 
 def _jitter(lane: Any, max_us: float, seed: int) -> None:
     """Before each of the lane's frames, spin its user stream S and its device's stream 0 (where the SDK
-    converts) for a random time up to ``max_us`` each: the frames' work overlaps differently every
-    frame, whatever the host's speed (a fast host alone lets the GPU fall behind; a slow one does not)."""
+    converts) for a random time up to ``max_us`` each, so the fenced strategies are checked against a
+    different overlap of the streams every frame rather than one timing."""
     import numpy as np
 
     from streamsafe.testing._engines import spin_cycles_per_us
