@@ -323,7 +323,8 @@ class StreamContract:
             if steady.check_replay:
                 self._check_recipe(recipe, name, args, kwargs)
             stats = self.stats
-            recipe.before(stats)
+            if recipe.before.fences:  # (an empty program has nothing to issue or count)
+                recipe.before(stats)
             arrays = args if recipe.arrays_only else tuple(a for a in args if type(a) is not int and type(a) is not float)
             run_stream = recipe.run_stream
             if views_exist():
@@ -334,7 +335,8 @@ class StreamContract:
             plan = recipe.plan
             generation = ledger.after_run(plan, recipe.shapes, stats, recipe.default_consumer)
             if recipe.protect:
-                recipe.after(stats)
+                if recipe.after.fences:
+                    recipe.after(stats)
                 self._protect_inputs(arrays, run_stream)
             if ledger.keepalive:
                 ledger.prune_keepalive()

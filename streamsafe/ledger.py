@@ -238,7 +238,8 @@ class Ledger:
         program = self.import_programs.get(consumer)
         if program is None or program.plan is not plan:
             program = self._import_program(plan, consumer)
-        program(self.out_stats)
+        if program.fences:
+            program(self.out_stats)
         if hooks.observers and key is not None and not isinstance(self.backend, SimBackend):
             for o in hooks.observers:  # after the fences that order it
                 o.on_output_read(key, consumer, self.device)
