@@ -40,10 +40,8 @@ from typing import Any
 import numpy as np
 
 from ..backend import SimBackend
-from ..streams import LEGACY_HANDLE
-from ..testing.effects import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
-from .harness import HAND_ROWS, BenchResult, Hand, Row, as_row, run_bench
-from .pipelines import POOL, BenchScenario, _as_signed, _inputs_and_refs, _Runner, count_corrupt, count_corrupt_sim, sim_inputs, torch_clone
+from .harness import HAND_ROWS, BenchResult, Row, as_row, run_bench
+from .pipelines import BenchScenario, GpuPipeline, SimPipeline
 
 __all__ = [
     "MultiGpuScenario",
@@ -114,163 +112,27 @@ def gpu_count() -> int:
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
 
 
-def _make_effect(sc: BenchScenario, backend: Any, size: tuple[int, int], out: tuple[int, int], gpu: bool, device: int) -> Any:
-    lat = dict(sc.stage_us) if gpu else None
-    if sc.effect == "hdr":
-        fx: Any = TrueHDR(backend=backend, latency_us=lat, device=device)
-    elif sc.effect == "sr":
-        fx = VideoSuperRes(backend=backend, latency_us=lat, image_encoding=ImageEncoding[sc.encoding], device=device)
-        fx.output_height, fx.output_width = out
-    else:
-        fx = VideoFrameGeneration(backend=backend, latency_us=lat, device=device)
-        fx.input_height, fx.input_width = size
-        fx.frame_multiplier = sc.multiplier
-    fx.load()
-    return fx
-
-
 # -- lanes --------------------------------------------------------------------------------------------
 
 
-class GpuLane:
-    """The bench's user program on GPU ``device``: torch produces on a side stream S of that device;
-    the consumer (torch or CuPy) copies on S; checks run on that device."""
+class GpuLane(GpuPipeline):
+    """The bench's user program on GPU ``device`` (:class:`~streamsafe.bench.pipelines.GpuPipeline` there):
+    torch produces on a side stream S of that device; the consumer (torch or CuPy) copies on S;
+    checks run on that device. The effect launches its stages eagerly, as the two-GPU bench was
+    measured (the soak also draws new stage latencies every frame, which a CUDA graph would bake in)."""
 
     def __init__(self, sc: BenchScenario, row: Row, device: int) -> None:
-        import torch
-
-        from ..backend.cuda import CudaBackend
-        from ..streams import as_stream
-        from .hand import RawFences
-
         if sc.consumer not in ("torch", "cupy"):
             raise ValueError(f"a multi-GPU lane consumes with torch or cupy, not {sc.consumer!r}")
-        self.sc, self.torch, self.device = sc, torch, device
-        self.backend = CudaBackend()
-        with torch.cuda.device(device):
-            torch.cuda.synchronize(device)  # the primary context current on this thread (hand rows' raw calls)
-            self.side = torch.cuda.Stream(device)
-            self.stream = as_stream(self.side, device=device, backend=self.backend)
-            self.effect = _make_effect(sc, self.backend, sc.size, sc.out, True, device)
-            row = as_row(row)
-            hand = RawFences(device) if isinstance(row, Hand) else None
-            legacy = as_stream(LEGACY_HANDLE, device=device, backend=self.backend)
-            self.runner = _Runner(self.effect, self.stream, row, sc=sc, hand_sites=hand, legacy=legacy)
-            slots = _inputs_and_refs(sc, sc.size, sc.out)
-            self.inputs = [[self._upload(x) for x in xs] for xs, _ in slots]
-            self.refs = [[torch.from_numpy(_as_signed(r)).to(f"cuda:{device}") for r in rs] for _, rs in slots]
-            self.cupy_stream: Any = None
-            if sc.consumer == "cupy":
-                import cupy
-
-                self.cupy_stream = cupy.cuda.ExternalStream(self.side.cuda_stream, device)
-            torch.cuda.synchronize(device)
-        self.events: list[tuple[Any, Any]] = []
-        self.kept: list[tuple[Any, Any]] = []
-
-    def _upload(self, x: np.ndarray) -> Any:
-        t = self.torch.from_numpy(_as_signed(x)).to(f"cuda:{self.device}")
-        return t.view(self.torch.uint32) if x.dtype == np.uint32 else t
-
-    def _consume(self, image: Any) -> Any:
-        if self.sc.consumer == "torch":
-            return torch_clone(self.torch, image)  # torch passes its current stream of the output's device: S
-        import cupy
-
-        with cupy.cuda.Device(self.device), self.cupy_stream:
-            return cupy.from_dlpack(image).copy()
-
-    def thread_init(self) -> None:
-        """On the lane's worker thread: its device (and primary context) current."""
-        self.torch.cuda.set_device(self.device)
-        self.torch.cuda.synchronize(self.device)
-
-    def step(self, frame: int) -> None:
-        torch, sc = self.torch, self.sc
-        slot = frame % POOL
-        with torch.cuda.device(self.device), torch.cuda.stream(self.side):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for k, copy in enumerate(self.runner.run(sc, self.inputs[slot], self._consume)):
-                self.kept.append((copy, self.refs[slot][k]))
-            stop.record()
-        self.events.append((start, stop))
-
-    def drain(self) -> list[float]:
-        """Wait for this lane's streams: S, and stream 0 of its device (the conversion; it also covers the
-        blocking shadow stream of ``async`` and the hand row's blocking stream)."""
-        self.side.synchronize()
-        self.torch.cuda.default_stream(self.device).synchronize()
-        latencies = [a.elapsed_time(b) for a, b in self.events]
-        self.events.clear()
-        return latencies
-
-    def check(self) -> tuple[int, int]:
-        with self.torch.cuda.device(self.device):
-            checked, corrupt = len(self.kept), count_corrupt(self.torch, self.kept, self.sc.consumer)
-        self.kept.clear()
-        return checked, corrupt
-
-    def counters(self) -> dict[str, int]:
-        return self.runner.counters()
-
-    def close(self) -> None:
-        self.torch.cuda.synchronize(self.device)
-        with self.torch.cuda.device(self.device):
-            self.runner.close()
+        super().__init__(sc, row, device, launch_mode="eager")
 
 
-class SimLane:
+class SimLane(SimPipeline):
     """The same program on device ``device`` of a shared :class:`~streamsafe.SimBackend` (small frames):
     inputs allocated and written on S each frame, the output copied on S, checked exactly."""
 
-    SIZE = (16, 16)
-
     def __init__(self, sc: BenchScenario, row: Row, sim: SimBackend, device: int) -> None:
-        from .hand import SimFences
-
-        self.sc, self.sim, self.device = sc, sim, device
-        h, w = self.SIZE
-        out = self.SIZE if sc.effect in ("hdr", "vfg") else (2 * h, 2 * w)
-        with sim.device(device):
-            self.stream = sim.create_stream(non_blocking=True, device=device)
-            self.effect = _make_effect(sc, sim, self.SIZE, out, False, device)
-            row = as_row(row)
-            hand = SimFences(sim) if isinstance(row, Hand) else None
-            self.runner = _Runner(self.effect, self.stream, row, sc=sc, hand_sites=hand, legacy=sim.legacy_stream(device))
-        self.slots = _inputs_and_refs(sc, self.SIZE, out)
-        self.kept: list[tuple[Any, np.ndarray]] = []
-
-    def thread_init(self) -> None:
-        pass
-
-    def step(self, frame: int) -> None:
-        sim, sc = self.sim, self.sc
-        xs, refs = self.slots[frame % POOL]
-        with sim.device(self.device), sim.use_stream(self.stream):
-            inputs = sim_inputs(sim, self.stream, xs)
-            for k, copy in enumerate(self.runner.run(sc, inputs, self._consume)):
-                self.kept.append((copy, refs[k]))
-
-    def _consume(self, image: Any) -> Any:
-        sim = self.sim
-        return sim.copy(sim.from_dlpack(image, stream=self.stream), self.stream, name="consumer.copy")
-
-    def drain(self) -> list[float]:
-        self.sim.synchronize_device(self.device)  # this device only: the other lanes' work stays pending
-        return []
-
-    def check(self) -> tuple[int, int]:
-        checked, corrupt = len(self.kept), count_corrupt_sim(self.sim, self.kept)
-        self.kept.clear()
-        return checked, corrupt
-
-    def counters(self) -> dict[str, int]:
-        return self.runner.counters()
-
-    def close(self) -> None:
-        with self.sim.device(self.device):
-            self.runner.close()
+        super().__init__(sc, row, sim, device)
 
 
 # -- the pipeline: one thread per lane ----------------------------------------------------------------

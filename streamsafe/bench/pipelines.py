@@ -135,16 +135,19 @@ HOST_COST_US = 0.0
 """Extra host microseconds per ``run()`` (the effects' ``host_cost_us`` knob)."""
 
 
-def _make_effect(sc: BenchScenario, backend: Any, size: tuple[int, int], out: tuple[int, int], gpu: bool) -> Any:
+def _make_effect(
+    sc: BenchScenario, backend: Any, size: tuple[int, int], out: tuple[int, int], gpu: bool, device: int = 0,
+    launch_mode: str | None = None,
+) -> Any:
     lat = dict(sc.stage_us) if gpu else None
-    knobs: dict[str, Any] = {"launch_mode": LAUNCH_MODE, "host_cost_us": HOST_COST_US} if gpu else {}
+    knobs: dict[str, Any] = {"launch_mode": launch_mode or LAUNCH_MODE, "host_cost_us": HOST_COST_US} if gpu else {}
     if sc.effect == "hdr":
-        fx: Any = TrueHDR(backend=backend, latency_us=lat, **knobs)
+        fx: Any = TrueHDR(backend=backend, latency_us=lat, device=device, **knobs)
     elif sc.effect == "sr":
-        fx = VideoSuperRes(backend=backend, latency_us=lat, image_encoding=ImageEncoding[sc.encoding], **knobs)
+        fx = VideoSuperRes(backend=backend, latency_us=lat, image_encoding=ImageEncoding[sc.encoding], device=device, **knobs)
         fx.output_height, fx.output_width = out
     else:
-        fx = VideoFrameGeneration(backend=backend, latency_us=lat, **knobs)
+        fx = VideoFrameGeneration(backend=backend, latency_us=lat, device=device, **knobs)
         fx.input_height, fx.input_width = size
         fx.frame_multiplier = sc.multiplier
     fx.load()
@@ -216,59 +219,62 @@ class _Runner:
 
 
 class GpuPipeline:
-    """The scenario on the GPU: torch produces on a side stream S; the consumer copies on S."""
+    """The scenario on GPU ``device``: torch produces on a side stream S; the consumer copies on S.
+    The current device is left as it was (each call that needs ``device`` makes it current for itself).
+    ``launch_mode``: the emulated effect's (default :data:`LAUNCH_MODE`)."""
 
-    def __init__(self, sc: BenchScenario, strategy: Row) -> None:
+    def __init__(self, sc: BenchScenario, strategy: Row, device: int = 0, *, launch_mode: str | None = None) -> None:
         import torch
 
         from ..backend.cuda import CudaBackend
         from ..streams import as_stream
         from ..testing._engines import spin_cycles_per_us
 
-        self.sc, self.torch = sc, torch
-        torch.cuda.set_device(0)
+        self.sc, self.torch, self.device = sc, torch, device
         self.backend = CudaBackend()
-        self.side = torch.cuda.Stream()
-        self.stream = as_stream(self.side, backend=self.backend)
-        self.unrelated = torch.cuda.Stream() if sc.unrelated_gpu_ms else None
-        self.cycles = spin_cycles_per_us(0)
-        self.effect = _make_effect(sc, self.backend, sc.size, sc.out, gpu=True)
-        row = as_row(strategy)
-        hand = RawFences(0) if isinstance(row, Hand) else None
-        legacy = as_stream(LEGACY_HANDLE, device=0, backend=self.backend)
-        self.runner = _Runner(self.effect, self.stream, row, sc=sc, hand_sites=hand, legacy=legacy,
-                              consumer_on_sdk=sc.consumer != "jax")
-        slots = _inputs_and_refs(sc, sc.size, sc.out)
-        self.inputs = [[self._upload(x) for x in xs] for xs, _ in slots]
-        self.refs = [[torch.from_numpy(_as_signed(r)).cuda() for r in rs] for _, rs in slots]
-        torch.cuda.synchronize()
+        with torch.cuda.device(device):
+            torch.cuda.synchronize(device)  # the primary context current on this thread (hand rows' raw calls)
+            self.side = torch.cuda.Stream(device)
+            self.stream = as_stream(self.side, device=device, backend=self.backend)
+            self.unrelated = torch.cuda.Stream(device) if sc.unrelated_gpu_ms else None
+            self.cycles = spin_cycles_per_us(device)
+            self.effect = _make_effect(sc, self.backend, sc.size, sc.out, True, device, launch_mode)
+            row = as_row(strategy)
+            hand = RawFences(device) if isinstance(row, Hand) else None
+            legacy = as_stream(LEGACY_HANDLE, device=device, backend=self.backend)
+            self.runner = _Runner(self.effect, self.stream, row, sc=sc, hand_sites=hand, legacy=legacy,
+                                  consumer_on_sdk=sc.consumer != "jax")
+            slots = _inputs_and_refs(sc, sc.size, sc.out)
+            self.inputs = [[self._upload(x) for x in xs] for xs, _ in slots]
+            self.refs = [[torch.from_numpy(_as_signed(r)).to(f"cuda:{device}") for r in rs] for _, rs in slots]
+            self.cupy_stream: Any = None
+            if sc.consumer == "cupy":
+                import cupy
+
+                self.cupy_stream = cupy.cuda.ExternalStream(self.side.cuda_stream, device)
+            torch.cuda.synchronize(device)
         self.events: list[tuple[Any, Any]] = []
         self.kept: list[tuple[Any, Any]] = []
-        if sc.consumer == "cupy":
-            import cupy
-
-            from_external = getattr(cupy.cuda.Stream, "from_external", None)
-            self.cupy_stream = from_external(self.side) if from_external else cupy.cuda.ExternalStream(self.side.cuda_stream)
 
     def _upload(self, x: np.ndarray) -> Any:
-        t = self.torch.from_numpy(_as_signed(x)).cuda()
+        t = self.torch.from_numpy(_as_signed(x)).to(f"cuda:{self.device}")
         return t.view(self.torch.uint32) if x.dtype == np.uint32 else t
 
     def _consume(self, image: Any) -> Any:
         sc = self.sc
         if sc.consumer == "torch":
-            return torch_clone(self.torch, image)
+            return torch_clone(self.torch, image)  # torch's current stream of the output's device: S
         if sc.consumer == "cupy":
             import cupy
 
-            with self.cupy_stream:
+            with cupy.cuda.Device(self.device), self.cupy_stream:
                 return cupy.from_dlpack(image).copy()
         import jax
         import jax.numpy as jnp
 
         from ..outputs import JaxDLPackAdapter
 
-        view = jax.dlpack.from_dlpack(image if not _is_raw(image) else JaxDLPackAdapter(image, 0), copy=False)
+        view = jax.dlpack.from_dlpack(image if not _is_raw(image) else JaxDLPackAdapter(image, self.device), copy=False)
         out = jnp.array(view, copy=True)
         out.block_until_ready()
         if isinstance(image, SafeImage):
@@ -285,7 +291,7 @@ class GpuPipeline:
             while time.perf_counter() < end:
                 pass
         slot = frame % POOL
-        with torch.cuda.stream(self.side):
+        with torch.cuda.stream(self.side):  # (torch makes the stream's device current for the block)
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for k, copy in enumerate(self.runner.run(sc, self.inputs[slot], self._consume)):
@@ -294,10 +300,11 @@ class GpuPipeline:
         self.events.append((start, stop))
 
     def drain(self) -> list[float]:
-        """Wait for this pipeline's streams: S (producer, consumer), stream 0 (conversion; it also
-        covers the blocking shadow stream of ``async``). Not for the unrelated stream."""
+        """Wait for this pipeline's streams: S (producer, consumer), stream 0 of its device (the conversion;
+        it also covers the blocking shadow stream of ``async`` and the hand row's blocking stream). Not
+        for the unrelated stream."""
         self.side.synchronize()
-        self.torch.cuda.default_stream().synchronize()
+        self.torch.cuda.default_stream(self.device).synchronize()
         latencies = [a.elapsed_time(b) for a, b in self.events]
         self.events.clear()
         return latencies
@@ -307,7 +314,8 @@ class GpuPipeline:
             self.unrelated.synchronize()
 
     def check(self) -> tuple[int, int]:
-        checked, corrupt = len(self.kept), count_corrupt(self.torch, self.kept, self.sc.consumer)
+        with self.torch.cuda.device(self.device):
+            checked, corrupt = len(self.kept), count_corrupt(self.torch, self.kept, self.sc.consumer)
         self.kept.clear()
         return checked, corrupt
 
@@ -315,14 +323,15 @@ class GpuPipeline:
         return self.runner.counters()
 
     def thread_init(self) -> None:
-        """On a worker thread, before its first step: the device (and its primary context) current, for the
-        raw driver calls of the hand rows (``cudaDeviceSynchronize`` binds the context to the thread)."""
-        self.torch.cuda.set_device(0)
-        self.torch.cuda.synchronize()
+        """On a worker thread, before its first step: the pipeline's device (and its primary context) current,
+        for the raw driver calls of the hand rows (``cudaDeviceSynchronize`` binds the context to the thread)."""
+        self.torch.cuda.set_device(self.device)
+        self.torch.cuda.synchronize(self.device)
 
     def close(self) -> None:
-        self.torch.cuda.synchronize()
-        self.runner.close()
+        self.torch.cuda.synchronize(self.device)
+        with self.torch.cuda.device(self.device):
+            self.runner.close()
 
 
 class SimPipeline:
@@ -330,36 +339,39 @@ class SimPipeline:
 
     Inputs are allocated and written on S each frame (so a recycled allocation races like a
     decoder's); the consumer copies on S, except JAX's, which imports and copies on a stream of
-    its own and makes the host wait for the copy (``block_until_ready``)."""
+    its own and makes the host wait for the copy (``block_until_ready``). ``device``: the model's
+    device the pipeline runs on (its drain waits for that device only)."""
 
     SIZE = (16, 16)
 
-    def __init__(self, sc: BenchScenario, strategy: Row, sim: SimBackend | None = None) -> None:
-        self.sc = sc
-        self.sim = sim if sim is not None else SimBackend(scheduler="adversarial")
-        self.stream = self.sim.create_stream(non_blocking=True)
-        self.unrelated = self.sim.create_stream(non_blocking=True) if sc.unrelated_gpu_ms else None
+    def __init__(self, sc: BenchScenario, strategy: Row, sim: SimBackend | None = None, device: int = 0) -> None:
+        self.sc, self.device = sc, device
+        self.sim = sim = sim if sim is not None else SimBackend(scheduler="adversarial")
         h, w = self.SIZE
         out = self.SIZE if sc.effect in ("hdr", "vfg") else (2 * h, 2 * w)
-        self.effect = _make_effect(sc, self.sim, self.SIZE, out, gpu=False)
-        row = as_row(strategy)
-        hand = SimFences(self.sim) if isinstance(row, Hand) else None
-        self.consumer = self.sim.create_stream(non_blocking=True) if sc.consumer == "jax" else self.stream
-        self.runner = _Runner(self.effect, self.stream, row, sc=sc, hand_sites=hand, legacy=self.sim.legacy_stream(0),
-                              consumer_on_sdk=sc.consumer != "jax")
+        with sim.device(device):
+            self.stream = sim.create_stream(non_blocking=True, device=device)
+            self.unrelated = sim.create_stream(non_blocking=True, device=device) if sc.unrelated_gpu_ms else None
+            self.effect = _make_effect(sc, sim, self.SIZE, out, False, device)
+            row = as_row(strategy)
+            hand = SimFences(sim) if isinstance(row, Hand) else None
+            self.consumer = sim.create_stream(non_blocking=True, device=device) if sc.consumer == "jax" else self.stream
+            self.runner = _Runner(self.effect, self.stream, row, sc=sc, hand_sites=hand, legacy=sim.legacy_stream(device),
+                                  consumer_on_sdk=sc.consumer != "jax")
+            self._scratch = sim.empty(4, name="unrelated work", device=device)
         self.slots = _inputs_and_refs(sc, self.SIZE, out)
         self.kept: list[tuple[Any, np.ndarray]] = []
-        self._scratch = self.sim.empty(4, name="unrelated work")
 
     def step(self, frame: int) -> None:
         sim, sc = self.sim, self.sc
-        if self.unrelated is not None:
-            sim.launch(self.unrelated, "unrelated work", writes=[self._scratch])
-        xs, refs = self.slots[frame % POOL]
-        with sim.use_stream(self.stream):
-            inputs = sim_inputs(sim, self.stream, xs)
-            for k, copy in enumerate(self.runner.run(sc, inputs, self._consume)):
-                self.kept.append((copy, refs[k]))
+        with sim.device(self.device):
+            if self.unrelated is not None:
+                sim.launch(self.unrelated, "unrelated work", writes=[self._scratch])
+            xs, refs = self.slots[frame % POOL]
+            with sim.use_stream(self.stream):
+                inputs = sim_inputs(sim, self.stream, xs)
+                for k, copy in enumerate(self.runner.run(sc, inputs, self._consume)):
+                    self.kept.append((copy, refs[k]))
 
     def _consume(self, image: Any) -> Any:
         sim, consumer = self.sim, self.consumer
@@ -371,7 +383,7 @@ class SimPipeline:
         return copy
 
     def drain(self) -> list[float]:
-        self.sim.synchronize_device(0)
+        self.sim.synchronize_device(self.device)  # this device only: other pipelines' devices stay pending
         return []
 
     def settle(self) -> None:
@@ -389,7 +401,8 @@ class SimPipeline:
         pass
 
     def close(self) -> None:
-        self.runner.close()
+        with self.sim.device(self.device):
+            self.runner.close()
 
 
 def _as_signed(x: np.ndarray) -> np.ndarray:

@@ -9,7 +9,8 @@ JSON to the lane output: ``hazards-dev1.json`` (+ ``.txt``), ``multi-gpu-fences.
 Environment (defaults in brackets): ``STREAMSAFE_MULTI_GPU_SOAK_FRAMES`` [10000],
 ``STREAMSAFE_MULTI_GPU_MATRIX_FRAMES`` frames per matrix row on the GPU [100],
 ``STREAMSAFE_MULTI_GPU_STRATEGIES`` [auto,event,async,stream,device], ``STREAMSAFE_MULTI_GPU_JITTER_US``
-the soak's random spin, up to this long, on each lane's user stream and stream 0 before every frame [200].
+the bound of the soak's random delays, drawn every frame: spins on each lane's user stream and stream 0,
+and the emulated SDK's stage latencies [300].
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ SOAK = int(os.environ.get("STREAMSAFE_MULTI_GPU_SOAK_FRAMES", "10000"))
 MATRIX_FRAMES = int(os.environ.get("STREAMSAFE_MULTI_GPU_MATRIX_FRAMES", "100"))
 STRATEGIES = tuple(s for s in os.environ.get("STREAMSAFE_MULTI_GPU_STRATEGIES", "auto,event,async,stream,device").split(",") if s)
 BLOCK = 100
-JITTER_US = float(os.environ.get("STREAMSAFE_MULTI_GPU_JITTER_US", "200"))
+JITTER_US = float(os.environ.get("STREAMSAFE_MULTI_GPU_JITTER_US", "300"))
 
 
 @pytest.fixture(scope="module")
@@ -176,18 +177,22 @@ def _two_lanes(strategy: str, lane: Any = None, *, jitter_us: float = 0.0) -> An
 
 
 def _jitter(lane: Any, max_us: float, seed: int) -> None:
-    """Before each of the lane's frames, spin its user stream S and its device's stream 0 (where the SDK
-    converts) for a random time up to ``max_us`` each, so the fenced strategies are checked against a
-    different overlap of the streams every frame rather than one timing."""
+    """Random delays on every stream of the lane, new each frame, as the GPU fuzzer draws them: a spin on
+    its user stream S and on its device's stream 0 before the frame, and the emulated SDK's transfer,
+    inference and conversion latencies. The fenced strategies meet a different overlap of the streams
+    every frame; the unfenced control races whatever the host's speed (the lane's effect launches
+    eagerly: without the random stages, a slow host's launch time alone kept its inference ahead of
+    the conversion on stream 0, and the control saw 0 to 30 corrupt frames of 2,000)."""
     import numpy as np
 
     from streamsafe.testing._engines import spin_cycles_per_us
 
-    torch, rng, step = lane.torch, np.random.default_rng(seed), lane.step
+    torch, rng, step, effect = lane.torch, np.random.default_rng(seed), lane.step, lane.effect
     cycles_per_us = spin_cycles_per_us(lane.device)
 
     def jittered(frame: int) -> None:
-        s_us, legacy_us = rng.uniform(0, max_us, 2)
+        s_us, legacy_us, transfer, inference, conversion = rng.uniform(0, max_us, 5)
+        effect.latency_us = {"transfer": transfer, "inference": inference, "conversion": conversion}
         with torch.cuda.device(lane.device):
             with torch.cuda.stream(lane.side):
                 torch.cuda._sleep(int(s_us * cycles_per_us))
