@@ -7,6 +7,8 @@
 #   GPU_LANE_PART=smoke bash scripts/gpu_lane_perf.sh   # after a small change: backend, emulator and contract GPU tests, doctor
 #   GPU_LANE_PART=verify bash scripts/gpu_lane_perf.sh  # after a hot-path change: every GPU test, the overhead, g-host's profile
 #   GPU_LANE_PART=measure bash scripts/gpu_lane_perf.sh # then: the bench (every scenario), g-host again, the emulator's cost
+#   GPU_LANE_PART=lanes bash scripts/gpu_lane_perf.sh   # after a change to the bench's pipelines: two-GPU tests and bench, a few scenarios
+# GPU_LANE_AB=DIR (any part, first): python_overhead and contract_overhead of an older tree's package under DIR beside this one's
 # Everything lands in ONE file, $OUT/lane.tgz (folder lane/). Runs on one GPU too (the two-GPU parts then skip).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -89,26 +91,35 @@ if [ "$PART" = verify ]; then  # after a hot-path change (first of two calls)
   for s in event auto; do timeout 30 python3 benchmarks/python_overhead.py $s; done > "$L/python_overhead.txt" 2>&1; cat "$L/python_overhead.txt"
   timeout 90 python3 benchmarks/profile_bench_step.py g-host hand auto > "$L/profile_bench_step.txt" 2>&1; grep -A14 "^==" "$L/profile_bench_step.txt" | cut -c1-150
 fi
-if [ "$PART" = measure ]; then  # after a hot-path change (second call); GPU_LANE_TESTS: GPU test files to run first;
-  # GPU_LANE_AB=DIR: a copy of an older tree's package under DIR (untracked), measured side by side with this one
+if [ -n "${GPU_LANE_AB:-}" ]; then  # any part: an older tree's package under GPU_LANE_AB (untracked), side by side with this one
+  for i in 1 2; do for tree in "$GPU_LANE_AB" .; do for s in event auto; do
+    echo "$tree $(PYTHONPATH=$PWD/$tree timeout 30 python3 benchmarks/python_overhead.py $s)"
+  done; done; done > "$L/python_overhead-ab.txt" 2>&1; cat "$L/python_overhead-ab.txt"
+  for tree in "$GPU_LANE_AB" .; do
+    PYTHONPATH=$PWD/$tree timeout 60 python3 benchmarks/contract_overhead.py --blocks 12 > "$L/contract_overhead-$(basename "$(realpath "$tree")").txt" 2>&1
+  done
+  grep -H -E "^(raw effect|contract|hand)" "$L"/contract_overhead-*.txt | cut -c1-140
+fi
+if [ "$PART" = lanes ]; then  # after a change to the bench's pipelines: the two-GPU tests and bench, a few single-GPU scenarios
+  STREAMSAFE_MULTI_GPU_SOAK_FRAMES=${STREAMSAFE_MULTI_GPU_SOAK_FRAMES:-5000} timeout 200 python3 -m pytest -m gpu -v -s -p no:cacheprovider \
+    tests/gpu/test_multi_gpu.py > "$L/pytest-lanes.txt" 2>&1 || rc=1
+  grep -E "FAILED|ERROR|passed|failed|soak" "$L/pytest-lanes.txt" | tail -12
+  timeout 150 python3 -m streamsafe.bench.multi_gpu --backend cuda --json "$L/multi-gpu-bench.json" > "$L/multi-gpu-bench.txt" 2> "$L/multi-gpu-bench.err" || rc=1
+  cat "$L/multi-gpu-bench.txt"; tail -3 "$L/multi-gpu-bench.err"
+  timeout 100 python3 -m streamsafe bench --backend cuda --scenario a,d-cupy,d-jax,g-host,server-2 --frames 100 --warmup 20 --block 20 \
+    --json "$L/bench-lanes.json" > "$L/bench-lanes.txt" 2>&1 || rc=1
+  grep -E "^(a |d-|g-host|server)" "$L/bench-lanes.txt"
+fi
+if [ "$PART" = measure ]; then  # after a hot-path change (second call); GPU_LANE_TESTS: GPU test files to run first
   if [ -n "${GPU_LANE_TESTS:-}" ]; then
     # shellcheck disable=SC2086
     timeout 150 python3 -m pytest -m gpu -v -s -p no:cacheprovider $GPU_LANE_TESTS > "$L/pytest-measure.txt" 2>&1 || rc=1
     grep -E "FAILED|ERROR|passed|failed|soak" "$L/pytest-measure.txt" | tail -12
   fi
-  if [ -n "${GPU_LANE_AB:-}" ]; then
-    for i in 1 2; do for tree in "$GPU_LANE_AB" .; do for s in event auto; do
-      echo "$tree $(PYTHONPATH=$PWD/$tree timeout 30 python3 benchmarks/python_overhead.py $s)"
-    done; done; done > "$L/python_overhead-ab.txt" 2>&1; cat "$L/python_overhead-ab.txt"
-    for tree in "$GPU_LANE_AB" .; do
-      PYTHONPATH=$PWD/$tree timeout 60 python3 benchmarks/contract_overhead.py --blocks 12 > "$L/contract_overhead-$(basename "$(realpath "$tree")").txt" 2>&1
-    done
-    grep -H -E "^(raw effect|contract|streamsafe|hand)" "$L"/contract_overhead-*.txt | cut -c1-140
-  fi
   timeout 200 python3 -m streamsafe bench --backend cuda --frames 200 --warmup 20 --block 20 --json "$L/bench.json" --png "$L/bench.png" \
     > "$L/bench.txt" 2> "$L/bench.err" || rc=1
   cat "$L/bench.txt"; tail -3 "$L/bench.err"
-  if [ -z "${GPU_LANE_AB:-}" ]; then
+  if [ -z "${GPU_LANE_AB:-}" ]; then  # (skipped when the A/B took the time)
     timeout 60 python3 -m streamsafe bench --backend cuda --scenario g-host --frames 200 --warmup 20 --block 20 \
       --json "$L/bench-g-host-again.json" > "$L/bench-g-host-again.txt" 2>&1 || rc=1
     grep -E "^g-host" "$L/bench-g-host-again.txt"
