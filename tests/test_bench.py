@@ -435,6 +435,36 @@ def test_video_server_errors_reach_the_caller() -> None:
         pipe.close()
 
 
+@pytest.mark.parametrize("where", ["step", "thread_init"])
+@pytest.mark.parametrize("group", ["server", "multi-gpu"])
+def test_lane_group_errors_reach_the_caller_and_the_threads_end(group: str, where: str) -> None:
+    """Both lane groups (the video server, the several-GPU bench) re-raise a lane's exception from its
+    worker thread, raised in a step or in the thread's set-up, and stop their threads on close()."""
+    from streamsafe.backend import SimBackend
+    from streamsafe.bench.multi_gpu import SOAK_LANE, MultiGpuPipeline, SimLane
+    from streamsafe.bench.pipelines import SimPipeline
+
+    def boom(*args: Any) -> None:
+        raise RuntimeError("lane failed")
+
+    sim = SimBackend(devices=2, scheduler="adversarial")
+    if group == "server":
+        lanes: list[Any] = [SimPipeline(scenario_by_key("a"), "auto", sim=sim) for _ in range(2)]
+    else:
+        lanes = [SimLane(SOAK_LANE, "auto", sim, d) for d in (0, 1)]
+    setattr(lanes[1], where, boom)
+    pipe = ServerPipeline(lanes) if group == "server" else MultiGpuPipeline(lanes, [0, 1], ["auto", "auto"])
+    workers = list(pipe._workers)
+    try:
+        with pytest.raises(RuntimeError, match="lane failed"):
+            pipe.run_block(0, 2)
+        with pytest.raises(RuntimeError, match="lane failed"):  # and again: the group stays usable to close
+            pipe.run_block(2, 2)
+    finally:
+        pipe.close()
+    assert len(workers) == 2 and not any(w.is_alive() for w in workers)
+
+
 def test_bench_cli_on_the_model_has_hand_rows_and_the_video_server(tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "bench.json"
     assert main(["bench", "--backend", "sim", "--scenario", "a,e-rgb10,server-2", "--strategy", "none,auto,device",

@@ -29,10 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import queue
 import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +38,7 @@ import numpy as np
 
 from ..backend import SimBackend
 from .harness import HAND_ROWS, BenchResult, Row, as_row, run_bench
+from .lanes import LaneGroup
 from .pipelines import BenchScenario, GpuPipeline, SimPipeline
 
 __all__ = [
@@ -150,109 +148,40 @@ class LaneBlock:
     corrupt: int = 0
 
 
-@dataclass
-class _Job:
-    first: int
-    count: int
-
-
-class _LaneWorker(threading.Thread):
-    def __init__(self, lane: Any, index: int, done: queue.Queue[tuple[int, float, float, list[float], BaseException | None]]) -> None:
-        super().__init__(name=f"streamsafe-multi-gpu-lane-{index}", daemon=True)
-        self.lane, self.index, self.done = lane, index, done
-        self.inbox: queue.Queue[_Job | None] = queue.Queue()
-        self._failed: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self.lane.thread_init()
-        except BaseException as e:  # reported with the first block
-            self._failed = e
-        while True:
-            job = self.inbox.get()
-            if job is None:
-                return
-            if self._failed is not None:
-                self.done.put((self.index, 0.0, 0.0, [], self._failed))
-                continue
-            t0, c0 = time.perf_counter(), time.thread_time()
-            try:
-                for i in range(job.first, job.first + job.count):
-                    self.lane.step(i)
-                latencies = self.lane.drain()
-            except BaseException as e:
-                self.done.put((self.index, time.perf_counter() - t0, time.thread_time() - c0, [], e))
-            else:
-                self.done.put((self.index, time.perf_counter() - t0, time.thread_time() - c0, latencies, None))
-
-
-class MultiGpuPipeline:
+class MultiGpuPipeline(LaneGroup):
     """Lanes (one per GPU) run by one thread each; a block pipeline for :func:`~streamsafe.bench.run_bench`.
 
     ``blocks[i]`` holds lane ``i``'s :class:`LaneBlock` per block (warm-up included; see
-    :meth:`lane_summary`). ``devices[i]`` and ``rows[i]``: lane ``i``'s device and row."""
+    :meth:`lane_summary`). ``devices[i]`` and ``rows[i]``: lane ``i``'s device and row. Each worker
+    drains its lane at the end of a block, so a lane's wall time covers its own streams."""
 
     def __init__(self, lanes: list[Any], devices: Sequence[int], rows: Sequence[str]) -> None:
         if not lanes:
             raise ValueError("a multi-GPU pipeline needs at least one lane")
-        self.lanes = lanes
         self.devices = list(devices)
         self.rows = list(rows)
-        self.frames_per_step = len(lanes)
         self.blocks: list[list[LaneBlock]] = [[] for _ in lanes]
         self._latencies: list[float] = []
-        self._done: queue.Queue[tuple[int, float, float, list[float], BaseException | None]] = queue.Queue()
-        self._workers = [_LaneWorker(lane, i, self._done) for i, lane in enumerate(lanes)]
-        for w in self._workers:
-            w.start()
+        super().__init__(lanes, drain_in_worker=True, thread_name="streamsafe-multi-gpu-lane")
 
     def run_block(self, first: int, count: int) -> float:
         """Every lane runs steps ``first .. first + count - 1`` on its thread and waits for its own streams;
         returns the worker threads' CPU seconds. Re-raises a lane's exception."""
-        for w in self._workers:
-            w.inbox.put(_Job(first, count))
-        cpu, error = 0.0, None
-        for _ in self._workers:
-            index, wall, used, latencies, exc = self._done.get()
-            cpu += used
-            error = error or exc
-            self.blocks[index].append(LaneBlock(first, count, wall, used))
-            self._latencies += latencies
-        if error is not None:
-            raise error
-        return cpu
-
-    def step(self, frame: int) -> None:
-        """One frame on every lane, one after another on the caller's thread (no timing)."""
-        for lane in self.lanes:
-            lane.step(frame)
+        reports = self._run_on(self._workers, first, count)
+        for r in reports:
+            self.blocks[r.index].append(LaneBlock(first, count, r.wall_s, r.cpu_s))
+            self._latencies += r.latencies
+        return sum(r.cpu_s for r in reports)
 
     def drain(self) -> list[float]:
-        latencies = list(self._latencies)
-        for lane in self.lanes:  # the workers drained already; this covers step() called directly
-            latencies += lane.drain()
-        self._latencies.clear()
+        latencies = self._latencies + super().drain()  # the workers drained already; this covers step() called directly
+        self._latencies = []
         return latencies
 
-    def settle(self) -> None:
-        pass
-
-    def check(self) -> tuple[int, int]:
-        checked = corrupt = 0
-        for i, lane in enumerate(self.lanes):
-            a, b = lane.check()
-            checked, corrupt = checked + a, corrupt + b
-            if self.blocks[i]:
-                self.blocks[i][-1].checked += a
-                self.blocks[i][-1].corrupt += b
-        return checked, corrupt
-
-    def counters(self) -> dict[str, int]:
-        total: dict[str, int] = {}
-        for lane in self.lanes:
-            for k, v in lane.counters().items():
-                total[k] = total.get(k, 0) + v
-        return total
+    def _checked(self, index: int, checked: int, corrupt: int) -> None:
+        if self.blocks[index]:
+            self.blocks[index][-1].checked += checked
+            self.blocks[index][-1].corrupt += corrupt
 
     def lane_summary(self, warmup: int = 0) -> list[dict[str, Any]]:
         """Per lane: device, row, frames, frames/s over its own wall time, checked and corrupt frames
@@ -272,15 +201,6 @@ class MultiGpuPipeline:
                 "corrupt": sum(b.corrupt for b in timed),
             })
         return out
-
-    def close(self) -> None:
-        for w in self._workers:
-            w.inbox.put(None)
-        for w in self._workers:
-            w.join()
-        self._workers = []
-        for lane in self.lanes:
-            lane.close()
 
 
 class MultiGpuFactory:
