@@ -65,6 +65,7 @@ SCENARIOS: tuple[BenchScenario, ...] = (
     BenchScenario("a", "plain loop, 540p->1080p"),
     BenchScenario("b", "+2 ms unrelated GPU work on another stream", unrelated_gpu_ms=2.0),
     BenchScenario("c", "+0.8 ms CPU work, 1.0 ms GPU", cpu_ms=0.8, stage_us={"inference": 900.0, "conversion": 100.0}),
+    BenchScenario("c-gpu", "c without its CPU work: c's GPU time per frame", stage_us={"inference": 900.0, "conversion": 100.0}),
     BenchScenario("d-cupy", "CuPy consumer", consumer="cupy"),
     BenchScenario("d-jax", "JAX consumer", consumer="jax"),
     BenchScenario("e-4k", "1080p->4K", size=(1080, 1920), out=(2160, 3840), stage_us={"inference": 1500.0, "conversion": 200.0}),
