@@ -359,8 +359,12 @@ class StreamContract:
         """``STREAMSAFE_CHECK_REPLAY=1``: plan the call again; the recipe must say the same."""
         sdk, user_nb, arrays, producers = self._call_inputs(args, kwargs)
         frame = self._plan_frame(sdk, arrays, producers, user_nb)
-        got = (recipe.plan, recipe.shapes, recipe.before.fences, recipe.after.fences, recipe.default_consumer)
-        want = (frame[0], frame[1], frame[2], frame[3], self._consumer or sdk)
+        got = (recipe.plan, recipe.shapes, recipe.before.fences, recipe.after.fences, recipe.default_consumer,
+               recipe.run_stream, recipe.run_counts, recipe.arrays_only)
+        plan = frame[0]
+        want = (plan, frame[1], frame[2], frame[3], self._consumer or sdk, plan.run_stream,
+                (("runs", 1),) if plan.non_blocking else (("runs", 1), ("sdk_waits", 1)),
+                not any(isinstance(a, numbers.Number) for a in args))
         if got != want:
             raise AssertionError(f"streamsafe replayed a recipe that differs from the plan: {got} != {want}")
 

@@ -73,10 +73,10 @@ class Stream:
     handle: int
     kind: StreamKind
     backend: Backend | None = field(default=None, compare=False, repr=False)
-    _hash: int = field(init=False, compare=False, repr=False, default=0)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.device, self.handle)))  # streams key dicts on every frame
+        # streams key dicts on every frame: the hash is computed once (an attribute, not a field)
+        object.__setattr__(self, "_hash", hash((self.device, self.handle)))
 
     @property
     def ptr(self) -> int:
@@ -94,7 +94,7 @@ class Stream:
         return (self.device, self.handle)
 
     def __hash__(self) -> int:  # device and handle identify a stream (hashing the kind enum is slow)
-        return self._hash
+        return self._hash  # type: ignore[attr-defined,no-any-return]
 
     def __eq__(self, other: object) -> bool:  # the same identity as the hash (the kind follows from it)
         if other.__class__ is Stream:
