@@ -8,6 +8,7 @@
 #   GPU_LANE_PART=verify bash scripts/gpu_lane_perf.sh  # after a hot-path change: every GPU test, the overhead, g-host's profile
 #   GPU_LANE_PART=measure bash scripts/gpu_lane_perf.sh # then: the bench (every scenario), g-host again, the emulator's cost
 #   GPU_LANE_PART=lanes bash scripts/gpu_lane_perf.sh   # after a change to the bench's pipelines: two-GPU tests and bench, a few scenarios
+#   GPU_LANE_PART=close bash scripts/gpu_lane_perf.sh   # before closing: every GPU test (shorter soaks), c and c-gpu, g-host, server-8, two GPUs
 # GPU_LANE_AB=DIR (any part, first): python_overhead and contract_overhead of an older tree's package under DIR beside this one's
 # Everything lands in ONE file, $OUT/lane.tgz (folder lane/). Runs on one GPU too (the two-GPU parts then skip).
 set -uo pipefail
@@ -109,6 +110,16 @@ if [ "$PART" = lanes ]; then  # after a change to the bench's pipelines: the two
   timeout 100 python3 -m streamsafe bench --backend cuda --scenario a,d-cupy,d-jax,g-host,server-2 --frames 100 --warmup 20 --block 20 \
     --json "$L/bench-lanes.json" > "$L/bench-lanes.txt" 2>&1 || rc=1
   grep -E "^(a |d-|g-host|server)" "$L/bench-lanes.txt"
+fi
+if [ "$PART" = close ]; then  # the last check of a session: every GPU test, the (c) reference, the host-bound rows, two GPUs
+  STREAMSAFE_FUZZ_FRAMES=1000 STREAMSAFE_FUZZ_CONTROL_FRAMES=500 STREAMSAFE_SOAK_FRAMES=1000 STREAMSAFE_MULTI_GPU_SOAK_FRAMES=3000 \
+    timeout 280 python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu > "$L/pytest-gpu.txt" 2>&1 || rc=1
+  grep -E "FAILED|ERROR|passed|failed|soak|fuzz" "$L/pytest-gpu.txt" | tail -30
+  timeout 120 python3 -m streamsafe bench --backend cuda --scenario c,c-gpu,g-host,server-8 --frames 200 --warmup 20 --block 20 \
+    --json "$L/bench-close.json" > "$L/bench-close.txt" 2>&1 || rc=1
+  grep -E "^(c|g-host|server)" "$L/bench-close.txt"
+  timeout 120 python3 -m streamsafe.bench.multi_gpu --backend cuda --json "$L/multi-gpu-bench.json" > "$L/multi-gpu-bench.txt" 2> "$L/multi-gpu-bench.err" || rc=1
+  cat "$L/multi-gpu-bench.txt"; tail -3 "$L/multi-gpu-bench.err"
 fi
 if [ "$PART" = measure ]; then  # after a hot-path change (second call); GPU_LANE_TESTS: GPU test files to run first
   if [ -n "${GPU_LANE_TESTS:-}" ]; then
