@@ -41,15 +41,16 @@ def note_run(device: int) -> bool:
     threads[ident] = (now, mine[1] if mine is not None else _current_thread())
     if len(threads) == 1:
         return False
-    shared = False
     for other, (last, thread) in list(threads.items()):
         if other == ident:
             continue
-        if now - last > WINDOW_S or not thread.is_alive():  # ended, or quiet: it no longer counts
+        if now - last > WINDOW_S:  # quiet: it no longer counts
             threads.pop(other, None)
-        elif last >= previous:
-            shared = True
-    return shared
+        elif last >= previous:  # it ran since this thread's previous run: shared, if it still lives
+            if thread.is_alive():
+                return True
+            threads.pop(other, None)
+    return False
 
 
 def threads_on(device: int) -> int:
