@@ -27,7 +27,6 @@ import numbers
 import operator
 import os
 import sys
-import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -308,12 +307,9 @@ class StreamContract:
         else:
             return None
         ledger = self.ledger
-        lock = ledger._lock  # ledger.using(name), inline: another thread's call sends this one down the general path
-        if not lock.acquire(False):
+        outer = ledger.try_hold()
+        if outer is None:  # another thread holds the effect: the general path waits or raises, as the rule says
             return None
-        outer = (ledger._owner, ledger._closing_wait)
-        ledger._owner = _get_ident()
-        ledger._closing_wait = False
         try:
             config = self._config()
             if ledger.closed or config is _UNREADABLE or not recipe.matches(ledger, config):
@@ -344,8 +340,7 @@ class StreamContract:
             for counter, n in recipe.run_counts:
                 stats[counter] += n
         finally:
-            ledger._owner, ledger._closing_wait = outer
-            lock.release()
+            ledger.let_go(outer)
         return SafeOutput(raw, SafeImage(ledger, raw.image, generation, self.device, recipe.default_consumer, self.effect))
 
     def _config(self) -> Any:
@@ -363,7 +358,7 @@ class StreamContract:
                recipe.run_stream, recipe.run_counts, recipe.arrays_only)
         plan = frame[0]
         want = (plan, frame[1], frame[2], frame[3], self._consumer or sdk, plan.run_stream,
-                (("runs", 1),) if plan.non_blocking else (("runs", 1), ("sdk_waits", 1)),
+                steady.run_counts(plan),
                 not any(isinstance(a, numbers.Number) for a in args))
         if got != want:
             raise AssertionError(f"streamsafe replayed a recipe that differs from the plan: {got} != {want}")
@@ -460,8 +455,8 @@ class StreamContract:
                 self._protect_inputs(arrays, run_stream)
             ledger.prune_keepalive()
             self._last_plan = plan  # (run() changes no output-size or encoding attribute: the snapshot stays)
-            self.stats["runs"] += 1
-            self.stats["sdk_waits"] += not plan.non_blocking
+            for counter, n in steady.run_counts(plan):
+                self.stats[counter] += n
             if state is not None and facts is not None and None not in producers:
                 self._remember(facts, state, plan, shapes, before, after, protect, self._consumer or sdk)
         return SafeOutput(raw, SafeImage(ledger, raw.image, generation, dev, self._consumer or sdk, self.effect))
@@ -774,8 +769,6 @@ def _config_reader(effect: Any) -> Callable[[Any], Any]:
 def _nothing(effect: Any) -> tuple[()]:
     return ()
 
-
-_get_ident = threading.get_ident
 
 _UNREADABLE = object()
 """What :meth:`StreamContract._config` gives when an attribute went (no replay then)."""

@@ -144,15 +144,11 @@ class _Using:
             # another thread's block is ending (its closing host wait): that is not a concurrent call
             if not (ledger._closing_wait and ledger._lock.acquire(timeout=60)):
                 raise ConcurrentUseError(ledger.name, self._call, _thread_name(ledger._owner), threading.current_thread().name)
-        self._outer = (ledger._owner, ledger._closing_wait)
-        ledger._owner = _get_ident()
-        ledger._closing_wait = self._wait
+        self._outer = ledger._took(self._wait)
         return ledger
 
     def __exit__(self, *exc: object) -> None:
-        ledger = self._ledger
-        ledger._owner, ledger._closing_wait = self._outer
-        ledger._lock.release()
+        self._ledger.let_go(self._outer)
 
 
 class Ledger:
@@ -182,9 +178,9 @@ class Ledger:
         self.keepalive: deque[tuple[Any, Any]] = deque()
         self.torch_streams: dict[int, Any] = {}
         self.raw_plans: dict[tuple[Stream, Stream | None, bool], FencePlan] = {}
+        """The plans of tracked raw calls, by (SDK stream, conversion stream, non_blocking)."""
         self.import_programs: dict[Stream, FenceProgram] = {}
         """Bound import fences by consumer stream, for the plan that wrote the current output."""
-        """The plans of tracked raw calls, by (SDK stream, conversion stream)."""
         self.config: tuple[Any, ...] | None = None
         """The effect's output-size and encoding attributes as the last guard saw or set them."""
         self.default_contract: Any = None
@@ -201,6 +197,26 @@ class Ledger:
         implicit host wait that ends a ``with`` block). Does not block otherwise."""
         return _Using(self, call, wait)
 
+    def try_hold(self) -> tuple[int | None, bool] | None:
+        """Hold the effect for one call if no other thread does, without blocking (the hot path's
+        :meth:`using`): the previous holder, to give to :meth:`let_go`; ``None`` when another thread
+        holds it (then :meth:`using` waits for its closing host wait, or raises)."""
+        if not self._lock.acquire(False):
+            return None
+        return self._took(False)
+
+    def _took(self, closing_wait: bool) -> tuple[int | None, bool]:
+        """This thread now holds the lock: record it as the holder; returns the previous holder."""
+        outer = (self._owner, self._closing_wait)
+        self._owner = _get_ident()
+        self._closing_wait = closing_wait
+        return outer
+
+    def let_go(self, outer: tuple[int | None, bool]) -> None:
+        """End a hold taken by :meth:`try_hold` (or :meth:`using`): the previous holder is restored."""
+        self._owner, self._closing_wait = outer
+        self._lock.release()
+
     # -- outputs ------------------------------------------------------------------------------------
 
     def check_current(self, generation: int, what: str = "this output") -> None:
@@ -216,19 +232,15 @@ class Ledger:
         (H3/H4, on the device, or by a host wait under ``stream``/``device``) and remember it as a
         reader until the next run, and as outstanding until the next release. ``escapes``: the
         consumer keeps a zero-copy view (not one of streamsafe's copy helpers)."""
-        lock = self._lock  # self.using("import"), inline on the hot path
-        if not lock.acquire(False):
+        outer = self.try_hold()
+        if outer is None:
             with self.using("import"):  # another thread holds the effect: wait for its closing wait, or raise
                 self._import_held(generation, consumer, escapes, key)
             return
-        outer = (self._owner, self._closing_wait)
-        self._owner = _get_ident()
-        self._closing_wait = False
         try:
             self._import_held(generation, consumer, escapes, key)
         finally:
-            self._owner, self._closing_wait = outer
-            lock.release()
+            self.let_go(outer)
 
     def _import_held(self, generation: int, consumer: Stream, escapes: bool, key: Any) -> None:
         if generation != self.generation:

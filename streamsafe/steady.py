@@ -29,7 +29,7 @@ from typing import Any
 from .plan import FencePlan
 from .program import FenceProgram
 
-__all__ = ["Recipe", "ledger_state", "check_replay"]
+__all__ = ["Recipe", "ledger_state", "run_counts", "check_replay"]
 
 check_replay = os.environ.get("STREAMSAFE_CHECK_REPLAY") == "1"
 replays = 0
@@ -69,7 +69,7 @@ class Recipe:
         self.run_stream = plan.run_stream
         self.run_ptr = plan.run_stream.ptr
         self.non_blocking = plan.non_blocking
-        self.run_counts: tuple[tuple[str, int], ...] = (("runs", 1),) if plan.non_blocking else (("runs", 1), ("sdk_waits", 1))
+        self.run_counts = run_counts(plan)
         """What a replayed run adds to the contract's counters besides its fences."""
         self.arrays_only = int not in facts and float not in facts
         """Whether every positional argument is an input array (no scalar such as a timestep)."""
@@ -88,6 +88,12 @@ class Recipe:
 
     def __repr__(self) -> str:
         return f"<Recipe {self.facts[0]} {self.plan.strategy.value}: {len(self.before.fences)} fence(s) before, {len(self.after.fences)} after>"
+
+
+def run_counts(plan: FencePlan) -> tuple[tuple[str, int], ...]:
+    """What one run under ``plan`` adds to a contract's counters besides its fences: the run, and the
+    SDK's own host wait when the plan lets it make one."""
+    return (("runs", 1),) if plan.non_blocking else (("runs", 1), ("sdk_waits", 1))
 
 
 def ledger_state(ledger: Any, config: Any) -> tuple[Any, ...]:
