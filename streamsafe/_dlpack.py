@@ -58,15 +58,10 @@ def describe_array(obj: Any) -> str:
     return f"{name} ({', '.join(facts)})" if facts else name
 
 
-def _framework(obj: Any) -> str | None:
-
-    return framework_of(obj)
-
-
 def _to_device_fix(obj: Any, device: int) -> str | None:
     """How the array's own framework copies it to CUDA ``device`` (from the host or another GPU); ``None``
     for a framework streamsafe does not know."""
-    fw = _framework(obj)
+    fw = framework_of(obj)
     if fw == "torch":
         return f"x.to('cuda:{device}') (or x.cuda({device}))"
     if fw == "numpy":
@@ -83,7 +78,6 @@ def check_input_device(what: str, obj: Any, dev_type: int, dev_id: int, device: 
     memory that is not on a GPU, :class:`~streamsafe.errors.InputDeviceError` (an
     :class:`~streamsafe.errors.InputArrayError` and a :class:`~streamsafe.errors.DeviceMismatchError`)
     for a GPU array of another device. Both messages name the array by type and shape only."""
-
     if dev_type != DLPACK_CUDA:
         where = DLPACK_DEVICE_NAMES.get(dev_type, "a device that is not CUDA")
         raise HostArrayError(
@@ -102,7 +96,6 @@ def check_input_device(what: str, obj: Any, dev_type: int, dev_id: int, device: 
 def require_cuda_input(what: str, obj: Any, device: int) -> None:
     """Raise :class:`~streamsafe.errors.InputArrayError` unless ``obj`` speaks DLPack from CUDA ``device``
     (see :func:`check_input_device` for the subclasses raised)."""
-
     if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
         raise InputArrayError(
             what, obj, "it has no __dlpack__/__dlpack_device__ (a CUDA array is required)",
@@ -140,7 +133,6 @@ def stream_on_device(obj: Any, device: int, backend: Any, role: str) -> Any:
     :class:`~streamsafe.errors.DeviceMismatchError` that names the stream's ``role`` (``"sdk"``,
     ``"input"``, ``"consumer"``, ``"conversion"``), both devices and the fix for that role.
     Does not block."""
-
     what, fix = _STREAM_FIXES[role]
     try:
         return as_stream(obj, device=device, backend=backend)

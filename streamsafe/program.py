@@ -67,7 +67,6 @@ def _load_nvtx() -> Any:
 _NVTX = _load_nvtx()
 
 
-
 class FenceProgram:
     """A fixed list of fences, bound once to the backend's calls. Running it issues exactly those
     fences (device waits do not block the host; host waits and device syncs, if any, do) and
