@@ -35,7 +35,6 @@ class Engine(Protocol):
     xp: Any
     supports_graphs: bool
 
-
     def stream(self, stream_ptr: int) -> Stream: ...
 
     def legacy(self) -> Stream: ...
