@@ -9,7 +9,8 @@
 #   GPU_LANE_PART=measure bash scripts/gpu_lane_perf.sh # then: the bench (every scenario), g-host again, the emulator's cost
 #   GPU_LANE_PART=lanes bash scripts/gpu_lane_perf.sh   # after a change to the bench's pipelines: two-GPU tests and bench, a few scenarios
 #   GPU_LANE_PART=close bash scripts/gpu_lane_perf.sh   # before closing: every GPU test (shorter soaks), c and c-gpu, g-host, server-8, two GPUs
-# GPU_LANE_AB=DIR (any part, first): python_overhead and contract_overhead of an older tree's package under DIR beside this one's
+#   GPU_LANE_PART=emulator bash scripts/gpu_lane_perf.sh  # after a change to the emulated SDK: its GPU tests, its host cost, the scenarios it bounds
+# GPU_LANE_AB=DIR (any part, first): python_overhead, contract_overhead and effect_host_cost of an older tree's package under DIR beside this one's
 # Everything lands in ONE file, $OUT/lane.tgz (folder lane/). Runs on one GPU too (the two-GPU parts then skip).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -100,6 +101,20 @@ if [ -n "${GPU_LANE_AB:-}" ]; then  # any part: an older tree's package under GP
     PYTHONPATH=$PWD/$tree timeout 60 python3 benchmarks/contract_overhead.py --blocks 12 > "$L/contract_overhead-$(basename "$(realpath "$tree")").txt" 2>&1
   done
   grep -H -E "^(raw effect|contract|hand)" "$L"/contract_overhead-*.txt | cut -c1-140
+  for i in 1 2; do for tree in "$GPU_LANE_AB" .; do
+    PYTHONPATH=$PWD/$tree timeout 60 python3 benchmarks/effect_host_cost.py > "$L/effect_host_cost-$i-$(basename "$(realpath "$tree")").txt" 2>&1
+  done; done
+  grep -H -E "^(Video|True)" "$L"/effect_host_cost-*.txt | cut -c1-140
+fi
+if [ "$PART" = emulator ]; then  # after a change to the emulated SDK: its GPU tests, its host cost, the scenarios it bounds
+  timeout 200 python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu/test_cuda_backend.py tests/gpu/test_testing_gpu.py \
+    tests/gpu/test_contract_gpu.py > "$L/pytest-emulator.txt" 2>&1 || rc=1
+  grep -E "FAILED|ERROR|passed|failed|Error" "$L/pytest-emulator.txt" | tail -24
+  timeout 90 python3 benchmarks/effect_host_cost.py --profile --json "$L/effect_host_cost.json" > "$L/effect_host_cost.txt" 2>&1
+  head -40 "$L/effect_host_cost.txt" | cut -c1-150
+  timeout 150 python3 -m streamsafe bench --backend cuda --scenario g-host,server-8,c,c-gpu --frames 100 --warmup 20 --block 20 \
+    --json "$L/bench-emulator.json" > "$L/bench-emulator.txt" 2>&1 || rc=1
+  grep -E "^(c|g-host|server)" "$L/bench-emulator.txt"
 fi
 if [ "$PART" = lanes ]; then  # after a change to the bench's pipelines: the two-GPU tests and bench, a few single-GPU scenarios
   STREAMSAFE_MULTI_GPU_SOAK_FRAMES=${STREAMSAFE_MULTI_GPU_SOAK_FRAMES:-5000} timeout 200 python3 -m pytest -m gpu -v -s -p no:cacheprovider \

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+import struct
+from typing import Any, NamedTuple
 
 from .errors import DeviceMismatchError, HostArrayError, InputArrayError, InputDeviceError
 from .frameworks import framework_of
@@ -13,6 +14,8 @@ __all__ = [
     "DLPACK_CPU",
     "DLPACK_CUDA",
     "SimCapsule",
+    "CapsuleTensor",
+    "read_capsule",
     "check_input_device",
     "require_cuda_input",
     "describe_array",
@@ -197,6 +200,57 @@ def capsule_data_key(capsule: Any) -> Any:
         return None
     # DLManagedTensor starts with DLTensor, whose first field is the data pointer
     return ctypes.c_void_p.from_address(ptr + offset).value
+
+
+class CapsuleTensor(NamedTuple):
+    """The ``DLTensor`` a capsule holds, read without consuming the capsule (:func:`read_capsule`)."""
+
+    ptr: int
+    """The first element's address (``data + byte_offset``)."""
+    device_type: int
+    device_id: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None
+    """In elements; ``None``: C-contiguous (the DLPack convention)."""
+    code: int
+    """``DLDataTypeCode``: 0 int, 1 uint, 2 float, 4 bfloat, 6 bool, ..."""
+    bits: int
+    lanes: int
+
+
+_DLTENSOR = struct.Struct("<QiiiBBHQQQ")
+"""``DLTensor``: data, device (type, id), ndim, dtype (code, bits, lanes), shape, strides, byte_offset."""
+_DLTENSOR_BYTES = ctypes.c_char * _DLTENSOR.size
+_INT64S: dict[int, tuple[struct.Struct, Any]] = {}
+
+
+def read_capsule(capsule: Any) -> CapsuleTensor | None:
+    """The tensor a raw ``dltensor`` or ``dltensor_versioned`` capsule describes, read in place: the
+    capsule is neither consumed nor renamed, so its producer still owns the memory (and frees it
+    when the capsule goes). ``None`` for anything else (a consumed capsule, another object).
+    Does not block; touches host memory only."""
+    get_pointer = _capsule_api()
+    try:
+        managed, offset = get_pointer(capsule, b"dltensor"), 0
+    except Exception:
+        try:  # the versioned struct: version, manager_ctx, deleter and flags (8 bytes each) before DLTensor
+            managed, offset = get_pointer(capsule, b"dltensor_versioned"), 32
+        except Exception:
+            return None
+    if not managed:
+        return None
+    data, dev_type, dev_id, ndim, code, bits, lanes, shape_ptr, strides_ptr, byte_offset = _DLTENSOR.unpack_from(
+        _DLTENSOR_BYTES.from_address(managed + offset)
+    )
+    if ndim < 0 or ndim > 64 or (ndim and not shape_ptr):
+        return None
+    ints = _INT64S.get(ndim)
+    if ints is None:
+        ints = _INT64S[ndim] = (struct.Struct(f"<{ndim}q"), ctypes.c_char * (8 * ndim))
+    shape = ints[0].unpack_from(ints[1].from_address(shape_ptr)) if ndim else ()
+    strides = ints[0].unpack_from(ints[1].from_address(strides_ptr)) if ndim and strides_ptr else None
+    # (tuple.__new__: the NamedTuple's own __new__ is a Python function, a third of this call's cost)
+    return tuple.__new__(CapsuleTensor, (data + byte_offset, dev_type, dev_id, shape, strides, code, bits, lanes))
 
 
 _CAPSULE_API: Any = None

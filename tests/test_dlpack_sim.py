@@ -78,3 +78,49 @@ def test_capsule_data_key_reads_a_real_capsule_without_consuming_it() -> None:
     assert capsule_data_key(versioned) == 0xDEF000
     assert capsule_data_key(new(ctypes.addressof(data), b"used_dltensor", None)) is None
     assert capsule_data_key(object()) is None
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_read_capsule_reads_a_tensor_in_place_and_leaves_the_capsule_importable(versioned: bool) -> None:
+    """The emulated SDK's input reader: address (with the byte offset), device, shape, strides and dtype
+    of a real capsule, which the producer still owns afterwards (a consumer can import it)."""
+    from streamsafe._dlpack import read_capsule
+
+    base = np.arange(2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5)
+    view = base[:, 1:, ::2]  # an offset into base, and strides
+    capsule = view.__dlpack__(max_version=(1, 0)) if versioned else view.__dlpack__()
+    got = read_capsule(capsule)
+    assert got is not None
+    assert got.ptr == view.__array_interface__["data"][0] and got.ptr != base.__array_interface__["data"][0]
+    assert (got.device_type, got.device_id) == (1, 0)
+    assert got.shape == (2, 2, 3) and got.strides == (15, 5, 2)
+    assert (got.code, got.bits, got.lanes) == (2, 32, 1)
+    assert read_capsule(capsule) == got  # reading again consumes nothing
+
+    class Producer:  # hands numpy the same capsule: it is still unconsumed
+        def __dlpack__(self, **kw: object) -> object:
+            return capsule
+
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return (1, 0)
+
+    assert np.array_equal(np.from_dlpack(Producer()), view)
+    assert read_capsule(capsule) is None  # now consumed ("used_...")
+    assert read_capsule(object()) is None
+
+
+def test_the_emulators_input_layout_rules() -> None:
+    """What graph mode copies with its own kernel (C-contiguous, NumPy dtypes) and what it leaves to CuPy."""
+    from streamsafe._dlpack import CapsuleTensor
+    from streamsafe.testing._engines import TakenInput, _c_contiguous, _numpy_dtype
+
+    assert _c_contiguous((3, 4, 5), None) and _c_contiguous((3, 4, 5), (20, 5, 1))
+    assert _c_contiguous((3, 1, 5), (5, 99, 1))  # a dimension of size 1 may have any stride
+    assert not _c_contiguous((3, 4, 5), (1, 3, 12)) and not _c_contiguous((3, 4, 5), (40, 10, 2))
+    assert _c_contiguous((3, 0, 5), (7, 7, 7))  # empty
+    for code, bits, want in ((2, 32, np.float32), (1, 32, np.uint32), (0, 8, np.int8), (6, 8, np.bool_), (2, 16, np.float16)):
+        assert _numpy_dtype(CapsuleTensor(0, 2, 0, (1,), None, code, bits, 1)) == np.dtype(want)
+    assert _numpy_dtype(CapsuleTensor(0, 2, 0, (1,), None, 4, 16, 1)) is None  # bfloat16
+    assert _numpy_dtype(CapsuleTensor(0, 2, 0, (1,), None, 2, 32, 4)) is None  # a vector type
+    taken = TakenInput(object(), CapsuleTensor(0x1000, 2, 0, (3, 4, 5), (1, 3, 12), 2, 32, 1), np.dtype(np.float32))
+    assert (taken.nbytes, taken.contiguous, taken.shape) == (240, False, (3, 4, 5))

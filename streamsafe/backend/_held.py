@@ -32,18 +32,21 @@ _PROTOTYPES: dict[str, Any] = {
     "cuCtxGetCurrent": ctypes.PYFUNCTYPE(_I32, _VP),  # (CUcontext *)
     "cuGraphLaunch": ctypes.PYFUNCTYPE(_I32, _VP, _VP),  # (graph exec, stream)
     "cuMemcpyDtoDAsync": ctypes.PYFUNCTYPE(_I32, _U64, _U64, _SIZE, _VP),  # (dst, src, bytes, stream)
+    # (function, grid x y z, block x y z, shared bytes, stream, kernel params, extra)
+    "cuLaunchKernel": ctypes.PYFUNCTYPE(_I32, _VP, _U32, _U32, _U32, _U32, _U32, _U32, _U32, _VP, _VP, _VP),
 }
 
 
 class HeldCalls:
     """The entry points of :data:`_PROTOTYPES`, as attributes of the same names."""
 
-    __slots__ = ("cuEventRecord", "cuStreamWaitEvent", "cuCtxGetCurrent", "cuGraphLaunch", "cuMemcpyDtoDAsync")
+    __slots__ = ("cuEventRecord", "cuStreamWaitEvent", "cuCtxGetCurrent", "cuGraphLaunch", "cuMemcpyDtoDAsync", "cuLaunchKernel")
     cuEventRecord: Any
     cuStreamWaitEvent: Any
     cuCtxGetCurrent: Any
     cuGraphLaunch: Any
     cuMemcpyDtoDAsync: Any
+    cuLaunchKernel: Any
 
     def __init__(self, **calls: Any) -> None:
         for name in _PROTOTYPES:

@@ -276,7 +276,16 @@ class CudaBackend:
             _check((err,), "cuEventRecord")
 
     def _context_is_current(self, device: int) -> bool:
-        """Whether ``device``'s primary context is current on this thread (one ``cuCtxGetCurrent``)."""
+        """Whether ``device``'s primary context is current on this thread (one ``cuCtxGetCurrent``, with
+        the GIL kept where :func:`~streamsafe.backend._held.held_calls` found the driver's entry points,
+        as the bound fence programs ask: an event record on the legacy stream then lets no other thread in)."""
+        held = held_calls()
+        if held is not None:
+            box = ctypes.c_void_p()
+            err = held.cuCtxGetCurrent(ctypes.byref(box))
+            if err:
+                _check((self._d.CUresult(err),), "cuCtxGetCurrent")
+            return box.value is not None and box.value == self._device(device).ctx_int
         current = _check(self._d.cuCtxGetCurrent(), "cuCtxGetCurrent")
         return current is not None and int(current) == self._device(device).ctx_int
 

@@ -11,19 +11,21 @@ ordering, exactly like the SDK (see the seed document).
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
 from .. import hooks
+from .._dlpack import DLPACK_CUDA, CapsuleTensor, check_input_device, read_capsule, require_cuda_input
 from ..backend._held import held_calls, stream_handle
 from ..sim import mirror
 from ..backend import Backend, SimBackend, current_backend
 from ..sim.backend import SimArray
 from ..streams import LEGACY_HANDLE, Stream, StreamKind, as_stream
 
-__all__ = ["Engine", "SimEngine", "CupyEngine", "engine_for", "spin_cycles_per_us"]
+__all__ = ["Engine", "SimEngine", "CupyEngine", "TakenInput", "engine_for", "spin_cycles_per_us"]
 
 KernelFn = Callable[[Any, Sequence[Any], Sequence[Any]], None]
 """``fn(xp, reads, writes)``: reads the arrays in ``reads``, writes into ``writes`` in place."""
@@ -39,7 +41,9 @@ class Engine(Protocol):
 
     def legacy(self) -> Stream: ...
 
-    def take(self, obj: Any) -> Any: ...
+    def take(self, obj: Any, what: str) -> Any: ...
+
+    def as_array(self, taken: Any) -> Any: ...
 
     def shape_dtype(self, array: Any) -> tuple[tuple[int, ...], np.dtype[Any]]: ...
 
@@ -72,9 +76,14 @@ class SimEngine:
     def legacy(self) -> Stream:
         return self.backend.legacy_stream(self.device)
 
-    def take(self, obj: Any) -> SimArray:
-        """The SDK's way in: ``__dlpack__()`` with no stream, imported zero-copy."""
+    def take(self, obj: Any, what: str) -> SimArray:
+        """The SDK's way in: ``__dlpack__()`` with no stream, imported zero-copy. Raises the input
+        errors of :func:`~streamsafe._dlpack.require_cuda_input` (``what`` names the argument)."""
+        require_cuda_input(what, obj, self.device)
         return self.backend.from_dlpack(obj.__dlpack__())
+
+    def as_array(self, taken: SimArray) -> SimArray:
+        return taken
 
     def shape_dtype(self, array: SimArray) -> tuple[tuple[int, ...], np.dtype[Any]]:
         return array.shape, np.dtype(array.dtype)
@@ -125,6 +134,7 @@ class CupyEngine:
         self._streams: dict[int, Any] = {}
         self._cu_streams: dict[int, Any] = {}
         self._by_ptr: dict[int, Stream] = {}
+        self._copy_launcher: _CopyLauncher | None = None
         with cupy.cuda.Device(device):
             self._spin = _spin_kernel()
             self._release_stream = cupy.cuda.Stream(non_blocking=True)
@@ -152,6 +162,8 @@ class CupyEngine:
         return cs
 
     def shape_dtype(self, array: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        if type(array) is TakenInput:
+            return array.shape, array.dtype
         return tuple(array.shape), np.dtype(array.dtype)
 
     def empty(self, shape: tuple[int, ...], dtype: Any, name: str) -> Any:
@@ -182,24 +194,28 @@ class CupyEngine:
     supports_graphs = True
 
     def copy(self, stream: Stream, src: Any, dst: Any) -> None:
-        """``dst[...] = src`` on ``stream`` as one device-to-device copy (contiguous arrays), else a kernel.
-        The copy is enqueued with the GIL held where the driver's entry points were found (as a C++
-        SDK's ``run()`` enqueues its work). Does not block the host."""
-        cupy = self._cupy
-        if not (src.flags.c_contiguous and src.nbytes == dst.nbytes and src.dtype == dst.dtype):
-            self.launch(stream, "copy", lambda xp, r, w: w[0].__setitem__(Ellipsis, r[0]), [src], [dst])
+        """``dst[...] = src`` on ``stream``: one copy kernel launched with the GIL held where the driver's
+        entry points were found (as a C++ SDK's ``run()`` enqueues its work; a device-to-device
+        ``cuMemcpyAsync`` costs the host several times as much), else one device-to-device copy; a
+        CuPy kernel for an input that is not C-contiguous. Does not block the host."""
+        if type(src) is TakenInput:
+            contiguous, src_ptr, nbytes, same = src.contiguous, src.ptr, src.nbytes, src.dtype == dst.dtype
+        else:
+            contiguous, same = src.flags.c_contiguous, src.dtype == dst.dtype
+            src_ptr, nbytes = (src.data.ptr, src.nbytes) if contiguous else (0, 0)
+        if not (contiguous and same and nbytes == dst.nbytes):
+            self.launch(stream, "copy", lambda xp, r, w: w[0].__setitem__(Ellipsis, r[0]), [self.as_array(src)], [dst])
             return
         held = held_calls()
         if held is None:
-            cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, stream.ptr)  # 3: device to device
+            self._cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src_ptr, nbytes, 3, stream.ptr)  # 3: device to device
             return
-        if cupy.cuda.runtime.getDevice() == self.device:
-            err = held.cuMemcpyDtoDAsync(dst.data.ptr, src.data.ptr, dst.nbytes, stream_handle(stream))
-        else:
-            with cupy.cuda.Device(self.device):
-                err = held.cuMemcpyDtoDAsync(dst.data.ptr, src.data.ptr, dst.nbytes, stream_handle(stream))
+        launcher = self._copy_launcher
+        if launcher is None:
+            launcher = self._copy_launcher = _CopyLauncher(self._cupy, self.device, held.cuLaunchKernel)
+        err = self._on_device(launcher, src_ptr, dst.data.ptr, nbytes, stream_handle(stream))
         if err:
-            raise RuntimeError(f"cuMemcpyDtoDAsync failed with CUresult {err}")
+            raise RuntimeError(f"cuLaunchKernel (the emulator's input copy) failed with CUresult {err}")
 
     def capture(self, stages: Callable[[Stream], None]) -> Any:
         """Run ``stages(stream)`` under CUDA stream capture on a private stream and return the
@@ -236,32 +252,18 @@ class CupyEngine:
     def launch_graph(self, graph: Any, stream: Stream) -> None:
         """Launch a captured graph on ``stream`` (one driver call, with the GIL held where the driver's
         entry points were found). Does not block the host."""
-        from cuda.bindings import driver as d
-
         held = held_calls()
         if held is not None:
-            if self._cupy.cuda.runtime.getDevice() == self.device:
-                err = held.cuGraphLaunch(graph[4], stream_handle(stream))
-            else:
-                with self._cupy.cuda.Device(self.device):
-                    err = held.cuGraphLaunch(graph[4], stream_handle(stream))
+            err = self._on_device(held.cuGraphLaunch, graph[4], stream_handle(stream))
             if err:
                 raise RuntimeError(f"cuGraphLaunch failed with CUresult {err}")
             return
+        from cuda.bindings import driver as d
+
         cu = self._cu_streams.get(stream.handle)
         if cu is None:
-            if stream.kind is StreamKind.LEGACY:
-                cu = d.CUstream(d.CU_STREAM_LEGACY)
-            elif stream.kind is StreamKind.PER_THREAD:
-                cu = d.CUstream(d.CU_STREAM_PER_THREAD)
-            else:
-                cu = d.CUstream(stream.handle)
-            self._cu_streams[stream.handle] = cu
-        if self._cupy.cuda.runtime.getDevice() == self.device:
-            _ok(d.cuGraphLaunch(graph[0], cu), "cuGraphLaunch")
-            return
-        with self._cupy.cuda.Device(self.device):
-            _ok(d.cuGraphLaunch(graph[0], cu), "cuGraphLaunch")
+            cu = self._cu_streams[stream.handle] = d.CUstream(stream_handle(stream))
+        _ok(self._on_device(d.cuGraphLaunch, graph[0], cu), "cuGraphLaunch")
 
     def stream_cached(self, stream_ptr: int) -> Stream:
         """:meth:`stream`, remembered by pointer (graph mode: no driver query per run; the bench's
@@ -271,13 +273,43 @@ class CupyEngine:
             stream = self._by_ptr[stream_ptr] = self.stream(stream_ptr)
         return stream
 
-    def take(self, obj: Any) -> Any:
-        """The SDK's way in: ``__dlpack__()`` with no stream, on the effect's device, imported zero-copy."""
-        cupy = self._cupy
-        if cupy.cuda.runtime.getDevice() == self.device:
-            return self._import(obj.__dlpack__())
-        with cupy.cuda.Device(self.device):  # torch exports a tensor only with its device current
-            return self._import(obj.__dlpack__())
+    def take(self, obj: Any, what: str) -> Any:
+        """The SDK's way in: ``__dlpack__()`` with no stream, on the effect's device. The capsule is
+        read in place (a :class:`TakenInput`: address, shape, dtype), and imported into CuPy, zero-copy,
+        only when a stage runs eagerly. Raises the input errors of
+        :func:`~streamsafe._dlpack.require_cuda_input` (``what`` names the argument). Does not block."""
+        export = getattr(obj, "__dlpack__", None)
+        if export is None or not hasattr(obj, "__dlpack_device__"):
+            require_cuda_input(what, obj, self.device)  # raises: not a DLPack producer
+        try:
+            capsule = self._on_device(cast(Callable[..., Any], export))
+        except Exception:
+            require_cuda_input(what, obj, self.device)  # a host array, or another device's: the same error as ever
+            raise
+        tensor = read_capsule(capsule)
+        if tensor is None or tensor.device_type != DLPACK_CUDA or tensor.device_id != self.device:
+            require_cuda_input(what, obj, self.device)
+            if tensor is not None:
+                check_input_device(what, obj, tensor.device_type, tensor.device_id, self.device)
+        dtype = _numpy_dtype(tensor) if tensor is not None else None
+        if tensor is None or dtype is None:  # an unusual capsule or dtype: CuPy imports it now
+            return self._on_device(self._import, capsule)
+        return TakenInput(capsule, tensor, dtype)
+
+    def as_array(self, taken: Any) -> Any:
+        """The CuPy array of an input :meth:`take` gave (imported once, zero-copy)."""
+        if type(taken) is not TakenInput:
+            return taken
+        if taken.array is None:
+            taken.array = self._on_device(self._import, taken.capsule)
+        return taken.array
+
+    def _on_device(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)`` with the effect's device current (it usually is: no context switch then)."""
+        if self._cupy.cuda.runtime.getDevice() == self.device:
+            return call(*args)
+        with self._cupy.cuda.Device(self.device):
+            return call(*args)
 
     def _import(self, capsule: Any) -> Any:
         try:
@@ -300,6 +332,93 @@ class CupyEngine:
             return array.__dlpack__(stream=-1)
         except TypeError:  # older CuPy
             return array.toDlpack()
+
+
+class TakenInput:
+    """An input the emulated SDK took with ``__dlpack__()``, read from its capsule in place: what graph
+    mode needs (address, shape, dtype). The capsule keeps the producer's memory alive; an eager stage
+    imports it into CuPy (:meth:`CupyEngine.as_array`)."""
+
+    __slots__ = ("capsule", "ptr", "shape", "dtype", "nbytes", "contiguous", "array")
+
+    def __init__(self, capsule: Any, tensor: CapsuleTensor, dtype: np.dtype[Any]) -> None:
+        self.capsule = capsule
+        self.ptr = tensor.ptr
+        self.shape = tensor.shape
+        self.dtype = dtype
+        count = 1
+        for n in tensor.shape:
+            count *= n
+        self.nbytes = count * dtype.itemsize
+        self.contiguous = _c_contiguous(tensor.shape, tensor.strides)
+        self.array: Any = None
+
+
+_DL_KINDS = {0: "i", 1: "u", 2: "f", 6: "b"}
+_DTYPES: dict[tuple[int, int, int], np.dtype[Any] | None] = {}
+
+
+def _numpy_dtype(tensor: CapsuleTensor) -> np.dtype[Any] | None:
+    """The NumPy dtype of a DLPack ``(code, bits, lanes)``; ``None`` for one NumPy lacks (bfloat16, vectors)."""
+    key = (tensor.code, tensor.bits, tensor.lanes)
+    if key not in _DTYPES:
+        kind = _DL_KINDS.get(tensor.code)
+        ok = kind is not None and tensor.lanes == 1 and tensor.bits % 8 == 0 and tensor.bits > 0
+        _DTYPES[key] = np.dtype(f"{kind}{tensor.bits // 8}") if ok else None
+    return _DTYPES[key]
+
+
+def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> bool:
+    """Whether DLPack ``strides`` (in elements; ``None``: compact) lay ``shape`` out row-major without gaps."""
+    if strides is None or 0 in shape:
+        return True
+    expected = 1
+    for n, stride in zip(reversed(shape), reversed(strides)):
+        if n != 1 and stride != expected:
+            return False
+        expected *= n
+    return True
+
+
+_COPY_SOURCE = r"""
+extern "C" __global__ void streamsafe_copy(const unsigned char* src, unsigned char* dst, unsigned long long n) {
+    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    if ((((unsigned long long)src | (unsigned long long)dst | n) & 15ull) == 0) {
+        const uint4* s = (const uint4*)src;
+        uint4* d = (uint4*)dst;
+        for (unsigned long long k = i, m = n >> 4; k < m; k += step) d[k] = s[k];
+    } else {
+        for (unsigned long long k = i; k < n; k += step) dst[k] = src[k];
+    }
+}
+"""
+
+
+class _CopyLauncher:
+    """One copy kernel launched with ``cuLaunchKernel`` through prebuilt argument slots (the driver
+    copies the arguments at the call, so the slots are free again when it returns)."""
+
+    def __init__(self, cupy: Any, device: int, launch: Any) -> None:
+        with cupy.cuda.Device(device):
+            self._function = ctypes.c_void_p(int(cupy.RawKernel(_COPY_SOURCE, "streamsafe_copy").kernel.ptr))
+        self._launch = launch
+        self._args = (ctypes.c_uint64 * 3)()
+        base = ctypes.addressof(self._args)
+        self._params = (ctypes.c_void_p * 3)(base, base + 8, base + 16)
+        self._one, self._threads, self._shared = ctypes.c_uint(1), ctypes.c_uint(256), ctypes.c_uint(0)
+        self._blocks: dict[tuple[int, bool], Any] = {}
+
+    def __call__(self, src: int, dst: int, nbytes: int, stream: int) -> int:
+        args = self._args
+        args[0], args[1], args[2] = src, dst, nbytes
+        wide = not ((src | dst | nbytes) & 15)
+        blocks = self._blocks.get((nbytes, wide))
+        if blocks is None:
+            units = nbytes >> 4 if wide else nbytes
+            blocks = self._blocks[(nbytes, wide)] = ctypes.c_uint(max(1, min((units + 255) // 256, 2048)))
+        one = self._one
+        return int(self._launch(self._function, blocks, one, one, self._threads, one, one, self._shared, stream, self._params, None))
 
 
 def _ok(result: Any, call: str) -> Any:

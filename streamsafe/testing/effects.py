@@ -63,7 +63,6 @@ import numpy as np
 
 from .. import hooks
 from ..backend import Backend
-from .._dlpack import require_cuda_input
 from ..errors import EffectConfigError, EffectStateError
 from . import _kernels as K
 from ._engines import Engine, engine_for
@@ -330,9 +329,9 @@ class _Effect:
             raise EffectStateError(self._name, call, "not loaded", f"Call {self._name}.load() before {call}().")
 
     def _acquire(self, obj: Any, what: str) -> Any:
-        """Take an input as the SDK does: ``__dlpack__()`` with no stream; then import it zero-copy."""
-        require_cuda_input(what, obj, self._device)
-        return self.engine.take(obj)
+        """Take an input as the SDK does: ``__dlpack__()`` with no stream; then import it zero-copy
+        (on the GPU, read in place until a stage runs eagerly)."""
+        return self.engine.take(obj, what)
 
     def _check_image(self, what: str, array: Any, encoding: _Encoding) -> tuple[int, int]:
         shape, dtype = self.engine.shape_dtype(array)
@@ -366,7 +365,7 @@ class _Effect:
     # -- stages ------------------------------------------------------------------------------------
 
     def _internal_buffer(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
-        key = (tuple(shape), np.dtype(dtype).str)
+        key = (tuple(shape), _dtype_str(dtype))
         held = self._internal.get(name)
         if held is not None and held[1:] == key:
             return held[0]
@@ -378,7 +377,7 @@ class _Effect:
         return buf
 
     def _output_buffer(self, shape: tuple[int, ...], dtype: Any) -> Any:
-        key = (tuple(shape), np.dtype(dtype).str)
+        key = (tuple(shape), _dtype_str(dtype))
         if self._output is not None and self._output_key == key:
             return self._output
         self._release_output("output-size change")
@@ -445,7 +444,7 @@ class _Effect:
             shape, dtype = eng.shape_dtype(arr)
             buf = self._internal_buffer(f"input{i}", shape, dtype)
             eng.delay(s, self._latency["transfer"])
-            eng.launch(s, f"{self._name}.transfer", _copy, [arr], [buf])
+            eng.launch(s, f"{self._name}.transfer", _copy, [eng.as_array(arr)], [buf])
             staged.append(buf)
         eng.delay(s, self._latency["inference"])
         rgb8 = self._has_rgb8_conversion and self._encoding is ImageEncoding.RGB8
@@ -524,6 +523,17 @@ class _Effect:
             end = time.perf_counter() + self.host_cost_us * 1e-6
             while time.perf_counter() < end:
                 pass
+
+
+_DTYPE_STRS: dict[Any, str] = {}
+
+
+def _dtype_str(dtype: Any) -> str:
+    """``np.dtype(dtype).str``, remembered (a buffer's key, checked every run)."""
+    found = _DTYPE_STRS.get(dtype)
+    if found is None:
+        found = _DTYPE_STRS[dtype] = np.dtype(dtype).str
+    return found
 
 
 def _copy(xp: Any, reads: Sequence[Any], writes: Sequence[Any]) -> None:

@@ -205,3 +205,56 @@ def test_graph_launch_mode_gives_the_eager_frames(torch_cuda, cuda_backend, kind
     for a, b in zip(outs["eager"], outs["graph"]):
         assert torch.equal(a, b)
     assert len(outs["graph"]) == 5 and not torch.equal(outs["graph"][0], outs["graph"][1])
+
+
+@pytest.mark.parametrize("layout", ["offset-4-bytes", "odd-size", "transposed", "channels-last"])
+def test_graph_mode_reads_any_input_layout(torch_cuda, cuda_backend, layout: str) -> None:  # type: ignore[no-untyped-def]
+    """Graph mode reads the input from its capsule in place and copies it with its own kernel (16-byte
+    words when everything is aligned, bytes otherwise, a CuPy copy when the input is not C-contiguous):
+    each layout gives the frame the eager mode gives for the same values, contiguous."""
+    pytest.importorskip("cupy")
+    torch = torch_cuda
+    from streamsafe.testing import VideoSuperRes
+
+    h, w = (63, 97) if layout == "odd-size" else (64, 96)
+    g = torch.Generator(device="cuda").manual_seed(7)
+    base = torch.rand(3 * h * w + 1, device="cuda", generator=g)
+    if layout == "offset-4-bytes":
+        x = base[1:].view(3, h, w)  # contiguous, but 4 bytes past an aligned address
+    elif layout == "odd-size":
+        x = base[: 3 * h * w].view(3, h, w)  # 73,332 bytes: not a multiple of 16
+    elif layout == "transposed":
+        x = base[: 3 * h * w].view(3, w, h).transpose(1, 2)
+    else:
+        x = base[: 3 * h * w].view(h, w, 3).permute(2, 0, 1)
+    frames = {}
+    for mode, arg in (("graph", x), ("eager", x.contiguous())):
+        fx = VideoSuperRes(backend=cuda_backend, launch_mode=mode, latency_us=0)
+        fx.output_width, fx.output_height = 2 * w, 2 * h
+        fx.load()
+        for _ in range(3):  # the first run of a key is eager; the next ones replay the graphs
+            out = fx.run(arg)
+        frames[mode] = torch.from_dlpack(out.image).clone()
+        torch.cuda.synchronize()
+        fx.close()
+    assert torch.equal(frames["graph"], frames["eager"])
+
+
+def test_graph_mode_refuses_host_arrays_as_the_eager_mode_does(torch_cuda, cuda_backend) -> None:  # type: ignore[no-untyped-def]
+    """Reading inputs in place changes no error: a host tensor, and an object that is no array, are refused
+    with the same errors in both launch modes, and the effect still runs afterwards."""
+    torch = torch_cuda
+    from streamsafe.testing import VideoSuperRes
+
+    for mode in ("eager", "graph"):
+        fx = VideoSuperRes(backend=cuda_backend, launch_mode=mode, latency_us=0)
+        fx.output_width, fx.output_height = 192, 128
+        fx.load()
+        with pytest.raises(ss.HostArrayError, match="host memory"):
+            fx.run(torch.rand(3, 64, 96))
+        with pytest.raises(ss.InputArrayError, match="no __dlpack__"):
+            fx.run([1.0, 2.0])
+        y = fx.run(torch.rand(3, 64, 96, device="cuda"))
+        assert torch.from_dlpack(y.image).shape == (3, 128, 192)
+        torch.cuda.synchronize()
+        fx.close()
