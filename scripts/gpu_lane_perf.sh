@@ -128,7 +128,7 @@ if [ "$PART" = lanes ]; then  # after a change to the bench's pipelines: the two
 fi
 if [ "$PART" = close ]; then  # the last check of a session: every GPU test, the (c) reference, the host-bound rows, two GPUs
   STREAMSAFE_FUZZ_FRAMES=1000 STREAMSAFE_FUZZ_CONTROL_FRAMES=500 STREAMSAFE_SOAK_FRAMES=1000 STREAMSAFE_MULTI_GPU_SOAK_FRAMES=3000 \
-    timeout 280 python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu > "$L/pytest-gpu.txt" 2>&1 || rc=1
+    timeout 330 python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu > "$L/pytest-gpu.txt" 2>&1 || rc=1
   grep -E "FAILED|ERROR|passed|failed|soak|fuzz" "$L/pytest-gpu.txt" | tail -30
   timeout 120 python3 -m streamsafe bench --backend cuda --scenario c,c-gpu,g-host,server-8 --frames 200 --warmup 20 --block 20 \
     --json "$L/bench-close.json" > "$L/bench-close.txt" 2>&1 || rc=1

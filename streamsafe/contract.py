@@ -478,7 +478,7 @@ class StreamContract:
         """An input that is a zero-copy view of another guarded effect's output (effects chained by
         views): this run reads that output, so its effect's next run must wait for it."""
         for arr in arrays:
-            found = view_owner(mirror.array_key(arr))
+            found = view_owner(arr.data_ptr() if type(arr) is _TORCH_TENSOR else mirror.array_key(arr))
             if found is not None and found[0] is not self.ledger:
                 owner, generation = found
                 owner.add_reader(generation, run_stream)

@@ -100,8 +100,11 @@ def raw_method(cls: type, name: str) -> Any:
 
 def call_raw(effect: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     """Call the effect's own ``name``; dispatchers reached from inside it call through too."""
-    method = raw_method(type(effect), name)
-    ids = _raw_ids()
+    method = _raw_cache.get((type(effect), name)) or raw_method(type(effect), name)
+    try:
+        ids = _local.raw
+    except AttributeError:
+        ids = _raw_ids()
     key = id(effect)
     if key in ids:
         return method(effect, *args, **kwargs)

@@ -1,0 +1,192 @@
+"""Where streamsafe's host time per steady-state frame goes: each part of the replay and the import.
+
+    PYTHONPATH=. python3 benchmarks/hot_path_parts.py [auto|event ...] [--stub] [--json PATH]
+
+A frame is ``contract.run(x)`` then the import of ``out.image``, in steady state (the replay). Each
+part is the call streamsafe makes there, timed alone in the same state with the same arguments
+(best of several rounds of many calls); ``the replay's own lines`` is the whole frame, timed the
+same way, less the parts: the lines of ``_replay``, ``_call`` and ``SafeImage.__dlpack__`` that
+call no function (attribute reads, tuple building, counters), plus what timing each part alone
+misses (caches shared between the parts).
+
+On a GPU machine (torch, ``CudaBackend``) the effect is ``contract_overhead.py``'s null effect and
+the streams are bench scenario (a)'s; the rows marked ``hand pays it too`` are what a loop with
+hand-written fences pays as well; the rest is streamsafe's. ``--stub`` (any machine, no GPU):
+``python_overhead.py``'s stub backend and torch stand-in, whose fences and torch calls cost nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+CLOCK = time.perf_counter_ns
+
+
+def _best_us(fn: Callable[[], Any], sync: Callable[[], None], *, n: int = 4000, rounds: int = 7) -> float:
+    """Best over ``rounds`` of the mean host microseconds of ``fn()`` over ``n`` calls."""
+    best = float("inf")
+    for _ in range(rounds):
+        sync()
+        t0 = CLOCK()
+        for _ in range(n):
+            fn()
+        best = min(best, (CLOCK() - t0) / n / 1000)
+    return best
+
+
+def measure(strategy: str, *, stub: bool) -> dict[str, Any]:
+    """The frame's host time and each part's, in microseconds (see the module docstring)."""
+    import streamsafe as ss
+    from streamsafe import contract, guarding, ledger, outputs, steady
+    from streamsafe.occupancy import note_run
+
+    if stub:
+        import python_overhead as po
+
+        po._install_fake_torch()
+        be: Any = po.StubBackend()
+        fx: Any = po.NullSuperRes()
+        x: Any = po.FakeTensor()
+        c = ss.StreamContract(fx, be.sdk, strategy=strategy, backend=be)
+        consumer_handle = 0x1000
+
+        def frame() -> None:
+            c.run(x).image.__dlpack__(stream=consumer_handle)
+
+        def sync() -> None:
+            pass
+
+        where = "stub backend and torch stand-in: no driver calls, no torch"
+        from_dlpack = None
+    else:
+        import torch
+        from contract_overhead import NullSuperRes
+
+        torch.cuda.set_device(0)
+        side = torch.cuda.Stream()
+        torch.cuda.set_stream(side)  # scenario (a): the side stream produces, runs the SDK and imports
+        x = torch.zeros(3, 16, 16, device="cuda")
+        fx = NullSuperRes(torch.zeros(3, 32, 32, device="cuda"))
+        c = ss.StreamContract(fx, side, strategy=strategy)
+        from_dlpack = torch.from_dlpack
+        consumer_handle = side.cuda_stream
+
+        def frame() -> None:
+            from_dlpack(c.run(x).image)
+
+        sync = torch.cuda.synchronize
+        where = f"CudaBackend on {torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+
+    for _ in range(500):
+        frame()
+    frame_us = _best_us(frame, sync)
+    replays = steady.replays
+    frame()
+    if steady.replays != replays + 1:
+        raise RuntimeError("the frame did not take the steady-state replay: nothing to break down")
+
+    # the state of a steady frame, and the arguments its calls get
+    lg = c.ledger
+    args, dev = (x,), c.device
+    shared = False
+    facts = c._facts("run", args, {}, shared)
+    recipe = next(r for r in c._recipes if r.facts == facts)
+    stats = c.stats
+    run_stream = recipe.run_stream
+    out = c.run(x)
+    raw = out.raw
+    capsule = raw.image
+    consumer = lg.known.get(consumer_handle) or out.image._default_consumer
+    key = outputs.capsule_data_key(capsule)
+    raw_run = guarding._raw_cache[(type(fx), "run")]
+    run_kw = {"stream_ptr": recipe.run_ptr, "non_blocking": recipe.non_blocking}
+    generation = lg.generation
+    out.image.__dlpack__(stream=consumer_handle)  # (the frame's import: the import program exists now)
+    import_program = lg.import_programs.get(consumer)
+
+    def programs() -> None:
+        if recipe.before.fences:
+            recipe.before(stats)
+        if recipe.protect and recipe.after.fences:
+            recipe.after(stats)
+        if import_program is not None and import_program.fences:
+            import_program(lg.out_stats)
+
+    def lock() -> None:
+        lg.let_go(lg.try_hold())
+        lg.let_go(lg.try_hold())
+
+    def import_bookkeeping() -> None:
+        lg.import_output(generation, consumer, escapes=True, key=key)
+
+    def fresh_capsule() -> None:
+        raw_run(fx, x, **run_kw)
+
+    def fresh_capsule_imported() -> None:
+        assert from_dlpack is not None
+        from_dlpack(raw_run(fx, x, **run_kw).image)
+
+    parts: dict[str, float] = {}
+    parts["thread check (note_run)"] = _best_us(lambda: note_run(dev), sync)
+    parts["call facts (_facts) and recipe lookup"] = _best_us(
+        lambda: next(r for r in c._recipes if r.facts == c._facts("run", args, {}, shared)), sync)
+    parts["effect lock (try_hold, let_go), run and import"] = _best_us(lock, sync)
+    parts["config read and state match (_config, Recipe.matches)"] = _best_us(lambda: recipe.matches(lg, c._config()), sync)
+    parts["fence programs (bound driver calls)"] = _best_us(programs, sync)
+    parts["input views (_read_views)"] = _best_us(lambda: c._read_views(args, run_stream) if ledger.views_exist() else None, sync)
+    effect_us = _best_us(lambda: raw_run(fx, x, **run_kw), sync)
+    parts["calling the effect (call_raw, over the effect's run)"] = (
+        _best_us(lambda: guarding.call_raw(fx, "run", x, **run_kw), sync) - effect_us)
+    parts["the effect's own run() (hand pays it too)"] = effect_us
+    parts["input protection (record_stream)"] = _best_us(lambda: c._protect_inputs(args, run_stream) if recipe.protect else None, sync)
+    parts["output objects (SafeOutput, SafeImage)"] = _best_us(
+        lambda: contract.SafeOutput(raw, contract.SafeImage(lg, capsule, generation, dev, recipe.default_consumer, fx)), sync)
+    parts["capsule key (capsule_data_key)"] = _best_us(lambda: outputs.capsule_data_key(capsule), sync)
+    program_us = _best_us(lambda: import_program(lg.out_stats) if import_program is not None and import_program.fences else None, sync)
+    parts["import bookkeeping (import_output, less its fences)"] = _best_us(import_bookkeeping, sync) - program_us
+    parts["view registry (add_view)"] = _best_us(lambda: lg.add_view(key, generation), sync)
+    # (after_run last: it starts a new output generation, which the calls above must not see)
+    parts["ledger update (after_run)"] = _best_us(
+        lambda: lg.after_run(recipe.plan, recipe.shapes, stats, recipe.default_consumer), sync)
+    if from_dlpack is not None:
+        parts["torch.from_dlpack of the capsule (hand pays it too)"] = (
+            _best_us(fresh_capsule_imported, sync) - _best_us(fresh_capsule, sync))
+    for _ in range(50):  # back to a steady frame
+        frame()
+    parts["the replay's own lines (the frame less the parts)"] = frame_us - sum(parts.values())
+    theirs = sum(v for n, v in parts.items() if "hand pays" in n)
+    return {
+        "strategy": strategy,
+        "where": where,
+        "frame_us": frame_us,
+        "parts_us": parts,
+        "streamsafe_us": frame_us - theirs,
+        "plan": str(c.plan),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("strategies", nargs="*", default=["auto", "event"])
+    parser.add_argument("--stub", action="store_true", help="no GPU: the stub backend and a torch stand-in")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    results = [measure(s, stub=args.stub) for s in args.strategies]
+    for r in results:
+        print(f"strategy {r['strategy']} ({r['where']}): {r['frame_us']:.2f} us per frame (run + out.image import), "
+              f"streamsafe's {r['streamsafe_us']:.2f} us")
+        for name, us in sorted(r["parts_us"].items(), key=lambda kv: -kv[1]):
+            print(f"  {name:<62} {us:>7.2f} us")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"results": results}, indent=1))
+
+if __name__ == "__main__":
+    main()
