@@ -312,8 +312,16 @@ class StreamContract:
             return None
         try:
             config = self._config()
-            if ledger.closed or config is _UNREADABLE or not recipe.matches(ledger, config):
+            if ledger.closed or config is _UNREADABLE:
                 return None
+            if not recipe.matches(ledger, config):
+                # Another recipe of the same call may fit this state (a pipeline that imports zero-copy on
+                # some frames and copies on others has one per state): the newest first, as remembered.
+                for recipe in self._recipes:
+                    if recipe.facts == facts and recipe.matches(ledger, config):
+                        break
+                else:
+                    return None
             self._shared = shared
             steady.replays += 1
             if steady.check_replay:

@@ -231,6 +231,33 @@ def test_closed_contract_and_bad_input_still_refused_after_replays() -> None:
             c.run(_fresh(sim, _frame(5), s))
 
 
+@pytest.mark.parametrize("strategy", FENCED)
+def test_a_pipeline_that_switches_how_it_imports_keeps_replaying(strategy: str) -> None:
+    """Frames that import a zero-copy view and frames that take a host copy leave the effect in two states, with a
+    recipe each. Once both are known, every frame of either kind is replayed, whichever was remembered
+    last (the replay used to try only the newest recipe of a call, and plan every frame after a switch
+    back), and the frames stay right, with no race."""
+    sim, s, c = _sr_contract(ss.SimBackend(scheduler="adversarial"), strategy)
+    replayed = []
+    frame = 0
+    with sim.use_stream(s):
+        for phase in ("view", "copy", "view", "copy", "view"):
+            before = steady.replays
+            for _ in range(6):
+                x = _frame(frame)
+                out = c.run(_fresh(sim, x, s))
+                if phase == "view":
+                    got = sim.download(sim.copy(sim.from_dlpack(out.image, stream=s), s), s)  # the view escapes
+                else:
+                    got = out.numpy()  # a copy helper: no view leaves, the host waits for it
+                np.testing.assert_allclose(got, _sr_ref(x, 32), atol=1e-6)
+                frame += 1
+            replayed.append(steady.replays - before)
+    assert sim.races == []
+    assert replayed[2:] == [6, 6, 6], replayed  # both states known: nothing is planned again
+    c.close()
+
+
 def test_the_thread_rule_holds_in_steady_state() -> None:
     """Another thread inside a call on the effect: a replayed run and an import raise, and leave the
     output importable; the thread's closing host wait is waited for instead."""
