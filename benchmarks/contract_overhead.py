@@ -59,6 +59,19 @@ class NullSuperRes:
         pass
 
 
+class PlainNullSuperRes:
+    """:class:`NullSuperRes` in a class no contract guards: its ``run()`` goes through no streamsafe
+    dispatcher, as in a program with hand-written fences (which does not import streamsafe). The hand
+    and raw rows use it; before, they ran instances of the guarded class and paid the dispatcher
+    (about 1.4 us a call on the CI machine)."""
+
+    device = 0
+    image_encoding = "RGB8"
+    __init__ = NullSuperRes.__init__
+    run = NullSuperRes.run  # the plain functions, taken before any contract installs dispatchers
+    close = NullSuperRes.close
+
+
 class _Out:
     __slots__ = ("image",)
 
@@ -175,7 +188,7 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
     keep: list[Any] = []
     from_dlpack = torch.from_dlpack
 
-    raw_fx = NullSuperRes(out_buf)
+    raw_fx = PlainNullSuperRes(out_buf)
     ptr = S.ptr
 
     def raw_run() -> None:
@@ -236,7 +249,7 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
             run_ptr, nb, protect = B.ptr, True, b_torch
             minimal = [raw.site(B, S)], [raw.site(S, L)]  # hand
             min_ptr, min_nb = B.ptr, True
-        hand_fx = NullSuperRes(out_buf)
+        hand_fx = PlainNullSuperRes(out_buf)
         hand_import_name = f"import: hand fence + raw capsule [{strategy}]"
 
         def hand_same(before: Any = before, after: Any = after, at_import: Any = at_import, run_ptr: int = run_ptr, nb: bool = nb,

@@ -54,26 +54,37 @@ _MARK = "__streamsafe_dispatch__"
 
 _originals: dict[type, dict[str, Any]] = {}
 _raw_cache: dict[tuple[type, str], Any] = {}
-_blocks = threading.local()
-"""Per thread: effect id -> the guard blocks open on it in this thread, innermost last."""
 
 
-def _stacks() -> dict[int, list[StreamContract]]:
-    stacks: dict[int, list[StreamContract]] | None = getattr(_blocks, "stacks", None)
-    if stacks is None:
-        stacks = _blocks.stacks = {}
-    return stacks
+class _Blocks(threading.local):
+    """Per thread: effect id -> the guard blocks open on it in this thread, innermost last."""
+
+    def __init__(self) -> None:
+        self.stacks: dict[int, list[StreamContract]] = {}
+
+
+class _RawCalls(threading.local):
+    """Per thread: ids of the effects whose own methods are running (their dispatchers call through)."""
+
+    def __init__(self) -> None:
+        self.raw: set[int] = set()
+
+
+# (threading.local subclasses: each thread's attributes exist from its first access, so the hot path
+# reads them without the AttributeError a missing attribute of a plain threading.local costs)
+_blocks = _Blocks()
+_local = _RawCalls()
 _class_guards: dict[type, Any] = {}
 """Class-level guards by class (:class:`streamsafe.class_guard.ClassGuard`: anything with ``contract_for``)."""
-_local = threading.local()
 _lock = threading.Lock()
 
 
+def _stacks() -> dict[int, list[StreamContract]]:
+    return _blocks.stacks
+
+
 def _raw_ids() -> set[int]:
-    ids: set[int] | None = getattr(_local, "raw", None)
-    if ids is None:
-        ids = _local.raw = set()
-    return ids
+    return _local.raw
 
 
 # -- originals ------------------------------------------------------------------------------------------
@@ -101,10 +112,7 @@ def raw_method(cls: type, name: str) -> Any:
 def call_raw(effect: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     """Call the effect's own ``name``; dispatchers reached from inside it call through too."""
     method = _raw_cache.get((type(effect), name)) or raw_method(type(effect), name)
-    try:
-        ids = _local.raw
-    except AttributeError:
-        ids = _raw_ids()
+    ids = _local.raw
     key = id(effect)
     if key in ids:
         return method(effect, *args, **kwargs)
@@ -165,12 +173,21 @@ def _dispatcher(name: str) -> Callable[..., Any]:
         return dispatch_setattr
 
     def dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if id(self) in _raw_ids():
-            return raw_method(type(self), name)(self, *args, **kwargs)
+        method = _raw_cache.get((type(self), name)) or raw_method(type(self), name)
+        if id(self) in _local.raw:
+            return method(self, *args, **kwargs)
         contract = active_contract(self)
         if contract is not None:
             return getattr(contract, name)(*args, **kwargs)
-        return _tracked_call(self, name, args, kwargs)
+        ledger = ledger_of(self, create=False)
+        if ledger is None:
+            # never guarded: nothing to order, and a call the effect makes from inside finds no guard
+            # and no ledger either, so the thread's set of raw calls is left alone (the common case of
+            # an unguarded instance of a guarded class: about a microsecond less per call)
+            return method(self, *args, **kwargs)
+        if ledger.closed:
+            return call_raw(self, name, *args, **kwargs)
+        return tracked_raw_call(self, ledger, name, args, kwargs)
 
     dispatch.__name__ = name
     setattr(dispatch, _MARK, True)
@@ -201,7 +218,7 @@ def pop(effect: Any, contract: StreamContract) -> None:
 def active_contract(effect: Any) -> StreamContract | None:
     """The contract a plain call on ``effect`` from this thread goes through now, or ``None``
     (guard blocks belong to the thread that opened them; class guards to every thread)."""
-    stack = _stacks().get(id(effect))
+    stack = _blocks.stacks.get(id(effect))
     if stack:
         return stack[-1]
     if _class_guards:

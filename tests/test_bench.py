@@ -382,6 +382,33 @@ def test_every_hand_fence_is_needed(scenario: str, row: str) -> None:
         assert pipe.sim.races and corrupt > 0, (scenario, row, drop)  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("row", ["hand", "hand-sync", "none"])
+def test_reference_rows_run_no_streamsafe_code(row: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hand rows (and the unsafe one) call the effect's own run(), not the dispatcher streamsafe puts on
+    its class once any instance is guarded: a program with hand-written fences pays none of streamsafe's
+    Python, so neither may the floor it is measured against."""
+    from streamsafe import guarding
+
+    guarded = sim_factory("a", "auto")  # guards an instance of the same emulated class: its dispatchers are on
+    pipe = sim_factory("a", row)
+    try:
+        guarded.step(0)
+
+        def refuse(effect: Any) -> None:
+            raise AssertionError(f"a {row} row went through streamsafe's dispatcher")
+
+        monkeypatch.setattr(guarding, "active_contract", refuse)
+        for i in range(3):
+            pipe.step(i)
+        monkeypatch.undo()
+        pipe.drain()
+        checked, corrupt = pipe.check()
+        assert checked > 0 and (corrupt > 0 if row == "none" else corrupt == 0)
+    finally:
+        pipe.close()
+        guarded.close()
+
+
 def test_none_is_the_unsafe_reference_on_the_model() -> None:
     pipe = sim_factory("a", "none")
     for i in range(6):

@@ -42,7 +42,7 @@ from .._dlpack import DLPACK_CUDA
 from ..streams import LEGACY_HANDLE, PER_THREAD_HANDLE, Stream, StreamKind
 from .harness import Hand
 
-__all__ = ["FenceSites", "SimFences", "RawFences", "HandRunner", "HandImage"]
+__all__ = ["FenceSites", "SimFences", "RawFences", "HandRunner", "HandImage", "own_method"]
 
 FenceFn = Callable[[], None]
 
@@ -146,6 +146,17 @@ class RawFences:
         self._events.clear()
 
 
+def own_method(effect: Any, name: str) -> Any:
+    """The effect's own ``name`` (an unbound function), past any dispatcher streamsafe put on its class
+    for the rows that guard an instance: a program with hand-written fences pays no streamsafe code."""
+    from ..guarding import raw_method
+
+    found = raw_method(type(effect), name)
+    if found is None:
+        raise AttributeError(f"{type(effect).__name__} has no {name}()")
+    return found
+
+
 def dlpack_stream(handle: int, device: int) -> Stream:
     """A consumer's DLPack ``stream=`` value as a :class:`Stream` (1 legacy, 2 per-thread, else a pointer)."""
     if handle in (0, LEGACY_HANDLE):
@@ -199,6 +210,7 @@ class HandRunner:
         consumer_on_sdk: bool = True,
     ) -> None:
         self.effect, self.stream, self.mode, self.sites = effect, stream, mode, sites
+        self._run = own_method(effect, "run")
         self.device = stream.device
         self.consumer_on_sdk = consumer_on_sdk
         self.runs = self.fences = self.host_waits = 0
@@ -228,10 +240,11 @@ class HandRunner:
         """One ``run()`` per entry of ``calls`` (its extra keywords), each output consumed before the next."""
         copies = []
         effect, ptr, nb = self.effect, self.run_stream.ptr, self.non_blocking
+        run = self._run
         for kw in calls:
             for fence in self._before:
                 fence()
-            out = effect.run(*inputs, stream_ptr=ptr, non_blocking=nb, **kw)
+            out = run(effect, *inputs, stream_ptr=ptr, non_blocking=nb, **kw)
             for fence in self._after:
                 fence()
             self.runs += 1
