@@ -107,8 +107,8 @@ if [ -n "${GPU_LANE_AB:-}" ]; then  # any part: an older tree's package under GP
   grep -H -E "^(Video|True)" "$L"/effect_host_cost-*.txt | cut -c1-140
 fi
 if [ "$PART" = emulator ]; then  # after a change to the emulated SDK: its GPU tests, its host cost, the scenarios it bounds
-  timeout 200 python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu/test_cuda_backend.py tests/gpu/test_testing_gpu.py \
-    tests/gpu/test_contract_gpu.py > "$L/pytest-emulator.txt" 2>&1 || rc=1
+  STREAMSAFE_SOAK_FRAMES=${STREAMSAFE_SOAK_FRAMES:-1000} timeout 200 python3 -m pytest -m gpu -v -s -p no:cacheprovider \
+    tests/gpu/test_cuda_backend.py tests/gpu/test_testing_gpu.py tests/gpu/test_contract_gpu.py > "$L/pytest-emulator.txt" 2>&1 || rc=1
   grep -E "FAILED|ERROR|passed|failed|Error" "$L/pytest-emulator.txt" | tail -24
   timeout 90 python3 benchmarks/effect_host_cost.py --profile --json "$L/effect_host_cost.json" > "$L/effect_host_cost.txt" 2>&1
   head -40 "$L/effect_host_cost.txt" | cut -c1-150

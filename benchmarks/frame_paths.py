@@ -1,0 +1,84 @@
+"""One guarded frame by each way out of it, side by side, and whether every frame was replayed.
+
+Run on a GPU machine:  PYTHONPATH=. python3 benchmarks/frame_paths.py [auto|event ...] [--rounds 2]
+
+``contract_overhead.py``'s null effect and bench scenario (a)'s streams (torch's current stream is
+a non-blocking side stream). Each row is the best of 7 blocks of 4,000 frames, host microseconds
+per frame, with the count of frames the steady-state replay took (``streamsafe.steady.replays``):
+a row that switches the effect to a new state plans its first frame, and every later frame must
+replay, whatever the rows before it left behind (all rows run twice, in one order). The ``raw``
+rows run the effect's own ``run()`` (no streamsafe), with the three ways torch imports a capsule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def _best_us(fn: Callable[[], Any], sync: Callable[[], None], *, n: int = 4000, blocks: int = 7) -> float:
+    best = float("inf")
+    for _ in range(blocks):
+        sync()
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter_ns() - t0) / n / 1000)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("strategies", nargs="*", default=["auto", "event"])
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+
+    import torch
+    from contract_overhead import NullSuperRes, PlainNullSuperRes, _Producer
+
+    import streamsafe as ss
+    from streamsafe import steady
+
+    torch.cuda.set_device(0)
+    side = torch.cuda.Stream()
+    torch.cuda.set_stream(side)
+    x = torch.zeros(3, 16, 16, device="cuda")
+    h = side.cuda_stream
+    from_dlpack = torch.from_dlpack
+    raw = PlainNullSuperRes(torch.zeros(3, 32, 32, device="cuda"))
+
+    def raw_run() -> Any:
+        return raw.run(x, stream_ptr=h, non_blocking=True)
+
+    for strategy in args.strategies:
+        c = ss.StreamContract(NullSuperRes(torch.zeros(3, 32, 32, device="cuda")), side, strategy=strategy)
+        rows: dict[str, Callable[[], Any]] = {
+            "c.run(x)": lambda c=c: c.run(x),
+            "c.run(x).image.__dlpack__(stream=h)": lambda c=c: c.run(x).image.__dlpack__(stream=h),
+            "torch.from_dlpack(c.run(x).image)": lambda c=c: from_dlpack(c.run(x).image),
+            "c.run(x).torch()": lambda c=c: c.run(x).torch(),
+            "raw run": raw_run,
+            "raw run + torch.from_dlpack(capsule)": lambda: from_dlpack(raw_run().image),
+            "raw run + torch.from_dlpack(producer object)": lambda: from_dlpack(_Producer(raw_run().image)),
+            "raw run + torch.from_dlpack(capsule).clone()": lambda: from_dlpack(raw_run().image).clone(),
+        }
+        for r in range(args.rounds):
+            for name, fn in rows.items():
+                for _ in range(300):
+                    fn()
+                before = steady.replays
+                us = _best_us(fn, torch.cuda.synchronize)
+                replayed = steady.replays - before
+                tail = "" if name.startswith("raw") else f"   replayed {replayed} of {7 * 4000}"
+                print(f"{strategy:<6} round {r + 1}  {name:<46} {us:>7.2f} us{tail}")
+        c.close()
+
+
+if __name__ == "__main__":
+    main()
