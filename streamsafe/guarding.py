@@ -232,13 +232,6 @@ def active_contract(effect: Any) -> StreamContract | None:
 # -- tracked raw calls -------------------------------------------------------------------------------------
 
 
-def _tracked_call(effect: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    ledger = ledger_of(effect, create=False)
-    if ledger is None or ledger.closed:
-        return call_raw(effect, name, *args, **kwargs)
-    return tracked_raw_call(effect, ledger, name, args, kwargs)
-
-
 def _tracked_setattr(effect: Any, attr: str, value: Any) -> None:
     contract = active_contract(effect)
     if contract is not None:
