@@ -83,10 +83,6 @@ def _stacks() -> dict[int, list[StreamContract]]:
     return _blocks.stacks
 
 
-def _raw_ids() -> set[int]:
-    return _local.raw
-
-
 # -- originals ------------------------------------------------------------------------------------------
 
 
@@ -111,7 +107,11 @@ def raw_method(cls: type, name: str) -> Any:
 
 def call_raw(effect: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     """Call the effect's own ``name``; dispatchers reached from inside it call through too."""
-    method = _raw_cache.get((type(effect), name)) or raw_method(type(effect), name)
+    return _call_marked(effect, _raw_cache.get((type(effect), name)) or raw_method(type(effect), name), args, kwargs)
+
+
+def _call_marked(effect: Any, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``method(effect, ...)`` with ``effect`` in this thread's set of raw calls while it runs."""
     ids = _local.raw
     key = id(effect)
     if key in ids:
@@ -136,7 +136,7 @@ def install(cls: type) -> bool:
                 if name != "__setattr__" and not hasattr(cls, name):
                     continue
                 saved[name] = cls.__dict__.get(name)
-                dispatcher = _dispatcher(name)
+                dispatcher = _dispatcher(name, cls)
                 original = raw_method(cls, name)
                 if original is not None and name != "__setattr__":
                     functools.update_wrapper(dispatcher, original)  # help() and signatures show the SDK's
@@ -160,20 +160,23 @@ def _restore(cls: type, name: str, value: Any) -> None:
         pass
 
 
-def _dispatcher(name: str) -> Callable[..., Any]:
+def _dispatcher(name: str, owner: type) -> Callable[..., Any]:
+    """The dispatcher of ``owner.name``. Where it calls the SDK's own method, it calls ``owner``'s (or
+    the one ``owner`` inherits), not ``type(self)``'s: a subclass whose ``run()`` calls ``super().run()``
+    reaches this dispatcher from inside its own method, and ``type(self)``'s would call that again."""
     if name == "__setattr__":
 
         def dispatch_setattr(self: Any, attr: str, value: Any) -> None:
-            if attr in CONFIG_ATTRS and id(self) not in _raw_ids():
+            if attr in CONFIG_ATTRS and id(self) not in _local.raw:
                 _tracked_setattr(self, attr, value)
             else:
-                raw_method(type(self), "__setattr__")(self, attr, value)
+                raw_method(owner, "__setattr__")(self, attr, value)
 
         setattr(dispatch_setattr, _MARK, True)
         return dispatch_setattr
 
     def dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
-        method = _raw_cache.get((type(self), name)) or raw_method(type(self), name)
+        method = _raw_cache.get((owner, name)) or raw_method(owner, name)
         if id(self) in _local.raw:
             return method(self, *args, **kwargs)
         contract = active_contract(self)
@@ -186,8 +189,8 @@ def _dispatcher(name: str) -> Callable[..., Any]:
             # an unguarded instance of a guarded class: about a microsecond less per call)
             return method(self, *args, **kwargs)
         if ledger.closed:
-            return call_raw(self, name, *args, **kwargs)
-        return tracked_raw_call(self, ledger, name, args, kwargs)
+            return _call_marked(self, method, args, kwargs)
+        return tracked_raw_call(self, ledger, name, args, kwargs, method=method)
 
     dispatch.__name__ = name
     setattr(dispatch, _MARK, True)
@@ -248,15 +251,20 @@ INPUT_KWARGS = ("input_array", "previous", "current", "rgb_input")
 """The SDK's keyword names for inputs."""
 
 
-def tracked_raw_call(effect: Any, ledger: Ledger, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def tracked_raw_call(
+    effect: Any, ledger: Ledger, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], *, method: Any = None
+) -> Any:
     """A plain ``run()`` on an effect no guard holds now, but which has a ledger: the SDK's raw call and
     output, preceded by the device waits that keep the copies streamsafe knows of safe (H5), and a
-    release wait when an input's size changed; older outputs become stale. Blocks the host only then."""
+    release wait when an input's size changed; older outputs become stale. Blocks the host only then.
+    ``method``: the SDK's method to call (default: ``type(effect)``'s own ``name``)."""
+    if method is None:
+        method = _raw_cache.get((type(effect), name)) or raw_method(type(effect), name)
     if name == "close":
         with ledger.using("close"):
             apply_fences(ledger.resolved_backend(), ledger.device, ledger.release_fences(None), ledger.unguarded_stats)
             ledger.drain_keepalive()
-            result = call_raw(effect, "close")
+            result = _call_marked(effect, method, (), {})
             ledger.closed_effect(effect)
         return result
     be, dev = ledger.resolved_backend(), ledger.device
@@ -269,7 +277,7 @@ def tracked_raw_call(effect: Any, ledger: Ledger, name: str, args: tuple[Any, ..
     with ledger.using(name):
         current = ledger.current_stream() if ledger.escaped else None
         apply_fences(be, dev, ledger.before_run(plan, shapes, current), ledger.unguarded_stats)
-        result = call_raw(effect, name, *args, **kwargs)
+        result = _call_marked(effect, method, args, kwargs)
         ledger.after_unguarded_run(plan.sdk_streams, shapes)
     return result
 

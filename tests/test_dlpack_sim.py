@@ -122,5 +122,7 @@ def test_the_emulators_input_layout_rules() -> None:
         assert _numpy_dtype(CapsuleTensor(0, 2, 0, (1,), None, code, bits, 1)) == np.dtype(want)
     assert _numpy_dtype(CapsuleTensor(0, 2, 0, (1,), None, 4, 16, 1)) is None  # bfloat16
     assert _numpy_dtype(CapsuleTensor(0, 2, 0, (1,), None, 2, 32, 4)) is None  # a vector type
+    for code, bits in ((2, 8), (6, 16), (6, 32), (0, 128), (1, 256), (2, 24), (2, 128)):  # no NumPy type (CuPy decides)
+        assert _numpy_dtype(CapsuleTensor(0, 2, 0, (1,), None, code, bits, 1)) is None, (code, bits)
     taken = TakenInput(object(), CapsuleTensor(0x1000, 2, 0, (3, 4, 5), (1, 3, 12), 2, 32, 1), np.dtype(np.float32))
     assert (taken.nbytes, taken.contiguous, taken.shape) == (240, False, (3, 4, 5))

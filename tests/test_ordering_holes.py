@@ -684,3 +684,43 @@ def test_a_plain_run_control_without_its_fence_the_copy_races(sim: ss.SimBackend
         sr.run(fresh(sim, 1, s)[0], stream_ptr=s.ptr, non_blocking=True)
     sim.synchronize_device()
     assert [r for r in sim.races if "consumer.copy" in str(r)]
+
+
+@pytest.mark.parametrize("strategy", FENCED)
+def test_a_subclass_that_calls_super_run_is_guarded_once_and_does_not_recurse(sim: ss.SimBackend, strategy: str) -> None:
+    """A user's subclass of an SDK class whose ``run()`` adds its own step around ``super().run()``, after
+    an instance of the SDK class was guarded (its class has streamsafe's dispatchers): the base class's
+    dispatcher, reached from inside the subclass's method, calls the base's own ``run()``, not the
+    subclass's again (which recursed forever). Unguarded, the subclass runs plainly; guarded, once, fenced."""
+
+    class Annotated(VideoSuperRes):
+        calls = 0
+
+        def run(self, input_array: Any, **kw: Any) -> Any:
+            type(self).calls += 1
+            return super().run(input_array, **kw)
+
+    s = sim.create_stream(non_blocking=True)
+    other = make_sr(sim)
+    ss.StreamContract(other, s, strategy=strategy)  # VideoSuperRes now has the dispatchers
+    plain = Annotated(backend=sim)
+    plain.output_width = plain.output_height = 32
+    plain.load()
+    with sim.use_stream(s):
+        x, data = fresh(sim, 1, s)
+        sim.synchronize_device()
+        out = plain.run(x, stream_ptr=s.ptr)  # unguarded: the SDK's call, as written
+        sim.synchronize_device()
+        np.testing.assert_allclose(sim.download(sim.from_dlpack(out.image)), sr_expected(data), atol=1e-6)
+        assert Annotated.calls == 1
+        guarded = Annotated(backend=sim)
+        guarded.output_width = guarded.output_height = 32
+        guarded.load()
+        c = ss.StreamContract(guarded, s, strategy=strategy)
+        for i in range(4):
+            x, data = fresh(sim, 10 + i, s)
+            got = sim.download(import_copy(sim, c.run(x), s), s)
+            np.testing.assert_allclose(got, sr_expected(data), atol=1e-6)
+        assert Annotated.calls == 5 and c.stats["runs"] == 4  # each guarded run called the subclass's run() once
+        c.close()
+    assert sim.races == []

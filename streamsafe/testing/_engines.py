@@ -354,17 +354,19 @@ class TakenInput:
         self.array: Any = None
 
 
-_DL_KINDS = {0: "i", 1: "u", 2: "f", 6: "b"}
+_DL_KINDS = {0: ("i", (8, 16, 32, 64)), 1: ("u", (8, 16, 32, 64)), 2: ("f", (16, 32, 64)), 6: ("b", (8,))}
+"""DLPack type codes NumPy shares, with the widths it has for each (its float128 is not IEEE's)."""
 _DTYPES: dict[tuple[int, int, int], np.dtype[Any] | None] = {}
 
 
 def _numpy_dtype(tensor: CapsuleTensor) -> np.dtype[Any] | None:
-    """The NumPy dtype of a DLPack ``(code, bits, lanes)``; ``None`` for one NumPy lacks (bfloat16, vectors)."""
+    """The NumPy dtype of a DLPack ``(code, bits, lanes)``; ``None`` for one NumPy lacks (bfloat16, an
+    8-bit float, complex, vectors: CuPy's own import decides about those)."""
     key = (tensor.code, tensor.bits, tensor.lanes)
     if key not in _DTYPES:
         kind = _DL_KINDS.get(tensor.code)
-        ok = kind is not None and tensor.lanes == 1 and tensor.bits % 8 == 0 and tensor.bits > 0
-        _DTYPES[key] = np.dtype(f"{kind}{tensor.bits // 8}") if ok else None
+        ok = kind is not None and tensor.lanes == 1 and tensor.bits in kind[1]
+        _DTYPES[key] = np.dtype(f"{kind[0]}{tensor.bits // 8}") if ok and kind is not None else None
     return _DTYPES[key]
 
 
