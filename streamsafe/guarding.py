@@ -53,7 +53,8 @@ _METHODS = ("run", "run_at_timestep", "close")
 _MARK = "__streamsafe_dispatch__"
 
 _originals: dict[type, dict[str, Any]] = {}
-_raw_cache: dict[tuple[type, str], Any] = {}
+_raw_cache: dict[tuple[Any, ...], Any] = {}
+"""The SDK's own methods by (class, name) or (class, name, the class a dispatcher was put on)."""
 
 
 class _Blocks(threading.local):
@@ -64,10 +65,12 @@ class _Blocks(threading.local):
 
 
 class _RawCalls(threading.local):
-    """Per thread: ids of the effects whose own methods are running (their dispatchers call through)."""
+    """Per thread: ids of the effects whose own methods are running (their dispatchers call through), and
+    the method a guarded call is to run instead of ``type(effect)``'s (a dispatcher reached by ``super()``)."""
 
     def __init__(self) -> None:
         self.raw: set[int] = set()
+        self.override: dict[int, Any] = {}
 
 
 # (threading.local subclasses: each thread's attributes exist from its first access, so the hot path
@@ -86,18 +89,23 @@ def _stacks() -> dict[int, list[StreamContract]]:
 # -- originals ------------------------------------------------------------------------------------------
 
 
-def raw_method(cls: type, name: str) -> Any:
-    """The effect's own ``name`` for instances of ``cls`` (never a dispatcher), or ``None``."""
-    key = (cls, name)
+def raw_method(cls: type, name: str, start: type | None = None) -> Any:
+    """The effect's own ``name`` for instances of ``cls`` (never a dispatcher), or ``None``. With
+    ``start`` (a class in ``cls``'s MRO): the one ``super()`` reaches from a method of the class
+    before ``start``, i.e. the first along ``cls.__mro__`` from ``start`` on."""
+    key: tuple[Any, ...] = (cls, name) if start is None or start is cls else (cls, name, start)
     found = _raw_cache.get(key)
     if found is not None:
         return found
-    for base in cls.__mro__:
+    mro = cls.__mro__
+    if start is not None and start is not cls:
+        mro = mro[mro.index(start):] if start in mro else start.__mro__
+    for base in mro:
         attr = base.__dict__.get(name)
         if attr is None:
             continue
-        if getattr(attr, _MARK, False):
-            attr = _originals[base][name]
+        if getattr(attr, _MARK, False) and base in _originals:  # (a user's functools.wraps copies the mark)
+            attr = _originals[base].get(name)
             if attr is None:  # the dispatcher stood in for an inherited method: keep looking
                 continue
         _raw_cache[key] = attr
@@ -107,7 +115,11 @@ def raw_method(cls: type, name: str) -> Any:
 
 def call_raw(effect: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     """Call the effect's own ``name``; dispatchers reached from inside it call through too."""
-    return _call_marked(effect, _raw_cache.get((type(effect), name)) or raw_method(type(effect), name), args, kwargs)
+    overrides = _local.override
+    method = overrides.pop(id(effect), None) if overrides else None
+    if method is None:
+        method = _raw_cache.get((type(effect), name)) or raw_method(type(effect), name)
+    return _call_marked(effect, method, args, kwargs)
 
 
 def _call_marked(effect: Any, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -141,9 +153,10 @@ def install(cls: type) -> bool:
                 if original is not None and name != "__setattr__":
                     functools.update_wrapper(dispatcher, original)  # help() and signatures show the SDK's
                 setattr(cls, name, dispatcher)
-        except (TypeError, AttributeError):
+        except Exception:  # (a class that refuses new attributes; anything else leaves it as it was, too)
             for name, value in saved.items():
                 _restore(cls, name, value)
+            _raw_cache.clear()
             return False
         _originals[cls] = saved
         _raw_cache.clear()
@@ -161,27 +174,38 @@ def _restore(cls: type, name: str, value: Any) -> None:
 
 
 def _dispatcher(name: str, owner: type) -> Callable[..., Any]:
-    """The dispatcher of ``owner.name``. Where it calls the SDK's own method, it calls ``owner``'s (or
-    the one ``owner`` inherits), not ``type(self)``'s: a subclass whose ``run()`` calls ``super().run()``
-    reaches this dispatcher from inside its own method, and ``type(self)``'s would call that again."""
+    """The dispatcher of ``owner.name``. Where it calls the SDK's own method, it calls the one ``super()``
+    would reach from ``owner`` on in ``type(self)``'s MRO, not ``type(self)``'s: a subclass whose
+    ``run()`` calls ``super().run()`` reaches this dispatcher from inside its own method, and
+    ``type(self)``'s would call that again (forever)."""
     if name == "__setattr__":
 
         def dispatch_setattr(self: Any, attr: str, value: Any) -> None:
             if attr in CONFIG_ATTRS and id(self) not in _local.raw:
                 _tracked_setattr(self, attr, value)
             else:
-                raw_method(owner, "__setattr__")(self, attr, value)
+                raw_method(type(self), "__setattr__", owner)(self, attr, value)
 
         setattr(dispatch_setattr, _MARK, True)
         return dispatch_setattr
 
     def dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
-        method = _raw_cache.get((owner, name)) or raw_method(owner, name)
+        cls = type(self)
+        method = _raw_cache.get((cls, name) if cls is owner else (cls, name, owner)) or raw_method(cls, name, owner)
         if id(self) in _local.raw:
             return method(self, *args, **kwargs)
         contract = active_contract(self)
         if contract is not None:
-            return getattr(contract, name)(*args, **kwargs)
+            if cls is owner or method is (_raw_cache.get((cls, name)) or raw_method(cls, name)):
+                return getattr(contract, name)(*args, **kwargs)
+            # reached by super() from a subclass's method no dispatcher wrapped (a class guard's first call
+            # on a subclass): the contract runs this method, not type(self)'s, which is running already
+            overrides = _local.override
+            overrides[id(self)] = method
+            try:
+                return getattr(contract, name)(*args, **kwargs)
+            finally:
+                overrides.pop(id(self), None)
         ledger = ledger_of(self, create=False)
         if ledger is None:
             # never guarded: nothing to order, and a call the effect makes from inside finds no guard

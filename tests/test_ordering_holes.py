@@ -33,6 +33,14 @@ def make_sr(sim: ss.SimBackend, size: int = 32, **kw: Any) -> VideoSuperRes:
     return sr
 
 
+def make_sr_of(cls: type, sim: ss.SimBackend, size: int = 32) -> Any:
+    """``make_sr`` for a subclass of the emulated ``VideoSuperRes``."""
+    sr = cls(backend=sim)
+    sr.output_width, sr.output_height = size, size
+    sr.load()
+    return sr
+
+
 def data_of(seed: int, h: int = 16, w: int = 16) -> np.ndarray:
     return np.random.default_rng(seed).random((3, h, w), dtype=np.float32)
 
@@ -724,3 +732,102 @@ def test_a_subclass_that_calls_super_run_is_guarded_once_and_does_not_recurse(si
         assert Annotated.calls == 5 and c.stats["runs"] == 4  # each guarded run called the subclass's run() once
         c.close()
     assert sim.races == []
+
+
+def test_a_mixin_between_a_guarded_class_and_the_sdk_class_still_runs(sim: ss.SimBackend) -> None:
+    """Multiple inheritance: Z(X, Y) with X guarded (its dispatcher) and Y's run() and __setattr__ adding a
+    step: a plain z.run() reaches X's dispatcher, which must go on along Z's MRO (to Y, as super() would),
+    not along X's (straight to the SDK class, skipping Y)."""
+    seen: list[str] = []
+
+    class X(VideoSuperRes):
+        pass
+
+    class Y(VideoSuperRes):
+        def run(self, input_array: Any, **kw: Any) -> Any:
+            seen.append("Y.run")
+            return super().run(input_array, **kw)
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name == "tag":
+                seen.append("Y.__setattr__")
+            super().__setattr__(name, value)
+
+    class Z(X, Y):
+        pass
+
+    s = sim.create_stream(non_blocking=True)
+    ss.StreamContract(make_sr_of(X, sim), s)  # X has the dispatchers now
+    z = make_sr_of(Z, sim)
+    z.tag = "mine"
+    with sim.use_stream(s):
+        x, data = fresh(sim, 3, s)
+        sim.synchronize_device()
+        out = z.run(x, stream_ptr=s.ptr)
+        sim.synchronize_device()
+        np.testing.assert_allclose(sim.download(sim.from_dlpack(out.image)), sr_expected(data), atol=1e-6)
+    assert seen == ["Y.__setattr__", "Y.run"]
+
+
+def test_a_class_guard_runs_a_subclass_s_own_run_once_from_its_first_call(sim: ss.SimBackend) -> None:
+    """ss.guard(VideoSuperRes), then a subclass instance whose run() wraps super().run(): its first call
+    reaches the base's dispatcher from inside its own (unwrapped) method; the guard's contract must run the
+    base's run() there, not the subclass's again (its own step ran twice on the first frame)."""
+    calls = []
+
+    class Stepped(VideoSuperRes):
+        def run(self, input_array: Any, **kw: Any) -> Any:
+            calls.append(1)
+            return super().run(input_array, **kw)
+
+    s = sim.create_stream(non_blocking=True)
+    fx = make_sr_of(Stepped, sim)
+    guard = ss.guard(VideoSuperRes)
+    try:
+        with sim.use_stream(s):
+            copies = []
+            for i in range(3):
+                x, data = fresh(sim, 20 + i, s)
+                copies.append((import_copy(sim, fx.run(x, stream_ptr=s.ptr), s), sr_expected(data)))
+                assert len(calls) == i + 1
+            assert verify(sim, copies) == 0
+        assert [c.stats["runs"] for c in guard.contracts] == [3]
+    finally:
+        ss.unguard(VideoSuperRes)
+    assert sim.races == []
+
+
+def test_a_subclass_whose_run_wraps_the_guarded_dispatcher_with_functools_wraps(sim: ss.SimBackend) -> None:
+    """A subclass made after its base got dispatchers, with run = decorator(Base.run) where the decorator uses
+    functools.wraps: the wrapper carries the dispatcher's attributes (our mark among them) but is the user's
+    method; it runs plainly and through a contract, once per call (it raised KeyError)."""
+    import functools
+
+    calls = []
+
+    def logged(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            calls.append(1)
+            return fn(*a, **kw)
+
+        return wrapper
+
+    s = sim.create_stream(non_blocking=True)
+    ss.StreamContract(make_sr(sim), s)  # VideoSuperRes has the dispatchers
+
+    class Logged(VideoSuperRes):
+        run = logged(VideoSuperRes.run)
+
+    fx = make_sr_of(Logged, sim)
+    with sim.use_stream(s):
+        x, data = fresh(sim, 5, s)
+        sim.synchronize_device()
+        out = fx.run(x, stream_ptr=s.ptr)
+        sim.synchronize_device()
+        np.testing.assert_allclose(sim.download(sim.from_dlpack(out.image)), sr_expected(data), atol=1e-6)
+        c = ss.StreamContract(fx, s)
+        x, data = fresh(sim, 6, s)
+        copies = [(import_copy(sim, c.run(x), s), sr_expected(data))]
+        assert verify(sim, copies) == 0
+    assert len(calls) == 2 and sim.races == []
