@@ -26,16 +26,9 @@ def sim() -> ss.SimBackend:
     return ss.SimBackend(scheduler="adversarial")
 
 
-def make_sr(sim: ss.SimBackend, size: int = 32, **kw: Any) -> VideoSuperRes:
-    sr = VideoSuperRes(backend=sim, **kw)
-    sr.output_width, sr.output_height = size, size
-    sr.load()
-    return sr
-
-
-def make_sr_of(cls: type, sim: ss.SimBackend, size: int = 32) -> Any:
-    """``make_sr`` for a subclass of the emulated ``VideoSuperRes``."""
-    sr = cls(backend=sim)
+def make_sr(sim: ss.SimBackend, size: int = 32, cls: type = VideoSuperRes, **kw: Any) -> Any:
+    """A loaded ``cls`` (the emulated ``VideoSuperRes`` or a subclass of it), upscaling to ``size``."""
+    sr = cls(backend=sim, **kw)
     sr.output_width, sr.output_height = size, size
     sr.load()
     return sr
@@ -694,6 +687,15 @@ def test_a_plain_run_control_without_its_fence_the_copy_races(sim: ss.SimBackend
     assert [r for r in sim.races if "consumer.copy" in str(r)]
 
 
+def check_plain_run(sim: ss.SimBackend, fx: Any, stream: ss.Stream, seed: int) -> None:
+    """An unguarded ``fx.run()`` on ``stream``, with everything before and after it waited for: right output."""
+    x, data = fresh(sim, seed, stream)
+    sim.synchronize_device()
+    out = fx.run(x, stream_ptr=stream.ptr)
+    sim.synchronize_device()
+    np.testing.assert_allclose(sim.download(sim.from_dlpack(out.image)), sr_expected(data), atol=1e-6)
+
+
 @pytest.mark.parametrize("strategy", FENCED)
 def test_a_subclass_that_calls_super_run_is_guarded_once_and_does_not_recurse(sim: ss.SimBackend, strategy: str) -> None:
     """A user's subclass of an SDK class whose ``run()`` adds its own step around ``super().run()``, after
@@ -709,22 +711,11 @@ def test_a_subclass_that_calls_super_run_is_guarded_once_and_does_not_recurse(si
             return super().run(input_array, **kw)
 
     s = sim.create_stream(non_blocking=True)
-    other = make_sr(sim)
-    ss.StreamContract(other, s, strategy=strategy)  # VideoSuperRes now has the dispatchers
-    plain = Annotated(backend=sim)
-    plain.output_width = plain.output_height = 32
-    plain.load()
+    ss.StreamContract(make_sr(sim), s, strategy=strategy)  # VideoSuperRes now has the dispatchers
     with sim.use_stream(s):
-        x, data = fresh(sim, 1, s)
-        sim.synchronize_device()
-        out = plain.run(x, stream_ptr=s.ptr)  # unguarded: the SDK's call, as written
-        sim.synchronize_device()
-        np.testing.assert_allclose(sim.download(sim.from_dlpack(out.image)), sr_expected(data), atol=1e-6)
+        check_plain_run(sim, make_sr(sim, cls=Annotated), s, 1)  # unguarded: the SDK's call, as written
         assert Annotated.calls == 1
-        guarded = Annotated(backend=sim)
-        guarded.output_width = guarded.output_height = 32
-        guarded.load()
-        c = ss.StreamContract(guarded, s, strategy=strategy)
+        c = ss.StreamContract(make_sr(sim, cls=Annotated), s, strategy=strategy)
         for i in range(4):
             x, data = fresh(sim, 10 + i, s)
             got = sim.download(import_copy(sim, c.run(x), s), s)
@@ -757,15 +748,11 @@ def test_a_mixin_between_a_guarded_class_and_the_sdk_class_still_runs(sim: ss.Si
         pass
 
     s = sim.create_stream(non_blocking=True)
-    ss.StreamContract(make_sr_of(X, sim), s)  # X has the dispatchers now
-    z = make_sr_of(Z, sim)
+    ss.StreamContract(make_sr(sim, cls=X), s)  # X has the dispatchers now
+    z = make_sr(sim, cls=Z)
     z.tag = "mine"
     with sim.use_stream(s):
-        x, data = fresh(sim, 3, s)
-        sim.synchronize_device()
-        out = z.run(x, stream_ptr=s.ptr)
-        sim.synchronize_device()
-        np.testing.assert_allclose(sim.download(sim.from_dlpack(out.image)), sr_expected(data), atol=1e-6)
+        check_plain_run(sim, z, s, 3)
     assert seen == ["Y.__setattr__", "Y.run"]
 
 
@@ -781,7 +768,7 @@ def test_a_class_guard_runs_a_subclass_s_own_run_once_from_its_first_call(sim: s
             return super().run(input_array, **kw)
 
     s = sim.create_stream(non_blocking=True)
-    fx = make_sr_of(Stepped, sim)
+    fx = make_sr(sim, cls=Stepped)
     guard = ss.guard(VideoSuperRes)
     try:
         with sim.use_stream(s):
@@ -819,13 +806,9 @@ def test_a_subclass_whose_run_wraps_the_guarded_dispatcher_with_functools_wraps(
     class Logged(VideoSuperRes):
         run = logged(VideoSuperRes.run)
 
-    fx = make_sr_of(Logged, sim)
+    fx = make_sr(sim, cls=Logged)
     with sim.use_stream(s):
-        x, data = fresh(sim, 5, s)
-        sim.synchronize_device()
-        out = fx.run(x, stream_ptr=s.ptr)
-        sim.synchronize_device()
-        np.testing.assert_allclose(sim.download(sim.from_dlpack(out.image)), sr_expected(data), atol=1e-6)
+        check_plain_run(sim, fx, s, 5)
         c = ss.StreamContract(fx, s)
         x, data = fresh(sim, 6, s)
         copies = [(import_copy(sim, c.run(x), s), sr_expected(data))]
