@@ -14,23 +14,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-
-def _best_us(fn: Callable[[], Any], sync: Callable[[], None], *, n: int = 4000, blocks: int = 7) -> float:
-    best = float("inf")
-    for _ in range(blocks):
-        sync()
-        t0 = time.perf_counter_ns()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter_ns() - t0) / n / 1000)
-    return best
+from _interleave import best_us  # noqa: E402
 
 
 def main() -> None:
@@ -73,7 +63,7 @@ def main() -> None:
                 for _ in range(300):
                     fn()
                 before = steady.replays
-                us = _best_us(fn, torch.cuda.synchronize)
+                us = best_us(fn, torch.cuda.synchronize)
                 replayed = steady.replays - before
                 tail = "" if name.startswith("raw") else f"   replayed {replayed} of {7 * 4000}"
                 print(f"{strategy:<6} round {r + 1}  {name:<46} {us:>7.2f} us{tail}")

@@ -20,26 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-CLOCK = time.perf_counter_ns
-
-
-def _best_us(fn: Callable[[], Any], sync: Callable[[], None], *, n: int = 4000, rounds: int = 7) -> float:
-    """Best over ``rounds`` of the mean host microseconds of ``fn()`` over ``n`` calls."""
-    best = float("inf")
-    for _ in range(rounds):
-        sync()
-        t0 = CLOCK()
-        for _ in range(n):
-            fn()
-        best = min(best, (CLOCK() - t0) / n / 1000)
-    return best
+from _interleave import best_us  # noqa: E402
 
 
 def measure(strategy: str, *, stub: bool) -> dict[str, Any]:
@@ -87,7 +73,7 @@ def measure(strategy: str, *, stub: bool) -> dict[str, Any]:
 
     for _ in range(500):
         frame()
-    frame_us = _best_us(frame, sync)
+    frame_us = best_us(frame, sync)
     replays = steady.replays
     frame()
     if steady.replays != replays + 1:
@@ -135,30 +121,30 @@ def measure(strategy: str, *, stub: bool) -> dict[str, Any]:
         from_dlpack(raw_run(fx, x, **run_kw).image)
 
     parts: dict[str, float] = {}
-    parts["thread check (note_run)"] = _best_us(lambda: note_run(dev), sync)
-    parts["call facts (_facts) and recipe lookup"] = _best_us(
+    parts["thread check (note_run)"] = best_us(lambda: note_run(dev), sync)
+    parts["call facts (_facts) and recipe lookup"] = best_us(
         lambda: next(r for r in c._recipes if r.facts == c._facts("run", args, {}, shared)), sync)
-    parts["effect lock (try_hold, let_go), run and import"] = _best_us(lock, sync)
-    parts["config read and state match (_config, Recipe.matches)"] = _best_us(lambda: recipe.matches(lg, c._config()), sync)
-    parts["fence programs (bound driver calls)"] = _best_us(programs, sync)
-    parts["input views (_read_views)"] = _best_us(lambda: c._read_views(args, run_stream) if ledger.views_exist() else None, sync)
-    effect_us = _best_us(lambda: raw_run(fx, x, **run_kw), sync)
+    parts["effect lock (try_hold, let_go), run and import"] = best_us(lock, sync)
+    parts["config read and state match (_config, Recipe.matches)"] = best_us(lambda: recipe.matches(lg, c._config()), sync)
+    parts["fence programs (bound driver calls)"] = best_us(programs, sync)
+    parts["input views (_read_views)"] = best_us(lambda: c._read_views(args, run_stream) if ledger.views_exist() else None, sync)
+    effect_us = best_us(lambda: raw_run(fx, x, **run_kw), sync)
     parts["calling the effect (call_raw, over the effect's run)"] = (
-        _best_us(lambda: guarding.call_raw(fx, "run", x, **run_kw), sync) - effect_us)
+        best_us(lambda: guarding.call_raw(fx, "run", x, **run_kw), sync) - effect_us)
     parts["the effect's own run() (hand pays it too)"] = effect_us
-    parts["input protection (record_stream)"] = _best_us(lambda: c._protect_inputs(args, run_stream) if recipe.protect else None, sync)
-    parts["output objects (SafeOutput, SafeImage)"] = _best_us(
+    parts["input protection (record_stream)"] = best_us(lambda: c._protect_inputs(args, run_stream) if recipe.protect else None, sync)
+    parts["output objects (SafeOutput, SafeImage)"] = best_us(
         lambda: contract.SafeOutput(raw, contract.SafeImage(lg, capsule, generation, dev, recipe.default_consumer, fx)), sync)
-    parts["capsule key (capsule_data_key)"] = _best_us(lambda: outputs.capsule_data_key(capsule), sync)
-    program_us = _best_us(lambda: import_program(lg.out_stats) if import_program is not None and import_program.fences else None, sync)
-    parts["import bookkeeping (import_output, less its fences)"] = _best_us(import_bookkeeping, sync) - program_us
-    parts["view registry (add_view)"] = _best_us(lambda: lg.add_view(key, generation), sync)
+    parts["capsule key (capsule_data_key)"] = best_us(lambda: outputs.capsule_data_key(capsule), sync)
+    program_us = best_us(lambda: import_program(lg.out_stats) if import_program is not None and import_program.fences else None, sync)
+    parts["import bookkeeping (import_output, less its fences)"] = best_us(import_bookkeeping, sync) - program_us
+    parts["view registry (add_view)"] = best_us(lambda: lg.add_view(key, generation), sync)
     # (after_run last: it starts a new output generation, which the calls above must not see)
-    parts["ledger update (after_run)"] = _best_us(
+    parts["ledger update (after_run)"] = best_us(
         lambda: lg.after_run(recipe.plan, recipe.shapes, stats, recipe.default_consumer), sync)
     if from_dlpack is not None:
         parts["torch.from_dlpack of the capsule (hand pays it too)"] = (
-            _best_us(fresh_capsule_imported, sync) - _best_us(fresh_capsule, sync))
+            best_us(fresh_capsule_imported, sync) - best_us(fresh_capsule, sync))
     for _ in range(50):  # back to a steady frame
         frame()
     parts["the replay's own lines (the frame less the parts)"] = frame_us - sum(parts.values())

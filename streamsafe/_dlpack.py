@@ -187,6 +187,14 @@ def capsule_data_key(capsule: Any) -> Any:
     if isinstance(capsule, SimCapsule):
         return capsule._array.buffer
 
+    address = _dltensor_address(capsule)
+    # DLManagedTensor starts with DLTensor, whose first field is the data pointer
+    return ctypes.c_void_p.from_address(address).value if address is not None else None
+
+
+def _dltensor_address(capsule: Any) -> int | None:
+    """The address of the ``DLTensor`` in a raw ``dltensor`` or ``dltensor_versioned`` capsule, read
+    without consuming it; ``None`` for a consumed capsule (``used_...``) or anything else."""
     get_pointer = _capsule_api()
     try:  # one call for the plain capsule the SDK makes (a name mismatch raises)
         ptr, offset = get_pointer(capsule, b"dltensor"), 0
@@ -194,12 +202,9 @@ def capsule_data_key(capsule: Any) -> Any:
         try:
             # the versioned struct puts version (8 bytes), manager_ctx, deleter and flags (8 bytes each) before DLTensor
             ptr, offset = get_pointer(capsule, b"dltensor_versioned"), 32
-        except Exception:  # consumed ("used_..."), or not a capsule
+        except Exception:
             return None
-    if not ptr:
-        return None
-    # DLManagedTensor starts with DLTensor, whose first field is the data pointer
-    return ctypes.c_void_p.from_address(ptr + offset).value
+    return ptr + offset if ptr else None
 
 
 class CapsuleTensor(NamedTuple):
@@ -229,18 +234,11 @@ def read_capsule(capsule: Any) -> CapsuleTensor | None:
     capsule is neither consumed nor renamed, so its producer still owns the memory (and frees it
     when the capsule goes). ``None`` for anything else (a consumed capsule, another object).
     Does not block; touches host memory only."""
-    get_pointer = _capsule_api()
-    try:
-        managed, offset = get_pointer(capsule, b"dltensor"), 0
-    except Exception:
-        try:  # the versioned struct: version, manager_ctx, deleter and flags (8 bytes each) before DLTensor
-            managed, offset = get_pointer(capsule, b"dltensor_versioned"), 32
-        except Exception:
-            return None
-    if not managed:
+    address = _dltensor_address(capsule)
+    if address is None:
         return None
     data, dev_type, dev_id, ndim, code, bits, lanes, shape_ptr, strides_ptr, byte_offset = _DLTENSOR.unpack_from(
-        _DLTENSOR_BYTES.from_address(managed + offset)
+        _DLTENSOR_BYTES.from_address(address)
     )
     if ndim < 0 or ndim > 64 or (ndim and not shape_ptr):
         return None

@@ -196,7 +196,7 @@ def _dispatcher(name: str, owner: type) -> Callable[..., Any]:
             return method(self, *args, **kwargs)
         contract = active_contract(self)
         if contract is not None:
-            if cls is owner or method is (_raw_cache.get((cls, name)) or raw_method(cls, name)):
+            if cls is owner or method is raw_method(cls, name):
                 return getattr(contract, name)(*args, **kwargs)
             # reached by super() from a subclass's method no dispatcher wrapped (a class guard's first call
             # on a subclass): the contract runs this method, not type(self)'s, which is running already
@@ -283,7 +283,7 @@ def tracked_raw_call(
     release wait when an input's size changed; older outputs become stale. Blocks the host only then.
     ``method``: the SDK's method to call (default: ``type(effect)``'s own ``name``)."""
     if method is None:
-        method = _raw_cache.get((type(effect), name)) or raw_method(type(effect), name)
+        method = raw_method(type(effect), name)
     if name == "close":
         with ledger.using("close"):
             apply_fences(ledger.resolved_backend(), ledger.device, ledger.release_fences(None), ledger.unguarded_stats)
