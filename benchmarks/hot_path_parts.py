@@ -1,6 +1,6 @@
 """Where streamsafe's host time per steady-state frame goes: each part of the replay and the import.
 
-    PYTHONPATH=. python3 benchmarks/hot_path_parts.py [auto|event ...] [--stub] [--json PATH]
+    PYTHONPATH=. python3 benchmarks/hot_path_parts.py [auto|event ...] [--stub] [--in-frame] [--json PATH]
 
 A frame is ``contract.run(x)`` then the import of ``out.image``, in steady state (the replay). Each
 part is the call streamsafe makes there, timed alone in the same state with the same arguments
@@ -13,6 +13,13 @@ On a GPU machine (torch, ``CudaBackend``) the effect is ``contract_overhead.py``
 the streams are bench scenario (a)'s; the rows marked ``hand pays it too`` are what a loop with
 hand-written fences pays as well; the rest is streamsafe's. ``--stub`` (any machine, no GPU):
 ``python_overhead.py``'s stub backend and torch stand-in, whose fences and torch calls cost nothing.
+
+``--in-frame`` times the parts inside real frames instead: each part's function is wrapped by a
+timer for the run (its own time, less the time of wrapped calls inside it, less the timer's own
+cost, measured first), so what a part costs amid the rest of the frame (caches, the driver's state
+after the frame's other calls) shows; ``the frame's other lines`` is then what no wrapped function
+took. On a GPU machine it also times torch's steps of ``torch.from_dlpack(out.image)``: its
+``torch.cuda.current_stream()`` and its import of the returned capsule.
 """
 
 from __future__ import annotations
@@ -28,11 +35,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _interleave import best_us  # noqa: E402
 
 
-def measure(strategy: str, *, stub: bool) -> dict[str, Any]:
-    """The frame's host time and each part's, in microseconds (see the module docstring)."""
+def _setup(strategy: str, *, stub: bool) -> tuple[Any, ...]:
+    """A guarded null effect in bench scenario (a)'s streams (or the stub's), and its frame."""
     import streamsafe as ss
-    from streamsafe import contract, guarding, ledger, outputs, steady
-    from streamsafe.occupancy import note_run
 
     if stub:
         import python_overhead as po
@@ -70,7 +75,15 @@ def measure(strategy: str, *, stub: bool) -> dict[str, Any]:
 
         sync = torch.cuda.synchronize
         where = f"CudaBackend on {torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+    return c, fx, x, frame, sync, where, from_dlpack, consumer_handle
 
+
+def measure(strategy: str, *, stub: bool) -> dict[str, Any]:
+    """The frame's host time and each part's, in microseconds (see the module docstring)."""
+    from streamsafe import contract, guarding, ledger, outputs, steady
+    from streamsafe.occupancy import note_run
+
+    c, fx, x, frame, sync, where, from_dlpack, consumer_handle = _setup(strategy, stub=stub)
     for _ in range(500):
         frame()
     frame_us = best_us(frame, sync)
@@ -159,16 +172,165 @@ def measure(strategy: str, *, stub: bool) -> dict[str, Any]:
     }
 
 
+class _Timers:
+    """Timing wrappers that keep each wrapped call's own time: its time less the wrapped calls inside it."""
+
+    def __init__(self) -> None:
+        import time
+
+        self.clock = time.perf_counter_ns
+        self.own_ns: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        self._inside = [0]  # per open wrapped call: the time its wrapped callees took, wrappers included
+        self.overhead_ns = 0.0  # a wrapper's whole cost per call
+        self.inner_ns = 0.0  # the part of it between its two clock reads (counted in the call's own time)
+
+    def wrap(self, label: str, fn: Any) -> Any:
+        clock, inside, own, calls = self.clock, self._inside, self.own_ns, self.calls
+        own.setdefault(label, 0)
+        calls.setdefault(label, 0)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            inside.append(0)
+            t0 = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                dt = clock() - t0
+                own[label] += dt - inside.pop()
+                calls[label] += 1
+                inside[-1] += dt + self.overhead_ns - self.inner_ns
+
+        return timed
+
+    def calibrate(self) -> None:
+        """The wrapper's own cost per call, from a wrapped no-op beside a plain one, and the part of it
+        that falls between its clock reads (the own time it records for the no-op)."""
+        def noop(*args: Any, **kwargs: Any) -> None:
+            pass
+
+        wrapped = self.wrap("(calibration)", noop)
+        best, inner = float("inf"), float("inf")
+        for _ in range(7):
+            self.own_ns["(calibration)"] = 0
+            t0 = self.clock()
+            for _ in range(20000):
+                noop(1, k=2)
+            t1 = self.clock()
+            for _ in range(20000):
+                wrapped(1, k=2)
+            best = min(best, ((self.clock() - t1) - (t1 - t0)) / 20000)
+            inner = min(inner, self.own_ns["(calibration)"] / 20000)
+        self.overhead_ns, self.inner_ns = best, inner
+        del self.own_ns["(calibration)"], self.calls["(calibration)"]
+
+    def reset(self) -> None:
+        for label in self.own_ns:
+            self.own_ns[label] = 0
+            self.calls[label] = 0
+
+
+def measure_in_frame(strategy: str, *, stub: bool, frames: int = 20000) -> dict[str, Any]:
+    """Each part's own time inside real steady frames, in microseconds per frame (``--in-frame``)."""
+    from streamsafe import contract, guarding, outputs, program, steady
+
+    c, fx, x, frame, sync, where, from_dlpack, _ = _setup(strategy, stub=stub)
+    for _ in range(500):
+        frame()
+    frame_us = best_us(frame, sync)
+    timers = _Timers()
+    timers.calibrate()
+    lg = c.ledger
+    patched: list[tuple[Any, str, Any, bool]] = []  # (owner, name, old value, was in the owner's own dict)
+
+    def patch(owner: Any, name: str, label: str) -> None:
+        own = name in vars(owner)
+        old = getattr(owner, name)
+        patched.append((owner, name, vars(owner).get(name), own))
+        setattr(owner, name, timers.wrap(label, old))
+
+    patch(c, "run", "contract.run() and _call's own lines")
+    patch(c, "_replay", "the replay's own lines (_replay)")
+    patch(contract, "note_run", "thread check (note_run)")
+    patch(c, "_facts", "call facts (_facts)")
+    patch(lg, "try_hold", "effect lock (try_hold, let_go), run and import")
+    patch(lg, "let_go", "effect lock (try_hold, let_go), run and import")
+    patch(c, "_config", "config read and state match (_config, Recipe.matches)")
+    patch(steady.Recipe, "matches", "config read and state match (_config, Recipe.matches)")
+    patch(program.FenceProgram, "__call__", "fence programs (bound driver calls)")
+    patch(c, "_read_views", "input views (_read_views)")
+    patch(contract, "call_raw", "calling the effect (call_raw, over the effect's run)")
+    key = (type(fx), "run")
+    raw_run = guarding._raw_cache[key]
+    guarding._raw_cache[key] = timers.wrap("the effect's own run() (hand pays it too)", raw_run)
+    patch(lg, "after_run", "ledger update (after_run)")
+    patch(c, "_protect_inputs", "input protection (record_stream)")
+    patch(contract, "SafeOutput", "output objects (SafeOutput, SafeImage)")
+    patch(contract, "SafeImage", "output objects (SafeOutput, SafeImage)")
+    patch(outputs.SafeImage, "__dlpack__", "SafeImage.__dlpack__'s own lines")
+    patch(outputs.SafeImage, "__dlpack_device__", "SafeImage.__dlpack_device__")
+    patch(outputs, "capsule_data_key", "capsule key (capsule_data_key)")
+    patch(lg, "import_output", "import bookkeeping (import_output, less its fences)")
+    patch(lg, "add_view", "view registry (add_view)")
+    if from_dlpack is not None:
+        import torch
+        import torch.utils.dlpack as torch_dlpack
+
+        patch(torch.cuda, "current_stream", "torch: current_stream() in from_dlpack (torch's own)")
+        if hasattr(torch_dlpack, "_from_dlpack"):
+            patch(torch_dlpack, "_from_dlpack", "torch: import of the capsule (hand pays it too)")
+    try:
+        for _ in range(500):
+            frame()
+        sync()
+        timers.reset()
+        t0 = timers.clock()
+        for _ in range(frames):
+            frame()
+        wall_ns = timers.clock() - t0
+        sync()
+    finally:
+        guarding._raw_cache[key] = raw_run
+        for owner, name, old, own in reversed(patched):
+            if own:
+                setattr(owner, name, old)
+            else:
+                delattr(owner, name)
+    calls = sum(timers.calls.values())
+    parts = {label: (ns - timers.calls[label] * timers.inner_ns) / frames / 1000 for label, ns in timers.own_ns.items()}
+    instrumented_us = (wall_ns - calls * timers.overhead_ns) / frames / 1000
+    parts["the frame's other lines (no wrapped function)"] = instrumented_us - sum(parts.values())
+    theirs = sum(v for n, v in parts.items() if "hand pays" in n or "torch's own" in n)
+    return {
+        "strategy": strategy,
+        "where": where,
+        "mode": "in-frame",
+        "frame_us": frame_us,
+        "instrumented_frame_us": instrumented_us,
+        "timer_overhead_ns": timers.overhead_ns,
+        "wrapped_calls_per_frame": calls / frames,
+        "parts_us": parts,
+        "streamsafe_us": instrumented_us - theirs,
+        "plan": str(c.plan),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("strategies", nargs="*", default=["auto", "event"])
     parser.add_argument("--stub", action="store_true", help="no GPU: the stub backend and a torch stand-in")
+    parser.add_argument("--in-frame", action="store_true", help="time the parts inside real frames")
     parser.add_argument("--json")
     args = parser.parse_args()
-    results = [measure(s, stub=args.stub) for s in args.strategies]
+    results = [(measure_in_frame if args.in_frame else measure)(s, stub=args.stub) for s in args.strategies]
     for r in results:
         print(f"strategy {r['strategy']} ({r['where']}): {r['frame_us']:.2f} us per frame (run + out.image import), "
               f"streamsafe's {r['streamsafe_us']:.2f} us")
+        if "instrumented_frame_us" in r:
+            print(f"  in frame: {r['instrumented_frame_us']:.2f} us per instrumented frame less the timers "
+                  f"({r['wrapped_calls_per_frame']:.0f} timed calls a frame at {r['timer_overhead_ns']:.0f} ns each); "
+                  f"{r['instrumented_frame_us'] - r['frame_us']:.2f} us of it is the timers' residue, which lands in "
+                  "the parts that call timed functions")
         for name, us in sorted(r["parts_us"].items(), key=lambda kv: -kv[1]):
             print(f"  {name:<62} {us:>7.2f} us")
     if args.json:
