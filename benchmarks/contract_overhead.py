@@ -15,6 +15,8 @@ stream 0 converts. For each strategy (``event``; ``auto``, which picks ``async``
   events bound once per site (no streamsafe), then ``torch.from_dlpack`` of the SDK's raw capsule;
 * ``hand, minimal + raw capsule import``: the fewest fences that are correct for these streams
   (:mod:`streamsafe.bench.hand`: ``hand-sync`` beside ``event``, ``hand`` beside ``auto``);
+* ``contract.run() + out.torch(copy=False) view`` beside ``hand, same fences + raw capsule import``:
+  the zero-copy helper, ordered as ``torch.from_dlpack(out.image)`` is, importing a raw capsule;
 * ``contract.run() + out.torch() copy`` beside ``hand, same fences + raw capsule import + clone``:
   the copy helper, which asks for the capsule on torch's current stream itself and imports it as a
   raw capsule (no producer object for torch to ask its current stream of).
@@ -122,6 +124,9 @@ class OverheadResult:
             out[f"out.image import - (hand fence + raw capsule import) [{s}] (us)"] = (
                 m(f"import: out.image [{s}]") - m(f"import: hand fence + raw capsule [{s}]")
             )
+            out[f"contract + out.torch(copy=False) - hand, same fences + import [{s}] (us)"] = (
+                m(f"contract.run() + out.torch(copy=False) view [{s}]") - m(f"hand, same fences + raw capsule import [{s}]")
+            )
             out[f"contract + out.torch() - hand, same fences + import + clone [{s}] (us)"] = (
                 m(f"contract.run() + out.torch() copy [{s}]") - m(f"hand, same fences + raw capsule import + clone [{s}]")
             )
@@ -212,12 +217,13 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
     fences["raw effect.run()"] = fences["raw capsule import"] = fences["raw run + producer-object import"] = 0
 
     for strategy in ("event", "auto"):
-        fx, fx_import, fx_copy = NullSuperRes(out_buf), NullSuperRes(out_buf), NullSuperRes(out_buf)
+        fx, fx_import, fx_copy, fx_view = (NullSuperRes(out_buf) for _ in range(4))
         with torch.cuda.stream(side):
             c = ss.StreamContract(fx, side, strategy=strategy)
             c_import = ss.StreamContract(fx_import, side, strategy=strategy)
             c_copy = ss.StreamContract(fx_copy, side, strategy=strategy)
-        keep += [fx, fx_import, fx_copy, c, c_import, c_copy]
+            c_view = ss.StreamContract(fx_view, side, strategy=strategy)
+        keep += [fx, fx_import, fx_copy, fx_view, c, c_import, c_copy, c_view]
         result.plans[strategy] = str(c.plan)
         import_name = f"import: out.image [{strategy}]"
 
@@ -273,6 +279,9 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
         def contract_copy(c: Any = c_copy) -> None:
             c.run(x).torch()
 
+        def contract_view(c: Any = c_view) -> None:
+            c.run(x).torch(copy=False)
+
         def hand_minimal(before: Any = minimal[0], after: Any = minimal[1], run_ptr: int = min_ptr, nb: bool = min_nb,
                          fx: Any = hand_fx) -> None:
             for f in before:
@@ -286,6 +295,7 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
         rows[f"contract.run() + out.image import [{strategy}]"] = contract_import
         rows[f"hand, same fences + raw capsule import [{strategy}]"] = hand_same
         rows[f"hand, minimal + raw capsule import [{strategy}]"] = hand_minimal
+        rows[f"contract.run() + out.torch(copy=False) view [{strategy}]"] = contract_view
         rows[f"contract.run() + out.torch() copy [{strategy}]"] = contract_copy
         rows[f"hand, same fences + raw capsule import + clone [{strategy}]"] = functools.partial(hand_same, copy=True)
         fences[f"hand, same fences + raw capsule import + clone [{strategy}]"] = len(before) + len(after) + len(at_import)
@@ -296,7 +306,8 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
         # The contract's fences per frame in steady state (its counters), to check the hand row matches.
         with torch.cuda.stream(side):
             for row, contract, label in ((contract_run, c, "contract.run()"), (contract_import, c_import, "contract.run() + out.image import"),
-                                         (contract_copy, c_copy, "contract.run() + out.torch() copy")):
+                                         (contract_copy, c_copy, "contract.run() + out.torch() copy"),
+                                         (contract_view, c_view, "contract.run() + out.torch(copy=False) view")):
                 for _ in range(3):
                     row()
                 start = contract.stats["fences"]

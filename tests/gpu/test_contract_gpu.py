@@ -116,11 +116,14 @@ def test_soak_zero_corruption_for_every_strategy(torch_cuda, frames) -> None:  #
         assert result["frames"] >= SOAK and result["corrupt"] == 0, (strategy, result)
 
 
+@pytest.mark.parametrize("copy", [True, False], ids=["copy", "view"])
 @pytest.mark.parametrize("current", ["side stream", "default stream"])
-def test_out_torch_without_a_stream_copies_in_order_on_the_current_stream(torch_cuda, frames, current: str) -> None:  # type: ignore[no-untyped-def]
+def test_out_torch_without_a_stream_copies_in_order_on_the_current_stream(torch_cuda, frames, current: str, copy: bool) -> None:  # type: ignore[no-untyped-def]
     """``out.torch()`` asks for the capsule on torch's current stream itself: the copy waits for the
     SDK's conversion on stream 0 (slowed to a random 200-800 us) on that stream; with no fence
-    (``none``) the same copies read the output early."""
+    (``none``) the same copies read the output early. ``copy=False`` (a view): the user clones the
+    view on the current stream after a random 0-400 us delay there, and the next run must wait for
+    that read before the SDK rewrites its buffer."""
     torch = torch_cuda
     from streamsafe.testing import VideoSuperRes
 
@@ -138,13 +141,20 @@ def test_out_torch_without_a_stream_copies_in_order_on_the_current_stream(torch_
         copies = []
         with torch.cuda.stream(side):
             for i in range(24):
-                copies.append((c.run(inputs[i % len(inputs)]).torch(), frames[i % len(frames)][1]))
+                out = c.run(inputs[i % len(inputs)])
+                if copy:
+                    got = out.torch()
+                else:
+                    view = out.torch(copy=False)
+                    torch.cuda._sleep(int(rng.integers(0, 400)) * 1980)  # a late reader on the current stream
+                    got = view.clone()
+                copies.append((got, frames[i % len(frames)][1]))
         torch.cuda.synchronize()
         c.close()
         return sum(not np.allclose(got.cpu().numpy(), want, atol=1.5 / 255) for got, want in copies)
 
     results = {s: corrupt(s) for s in ("auto", "event", "async", "none")}
-    print(f"out.torch() on the {current}: corrupt of 24 {results}")
+    print(f"out.torch(copy={copy}) on the {current}: corrupt of 24 {results}")
     assert results["auto"] == results["event"] == results["async"] == 0
     if current == "side stream":  # the legacy default stream already waits for stream 0 (it is stream 0)
         assert results["none"] > 0
