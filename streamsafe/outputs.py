@@ -175,7 +175,9 @@ class SafeOutput:
         return _for_copy(self.image)
 
     def torch(self, stream: Any = None, *, copy: bool = True) -> Any:
-        """A torch copy, issued on ``stream`` (a torch stream) or torch's current stream. Does not block.
+        """A torch copy, issued on ``stream`` (a torch stream on the output's device) or torch's current
+        stream there. Does not block. A stream of another device raises
+        :class:`~streamsafe.errors.DeviceMismatchError`, before anything is imported.
 
         ``copy=False``: a zero-copy view instead, ordered on that stream exactly as
         ``torch.from_dlpack(out.image)`` is, a few microseconds cheaper (torch builds no stream
@@ -187,14 +189,22 @@ class SafeOutput:
         return torch_view(self.image, stream)
 
     def cupy(self, stream: Any = None) -> Any:
-        """A CuPy copy, issued on ``stream`` (a CuPy stream) or CuPy's current stream. Does not block."""
+        """A CuPy copy, issued on ``stream`` (a CuPy stream on the output's device) or CuPy's current
+        stream. Does not block. A stream of another device raises
+        :class:`~streamsafe.errors.DeviceMismatchError`, before anything is imported."""
         import cupy
 
+        if stream is not None:
+            _consumer_on_device(self.image, stream)
         image = self._copied()
-        if stream is None:
-            return cupy.from_dlpack(image).copy()
-        with stream:
-            return cupy.from_dlpack(image).copy()
+        try:
+            if stream is None:
+                return cupy.from_dlpack(image).copy()
+            with stream:
+                return cupy.from_dlpack(image).copy()
+        except BaseException:
+            _copy_failed(image)
+            raise
 
     def jax(self) -> Any:
         """A JAX copy: the vendor's documented recipe with JAX's own stream fenced instead of a device sync.
@@ -206,7 +216,11 @@ class SafeOutput:
         import jax.numpy as jnp
 
         image = self._copied()
-        view = jax.dlpack.from_dlpack(image, copy=False)
+        try:
+            view = jax.dlpack.from_dlpack(image, copy=False)
+        except BaseException:
+            _copy_failed(image)
+            raise
         out = jnp.array(view, copy=True)
         out.block_until_ready()
         image._ledger.reader_done(image._generation, image._consumer)
@@ -218,35 +232,59 @@ class SafeOutput:
         backend = image._ledger.resolved_backend()
         from .backend import SimBackend
 
-        if isinstance(backend, SimBackend):
-            view = backend.from_dlpack(image)
-            result = backend.download(view)
-        elif "torch" in sys.modules or _importable("torch"):
-            result = self.torch().cpu().numpy()
-        else:
-            import cupy
+        try:
+            if isinstance(backend, SimBackend):
+                view = backend.from_dlpack(image)
+                result = backend.download(view)
+            elif "torch" in sys.modules or _importable("torch"):
+                result = self.torch().cpu().numpy()
+            else:
+                import cupy
 
-            result = cupy.asnumpy(self.cupy())
+                result = cupy.asnumpy(self.cupy())
+        except BaseException:
+            _copy_failed(image)
+            raise
         image._ledger.reader_done(image._generation, image._consumer)
         return result
 
 
 def _for_copy(image: SafeImage) -> SafeImage:
-    """``image``, checked importable and marked as read by a copy helper (no view leaves it)."""
+    """``image``, checked importable and marked as read by a copy helper (no view leaves it). A helper
+    that fails before its import calls :func:`_copy_failed`."""
     image.check_importable()
     image._escapes = False
     return image
+
+
+def _copy_failed(image: SafeImage) -> None:
+    """A copy helper raised: if it never imported the capsule, a later import may be a view again
+    (the next run and the release must then wait for its stream, H7)."""
+    if not image._consumed:
+        image._escapes = True
+
+
+def _consumer_on_device(image: SafeImage, stream: Any) -> None:
+    """Raise :class:`~streamsafe.errors.DeviceMismatchError` unless ``stream`` (a framework's stream
+    object) is on the output's device: a helper imports on the current stream of that device."""
+    stream_on_device(stream, image._device, image._ledger.resolved_backend(), "consumer")
 
 
 def torch_copy(image: SafeImage, stream: Any = None) -> Any:
     """``out.torch(stream)`` given the output's image (what the bench's streamsafe rows import with)."""
     import torch
 
+    if stream is not None:
+        _consumer_on_device(image, stream)
     _for_copy(image)
-    if stream is None:
-        return _torch_copy(torch, image)
-    with torch.cuda.stream(stream):
-        return _torch_copy(torch, image)
+    try:
+        if stream is None:
+            return _torch_copy(torch, image)
+        with torch.cuda.stream(stream):
+            return _torch_copy(torch, image)
+    except BaseException:
+        _copy_failed(image)
+        raise
 
 
 def torch_view(image: SafeImage, stream: Any = None) -> Any:
@@ -255,6 +293,7 @@ def torch_view(image: SafeImage, stream: Any = None) -> Any:
 
     if stream is None:
         return _torch_import(torch, image)
+    _consumer_on_device(image, stream)
     with torch.cuda.stream(stream):
         return _torch_import(torch, image)
 

@@ -42,6 +42,8 @@ class TorchStandIn(types.ModuleType):
         self.current = current
         self.reported: ss.Stream | None = None
         """What the raw current-stream read answers; ``None``: the current stream (a test may make it lie)."""
+        self.refuse: ss.Stream | None = None
+        """A stream ``torch.cuda.stream()`` fails to enter (a test of a helper that fails before its import)."""
         self._C = types.SimpleNamespace(_cuda_getCurrentRawStream=self._raw_stream)
         self.cuda = types.SimpleNamespace(stream=self._stream, is_initialized=lambda: True, current_stream=self._stream_object)
 
@@ -53,6 +55,8 @@ class TorchStandIn(types.ModuleType):
 
     @contextlib.contextmanager
     def _stream(self, stream: ss.Stream) -> Iterator[None]:
+        if stream is self.refuse:
+            raise RuntimeError("CUDA error: the stand-in refuses this stream")
         before, self.current = self.current, stream
         try:
             yield
@@ -150,3 +154,43 @@ def test_a_view_is_one_import_and_goes_stale_at_the_next_run(sim: ss.SimBackend)
         c.run(frame(sim, 2, s)[0])
         with pytest.raises(ss.StaleOutputError):  # the SDK reused the buffer: no view of it is handed out
             unread.torch(copy=False)
+
+
+def test_a_copy_helper_that_fails_before_importing_leaves_a_later_view_recorded(sim: ss.SimBackend) -> None:
+    """A helper marks the output as copied (no view leaves it) before it imports; when it fails first
+    (here torch refuses the stream), a later zero-copy import is a view again: the release waits for
+    its stream. Without that, close() races the view's reader (the model finds it)."""
+    s, bad = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    consumer = sim.create_stream(non_blocking=True)
+    fake = TorchStandIn(sim, consumer)
+    fake.refuse = bad
+    c = ss.StreamContract(effect(sim), s)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "torch", fake)
+        out = c.run(frame(sim, 0, s)[0])
+        with pytest.raises(RuntimeError, match="refuses"):
+            out.torch(bad)
+        assert not out.image.consumed
+        view = out.torch(copy=False)
+        assert c.ledger.escaped
+        sim.copy(view.array, consumer, name="user.read")  # the user's read of the view on torch's current stream
+        c.close()  # H6: the host waits for every stream that may still read the buffer
+    sim.synchronize_device()
+    assert sim.races == [], [str(r) for r in sim.races]
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_a_stream_of_another_device_is_refused_before_the_import(copy: bool) -> None:
+    sim = ss.SimBackend(scheduler="adversarial", devices=2)
+    s = sim.create_stream(non_blocking=True)
+    fake = TorchStandIn(sim, s)
+    c = ss.StreamContract(effect(sim), s)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "torch", fake)
+        out = c.run(frame(sim, 0, s)[0])
+        other = sim.create_stream(non_blocking=True, device=1)
+        with pytest.raises(ss.DeviceMismatchError, match="consumer's stream.*stream of device 0"):
+            out.torch(other, copy=copy)
+        out.image.check_importable()  # untouched: still importable, and as a view if it is one
+        assert out.image._escapes
+        out.torch(copy=copy)

@@ -121,9 +121,10 @@ def test_soak_zero_corruption_for_every_strategy(torch_cuda, frames) -> None:  #
 def test_out_torch_without_a_stream_copies_in_order_on_the_current_stream(torch_cuda, frames, current: str, copy: bool) -> None:  # type: ignore[no-untyped-def]
     """``out.torch()`` asks for the capsule on torch's current stream itself: the copy waits for the
     SDK's conversion on stream 0 (slowed to a random 200-800 us) on that stream; with no fence
-    (``none``) the same copies read the output early. ``copy=False`` (a view): the user clones the
-    view on the current stream after a random 0-400 us delay there, and the next run must wait for
-    that read before the SDK rewrites its buffer."""
+    (``none``) the same copies read the output early. ``copy=False`` (a view): the SDK runs on a
+    stream of its own and the user clones the view on the current stream after a random 0-400 us
+    delay there, so the next run (on the SDK stream, converting on stream 0) must wait for that
+    read before the SDK rewrites its buffer."""
     torch = torch_cuda
     from streamsafe.testing import VideoSuperRes
 
@@ -137,7 +138,8 @@ def test_out_torch_without_a_stream_copies_in_order_on_the_current_stream(torch_
         sr = VideoSuperRes(backend=be, latency_us={"inference": float(rng.integers(0, 200)), "conversion": float(rng.integers(200, 800))})
         sr.output_width, sr.output_height = OW, OH
         sr.load()
-        c = ss.StreamContract(sr, side, strategy=strategy, allow_none=strategy == "none")
+        sdk = side if copy else torch.cuda.Stream()  # a view's reader on a stream the next run does not follow
+        c = ss.StreamContract(sr, sdk, strategy=strategy, allow_none=strategy == "none")
         copies = []
         with torch.cuda.stream(side):
             for i in range(24):
