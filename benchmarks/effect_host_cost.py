@@ -1,6 +1,6 @@
 """Host time of one emulated run(): eager stages vs CUDA-graph stages (the bench's), per effect.
 
-Run on a GPU machine:  PYTHONPATH=. python3 benchmarks/effect_host_cost.py [--json PATH] [--profile] [--calls]
+Run on a GPU machine:  PYTHONPATH=. python3 benchmarks/effect_host_cost.py [--json PATH] [--profile] [--calls] [--in-frame]
 
 Each row is the median over blocks of the host microseconds per raw ``run()`` (no contract),
 ``non_blocking=True``, no added latency, the effect's own streams. The GPU is drained before each
@@ -10,6 +10,9 @@ queue fills and the host waits for the GPU, so it shows the GPU's time per frame
 larger. Issue 10's target: the bench's emulated SDK at most 30 us of host time per ``run()``.
 
 ``--calls`` times the driver calls one graph-mode ``run()`` is made of, each alone (the floor).
+``--in-frame`` times each step of graph-mode ``run()`` inside real runs (short blocks too), with the
+timing wrappers of ``hot_path_parts.py --in-frame`` (their own cost measured and taken off; what is
+left of it lands in the steps that call other timed steps).
 """
 
 from __future__ import annotations
@@ -132,6 +135,93 @@ def driver_calls(n: int = 2000, per_block: int = 16) -> dict[str, float]:
     return out
 
 
+def in_frame(runs: int = 4000, per_block: int = 16) -> dict[str, Any]:
+    """Each step's own host microseconds per graph-mode run, inside real runs (``--in-frame``)."""
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _timers import OwnTimers, patch_all
+
+    import streamsafe as ss
+    from streamsafe.testing import ImageEncoding, TrueHDR, VideoSuperRes
+    from streamsafe.testing import _engines, effects
+
+    be = ss.CudaBackend()
+    side = torch.cuda.Stream()
+    x = torch.rand(3, 540, 960, device="cuda")
+    results: dict[str, Any] = {}
+    for kind, fx in (("VideoSuperRes RGB8 540p->1080p", VideoSuperRes(backend=be, launch_mode="graph", image_encoding=ImageEncoding.RGB8)),
+                     ("TrueHDR 540p", TrueHDR(backend=be, launch_mode="graph"))):
+        if isinstance(fx, VideoSuperRes):
+            fx.output_width, fx.output_height = 1920, 1080
+        fx.load()
+
+        def frame(fx: Any = fx) -> None:
+            fx.run(x, stream_ptr=side.cuda_stream, non_blocking=True)
+
+        for _ in range(20):
+            frame()
+        torch.cuda.synchronize()
+        plain = []
+        for _ in range(runs // per_block):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter_ns()
+            for _ in range(per_block):
+                frame()
+            plain.append((time.perf_counter_ns() - t0) / per_block / 1000)
+        timers = OwnTimers()
+        timers.calibrate()
+        eng = fx.engine
+        sites: list[tuple[Any, str, str]] = [
+            (fx, "run", "run()'s own lines"),
+            (fx, "_check_ready", "checks (_check_ready, _check_image, _check_scale)"),
+            (fx, "_check_image", "checks (_check_ready, _check_image, _check_scale)"),
+            (fx, "_acquire", "taking the input (_acquire, take)"),
+            (eng, "take", "taking the input (_acquire, take)"),
+            (torch.Tensor, "__dlpack__", "torch's export of the input (x.__dlpack__(); an SDK pays it too)"),
+            (_engines, "read_capsule", "reading the capsule (read_capsule, _numpy_dtype)"),
+            (_engines, "_numpy_dtype", "reading the capsule (read_capsule, _numpy_dtype)"),
+            (fx, "_run_stages", "_run_stages' own lines"),
+            (fx, "_run_graphed", "_run_graphed's own lines (the graph key)"),
+            (eng, "shape_dtype", "buffer look-ups (shape_dtype, _internal_buffer, _output_buffer)"),
+            (fx, "_internal_buffer", "buffer look-ups (shape_dtype, _internal_buffer, _output_buffer)"),
+            (fx, "_output_buffer", "buffer look-ups (shape_dtype, _internal_buffer, _output_buffer)"),
+            (eng, "copy", "the input copy's own lines (copy)"),
+            (_engines._CopyLauncher, "__call__", "the input copy's launch (cuLaunchKernel and its arguments)"),
+            (eng, "launch_graph", "graph launches (launch_graph, cuGraphLaunch)"),
+            (eng, "stream_cached", "stream look-ups (stream_cached)"),
+            (eng, "_on_device", "the device check (_on_device)"),
+            (fx, "_mark_own_work", "the SDK's own-work events (_mark_own_work, cuEventRecord)"),
+            (eng, "export", "the output's export (export)"),
+            (effects, type(fx.run(x, stream_ptr=side.cuda_stream, non_blocking=True)).__name__, "the output object"),
+        ]
+        if isinstance(fx, VideoSuperRes):
+            sites.append((fx, "_check_scale", "checks (_check_ready, _check_image, _check_scale)"))
+        torch.cuda.synchronize()
+        with patch_all(timers, sites):
+            for _ in range(20):
+                frame()
+            torch.cuda.synchronize()
+            timers.reset()
+            wall = 0
+            for _ in range(runs // per_block):
+                torch.cuda.synchronize()
+                t0 = timers.clock()
+                for _ in range(per_block):
+                    frame()
+                wall += timers.clock() - t0
+            torch.cuda.synchronize()
+        n = (runs // per_block) * per_block
+        parts, instrumented = timers.parts_us(wall, n, "the frame loop's own lines (no wrapped call)")
+        results[kind] = {"run_us": statistics.median(plain), "instrumented_us": instrumented, "parts_us": parts,
+                         "timer_overhead_ns": timers.overhead_ns, "timed_calls_per_run": sum(timers.calls.values()) / n}
+        fx.close()
+    return results
+
+
 def profile(runs: int = 2000) -> None:
     """cProfile of graph-mode VideoSuperRes RGB8 runs: where the emulated SDK's host time goes."""
     import cProfile
@@ -166,6 +256,7 @@ def main() -> None:
     parser.add_argument("--json")
     parser.add_argument("--profile", action="store_true", help="also a cProfile of graph-mode VideoSuperRes runs")
     parser.add_argument("--calls", action="store_true", help="also each driver call of a graph-mode run, alone")
+    parser.add_argument("--in-frame", action="store_true", help="also each step of a graph-mode run, timed inside real runs")
     args = parser.parse_args()
     results = measure()
     print(f"{'effect':<36} {'eager us/run':>13} {'graph us/run':>13} {'eager/graph':>12} {'graph back to back':>19}")
@@ -179,6 +270,14 @@ def main() -> None:
         print()
         for name, us in calls.items():
             print(f"{name:<48} {us:>7.2f} us")
+    if args.in_frame:
+        steps = report["in_frame"] = in_frame()
+        for kind, r in steps.items():
+            print(f"\n{kind}, graph mode: {r['run_us']:.1f} us per run (median of short blocks); inside runs, "
+                  f"{r['instrumented_us']:.1f} us less the timers ({r['timed_calls_per_run']:.0f} timed calls a run "
+                  f"at {r['timer_overhead_ns']:.0f} ns)")
+            for name, us in sorted(r["parts_us"].items(), key=lambda kv: -kv[1]):
+                print(f"  {name:<72} {us:>7.2f} us")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

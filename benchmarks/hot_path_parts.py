@@ -33,6 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _interleave import best_us  # noqa: E402
+from _timers import OwnTimers, patch_all  # noqa: E402
 
 
 def _setup(strategy: str, *, stub: bool) -> tuple[Any, ...]:
@@ -172,64 +173,6 @@ def measure(strategy: str, *, stub: bool) -> dict[str, Any]:
     }
 
 
-class _Timers:
-    """Timing wrappers that keep each wrapped call's own time: its time less the wrapped calls inside it."""
-
-    def __init__(self) -> None:
-        import time
-
-        self.clock = time.perf_counter_ns
-        self.own_ns: dict[str, int] = {}
-        self.calls: dict[str, int] = {}
-        self._inside = [0]  # per open wrapped call: the time its wrapped callees took, wrappers included
-        self.overhead_ns = 0.0  # a wrapper's whole cost per call
-        self.inner_ns = 0.0  # the part of it between its two clock reads (counted in the call's own time)
-
-    def wrap(self, label: str, fn: Any) -> Any:
-        clock, inside, own, calls = self.clock, self._inside, self.own_ns, self.calls
-        own.setdefault(label, 0)
-        calls.setdefault(label, 0)
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            inside.append(0)
-            t0 = clock()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                dt = clock() - t0
-                own[label] += dt - inside.pop()
-                calls[label] += 1
-                inside[-1] += dt + self.overhead_ns - self.inner_ns
-
-        return timed
-
-    def calibrate(self) -> None:
-        """The wrapper's own cost per call, from a wrapped no-op beside a plain one, and the part of it
-        that falls between its clock reads (the own time it records for the no-op)."""
-        def noop(*args: Any, **kwargs: Any) -> None:
-            pass
-
-        wrapped = self.wrap("(calibration)", noop)
-        best, inner = float("inf"), float("inf")
-        for _ in range(7):
-            self.own_ns["(calibration)"] = 0
-            t0 = self.clock()
-            for _ in range(20000):
-                noop(1, k=2)
-            t1 = self.clock()
-            for _ in range(20000):
-                wrapped(1, k=2)
-            best = min(best, ((self.clock() - t1) - (t1 - t0)) / 20000)
-            inner = min(inner, self.own_ns["(calibration)"] / 20000)
-        self.overhead_ns, self.inner_ns = best, inner
-        del self.own_ns["(calibration)"], self.calls["(calibration)"]
-
-    def reset(self) -> None:
-        for label in self.own_ns:
-            self.own_ns[label] = 0
-            self.calls[label] = 0
-
-
 def measure_in_frame(strategy: str, *, stub: bool, frames: int = 20000) -> dict[str, Any]:
     """Each part's own time inside real steady frames, in microseconds per frame (``--in-frame``)."""
     from streamsafe import contract, guarding, outputs, program, steady
@@ -238,68 +181,47 @@ def measure_in_frame(strategy: str, *, stub: bool, frames: int = 20000) -> dict[
     for _ in range(500):
         frame()
     frame_us = best_us(frame, sync)
-    timers = _Timers()
+    timers = OwnTimers()
     timers.calibrate()
     lg = c.ledger
-    patched: list[tuple[Any, str, Any, bool]] = []  # (owner, name, old value, was in the owner's own dict)
-
-    def patch(owner: Any, name: str, label: str) -> None:
-        own = name in vars(owner)
-        old = getattr(owner, name)
-        patched.append((owner, name, vars(owner).get(name), own))
-        setattr(owner, name, timers.wrap(label, old))
-
-    patch(c, "run", "contract.run() and _call's own lines")
-    patch(c, "_replay", "the replay's own lines (_replay)")
-    patch(contract, "note_run", "thread check (note_run)")
-    patch(c, "_facts", "call facts (_facts)")
-    patch(lg, "try_hold", "effect lock (try_hold, let_go), run and import")
-    patch(lg, "let_go", "effect lock (try_hold, let_go), run and import")
-    patch(c, "_config", "config read and state match (_config, Recipe.matches)")
-    patch(steady.Recipe, "matches", "config read and state match (_config, Recipe.matches)")
-    patch(program.FenceProgram, "__call__", "fence programs (bound driver calls)")
-    patch(c, "_read_views", "input views (_read_views)")
-    patch(contract, "call_raw", "calling the effect (call_raw, over the effect's run)")
-    key = (type(fx), "run")
-    raw_run = guarding._raw_cache[key]
-    guarding._raw_cache[key] = timers.wrap("the effect's own run() (hand pays it too)", raw_run)
-    patch(lg, "after_run", "ledger update (after_run)")
-    patch(c, "_protect_inputs", "input protection (record_stream)")
-    patch(contract, "SafeOutput", "output objects (SafeOutput, SafeImage)")
-    patch(contract, "SafeImage", "output objects (SafeOutput, SafeImage)")
-    patch(outputs.SafeImage, "__dlpack__", "SafeImage.__dlpack__'s own lines")
-    patch(outputs.SafeImage, "__dlpack_device__", "SafeImage.__dlpack_device__")
-    patch(outputs, "capsule_data_key", "capsule key (capsule_data_key)")
-    patch(lg, "import_output", "import bookkeeping (import_output, less its fences)")
-    patch(lg, "add_view", "view registry (add_view)")
+    sites: list[tuple[Any, str, str]] = [
+        (c, "run", "contract.run() and _call's own lines"),
+        (c, "_replay", "the replay's own lines (_replay)"),
+        (contract, "note_run", "thread check (note_run)"),
+        (c, "_facts", "call facts (_facts)"),
+        (lg, "try_hold", "effect lock (try_hold, let_go), run and import"),
+        (lg, "let_go", "effect lock (try_hold, let_go), run and import"),
+        (c, "_config", "config read and state match (_config, Recipe.matches)"),
+        (steady.Recipe, "matches", "config read and state match (_config, Recipe.matches)"),
+        (program.FenceProgram, "__call__", "fence programs (bound driver calls)"),
+        (c, "_read_views", "input views (_read_views)"),
+        (contract, "call_raw", "calling the effect (call_raw, over the effect's run)"),
+        (lg, "after_run", "ledger update (after_run)"),
+        (c, "_protect_inputs", "input protection (record_stream)"),
+        (contract, "SafeOutput", "output objects (SafeOutput, SafeImage)"),
+        (contract, "SafeImage", "output objects (SafeOutput, SafeImage)"),
+        (outputs.SafeImage, "__dlpack__", "SafeImage.__dlpack__'s own lines"),
+        (outputs.SafeImage, "__dlpack_device__", "SafeImage.__dlpack_device__"),
+        (outputs, "capsule_data_key", "capsule key (capsule_data_key)"),
+        (lg, "import_output", "import bookkeeping (import_output, less its fences)"),
+        (lg, "add_view", "view registry (add_view)"),
+    ]
     if from_dlpack is not None:
         import torch
         import torch.utils.dlpack as torch_dlpack
 
-        patch(torch.cuda, "current_stream", "torch: current_stream() in from_dlpack (torch's own)")
+        sites.append((torch.cuda, "current_stream", "torch: current_stream() in from_dlpack (torch's own)"))
         if hasattr(torch_dlpack, "_from_dlpack"):
-            patch(torch_dlpack, "_from_dlpack", "torch: import of the capsule (hand pays it too)")
+            sites.append((torch_dlpack, "_from_dlpack", "torch: import of the capsule (hand pays it too)"))
+    key = (type(fx), "run")
+    raw_run = guarding._raw_cache[key]
+    guarding._raw_cache[key] = timers.wrap("the effect's own run() (hand pays it too)", raw_run)
     try:
-        for _ in range(500):
-            frame()
-        sync()
-        timers.reset()
-        t0 = timers.clock()
-        for _ in range(frames):
-            frame()
-        wall_ns = timers.clock() - t0
-        sync()
+        with patch_all(timers, sites):
+            wall_ns = timers.run_frames(frame, sync, frames)
     finally:
         guarding._raw_cache[key] = raw_run
-        for owner, name, old, own in reversed(patched):
-            if own:
-                setattr(owner, name, old)
-            else:
-                delattr(owner, name)
-    calls = sum(timers.calls.values())
-    parts = {label: (ns - timers.calls[label] * timers.inner_ns) / frames / 1000 for label, ns in timers.own_ns.items()}
-    instrumented_us = (wall_ns - calls * timers.overhead_ns) / frames / 1000
-    parts["the frame's other lines (no wrapped function)"] = instrumented_us - sum(parts.values())
+    parts, instrumented_us = timers.parts_us(wall_ns, frames, "the frame's other lines (no wrapped function)")
     theirs = sum(v for n, v in parts.items() if "hand pays" in n or "torch's own" in n)
     return {
         "strategy": strategy,
@@ -308,7 +230,7 @@ def measure_in_frame(strategy: str, *, stub: bool, frames: int = 20000) -> dict[
         "frame_us": frame_us,
         "instrumented_frame_us": instrumented_us,
         "timer_overhead_ns": timers.overhead_ns,
-        "wrapped_calls_per_frame": calls / frames,
+        "wrapped_calls_per_frame": sum(timers.calls.values()) / frames,
         "parts_us": parts,
         "streamsafe_us": instrumented_us - theirs,
         "plan": str(c.plan),
