@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import hooks
 from ._dlpack import DLPACK_CUDA, capsule_data_key, stream_on_device
+from .errors import StreamsafeError
 from .frameworks import torch_current_stream_handle
-from .streams import LEGACY_HANDLE as LEGACY_DLPACK, Stream
+from .streams import LEGACY_HANDLE as LEGACY_DLPACK, Stream, handle_of
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -266,8 +267,18 @@ def _copy_failed(image: SafeImage) -> None:
 
 def _consumer_on_device(image: SafeImage, stream: Any) -> None:
     """Raise :class:`~streamsafe.errors.DeviceMismatchError` unless ``stream`` (a framework's stream
-    object) is on the output's device: a helper imports on the current stream of that device."""
-    stream_on_device(stream, image._device, image._ledger.resolved_backend(), "consumer")
+    object) is on the output's device: a helper imports on the current stream of that device. A stream
+    object that names the output's device passes without a driver query."""
+    device: int | None
+    if isinstance(stream, Stream):
+        device = stream.device
+    else:
+        try:
+            device = handle_of(stream)[1]
+        except StreamsafeError:
+            device = None  # not a stream object: the full check below raises the right error
+    if device != image._device:
+        stream_on_device(stream, image._device, image._ledger.resolved_backend(), "consumer")
 
 
 def torch_copy(image: SafeImage, stream: Any = None) -> Any:

@@ -156,12 +156,13 @@ def as_stream(obj: Any = None, *, device: int | None = None, backend: Backend | 
     if isinstance(obj, int):
         return _from_handle(obj, obj, None, device, be)
 
-    handle, obj_device = _handle_of(obj)
+    handle, obj_device = handle_of(obj)
     return _from_handle(handle, obj, obj_device, device, be)
 
 
-def _handle_of(obj: Any) -> tuple[int, int | None]:
-    """The raw handle and, when the object says, its device."""
+def handle_of(obj: Any) -> tuple[int, int | None]:
+    """The raw handle of a framework's stream object and, when the object says, its device (no driver
+    query). Raises :class:`~streamsafe.errors.StreamTypeError` for anything else."""
     module = type(obj).__module__ or ""
     if module.startswith("torch") and hasattr(obj, "cuda_stream"):
         dev = getattr(obj, "device", None)

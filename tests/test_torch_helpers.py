@@ -194,3 +194,16 @@ def test_a_stream_of_another_device_is_refused_before_the_import(copy: bool) -> 
         out.image.check_importable()  # untouched: still importable, and as a view if it is one
         assert out.image._escapes
         out.torch(copy=copy)
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_an_object_that_is_no_stream_is_refused_before_the_import(sim: ss.SimBackend, copy: bool) -> None:
+    s = sim.create_stream(non_blocking=True)
+    fake = TorchStandIn(sim, s)
+    c = ss.StreamContract(effect(sim), s)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "torch", fake)
+        out = c.run(frame(sim, 0, s)[0])
+        with pytest.raises(ss.StreamTypeError, match=r"cannot use 'cuda:0' \(type builtins.str\) as a CUDA stream"):
+            out.torch("cuda:0", copy=copy)
+        assert not out.image.consumed and out.image._escapes
