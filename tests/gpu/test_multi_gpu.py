@@ -259,3 +259,40 @@ def test_two_pipeline_soak(two_gpus) -> None:  # type: ignore[no-untyped-def]
         assert [lane["device"] for lane in result["lanes"]] == [0, 1]
         assert all(lane["frames"] >= SOAK for lane in result["lanes"])
     assert summary["none"]["corrupt"] > 0, summary["none"]
+
+
+def test_copy_helpers_take_streams_of_the_outputs_gpu_and_refuse_the_other(two_gpus) -> None:  # type: ignore[no-untyped-def]
+    """``out.torch(stream)`` / ``out.cupy(stream)`` with a real stream of the output's GPU copy (no driver
+    query for the stream's device); a stream of the other GPU raises ``DeviceMismatchError`` before the
+    import, and the output stays importable."""
+    import cupy
+    import numpy as np
+
+    import streamsafe as ss
+    from streamsafe.testing import VideoSuperRes
+
+    torch = two_gpus
+    be = ss.CudaBackend()
+    sr = VideoSuperRes(backend=be, device=0)
+    sr.output_width, sr.output_height = 64, 64
+    sr.load()
+    x = torch.rand(3, 32, 32, device="cuda:0")
+    side = torch.cuda.Stream(device=0)
+    c = ss.StreamContract(sr, side)
+    with torch.cuda.device(0), cupy.cuda.Device(0):
+        want = c.run(x).torch().cpu().numpy()
+        got_torch = c.run(x).torch(torch.cuda.Stream(device=0))
+        got_cupy = c.run(x).cupy(cupy.cuda.Stream(non_blocking=True))
+        torch.cuda.synchronize(0)
+        assert np.array_equal(got_torch.cpu().numpy(), want) and np.array_equal(cupy.asnumpy(got_cupy), want)
+        out = c.run(x)
+        with pytest.raises(ss.DeviceMismatchError, match="device 0"):
+            out.torch(torch.cuda.Stream(device=1))
+        with pytest.raises(ss.DeviceMismatchError, match="device 0"):
+            out.torch(torch.cuda.Stream(device=1), copy=False)
+        with cupy.cuda.Device(1):
+            other = cupy.cuda.Stream(non_blocking=True)
+        with pytest.raises(ss.DeviceMismatchError, match="device 0"):
+            out.cupy(other)
+        assert np.array_equal(out.torch().cpu().numpy(), want)
+    c.close()
