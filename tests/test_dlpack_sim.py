@@ -126,3 +126,8 @@ def test_the_emulators_input_layout_rules() -> None:
         assert _numpy_dtype(CapsuleTensor(0, 2, 0, (1,), None, code, bits, 1)) is None, (code, bits)
     taken = TakenInput(object(), CapsuleTensor(0x1000, 2, 0, (3, 4, 5), (1, 3, 12), 2, 32, 1), np.dtype(np.float32))
     assert (taken.nbytes, taken.contiguous, taken.shape) == (240, False, (3, 4, 5))
+    # layouts are remembered by shape, strides and dtype: another of any of them is worked out anew
+    compact = TakenInput(object(), CapsuleTensor(0x2000, 2, 0, (3, 4, 5), None, 2, 32, 1), np.dtype(np.float32))
+    half = TakenInput(object(), CapsuleTensor(0x3000, 2, 0, (3, 4, 5), (1, 3, 12), 2, 16, 1), np.dtype(np.float16))
+    again = TakenInput(object(), CapsuleTensor(0x4000, 2, 0, (3, 4, 5), (1, 3, 12), 2, 32, 1), np.dtype(np.float32))
+    assert [(t.nbytes, t.contiguous) for t in (compact, half, again)] == [(240, True), (120, False), (240, False)]

@@ -346,11 +346,7 @@ class TakenInput:
         self.ptr = tensor.ptr
         self.shape = tensor.shape
         self.dtype = dtype
-        count = 1
-        for n in tensor.shape:
-            count *= n
-        self.nbytes = count * dtype.itemsize
-        self.contiguous = _c_contiguous(tensor.shape, tensor.strides)
+        self.nbytes, self.contiguous = _layout(tensor.shape, tensor.strides, dtype)
         self.array: Any = None
 
 
@@ -368,6 +364,23 @@ def _numpy_dtype(tensor: CapsuleTensor) -> np.dtype[Any] | None:
         ok = kind is not None and tensor.lanes == 1 and tensor.bits in kind[1]
         _DTYPES[key] = np.dtype(f"{kind[0]}{tensor.bits // 8}") if ok and kind is not None else None
     return _DTYPES[key]
+
+
+_LAYOUTS: dict[tuple[Any, ...], tuple[int, bool]] = {}
+
+
+def _layout(shape: tuple[int, ...], strides: tuple[int, ...] | None, dtype: np.dtype[Any]) -> tuple[int, bool]:
+    """``(nbytes, C-contiguous)`` of an input, remembered (a video's frames repeat their layout)."""
+    key = (shape, strides, dtype)
+    found = _LAYOUTS.get(key)
+    if found is None:
+        if len(_LAYOUTS) > 256:
+            _LAYOUTS.clear()
+        count = 1
+        for n in shape:
+            count *= n
+        found = _LAYOUTS[key] = (count * dtype.itemsize, _c_contiguous(shape, strides))
+    return found
 
 
 def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> bool:
