@@ -307,7 +307,7 @@ class _Effect:
             return
         self._release_output("close")
         self._wait_own_work()
-        self._graph_memo = None
+        self._graph_memo = None  # (the output's release cleared it; the internal buffers go next)
         for name in list(self._internal):
             buf = self._internal.pop(name)[0]
             self.engine.release(buf, f"{self._name}.release {name}")
@@ -375,6 +375,7 @@ class _Effect:
             return held[0]
         if held is not None:
             self._wait_own_work()
+            self._graph_memo = None  # (it holds the buffers of the last graph-mode run: let a released one go)
             self.engine.release(held[0], f"{self._name}.release {name}")
         buf = self.engine.empty(shape, dtype, f"{self._name} {name}")
         self._internal[name] = (buf, *key)
@@ -416,6 +417,7 @@ class _Effect:
     def _release_output(self, why: str) -> None:
         if self._output is not None:
             self._wait_own_work()
+            self._graph_memo = None
             self.engine.release(self._output, f"{self._name}.release output ({why})")
             self._output = None
             self._output_key = None
