@@ -515,11 +515,13 @@ class _Effect:
     def _graphs_for(
         self, key: Any, rgb8: bool, staged: list[Any], result: Any, out: Any, infer_us: float, convert_us: float, infer: Any
     ) -> tuple[Any, Any]:
-        """The graphs of a run with these buffers (by address) and latencies: captured once, then kept
-        (at most 17 sets an effect: more are dropped together)."""
+        """The graphs of a run with these buffers (by address, shape and dtype: a released buffer's address
+        may come back for another size) and latencies: captured once, then kept (at most 17 sets an
+        effect: more are dropped together)."""
         eng: Any = self.engine
-        full_key = (key, rgb8, tuple(b.data.ptr for b in staged), result.data.ptr if result is not None else 0,
-                    out.data.ptr, infer_us, convert_us)
+        full_key = (key, rgb8, tuple((b.data.ptr, b.shape, b.dtype.str) for b in staged),
+                    (result.data.ptr, result.shape) if result is not None else 0, (out.data.ptr, out.shape, out.dtype.str),
+                    infer_us, convert_us)
         graphs = self._graphs.get(full_key)
         if graphs is not None:
             return graphs  # type: ignore[no-any-return]
