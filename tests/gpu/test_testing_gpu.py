@@ -207,6 +207,34 @@ def test_graph_launch_mode_gives_the_eager_frames(torch_cuda, cuda_backend, kind
     assert len(outs["graph"]) == 5 and not torch.equal(outs["graph"][0], outs["graph"][1])
 
 
+@pytest.mark.parametrize("kind", ["sr", "hdr"])
+def test_graph_mode_follows_input_size_changes(torch_cuda, cuda_backend, kind: str) -> None:  # type: ignore[no-untyped-def]
+    """Graph mode through input-size changes (the SDK's buffers released and allocated again, maybe at an
+    address an earlier size had; ``hdr``'s output changes size too): every frame equals the eager mode's.
+    A graph found by address alone replayed the old size's graph there."""
+    pytest.importorskip("cupy")
+    torch = torch_cuda
+    side = torch.cuda.Stream()
+    sizes = [(64, 96), (48, 80), (64, 96), (32, 64), (48, 80), (64, 96), (32, 64)]
+    outs: dict[str, list] = {}
+    for mode in ("eager", "graph"):
+        fx = _emulated(kind, mode, cuda_backend)
+        c = ss.StreamContract(fx, side, strategy="auto")
+        got = []
+        with torch.cuda.stream(side):
+            for i, (h, w) in enumerate(sizes):
+                for _ in range(2):  # the second run of a size replays what the first captured
+                    g = torch.Generator(device="cuda").manual_seed(i)
+                    x = torch.rand(3, h, w, device="cuda", generator=g)
+                    t = torch.from_dlpack(c.run(x).image)
+                    got.append((t.view(torch.int32) if t.dtype == torch.uint32 else t).clone().cpu())
+        c.close()
+        outs[mode] = got
+    assert len(outs["graph"]) == 2 * len(sizes)
+    for k, (a, b) in enumerate(zip(outs["eager"], outs["graph"])):
+        assert a.shape == b.shape and torch.equal(a, b), (k, sizes[k // 2])
+
+
 @pytest.mark.parametrize("layout", ["offset-4-bytes", "odd-size", "transposed", "channels-last"])
 def test_graph_mode_reads_any_input_layout(torch_cuda, cuda_backend, layout: str) -> None:  # type: ignore[no-untyped-def]
     """Graph mode reads the input from its capsule in place and copies it with its own kernel (16-byte
