@@ -201,20 +201,9 @@ def in_frame(runs: int = 4000, per_block: int = 16) -> dict[str, Any]:
         if isinstance(fx, VideoSuperRes):
             sites.append((fx, "_check_scale", "checks (_check_ready, _check_image, _check_scale)"))
         torch.cuda.synchronize()
-        with patch_all(timers, sites):
-            for _ in range(20):
-                frame()
-            torch.cuda.synchronize()
-            timers.reset()
-            wall = 0
-            for _ in range(runs // per_block):
-                torch.cuda.synchronize()
-                t0 = timers.clock()
-                for _ in range(per_block):
-                    frame()
-                wall += timers.clock() - t0
-            torch.cuda.synchronize()
         n = (runs // per_block) * per_block
+        with patch_all(timers, sites):
+            wall = timers.run_frames(frame, torch.cuda.synchronize, n, warmup=20, per_block=per_block)
         parts, instrumented = timers.parts_us(wall, n, "the frame loop's own lines (no wrapped call)")
         results[kind] = {"run_us": statistics.median(plain), "instrumented_us": instrumented, "parts_us": parts,
                          "timer_overhead_ns": timers.overhead_ns, "timed_calls_per_run": sum(timers.calls.values()) / n}

@@ -550,6 +550,10 @@ def test_in_frame_timers_keep_each_calls_own_time_and_put_everything_back() -> N
     with pytest.raises(RuntimeError, match="stop"), timers_mod.patch_all(timers, [(Box, "outer", "outer")]):
         raise RuntimeError("stop")
     assert Box.outer.__name__ == "outer"
+    syncs: list[int] = []
+    wall = timers.run_frames(lambda: work(3), lambda: syncs.append(now[0]), frames=4, warmup=1, per_block=2)
+    assert wall == 12 and len(syncs) == 4  # after the warm-up, before each block (untimed), at the end
+    assert timers.own_ns == {"outer": 0, "inner": 0}  # the counts were zeroed after the warm-up
 
 
 @pytest.mark.parametrize("in_frame", [False, True])
