@@ -68,6 +68,15 @@ class TorchStandIn(types.ModuleType):
         return TensorStandIn(self, self.sim.from_dlpack(capsule))
 
 
+@contextlib.contextmanager
+def torch_stand_in(sim: ss.SimBackend, current: ss.Stream) -> Iterator[TorchStandIn]:
+    """A :class:`TorchStandIn` with ``current`` as torch's current stream, as ``sys.modules["torch"]`` for the block."""
+    fake = TorchStandIn(sim, current)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "torch", fake)
+        yield fake
+
+
 @pytest.fixture
 def sim() -> ss.SimBackend:
     return ss.SimBackend(scheduler="adversarial")
@@ -94,13 +103,11 @@ def run_frames(sim: ss.SimBackend, strategy: str, *, copy: bool, lie: bool = Fal
     runs C's work as late as the fences allow). Returns the model's races and the count of wrong frames. ``lie``: torch's raw current-stream read answers S while
     the copy runs on C. ``pass_stream``: C is passed to the helper instead of being torch's current stream."""
     s, consumer = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
-    fake = TorchStandIn(sim, s if pass_stream else consumer)
-    if lie:
-        fake.reported = s
     c = ss.StreamContract(effect(sim), s, strategy=strategy, allow_none=strategy == "none")
     results = []
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(sys.modules, "torch", fake)
+    with torch_stand_in(sim, s if pass_stream else consumer) as fake:
+        if lie:
+            fake.reported = s
         for i in range(frames):
             arr, want = frame(sim, i, s)
             out = c.run(arr)
@@ -139,10 +146,8 @@ def test_without_the_current_stream_the_same_reads_race(sim: ss.SimBackend, copy
 
 def test_a_view_is_one_import_and_goes_stale_at_the_next_run(sim: ss.SimBackend) -> None:
     s = sim.create_stream(non_blocking=True)
-    fake = TorchStandIn(sim, s)
     c = ss.StreamContract(effect(sim), s)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(sys.modules, "torch", fake)
+    with torch_stand_in(sim, s):
         out = c.run(frame(sim, 0, s)[0])
         out.torch(copy=False)
         with pytest.raises(BufferError, match="already imported"):
@@ -162,11 +167,9 @@ def test_a_copy_helper_that_fails_before_importing_leaves_a_later_view_recorded(
     its stream. Without that, close() races the view's reader (the model finds it)."""
     s, bad = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     consumer = sim.create_stream(non_blocking=True)
-    fake = TorchStandIn(sim, consumer)
-    fake.refuse = bad
     c = ss.StreamContract(effect(sim), s)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(sys.modules, "torch", fake)
+    with torch_stand_in(sim, consumer) as fake:
+        fake.refuse = bad
         out = c.run(frame(sim, 0, s)[0])
         with pytest.raises(RuntimeError, match="refuses"):
             out.torch(bad)
@@ -183,10 +186,8 @@ def test_a_copy_helper_that_fails_before_importing_leaves_a_later_view_recorded(
 def test_a_stream_of_another_device_is_refused_before_the_import(copy: bool) -> None:
     sim = ss.SimBackend(scheduler="adversarial", devices=2)
     s = sim.create_stream(non_blocking=True)
-    fake = TorchStandIn(sim, s)
     c = ss.StreamContract(effect(sim), s)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(sys.modules, "torch", fake)
+    with torch_stand_in(sim, s):
         out = c.run(frame(sim, 0, s)[0])
         other = sim.create_stream(non_blocking=True, device=1)
         with pytest.raises(ss.DeviceMismatchError, match="consumer's stream.*stream of device 0"):
@@ -199,10 +200,8 @@ def test_a_stream_of_another_device_is_refused_before_the_import(copy: bool) -> 
 @pytest.mark.parametrize("copy", [True, False])
 def test_an_object_that_is_no_stream_is_refused_before_the_import(sim: ss.SimBackend, copy: bool) -> None:
     s = sim.create_stream(non_blocking=True)
-    fake = TorchStandIn(sim, s)
     c = ss.StreamContract(effect(sim), s)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(sys.modules, "torch", fake)
+    with torch_stand_in(sim, s):
         out = c.run(frame(sim, 0, s)[0])
         with pytest.raises(ss.StreamTypeError, match=r"cannot use 'cuda:0' \(type builtins.str\) as a CUDA stream"):
             out.torch("cuda:0", copy=copy)
