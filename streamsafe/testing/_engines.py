@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -135,6 +135,11 @@ class CupyEngine:
         self._cu_streams: dict[int, Any] = {}
         self._by_ptr: dict[int, Stream] = {}
         self._copy_launcher: _CopyLauncher | None = None
+        self._get_device = cupy.cuda.runtime.getDevice
+        from ..backend.cuda import CudaBackend
+
+        self._raw_events = isinstance(backend, CudaBackend)
+        """Whether the backend's events carry a driver handle (:meth:`record_own`'s direct records)."""
         with cupy.cuda.Device(device):
             self._spin = _spin_kernel()
             self._release_stream = cupy.cuda.Stream(non_blocking=True)
@@ -213,7 +218,11 @@ class CupyEngine:
         launcher = self._copy_launcher
         if launcher is None:
             launcher = self._copy_launcher = _CopyLauncher(self._cupy, self.device, held.cuLaunchKernel)
-        err = self._on_device(launcher, src_ptr, dst.data.ptr, nbytes, stream_handle(stream))
+        if self._get_device() == self.device:  # (inline: the check costs more as a call of its own)
+            err = launcher(src_ptr, dst.data.ptr, nbytes, stream_handle(stream))
+        else:
+            with self._cupy.cuda.Device(self.device):
+                err = launcher(src_ptr, dst.data.ptr, nbytes, stream_handle(stream))
         if err:
             raise RuntimeError(f"cuLaunchKernel (the emulator's input copy) failed with CUresult {err}")
 
@@ -254,7 +263,11 @@ class CupyEngine:
         entry points were found). Does not block the host."""
         held = held_calls()
         if held is not None:
-            err = self._on_device(held.cuGraphLaunch, graph[4], stream_handle(stream))
+            if self._get_device() == self.device:
+                err = held.cuGraphLaunch(graph[4], stream_handle(stream))
+            else:
+                with self._cupy.cuda.Device(self.device):
+                    err = held.cuGraphLaunch(graph[4], stream_handle(stream))
             if err:
                 raise RuntimeError(f"cuGraphLaunch failed with CUresult {err}")
             return
@@ -264,6 +277,21 @@ class CupyEngine:
         if cu is None:
             cu = self._cu_streams[stream.handle] = d.CUstream(stream_handle(stream))
         _ok(self._on_device(d.cuGraphLaunch, graph[0], cu), "cuGraphLaunch")
+
+    def record_own(self, events: Sequence[Any], streams: Sequence[Stream]) -> None:
+        """Record ``events[i]`` on ``streams[i]`` (graph mode, right after its launches on those streams:
+        no observers, the device current): one driver call each, with the GIL kept where the driver's
+        entry points were found, else the backend's ``record``. Does not block the host."""
+        held = held_calls() if self._raw_events else None
+        if held is None or self._get_device() != self.device:
+            for event, stream in zip(events, streams):
+                self.backend.record(event, stream)
+            return
+        record = held.cuEventRecord
+        for event, stream in zip(events, streams):
+            err = record(event.handle_int, stream_handle(stream))
+            if err:
+                raise RuntimeError(f"cuEventRecord (the emulator's own-work event) failed with CUresult {err}")
 
     def stream_cached(self, stream_ptr: int) -> Stream:
         """:meth:`stream`, remembered by pointer (graph mode: no driver query per run; the bench's
@@ -278,11 +306,15 @@ class CupyEngine:
         read in place (a :class:`TakenInput`: address, shape, dtype), and imported into CuPy, zero-copy,
         only when a stage runs eagerly. Raises the input errors of
         :func:`~streamsafe._dlpack.require_cuda_input` (``what`` names the argument). Does not block."""
-        export = getattr(obj, "__dlpack__", None)
+        export: Any = getattr(obj, "__dlpack__", None)
         if export is None or not hasattr(obj, "__dlpack_device__"):
             require_cuda_input(what, obj, self.device)  # raises: not a DLPack producer
         try:
-            capsule = self._on_device(cast(Callable[..., Any], export))
+            if self._get_device() == self.device:
+                capsule = export()
+            else:
+                with self._cupy.cuda.Device(self.device):
+                    capsule = export()
         except Exception:
             require_cuda_input(what, obj, self.device)  # a host array, or another device's: the same error as ever
             raise
@@ -306,7 +338,7 @@ class CupyEngine:
 
     def _on_device(self, call: Callable[..., Any], *args: Any) -> Any:
         """``call(*args)`` with the effect's device current (it usually is: no context switch then)."""
-        if self._cupy.cuda.runtime.getDevice() == self.device:
+        if self._get_device() == self.device:
             return call(*args)
         with self._cupy.cuda.Device(self.device):
             return call(*args)

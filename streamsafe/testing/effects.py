@@ -398,14 +398,19 @@ class _Effect:
             be.release_event(event)
         self._own_work = []
 
-    def _mark_own_work(self, streams: Sequence[Any]) -> None:
+    def _mark_own_work(self, streams: Sequence[Any], graphed: bool = False) -> None:
         """Record where the SDK's own work ends on each of ``streams`` (the events it holds are
-        recorded again when there are as many; pool traffic only when the count changes)."""
-        be = self.engine.backend
+        recorded again when there are as many; pool traffic only when the count changes).
+        ``graphed``: from graph mode, where the engine records them with one driver call each."""
         if len(self._own_work) == len(streams):
+            if graphed:
+                self.engine.record_own(self._own_work, streams)  # type: ignore[attr-defined]
+                return
+            be = self.engine.backend
             for event, stream in zip(self._own_work, streams):
                 be.record(event, stream)
             return
+        be = self.engine.backend
         for event in self._own_work:
             be.release_event(event)
         self._own_work = []
@@ -506,9 +511,9 @@ class _Effect:
         if graphs[1] is not None:
             legacy = eng.stream_cached(0)
             eng.launch_graph(graphs[1], legacy)
-            self._mark_own_work([s, legacy] if s != legacy else [s])
+            self._mark_own_work([s, legacy] if s != legacy else [s], graphed=True)
         else:
-            self._mark_own_work([s])
+            self._mark_own_work([s], graphed=True)
         self.runs += 1
         return eng.export(out)
 

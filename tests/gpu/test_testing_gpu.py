@@ -178,33 +178,43 @@ def _emulated(kind: str, mode: str, backend):  # type: ignore[no-untyped-def]
     return fx
 
 
+def _frames_of_both_modes(torch, backend, kind: str, calls) -> tuple[list, list]:  # type: ignore[no-untyped-def]
+    """The frames the eager and the graph-mode emulated effect give for the same calls, through a
+    contract on one side stream: ``calls(torch)`` yields each run's ``(args, kwargs)``."""
+    side = torch.cuda.Stream()
+    outs: dict[str, list] = {}
+    for mode in ("eager", "graph"):
+        fx = _emulated(kind, mode, backend)
+        c = ss.StreamContract(fx, side, strategy="auto")
+        got = []
+        with torch.cuda.stream(side):
+            for args, kwargs in calls(torch):
+                t = torch.from_dlpack(c.run(*args, **kwargs).image)
+                got.append((t.view(torch.int32) if t.dtype == torch.uint32 else t).clone().cpu())
+        c.close()
+        outs[mode] = got
+    return outs["eager"], outs["graph"]
+
+
 @pytest.mark.parametrize("kind", ["sr", "sr-rgb10", "vfg", "hdr"])
 def test_graph_launch_mode_gives_the_eager_frames(torch_cuda, cuda_backend, kind: str) -> None:  # type: ignore[no-untyped-def]
     """The bench's emulated SDK (CUDA graphs, a few driver calls per run) computes what the eager one does,
     on the same streams, through a contract, frame after frame (the graphs are replayed, inputs change)."""
     pytest.importorskip("cupy")
-    torch = torch_cuda
-    side = torch.cuda.Stream()
-    outs: dict[str, list] = {}
-    for mode in ("eager", "graph"):
-        fx = _emulated(kind, mode, cuda_backend)
-        c = ss.StreamContract(fx, side, strategy="auto")
-        got = []
-        with torch.cuda.stream(side):
-            for i in range(5):
-                g = torch.Generator(device="cuda").manual_seed(i)
-                if kind == "sr-rgb10":
-                    x = torch.randint(0, 2**30, (64, 96), device="cuda", dtype=torch.int32, generator=g).view(torch.uint32)
-                else:
-                    x = torch.rand(3, 64, 96, device="cuda", generator=g)
-                out = c.run(x, x, frame_index=1) if kind == "vfg" else c.run(x)
-                t = torch.from_dlpack(out.image)
-                got.append((t.view(torch.int32) if t.dtype == torch.uint32 else t).clone().cpu())
-        c.close()
-        outs[mode] = got
-    for a, b in zip(outs["eager"], outs["graph"]):
-        assert torch.equal(a, b)
-    assert len(outs["graph"]) == 5 and not torch.equal(outs["graph"][0], outs["graph"][1])
+
+    def calls(torch):  # type: ignore[no-untyped-def]
+        for i in range(5):
+            g = torch.Generator(device="cuda").manual_seed(i)
+            if kind == "sr-rgb10":
+                x = torch.randint(0, 2**30, (64, 96), device="cuda", dtype=torch.int32, generator=g).view(torch.uint32)
+            else:
+                x = torch.rand(3, 64, 96, device="cuda", generator=g)
+            yield ((x, x), {"frame_index": 1}) if kind == "vfg" else ((x,), {})
+
+    eager, graph = _frames_of_both_modes(torch_cuda, cuda_backend, kind, calls)
+    assert len(graph) == 5 and not torch_cuda.equal(graph[0], graph[1])
+    for a, b in zip(eager, graph):
+        assert torch_cuda.equal(a, b)
 
 
 @pytest.mark.parametrize("kind", ["sr", "hdr"])
@@ -213,26 +223,18 @@ def test_graph_mode_follows_input_size_changes(torch_cuda, cuda_backend, kind: s
     address an earlier size had; ``hdr``'s output changes size too): every frame equals the eager mode's.
     A graph found by address alone replayed the old size's graph there."""
     pytest.importorskip("cupy")
-    torch = torch_cuda
-    side = torch.cuda.Stream()
     sizes = [(64, 96), (48, 80), (64, 96), (32, 64), (48, 80), (64, 96), (32, 64)]
-    outs: dict[str, list] = {}
-    for mode in ("eager", "graph"):
-        fx = _emulated(kind, mode, cuda_backend)
-        c = ss.StreamContract(fx, side, strategy="auto")
-        got = []
-        with torch.cuda.stream(side):
-            for i, (h, w) in enumerate(sizes):
-                for _ in range(2):  # the second run of a size replays what the first captured
-                    g = torch.Generator(device="cuda").manual_seed(i)
-                    x = torch.rand(3, h, w, device="cuda", generator=g)
-                    t = torch.from_dlpack(c.run(x).image)
-                    got.append((t.view(torch.int32) if t.dtype == torch.uint32 else t).clone().cpu())
-        c.close()
-        outs[mode] = got
-    assert len(outs["graph"]) == 2 * len(sizes)
-    for k, (a, b) in enumerate(zip(outs["eager"], outs["graph"])):
-        assert a.shape == b.shape and torch.equal(a, b), (k, sizes[k // 2])
+
+    def calls(torch):  # type: ignore[no-untyped-def]
+        for i, (h, w) in enumerate(sizes):
+            for _ in range(2):  # the second run of a size replays what the first captured
+                g = torch.Generator(device="cuda").manual_seed(i)
+                yield (torch.rand(3, h, w, device="cuda", generator=g),), {}
+
+    eager, graph = _frames_of_both_modes(torch_cuda, cuda_backend, kind, calls)
+    assert len(graph) == 2 * len(sizes)
+    for k, (a, b) in enumerate(zip(eager, graph)):
+        assert a.shape == b.shape and torch_cuda.equal(a, b), (k, sizes[k // 2])
 
 
 @pytest.mark.parametrize("layout", ["offset-4-bytes", "odd-size", "transposed", "channels-last"])
