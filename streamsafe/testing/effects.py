@@ -204,7 +204,9 @@ class _Effect:
         self.host_cost_us = host_cost_us
         self._graphs: dict[Any, Any] = {}
         self._graph_warm: set[Any] = set()
-        self._graph_memo: tuple[Any, ...] | None = None
+        self._graph_memos: tuple[tuple[Any, ...], ...] = ()
+        """The graphs of the last few graph-mode runs, with their buffers and settings (a few: the runs of a
+        ``VideoFrameGeneration`` with ``frame_multiplier`` above 2 take turns at their timesteps)."""
         """The last graph-mode run's key, buffers, latencies and graphs: a repeated run finds its graphs
         by identity, without building and hashing the full key."""
 
@@ -307,7 +309,7 @@ class _Effect:
             return
         self._release_output("close")
         self._wait_own_work()
-        self._graph_memo = None  # (the output's release cleared it; the internal buffers go next)
+        self._graph_memos = ()  # (the output's release cleared them; the internal buffers go next)
         for name in list(self._internal):
             buf = self._internal.pop(name)[0]
             self.engine.release(buf, f"{self._name}.release {name}")
@@ -375,7 +377,7 @@ class _Effect:
             return held[0]
         if held is not None:
             self._wait_own_work()
-            self._graph_memo = None  # (it holds the buffers of the last graph-mode run: let a released one go)
+            self._graph_memos = ()  # (they hold the buffers of the last graph-mode runs: let a released one go)
             self.engine.release(held[0], f"{self._name}.release {name}")
         buf = self.engine.empty(shape, dtype, f"{self._name} {name}")
         self._internal[name] = (buf, *key)
@@ -422,7 +424,7 @@ class _Effect:
     def _release_output(self, why: str) -> None:
         if self._output is not None:
             self._wait_own_work()
-            self._graph_memo = None
+            self._graph_memos = ()
             self.engine.release(self._output, f"{self._name}.release output ({why})")
             self._output = None
             self._output_key = None
@@ -498,13 +500,14 @@ class _Effect:
         out = self._output_buffer(out_shape, np.float32 if rgb8 else np.uint32)
         lat = self._latency
         infer_us, convert_us = lat["transfer"] * len(inputs) + lat["inference"], lat["conversion"]
-        memo = self._graph_memo
-        if (memo is not None and memo[0] == key and memo[1] is out and memo[2] is result and memo[3] == rgb8
-                and memo[4] == infer_us and memo[5] == convert_us and _same_objects(memo[6], staged)):
-            graphs = memo[7]  # the same buffers (by identity, so at the same addresses) and settings as last run
+        for memo in self._graph_memos:
+            if (memo[0] == key and memo[1] is out and memo[2] is result and memo[3] == rgb8
+                    and memo[4] == infer_us and memo[5] == convert_us and _same_objects(memo[6], staged)):
+                graphs = memo[7]  # the same buffers (by identity, so at the same addresses) and settings as then
+                break
         else:
             graphs = self._graphs_for(key, rgb8, staged, result, out, infer_us, convert_us, infer)
-            self._graph_memo = (key, out, result, rgb8, infer_us, convert_us, tuple(staged), graphs)
+            self._graph_memos = ((key, out, result, rgb8, infer_us, convert_us, tuple(staged), graphs), *self._graph_memos[:_MEMOS - 1])
         eng.launch_graph(graphs[0], s)
         if not non_blocking:
             eng.host_wait(s)
@@ -553,6 +556,10 @@ class _Effect:
             end = time.perf_counter() + self.host_cost_us * 1e-6
             while time.perf_counter() < end:
                 pass
+
+
+_MEMOS = 4
+"""Graph-mode runs an emulated effect remembers by the identity of their buffers (see ``_run_graphed``)."""
 
 
 def _same_objects(kept: tuple[Any, ...], now: list[Any]) -> bool:

@@ -167,9 +167,11 @@ def _emulated(kind: str, mode: str, backend):  # type: ignore[no-untyped-def]
 
     if kind == "hdr":
         fx = TrueHDR(backend=backend, launch_mode=mode, latency_us=20)
-    elif kind == "vfg":
+    elif kind in ("vfg", "vfg-x4"):
         fx = VideoFrameGeneration(backend=backend, launch_mode=mode, latency_us=20)
         fx.input_width, fx.input_height = 96, 64
+        if kind == "vfg-x4":
+            fx.frame_multiplier = 4
     else:
         enc = ImageEncoding.RGB10A2 if kind == "sr-rgb10" else ImageEncoding.RGB8
         fx = VideoSuperRes(backend=backend, launch_mode=mode, image_encoding=enc, latency_us=20)
@@ -235,6 +237,24 @@ def test_graph_mode_follows_input_size_changes(torch_cuda, cuda_backend, kind: s
     assert len(graph) == 2 * len(sizes)
     for k, (a, b) in enumerate(zip(eager, graph)):
         assert a.shape == b.shape and torch_cuda.equal(a, b), (k, sizes[k // 2])
+
+
+def test_graph_mode_takes_turns_at_timesteps(torch_cuda, cuda_backend) -> None:  # type: ignore[no-untyped-def]
+    """``VideoFrameGeneration`` x4 in graph mode: the runs at timesteps 1/4, 2/4 and 3/4 take turns, each with
+    graphs of its own that the emulator finds again by its buffers; every frame equals eager mode's."""
+    pytest.importorskip("cupy")
+
+    def calls(torch):  # type: ignore[no-untyped-def]
+        for i in range(4):
+            g = torch.Generator(device="cuda").manual_seed(i)
+            a, b = torch.rand(3, 64, 96, device="cuda", generator=g), torch.rand(3, 64, 96, device="cuda", generator=g)
+            for k in (1, 2, 3):
+                yield (a, b), {"frame_index": k}
+
+    eager, graph = _frames_of_both_modes(torch_cuda, cuda_backend, "vfg-x4", calls)
+    assert len(graph) == 12 and not torch_cuda.equal(graph[0], graph[1])
+    for k, (a, b) in enumerate(zip(eager, graph)):
+        assert torch_cuda.equal(a, b), k
 
 
 @pytest.mark.parametrize("layout", ["offset-4-bytes", "odd-size", "transposed", "channels-last"])
