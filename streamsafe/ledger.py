@@ -350,12 +350,15 @@ class Ledger:
         return release_fences(strategy or Strategy.EVENT, streams)
 
     def released(self) -> None:
-        """The host waited for every reader and the SDK released or replaced its buffers."""
+        """The host waited for every reader, and the SDK may have released or replaced its buffers.
+
+        The previous run's SDK streams are kept: nothing made the host wait for the SDK's own work,
+        and a buffer the SDK keeps (a size set and set back, an input staging buffer an output-size
+        change leaves) is still ordered only by them (H5, before the next run)."""
         self.generation += 1
         self.readers = {}
         self.outstanding = {}
         self.escaped = False
-        self.previous_sdk = ()
         self.input_shapes = None
         self._release_holds()
 
