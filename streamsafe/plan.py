@@ -264,8 +264,9 @@ def plan_fences(
         writers = _unique([w for w in (producer, sdk, *input_writers) if w is not None])
         if non_blocking:
             open_writers = [w for w in writers if not implicitly_ordered(w, run_stream)]
-            if open_writers or producer is None:
-                fences.append(Fence("H12", "after run", "protect-input", None, run_stream, "the host does not wait for the input transfer"))
+            # Always: an input's memory goes back to the pool of the stream that allocated it, which no
+            # plan knows (a decoder's stream, say), even when every writer above is ordered with the run.
+            fences.append(Fence("H12", "after run", "protect-input", None, run_stream, "the host does not wait for the input transfer"))
             for w in open_writers:
                 if w == consumer and conversion is not None and conversion != run_stream and implicitly_ordered(run_stream, conversion):
                     # stream 0's conversion follows the run stream's read: one wait covers the input and the import

@@ -49,7 +49,10 @@ def test_everything_on_the_legacy_stream_needs_no_fence(sim: ss.SimBackend) -> N
         fences = [f for f in plan.fences if f.action not in ("sdk-blocking", "shadow-stream", "protect-input")]
         assert fences == [], (strategy, str(plan))
     plan = ss.StreamContract(make_sr(sim), legacy).plan
-    assert plan.fences == () and plan.non_blocking  # auto: stream 0 waits for itself, nothing to do
+    # auto: stream 0 waits for itself, no fence; the input is still kept from reuse while the run reads it
+    # (its memory goes back to the pool of the stream that allocated it, which may be another)
+    [h12] = plan.fences
+    assert plan.non_blocking and (h12.hazard, h12.action, h12.signaller) == ("H12", "protect-input", legacy)
     [h6] = plan.on_release
     assert (h6.hazard, h6.action) == ("H6", "host-wait")
 
@@ -169,6 +172,38 @@ def test_bad_input_changes_nothing(sim: ss.SimBackend) -> None:
         c.run("frame.png")
     assert c.stats == fences and sr.runs == 1
     ok.image.check_importable()  # the previous output is still current
+
+
+# -- another model's streams and arrays ------------------------------------------------------------
+
+
+def test_a_stream_of_another_model_is_refused(sim: ss.SimBackend) -> None:
+    """Two models number their streams alike: another model's stream named an unrelated stream of the
+    effect's (it was taken as the contract's SDK stream and aliased its shadow stream)."""
+    other = ss.SimBackend()
+    sim.create_stream(non_blocking=True)
+    foreign = other.create_stream(non_blocking=True)
+    sr = make_sr(sim)
+    for kw in ({"stream": foreign}, {"input_stream": foreign}, {"consumer_stream": foreign}):
+        with pytest.raises(ss.StreamValueError, match=r"it is a stream of SimBackend.*not of the backend in use.*Create the stream with the effect's backend"):
+            ss.StreamContract(sr, **kw)
+    out = ss.StreamContract(sr, sim.create_stream(non_blocking=True)).run(sim.empty((3, 16, 16), np.float32))
+    with pytest.raises(ss.StreamValueError, match="another stream there"):
+        out.record_stream(foreign)
+    assert sr.runs == 1
+
+
+def test_an_array_of_another_model_is_refused_before_the_run(sim: ss.SimBackend) -> None:
+    other = ss.SimBackend()
+    sr = make_sr(sim)
+    c = ss.StreamContract(sr, sim.create_stream(non_blocking=True))
+    out = c.run(sim.empty((3, 16, 16), np.float32))
+    foreign = other.empty((3, 16, 16), np.float32)
+    with pytest.raises(ss.InputArrayError, match=r"input SimArray.*memory of SimBackend.*Allocate it with the effect's backend"):
+        c.run(foreign)
+    with pytest.raises(ss.InputArrayError, match=r"input_array SimArray.*memory of SimBackend"):
+        sr.run(foreign)  # the emulated SDK itself, unguarded
+    assert sr.runs == 1 and out.numpy().shape == (3, 32, 32)  # the effect and its output as they were
 
 
 # -- the three ways in ---------------------------------------------------------------------------
