@@ -36,7 +36,7 @@ from . import guarding, hooks, steady
 from ._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, require_cuda_input, stream_on_device
 from .backend import Backend, SimBackend, current_backend
 from .sim import mirror
-from .sim.backend import SimArray
+from .sim.backend import SimArray, another_models_array
 from .errors import EffectConfigError, EffectStateError, HostArrayError, NotAnEffectError, StreamsafeError, UnguardedChangeError
 from .frameworks import framework_of, torch_current_stream_handle
 from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, shape_of, tracked_raw_call, tracked_setattr
@@ -506,6 +506,8 @@ class StreamContract:
         if self._input is not None:
             return self._input
         if isinstance(arr, SimArray):
+            if arr.backend is not self.backend:
+                raise another_models_array(arr, self.backend, "input")
             return arr.backend.current_stream(self.device)
         fw = framework_of(arr)
         if fw == "torch":

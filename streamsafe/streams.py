@@ -146,6 +146,8 @@ def as_stream(obj: Any = None, *, device: int | None = None, backend: Backend | 
     from .backend import current_backend  # local: backend imports this module
 
     if isinstance(obj, Stream):
+        if backend is not None and obj.backend is not None and obj.backend is not backend:
+            _refuse_another_model(obj, backend)
         return _check_device(obj, obj, device)
     owner = getattr(obj, "_streamsafe_backend", None)
     be = backend or owner or current_backend()
@@ -158,6 +160,21 @@ def as_stream(obj: Any = None, *, device: int | None = None, backend: Backend | 
 
     handle, obj_device = handle_of(obj)
     return _from_handle(handle, obj, obj_device, device, be)
+
+
+def _refuse_another_model(stream: Stream, backend: Backend) -> None:
+    """A :class:`Stream` of one simulated backend used with another backend: its handle would name an
+    unrelated stream there (two models number their streams alike). Streams of the driver mix freely."""
+    from .backend import SimBackend  # local: backend imports this module
+
+    if isinstance(stream.backend, SimBackend) or isinstance(backend, SimBackend):
+        raise StreamValueError(
+            stream,
+            f"it is a stream of {stream.backend!r} (id {id(stream.backend):#x}), not of the backend in use here, "
+            f"{backend!r} (id {id(backend):#x}); its handle would name another stream there",
+            "Create the stream with the effect's backend (backend.create_stream(...)), or make the effect with the "
+            "backend the stream belongs to (backend=...).",
+        )
 
 
 def handle_of(obj: Any) -> tuple[int, int | None]:

@@ -46,7 +46,7 @@ import numpy as np
 
 from .._dlpack import DLPACK_CUDA, SimCapsule
 from .clocks import HOST, ActorId, SeqNum, VectorClock, is_ordered_after
-from ..errors import CudaDriverError, DeviceMismatchError, RaceError, StreamValueError
+from ..errors import CudaDriverError, DeviceMismatchError, InputArrayError, RaceError, StreamValueError
 from .races import Access, AccessKind, Race, find_race
 from ..streams import LEGACY_HANDLE, PER_THREAD_HANDLE, Stream, StreamKind, as_stream, implicitly_ordered
 from ..backend._pool import EventPool, EventPoolStats
@@ -1001,6 +1001,8 @@ class SimBackend:
         """
         if isinstance(obj, SimCapsule):
             capsule = obj
+        elif isinstance(obj, SimArray) and obj.backend is not self:
+            raise another_models_array(obj, self)  # (before its capsule is taken: the array stays as it was)
         elif hasattr(obj, "__dlpack__"):
             device = obj.__dlpack_device__()[1]
             consumer = self.current_stream(device) if stream is None else as_stream(stream, backend=self)
@@ -1012,11 +1014,24 @@ class SimBackend:
             raise TypeError(f"from_dlpack needs an object with __dlpack__ or a SimCapsule, got {type(obj).__name__}")
         array = capsule.consume()
         if not isinstance(array, SimArray) or array.backend is not self:
-            raise TypeError("the capsule does not hold memory of this SimBackend")
+            raise another_models_array(array, self)
         return SimArray(self, array.buffer, lease=array._lease)
 
     def __repr__(self) -> str:
         return f"SimBackend(devices={self._devices}, scheduler={type(self.scheduler).__name__})"
+
+
+def another_models_array(array: Any, backend: Any, what: str = "array") -> InputArrayError:
+    """The error for memory of a simulated backend (or of none) given to another ``backend`` as ``what``."""
+    owner = getattr(array, "backend", None)
+    return InputArrayError(
+        what,
+        array,
+        f"it is memory of {owner!r} (id {id(owner):#x}), not of {backend!r} (id {id(backend):#x}); "
+        "each model's memory lives only in the model that made it",
+        "Allocate it with the effect's backend (backend.empty(...)), or make the effect with the backend the "
+        "array belongs to (backend=...).",
+    )
 
 
 _UNKNOWN_RELEASE = Access("release", "write", HOST, "host", 0, VectorClock(), -1)

@@ -22,7 +22,7 @@ from .._dlpack import DLPACK_CUDA, CapsuleTensor, check_input_device, read_capsu
 from ..backend._held import held_calls, stream_handle
 from ..sim import mirror
 from ..backend import Backend, SimBackend, current_backend
-from ..sim.backend import SimArray
+from ..sim.backend import SimArray, another_models_array
 from ..streams import LEGACY_HANDLE, Stream, StreamKind, as_stream
 
 __all__ = ["Engine", "SimEngine", "CupyEngine", "TakenInput", "engine_for", "spin_cycles_per_us"]
@@ -80,6 +80,8 @@ class SimEngine:
         """The SDK's way in: ``__dlpack__()`` with no stream, imported zero-copy. Raises the input
         errors of :func:`~streamsafe._dlpack.require_cuda_input` (``what`` names the argument)."""
         require_cuda_input(what, obj, self.device)
+        if type(obj) is SimArray and obj.backend is not self.backend:
+            raise another_models_array(obj, self.backend, what)
         return self.backend.from_dlpack(obj.__dlpack__())
 
     def as_array(self, taken: SimArray) -> SimArray:
