@@ -814,3 +814,116 @@ def test_a_subclass_whose_run_wraps_the_guarded_dispatcher_with_functools_wraps(
         copies = [(import_copy(sim, c.run(x), s), sr_expected(data))]
         assert verify(sim, copies) == 0
     assert len(calls) == 2 and sim.races == []
+
+
+# -- found by the seventh session's review ---------------------------------------------------------
+
+
+def size_set_and_set_back(sim: ss.SimBackend, strategy: str, how: str, encoding: Any, next_on_another_stream: bool) -> tuple[int, int]:
+    """An input size set and set back between two runs, with no run at the other size: the SDK released
+    nothing and waited for nothing, so the next run must still be ordered after the previous one (its
+    conversion on stream 0 reads the 8-bit result the next inference writes; on another SDK stream, the
+    input staging buffer and the output)."""
+    s, s2 = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    sr = VideoSuperRes(backend=sim, image_encoding=encoding)
+    sr.output_width = sr.output_height = 32
+    sr.input_width = sr.input_height = 16
+    sr.load()
+    c = contract(sr, s, strategy)
+    rgb10 = encoding is ImageEncoding.RGB10A2
+
+    def frame(seed: int, stream: ss.Stream) -> tuple[Any, np.ndarray]:
+        data = data_of(seed)
+        if not rgb10:
+            return fresh(sim, seed, stream)
+        packed = K.pack_rgb10a2(np, data)
+        arr = sim.empty((16, 16), np.uint32, name=f"frame{seed}")
+        write(sim, arr, packed, stream)
+        return arr, K.pack_rgb10a2(np, K.resize_bilinear(np, K.unpack_rgb10a2(np, packed), 32, 32))
+
+    with sim.use_stream(s):
+        x, _ = frame(0, s)
+        c.run(x)  # its output is never read: only the SDK's own buffers link the two runs
+    if how == "configure":
+        c.configure(input_width=24)
+        c.configure(input_width=16)
+    else:  # plain attribute sets outside any guard (streamsafe tracks them)
+        sr.input_width = 24
+        sr.input_width = 16
+    nxt = s2 if next_on_another_stream else s
+    with sim.use_stream(nxt):
+        x, data = frame(1, nxt)
+        out = c.run(x, stream_ptr=nxt.ptr)
+        want = data if rgb10 else sr_expected(data)
+        copies = [(import_copy(sim, out, nxt), want)]
+    return verify(sim, copies), len(sim.races)
+
+
+@pytest.mark.parametrize("how", ["configure", "setattr"])
+@pytest.mark.parametrize("strategy", ["event", "stream", "device"])
+def test_a_size_set_and_set_back_keeps_the_next_run_after_the_previous_one(sim: ss.SimBackend, strategy: str, how: str) -> None:
+    """The ledger forgot the previous run's SDK streams on any size change (as if the SDK had waited for its
+    own work), so the next inference raced the previous conversion on stream 0."""
+    assert size_set_and_set_back(sim, strategy, how, ImageEncoding.RGB8, False) == (0, 0)
+
+
+@pytest.mark.parametrize("strategy", ["auto", "event", "async"])
+def test_a_size_set_and_set_back_then_a_run_on_another_stream(sim: ss.SimBackend, strategy: str) -> None:
+    assert size_set_and_set_back(sim, strategy, "configure", ImageEncoding.RGB10A2, True) == (0, 0)
+
+
+def test_a_size_set_and_set_back_control_races_without_fences(sim: ss.SimBackend) -> None:
+    assert size_set_and_set_back(sim, "none", "configure", ImageEncoding.RGB8, False)[1] > 0
+
+
+def freed_into_a_decoders_pool(sim: ss.SimBackend, strategy: str, sdk_kind: str, encoding: Any) -> tuple[int, int]:
+    """A decoder stream allocates and writes each frame; the user makes the SDK stream (current at
+    ``run()``) wait for it, runs, and frees the frame: its memory goes back to the decoder's pool, and
+    the decoder's next frame may take it while the SDK still reads it. Every writer the plan knows of
+    (producer, SDK stream, current stream) is the run stream itself or ordered with it."""
+    decoder = sim.create_stream(non_blocking=True)
+    s = {"legacy": sim.legacy_stream, "blocking": lambda: sim.create_stream(non_blocking=False),
+         "non-blocking": lambda: sim.create_stream(non_blocking=True)}[sdk_kind]()
+    consumer = sim.create_stream(non_blocking=True)
+    c = contract(make_sr(sim, image_encoding=encoding), s, strategy)
+    rgb10 = encoding is ImageEncoding.RGB10A2
+    copies = []
+    for i in range(3):
+        data = data_of(i)
+        if rgb10:
+            values = K.pack_rgb10a2(np, data)
+            x = sim.empty((16, 16), np.uint32, stream=decoder, name=f"frame{i}")
+            want = K.pack_rgb10a2(np, K.resize_bilinear(np, K.unpack_rgb10a2(np, values), 32, 32))
+        else:
+            values, want = data, sr_expected(data)
+            x = sim.empty((3, 16, 16), np.float32, stream=decoder, name=f"frame{i}")
+        sim.launch(decoder, "decoder.write", lambda buf=x.buffer, v=values: np.copyto(buf.data, v), writes=[x])
+        sim.fence(s, decoder)  # the user's own fence
+        with sim.use_stream(s):
+            out = c.run(x, non_blocking=True) if strategy == "none" else c.run(x)
+        del x  # freed: back to the decoder's pool
+        copies.append((import_copy(sim, out, consumer), want))
+    return verify(sim, copies), len(sim.races)
+
+
+@pytest.mark.parametrize("strategy,sdk_kind,encoding", [
+    ("auto", "legacy", ImageEncoding.RGB8),
+    ("auto", "blocking", ImageEncoding.RGB8),
+    ("async", "legacy", ImageEncoding.RGB8),
+    ("auto", "non-blocking", ImageEncoding.RGB10A2),
+    ("auto", "legacy", ImageEncoding.RGB10A2),
+    ("auto", "non-blocking", ImageEncoding.RGB8),
+    ("event", "legacy", ImageEncoding.RGB8),
+])
+def test_an_input_freed_into_another_streams_pool_after_an_asynchronous_run(
+    sim: ss.SimBackend, strategy: str, sdk_kind: str, encoding: Any
+) -> None:
+    """The input was protected (``record_stream``) only when a writer the plan knew of was not ordered with
+    the run stream: 2 of 3 frames came out wrong where they all were (auto on stream 0 or a blocking stream,
+    RGB10A2)."""
+    assert freed_into_a_decoders_pool(sim, strategy, sdk_kind, encoding) == (0, 0)
+
+
+def test_an_input_freed_into_another_streams_pool_control_races(sim: ss.SimBackend) -> None:
+    corrupt, races = freed_into_a_decoders_pool(sim, "none", "legacy", ImageEncoding.RGB8)
+    assert corrupt > 0 and races > 0
