@@ -339,10 +339,14 @@ class Ledger:
     # -- releases ---------------------------------------------------------------------------------------
 
     def release_fences(self, plan: FencePlan | None, strategy: Strategy | None = None) -> list[Fence]:
-        """H6: the host waits for every stream that may still touch the SDK's buffers."""
+        """H6: the host waits for every stream that may still touch the SDK's buffers: the readers of
+        the current output, and the previous run's SDK streams (the SDK's own work on buffers it may
+        keep, e.g. when a size is set and set back; after the wait no later run needs to order
+        after them, and a stream the program then destroys is never used again)."""
         streams = [*self.outstanding, *self.readers]
         if self.escaped:  # a view escaped: the framework's current stream may read it too
             streams.append(self.current_stream())
+        streams += [s for s in self.previous_sdk if s not in streams]
         if not streams:
             return []
         if plan is not None:
@@ -350,23 +354,23 @@ class Ledger:
         return release_fences(strategy or Strategy.EVENT, streams)
 
     def released(self) -> None:
-        """The host waited for every reader, and the SDK may have released or replaced its buffers.
-
-        The previous run's SDK streams are kept: nothing made the host wait for the SDK's own work,
-        and a buffer the SDK keeps (a size set and set back, an input staging buffer an output-size
-        change leaves) is still ordered only by them (H5, before the next run)."""
+        """The host waited for every reader and for the previous run's SDK streams (:meth:`release_fences`),
+        and the SDK may have released or replaced its buffers."""
         self.generation += 1
         self.readers = {}
         self.outstanding = {}
         self.escaped = False
+        self.previous_sdk = ()
         self.input_shapes = None
         self._release_holds()
 
     def waited(self) -> None:
-        """The host waited for every outstanding stream (:meth:`StreamContract.synchronize`)."""
+        """The host waited for every outstanding stream and the previous run's SDK streams
+        (:meth:`StreamContract.synchronize`)."""
         if not self.escaped:
             self.readers = {}
         self.outstanding = {s: None for s in self.readers}
+        self.previous_sdk = ()
         self._release_holds()
 
     def closed_effect(self, effect: Any) -> None:
