@@ -503,11 +503,11 @@ class StreamContract:
         if _TORCH_TENSOR is not None and isinstance(arr, _TORCH_TENSOR):
             return self._torch_producer(arr)
         require_cuda_input("input", arr, self.device)
+        if isinstance(arr, SimArray) and arr.backend is not self.backend:
+            raise another_models_array(arr, self.backend, "input")
         if self._input is not None:
             return self._input
         if isinstance(arr, SimArray):
-            if arr.backend is not self.backend:
-                raise another_models_array(arr, self.backend, "input")
             return arr.backend.current_stream(self.device)
         fw = framework_of(arr)
         if fw == "torch":
@@ -571,6 +571,8 @@ class StreamContract:
         changes = ", ".join(f"{name} {old} -> {new}" for name, old, new in zip(CONFIG_ATTRS, before, now) if old != new)
         consumers = ", ".join(str(c) for c in {**ledger.outstanding, **ledger.readers})
         error = UnguardedChangeError(type(self.effect).__name__, changes, consumers)
+        # too late for the readers (the buffer may be gone), but the next run still comes after the SDK's own work
+        apply_fences(self.backend, self.device, ledger.release_fences(self._last_plan, self.strategy), self.stats)
         ledger.released()
         if mirror.active() is not None or mirror.sim_sanitizing(self.backend):
             raise error
