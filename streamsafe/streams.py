@@ -147,6 +147,8 @@ def as_stream(obj: Any = None, *, device: int | None = None, backend: Backend | 
 
     if isinstance(obj, Stream):
         if backend is not None and obj.backend is not None and obj.backend is not backend:
+            if obj.kind is StreamKind.LEGACY or obj.kind is StreamKind.PER_THREAD:  # the same stream in every backend
+                return _check_device(Stream(obj.device, obj.handle, obj.kind, backend), obj, device)
             _refuse_another_model(obj, backend)
         return _check_device(obj, obj, device)
     owner = getattr(obj, "_streamsafe_backend", None)
@@ -164,7 +166,8 @@ def as_stream(obj: Any = None, *, device: int | None = None, backend: Backend | 
 
 def _refuse_another_model(stream: Stream, backend: Backend) -> None:
     """A :class:`Stream` of one simulated backend used with another backend: its handle would name an
-    unrelated stream there (two models number their streams alike). Streams of the driver mix freely."""
+    unrelated stream there (two models number their streams alike). Streams of the driver mix freely,
+    and the default streams are the same in every backend (the caller maps those)."""
     from .backend import SimBackend  # local: backend imports this module
 
     if isinstance(stream.backend, SimBackend) or isinstance(backend, SimBackend):
