@@ -38,6 +38,8 @@ class ClassGuard:
     contracts: list[StreamContract] = field(default_factory=list)
     """Every contract this guard made, in order (for reports)."""
     active: bool = True
+    _pinned: bool = field(default=False, repr=False)
+    """Left by :func:`unguard` (the guard ``streamsafe run`` puts around a program); only :meth:`undo` ends it."""
 
     def contract_for(self, effect: Any) -> StreamContract:
         ledger = ledger_of(effect, create=False)
@@ -51,13 +53,13 @@ class ClassGuard:
         return contract
 
     def undo(self) -> None:
-        """Stop guarding the classes (instances already running keep their ledgers). Idempotent."""
+        """Stop guarding the classes (instances already running keep their ledgers); a guard this one
+        covered (an outer ``with ss.guard(...)``) guards them again. Idempotent."""
         if not self.active:
             return
         self.active = False
         for cls in self.classes:
-            if _class_guards.get(cls) is self:
-                del _class_guards[cls]
+            _withdraw(cls, self)
 
     def __enter__(self) -> ClassGuard:
         return self
@@ -111,17 +113,39 @@ def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options:
             )
     cg = ClassGuard(tuple(classes), strategy, dict(options))
     for cls in classes:
-        _class_guards[cls] = cg
+        _guard_stacks.setdefault(cls, []).append(cg)
+        _class_guards[cls] = cg  # the newest guards the class until it ends; then the one it covered again
     return cg
 
 
 def unguard(target: Any = None) -> None:
-    """Undo :func:`guard` for the classes in ``target`` (every class guard when ``None``)."""
-    classes = list(_class_guards) if target is None else _classes_of(target)
+    """Undo :func:`guard` for the classes in ``target`` (every class guard when ``None``): each guard of
+    those classes ends, except the one ``streamsafe run`` keeps around the program."""
+    classes = list(_guard_stacks) if target is None else _classes_of(target)
     for cls in classes:
-        cg = _class_guards.pop(cls, None)
-        if cg is not None and not any(v is cg for v in _class_guards.values()):
-            cg.active = False
+        for cg in list(_guard_stacks.get(cls, ())):
+            if cg._pinned:
+                continue
+            _withdraw(cls, cg)
+            if not any(cg in stack for stack in _guard_stacks.values()):
+                cg.active = False
+
+
+_guard_stacks: dict[type, list[ClassGuard]] = {}
+"""Per class, its guards from the oldest to the newest; the newest is the one in force (``_class_guards``)."""
+
+
+def _withdraw(cls: type, cg: ClassGuard) -> None:
+    """Take ``cg`` off ``cls``'s guards; the newest one left (if any) guards ``cls`` again."""
+    stack = _guard_stacks.get(cls)
+    if stack is None or cg not in stack:
+        return
+    stack.remove(cg)
+    if stack:
+        _class_guards[cls] = stack[-1]
+    else:
+        del _guard_stacks[cls]
+        _class_guards.pop(cls, None)
 
 
 @contextmanager
