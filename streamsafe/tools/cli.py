@@ -275,8 +275,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.strategy not in {s.value for s in Strategy} - {"none"}:
         raise UsageError(f"unknown strategy {args.strategy!r}: choose auto, event, async, stream or device")
     target, rest = (args.module, list(args.program)) if args.module else (args.program[0], list(args.program[1:]))
-    if args.module is None and not os.path.isfile(target):
-        raise UsageError(f"{target}: no such file")
+    if args.module is None and not (os.path.isfile(target) or os.path.isfile(os.path.join(target, "__main__.py"))):
+        raise UsageError(f"{target}: no such file" if not os.path.isdir(target) else f"{target}: a folder without __main__.py")
     if args.report:
         _check_writable(args.report, "--report")
     try:

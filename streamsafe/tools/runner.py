@@ -15,6 +15,7 @@ import json
 import os
 import runpy
 import sys
+import threading
 import traceback
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -55,6 +56,9 @@ class RunReport:
     fake_nvvfx: bool
     effects: list[EffectReport] = field(default_factory=list)
     races: list[str] = field(default_factory=list)
+    """Each race found (``sanitize``), as one line for people."""
+    race_details: list[dict[str, Any]] = field(default_factory=list)
+    """The same races, structured: ``buffer``, ``kind``, ``first`` and ``second`` (``op``, ``access``, ``where``), ``fix``."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -94,7 +98,7 @@ def run_program(
     Raises ``ImportError`` when ``nvvfx`` cannot be imported and ``fake_nvvfx`` is false."""
     from .. import hooks
     from ..sim import mirror
-    from ..backend import SimBackend, current_backend
+    from ..sim.backend import collecting_races
 
     model_scope: Any = contextlib.nullcontext()
     fake_model: Any = None
@@ -117,25 +121,37 @@ def run_program(
         model.sim.on_race = "record"  # report at exit; the program runs to its end
         hooks.register(model)
     cg: ClassGuard = guard(nvvfx, strategy=as_strategy(strategy))
+    cg._pinned = True  # the program's own unguard() leaves it
     argv, path0 = sys.argv[:], sys.path[0] if sys.path else None
+    threads_before = set(threading.enumerate())
     status = 0
+    # every race any model finds while the program runs: the mirror's (real GPU calls), the fake nvvfx
+    # model's, and those of models the program makes itself
+    races_scope: Any = collecting_races() if sanitize else contextlib.nullcontext([])
     try:
-        with model_scope:
-            if module:
+        with races_scope as races, model_scope:
+            try:
                 sys.argv = [target, *args]
-                sys.path.insert(0, os.getcwd())  # as `python -m` does: modules of the current directory import
-                runpy.run_module(target, run_name="__main__", alter_sys=True)
-            else:
-                sys.argv = [target, *args]
-                sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
-                runpy.run_path(target, run_name="__main__")
+                if module:
+                    sys.path.insert(0, os.getcwd())  # as `python -m` does: modules of the current directory import
+                    runpy.run_module(target, run_name="__main__", alter_sys=True)
+                elif os.path.isdir(target):  # a folder with __main__.py, as `python appdir` runs it
+                    runpy.run_path(target, run_name="__main__")
+                else:
+                    sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+                    runpy.run_path(target, run_name="__main__")
+            finally:
+                _join_program_threads(threads_before)  # as the interpreter does before it exits
     except SystemExit as e:
-        code = e.code
+        code = int(e.code) if isinstance(e.code, bool) else e.code
         status = code if isinstance(code, int) else (0 if code is None else 1)
         if code is not None and not isinstance(code, int):
             print(code, file=sys.stderr)
-    except BaseException:  # the program's own error: shown as Python would, then the report
-        traceback.print_exc()
+    except KeyboardInterrupt as e:  # as Python: the traceback, then the status of SIGINT
+        _print_program_error(e)
+        status = 130
+    except BaseException as e:  # the program's own error: shown as Python would, then the report
+        _print_program_error(e)
         status = 1
     finally:
         sys.argv = argv
@@ -147,15 +163,38 @@ def run_program(
     report = RunReport([target, *args], status, strategy, sanitize, fake_nvvfx)
     report.effects = [_effect_report(c) for c in cg.contracts]
     if sanitize:
-        races: list[Any] = list(model.races) if model is not None else []
-        models = {id(c.backend): c.backend for c in cg.contracts if isinstance(c.backend, SimBackend)}
-        for be in (current_backend(), fake_model):
-            if isinstance(be, SimBackend):
-                models.setdefault(id(be), be)
-        for sim in models.values():  # on the model every access is seen: its own report is the sanitizer's
-            races += sim.races
         report.races = [str(r) for r in races]
+        report.race_details = [_race_details(r) for r in races]
     return report
+
+
+def _join_program_threads(before: set[threading.Thread]) -> None:
+    """Block until every non-daemon thread the program started has ended (also those they start), as
+    the interpreter does before it exits: guards and models stay in place for them."""
+    current = threading.current_thread()
+    while True:
+        alive = [t for t in threading.enumerate() if t is not current and t not in before and not t.daemon and t.is_alive()]
+        if not alive:
+            return
+        for t in alive:
+            t.join()
+
+
+def _print_program_error(error: BaseException) -> None:
+    """The program's traceback as Python prints it: from the program's own frames, not the runner's."""
+    tb = error.__traceback__
+    while tb is not None and (tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    traceback.print_exception(type(error), error, tb)
+
+
+def _race_details(race: Any) -> dict[str, Any]:
+    """A race as the JSON report gives it: the buffer, the kind, both accesses (operation, read or write,
+    stream or host) and the fix."""
+    def access(a: Any) -> dict[str, Any]:
+        return {"op": a.op, "access": a.kind, "where": a.where}
+
+    return {"buffer": race.buffer, "kind": race.kind, "first": access(race.first), "second": access(race.second), "fix": race.fix}
 
 
 @contextlib.contextmanager
