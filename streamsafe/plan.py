@@ -218,6 +218,13 @@ def plan_fences(
                 f"stream 0 does not wait for the {sdk.kind} SDK stream, so non_blocking=True would race (H2); "
                 "running the SDK on a blocking shadow stream lets stream 0 wait on the device, and the host never waits"
             )
+        elif h2_open and conversion is not None and conversion.kind is StreamKind.LEGACY:
+            strategy = Strategy.EVENT  # (no shadow stream: the contract gives none while other threads run effects)
+            reason = (
+                f"stream 0 does not wait for the {sdk.kind} SDK stream (H2), and other threads drive effects on this "
+                "device: a blocking shadow stream would make every conversion on stream 0 wait for their work too, "
+                "so the SDK makes the host wait (non_blocking=False)"
+            )
         elif h2_open:
             strategy = Strategy.EVENT
             reason = "the conversion stream is not the legacy stream, so only non_blocking=False closes H2"
