@@ -150,12 +150,15 @@ class SimCapsule:
     until consumed, then ``"used_dltensor"`` (``"used_dltensor_versioned"``).
     """
 
-    __slots__ = ("_array", "versioned", "_consumed")
+    __slots__ = ("_array", "versioned", "_consumed", "view_of")
 
     def __init__(self, array: Any, *, versioned: bool = False) -> None:
         self._array = array
         self.versioned = versioned
         self._consumed = False
+        self.view_of: Any = None
+        """``(weak reference to a ledger, generation)`` when it is a guarded effect's output: an array the
+        model imports from it is a view of that run's output (H7 when used after the next run)."""
 
     @property
     def name(self) -> str:

@@ -10,10 +10,11 @@ capsule, and tells the contract which stream now reads the buffer (for H5/H6).
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import hooks
-from ._dlpack import DLPACK_CUDA, capsule_data_key, stream_on_device
+from ._dlpack import DLPACK_CUDA, SimCapsule, capsule_data_key, stream_on_device
 from .errors import StreamsafeError
 from .frameworks import torch_current_stream_handle
 from .streams import LEGACY_HANDLE as LEGACY_DLPACK, Stream, handle_of
@@ -110,6 +111,8 @@ class SafeImage:
             ledger.add_view(key, self._generation)
         self._consumer = consumer
         self._consumed = True
+        if type(self._capsule) is SimCapsule:  # on the model: the view it gives is of this run's output (H7)
+            self._capsule.view_of = (weakref.ref(ledger), self._generation)
         return self._capsule
 
     def check_importable(self) -> None:

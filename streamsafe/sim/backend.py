@@ -57,6 +57,21 @@ __all__ = ["SimBackend", "SimEvent", "SimBuffer", "SimArray", "Op"]
 _SANITIZE_ALL = 0
 """How many ``ss.sanitize()`` blocks without a backend are open: every model raises at a race then."""
 
+_RACE_SINKS: list[list[Any]] = []
+"""Lists that hear of every race any model finds (:func:`collecting_races`); empty almost always."""
+
+
+@contextlib.contextmanager
+def collecting_races() -> Iterator[list[Any]]:
+    """Inside the block, every race any :class:`SimBackend` finds, also one the program made itself,
+    is appended to the list yielded (as well as to that model's own ``races``)."""
+    sink: list[Any] = []
+    _RACE_SINKS.append(sink)
+    try:
+        yield sink
+    finally:
+        _RACE_SINKS.remove(sink)
+
 _HANDLE_BASE = 0x7F00_0000_1000
 _POISON = 0xDEAD
 
@@ -182,6 +197,8 @@ class SimArray:
         self.buffer = buffer
         self.dlpack_none = dlpack_none
         self._lease = lease
+        self._view_of: tuple[Any, int] | None = None
+        """``(weak reference to a ledger, generation)`` for a zero-copy view of a guarded effect's output."""
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -340,10 +357,12 @@ class SimBackend:
         finally:
             self._local.device = saved
 
-    def _check_device(self, device: int) -> None:
-        if not 0 <= device < self._devices:
+    def _check_device(self, device: int, what: str = "a new stream") -> None:
+        if not (isinstance(device, int) and 0 <= device < self._devices):
             raise StreamValueError(
-                device, f"the model has {self._devices} device(s), numbered 0 to {self._devices - 1}", "Pick one of them."
+                f"{what} of device {device}",
+                f"the model has {self._devices} device(s), numbered 0 to {self._devices - 1}",
+                f"Pick one of them, or make the model with more: SimBackend(devices={max(2, device + 1) if isinstance(device, int) else 2}).",
             )
 
     @_entry
@@ -371,10 +390,18 @@ class SimBackend:
         self._stream_pool.setdefault((stream.device, stream.kind is StreamKind.NON_BLOCKING), []).append(stream)
 
     def legacy_stream(self, device: int = 0) -> Stream:
-        return self._streams[(device, LEGACY_HANDLE)].stream
+        try:
+            return self._streams[(device, LEGACY_HANDLE)].stream
+        except KeyError:
+            self._check_device(device, "the legacy stream")  # raises: a device the model does not have
+            raise
 
     def per_thread_stream(self, device: int = 0) -> Stream:
-        return self._streams[(device, PER_THREAD_HANDLE)].stream
+        try:
+            return self._streams[(device, PER_THREAD_HANDLE)].stream
+        except KeyError:
+            self._check_device(device, "the per-thread stream")
+            raise
 
     @_entry
     def stream_info(self, handle: int) -> tuple[int, bool]:
@@ -591,7 +618,12 @@ class SimBackend:
         with self._lock:
             if self._released and not self._draining:
                 self._drain_released()
-            return self._issue(stream, name, fn, _buffers(reads), _buffers(writes))
+            reads, writes = tuple(reads), tuple(writes)
+            stale = _stale_views(reads, writes)
+            op = self._issue(stream, name, fn, _buffers(reads), _buffers(writes))
+            if stale:
+                self._report_stale(op, stale)
+            return op
 
     @_entry
     def copy(self, src: SimArray, stream: Stream | None = None, *, name: str = "") -> SimArray:
@@ -599,8 +631,8 @@ class SimBackend:
         allocated on that stream. Does not block."""
         stream = self.current_stream(src.device) if stream is None else stream
         dst = self.empty(src.shape, src.dtype, device=src.device, name=name or f"copy of {src.buffer.name}", stream=stream)
-        s, d = src.buffer, dst.buffer  # pending work holds the memory, not the arrays
-        self.launch(stream, name or f"copy {s.name}", lambda: np.copyto(d.data, s.data), reads=[s], writes=[d])
+        s, d = src.buffer, dst.buffer  # pending work holds the memory, not the arrays (launch keeps only buffers)
+        self.launch(stream, name or f"copy {s.name}", lambda: np.copyto(d.data, s.data), reads=[src], writes=[d])
         return dst
 
     @_entry
@@ -608,7 +640,7 @@ class SimBackend:
         """Issue a kernel on ``stream`` that sets every element of ``array`` to ``value``. Does not block."""
         stream = self.current_stream(array.device) if stream is None else stream
         buf = array.buffer
-        return self.launch(stream, name or f"fill {buf.name}", lambda: buf.data.fill(value), writes=[buf])
+        return self.launch(stream, name or f"fill {buf.name}", lambda: buf.data.fill(value), writes=[array])
 
     @_entry
     def download(self, array: SimArray, stream: Stream | None = None) -> np.ndarray:
@@ -616,7 +648,7 @@ class SimBackend:
         stream = self.current_stream(array.device) if stream is None else stream
         buf = array.buffer
         out = np.empty_like(buf.data)
-        op = self.launch(stream, f"download {buf.name}", lambda: np.copyto(out, buf.data), reads=[buf])
+        op = self.launch(stream, f"download {buf.name}", lambda: np.copyto(out, buf.data), reads=[array])
         self._run_until(lambda: op.done)
         self._host_join(op.clock)
         return out
@@ -631,10 +663,27 @@ class SimBackend:
         fn: Callable[[], None] | None = None,
     ) -> Op:
         """A read or write the host makes now (e.g. freeing a buffer); runs at once."""
+        reads, writes = tuple(reads), tuple(writes)
+        stale = _stale_views(reads, writes)
         op, found = self._host_op(name, _buffers(reads), _buffers(writes), fn)
         if found:
             self._report(found)
+        if stale:
+            self._report_stale(op, stale)
         return op
+
+    def _report_stale(self, op: Op, stale: list[tuple[SimArray, AccessKind, Any, int]]) -> None:
+        """Report each use of a view of an effect's output that the effect's next run overwrote (H7)."""
+        found = []
+        for array, kind, ledger, generation in stale:
+            run = Access(f"{ledger.name}'s run #{ledger.generation} (the view is of run #{generation})", "write", HOST,
+                         "the SDK", 0, VectorClock(), -1)
+            found.append(Race(array.buffer.name, run, Access(op.name, kind, op.actor, op.where, op.seq, op.clock, op.index),
+                              kind="stale-view"))
+        self.races.extend(found)
+        for sink in _RACE_SINKS:
+            sink.extend(found)
+        self._report(found)
 
     def _host_op(
         self, name: str, reads: tuple[SimBuffer, ...], writes: tuple[SimBuffer, ...], fn: Callable[[], None] | None
@@ -761,6 +810,8 @@ class SimBackend:
             if op.actor != HOST:
                 self._unordered += [(race.first.op_index, op) for race in found if race.kind == "unordered"]
             self.races.extend(found)
+            for sink in _RACE_SINKS:
+                sink.extend(found)
         return found
 
     def _check_access(self, op: Op, kind: AccessKind, buf: SimBuffer, found: list[Race] | None) -> list[Race] | None:
@@ -1012,10 +1063,15 @@ class SimBackend:
                 capsule = obj.__dlpack__(stream=consumer.dlpack)
         else:
             raise TypeError(f"from_dlpack needs an object with __dlpack__ or a SimCapsule, got {type(obj).__name__}")
+        view_of = capsule.view_of
         array = capsule.consume()
         if not isinstance(array, SimArray) or array.backend is not self:
             raise another_models_array(array, self)
-        return SimArray(self, array.buffer, lease=array._lease)
+        imported = SimArray(self, array.buffer, lease=array._lease)
+        view_of = view_of or array._view_of
+        if view_of is not None:  # a view of a guarded effect's output, or of such a view
+            imported._view_of = view_of
+        return imported
 
     def __repr__(self) -> str:
         return f"SimBackend(devices={self._devices}, scheduler={type(self.scheduler).__name__})"
@@ -1035,6 +1091,20 @@ def another_models_array(array: Any, backend: Any, what: str = "array") -> Input
 
 
 _UNKNOWN_RELEASE = Access("release", "write", HOST, "host", 0, VectorClock(), -1)
+
+
+def _stale_views(reads: Iterable[Any], writes: Iterable[Any]) -> list[tuple[SimArray, AccessKind, Any, int]]:
+    """The arrays among ``reads`` and ``writes`` that are views of a guarded effect's output that the
+    effect has run again since (with whether each is read or written, its ledger and the view's run)."""
+    stale = []
+    for kind, items in (("read", reads), ("write", writes)):
+        for item in items:
+            tag = item._view_of if type(item) is SimArray else None
+            if tag is not None:
+                ledger = tag[0]()
+                if ledger is not None and ledger.generation != tag[1]:
+                    stale.append((item, kind, ledger, tag[1]))
+    return stale  # type: ignore[return-value]
 
 
 def _buffers(items: Iterable[SimArray | SimBuffer]) -> tuple[SimBuffer, ...]:

@@ -16,7 +16,7 @@ from .clocks import ActorId, SeqNum, VectorClock, is_ordered_after
 __all__ = ["Access", "Race", "RaceKind", "find_race"]
 
 AccessKind = Literal["read", "write"]
-RaceKind = Literal["unordered", "use-after-free"]
+RaceKind = Literal["unordered", "use-after-free", "stale-view"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,9 @@ class Access:
 @dataclass(frozen=True)
 class Race:
     """``second`` was issued after ``first`` but is not ordered after it (``kind="unordered"``),
-    or ``second`` used memory that ``first`` had released (``kind="use-after-free"``, H7)."""
+    ``second`` used memory that ``first`` had released (``kind="use-after-free"``, H7), or ``second``
+    used a zero-copy view of an effect's output after the effect's next run, ``first``, overwrote it
+    (``kind="stale-view"``, H7: ordered, but the data is the next frame's)."""
 
     buffer: str
     first: Access
@@ -51,6 +53,12 @@ class Race:
 
     @property
     def fix(self) -> str:
+        if self.kind == "stale-view":
+            return (
+                "copy what you need before the next run() (a copy helper such as out.torch(), or a clone of the "
+                "view issued before it), or import the new output: a zero-copy view is valid until the effect's next "
+                "run(), close() or resize (H7)"
+            )
         if self.kind == "use-after-free":
             return (
                 f"stop using memory after {self.first.op!r} releases it: copy what you need before "
@@ -66,6 +74,11 @@ class Race:
         )
 
     def __str__(self) -> str:
+        if self.kind == "stale-view":
+            return (
+                f"{self.second} uses a zero-copy view of buffer {self.buffer!r} after {self.first.op} overwrote it "
+                f"(a stale view, H7); fix: {self.fix}"
+            )
         if self.kind == "use-after-free":
             return (
                 f"{self.second} uses buffer {self.buffer!r} after it was released "
