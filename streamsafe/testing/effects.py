@@ -205,10 +205,9 @@ class _Effect:
         self._graphs: dict[Any, Any] = {}
         self._graph_warm: set[Any] = set()
         self._graph_memos: tuple[tuple[Any, ...], ...] = ()
-        """The graphs of the last few graph-mode runs, with their buffers and settings (a few: the runs of a
-        ``VideoFrameGeneration`` with ``frame_multiplier`` above 2 take turns at their timesteps)."""
-        """The last graph-mode run's key, buffers, latencies and graphs: a repeated run finds its graphs
-        by identity, without building and hashing the full key."""
+        """The last few graph-mode runs' keys, buffers, latencies and graphs: a repeated run finds its graphs
+        by identity, without building and hashing the full key (a few: the runs of a ``VideoFrameGeneration``
+        with ``frame_multiplier`` above 2 take turns at their timesteps)."""
 
     @property
     def _name(self) -> str:

@@ -180,13 +180,16 @@ def _emulated(kind: str, mode: str, backend):  # type: ignore[no-untyped-def]
     return fx
 
 
-def _frames_of_both_modes(torch, backend, kind: str, calls) -> tuple[list, list]:  # type: ignore[no-untyped-def]
+def _frames_of_both_modes(torch, backend, kind: str, calls, made=None) -> tuple[list, list]:  # type: ignore[no-untyped-def]
     """The frames the eager and the graph-mode emulated effect give for the same calls, through a
-    contract on one side stream: ``calls(torch)`` yields each run's ``(args, kwargs)``."""
+    contract on one side stream: ``calls(torch)`` yields each run's ``(args, kwargs)``; ``made(mode, fx)``,
+    when given, sees each effect before its first run."""
     side = torch.cuda.Stream()
     outs: dict[str, list] = {}
     for mode in ("eager", "graph"):
         fx = _emulated(kind, mode, backend)
+        if made is not None:
+            made(mode, fx)
         c = ss.StreamContract(fx, side, strategy="auto")
         got = []
         with torch.cuda.stream(side):
@@ -251,10 +254,20 @@ def test_graph_mode_takes_turns_at_timesteps(torch_cuda, cuda_backend) -> None: 
             for k in (1, 2, 3):
                 yield (a, b), {"frame_index": k}
 
-    eager, graph = _frames_of_both_modes(torch_cuda, cuda_backend, "vfg-x4", calls)
+    lookups = []
+
+    def count_lookups(mode: str, fx) -> None:  # type: ignore[no-untyped-def]
+        if mode == "graph":
+            find = fx._graphs_for
+            fx._graphs_for = lambda *a: (lookups.append(a[0]), find(*a))[1]
+
+    eager, graph = _frames_of_both_modes(torch_cuda, cuda_backend, "vfg-x4", calls, count_lookups)
     assert len(graph) == 12 and not torch_cuda.equal(graph[0], graph[1])
     for k, (a, b) in enumerate(zip(eager, graph)):
         assert torch_cuda.equal(a, b), k
+    # each timestep's first run is eager, its second finds its graphs by key, the other six by the memo
+    # (with one memo entry the turns missed it every run: 9 key look-ups)
+    assert len(lookups) == 3, lookups
 
 
 @pytest.mark.parametrize("layout", ["offset-4-bytes", "odd-size", "transposed", "channels-last"])
