@@ -193,17 +193,39 @@ def test_a_stream_of_another_model_is_refused(sim: ss.SimBackend) -> None:
     assert sr.runs == 1
 
 
-def test_an_array_of_another_model_is_refused_before_the_run(sim: ss.SimBackend) -> None:
+def test_the_default_streams_of_another_model_are_the_same_streams(sim: ss.SimBackend) -> None:
+    """The legacy and per-thread streams name the same stream in every model: accepted, mapped to the effect's."""
     other = ss.SimBackend()
     sr = make_sr(sim)
-    c = ss.StreamContract(sr, sim.create_stream(non_blocking=True))
+    for stream in (other.legacy_stream(), other.per_thread_stream()):
+        c = ss.StreamContract(sr, stream)
+        assert c.plan.sdk == stream and c.plan.sdk.backend is sim
+        out = c.run(sim.empty((3, 16, 16), np.float32))
+        assert out.numpy().shape == (3, 32, 32)
+    assert sim.races == []
+
+
+@pytest.mark.parametrize("declared", [False, True])
+def test_an_array_of_another_model_is_refused_before_the_run(sim: ss.SimBackend, declared: bool) -> None:
+    other = ss.SimBackend()
+    sr = make_sr(sim)
+    s = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(sr, s, input_stream=s if declared else None)
     out = c.run(sim.empty((3, 16, 16), np.float32))
+    fences = dict(c.stats)
     foreign = other.empty((3, 16, 16), np.float32)
     with pytest.raises(ss.InputArrayError, match=r"input SimArray.*memory of SimBackend.*Allocate it with the effect's backend"):
         c.run(foreign)
+    assert dict(c.stats) == fences  # refused before any fence
     with pytest.raises(ss.InputArrayError, match=r"input_array SimArray.*memory of SimBackend"):
         sr.run(foreign)  # the emulated SDK itself, unguarded
     assert sr.runs == 1 and out.numpy().shape == (3, 32, 32)  # the effect and its output as they were
+
+
+def test_an_effect_on_a_device_the_model_lacks_is_refused_clearly() -> None:
+    sr = VideoSuperRes(backend=ss.SimBackend(), device=1)
+    with pytest.raises(ss.StreamValueError, match=r"the legacy stream of device 1.*the model has 1 device\(s\).*SimBackend\(devices=2\)"):
+        ss.StreamContract(sr)
 
 
 # -- the three ways in ---------------------------------------------------------------------------

@@ -867,9 +867,10 @@ def test_a_size_set_and_set_back_keeps_the_next_run_after_the_previous_one(sim: 
     assert size_set_and_set_back(sim, strategy, how, ImageEncoding.RGB8, False) == (0, 0)
 
 
-@pytest.mark.parametrize("strategy", ["auto", "event", "async"])
-def test_a_size_set_and_set_back_then_a_run_on_another_stream(sim: ss.SimBackend, strategy: str) -> None:
-    assert size_set_and_set_back(sim, strategy, "configure", ImageEncoding.RGB10A2, True) == (0, 0)
+def test_a_size_set_and_set_back_then_a_run_on_another_stream(sim: ss.SimBackend) -> None:
+    """(RGB10A2 under auto runs with non_blocking=True; event's SDK waits on the host and async's runs share
+    one shadow stream, so only auto shows it.)"""
+    assert size_set_and_set_back(sim, "auto", "configure", ImageEncoding.RGB10A2, True) == (0, 0)
 
 
 def test_a_size_set_and_set_back_control_races_without_fences(sim: ss.SimBackend) -> None:
@@ -912,9 +913,7 @@ def freed_into_a_decoders_pool(sim: ss.SimBackend, strategy: str, sdk_kind: str,
     ("async", "legacy", ImageEncoding.RGB8),
     ("auto", "non-blocking", ImageEncoding.RGB10A2),
     ("auto", "legacy", ImageEncoding.RGB10A2),
-    ("auto", "non-blocking", ImageEncoding.RGB8),
-    ("event", "legacy", ImageEncoding.RGB8),
-])
+], ids=["auto-legacy", "auto-blocking", "async-legacy", "auto-non-blocking-rgb10", "auto-legacy-rgb10"])
 def test_an_input_freed_into_another_streams_pool_after_an_asynchronous_run(
     sim: ss.SimBackend, strategy: str, sdk_kind: str, encoding: Any
 ) -> None:
@@ -924,6 +923,113 @@ def test_an_input_freed_into_another_streams_pool_after_an_asynchronous_run(
     assert freed_into_a_decoders_pool(sim, strategy, sdk_kind, encoding) == (0, 0)
 
 
+@pytest.mark.parametrize("strategy,sdk_kind", [("auto", "non-blocking"), ("event", "legacy")])
+def test_an_input_freed_into_another_streams_pool_where_it_was_already_safe(sim: ss.SimBackend, strategy: str, sdk_kind: str) -> None:
+    """The same program where the shadow stream's protection (auto -> async) or the SDK's host wait (event)
+    already kept the input: still clean (not a regression test of the fix: these passed before it)."""
+    assert freed_into_a_decoders_pool(sim, strategy, sdk_kind, ImageEncoding.RGB8) == (0, 0)
+
+
 def test_an_input_freed_into_another_streams_pool_control_races(sim: ss.SimBackend) -> None:
     corrupt, races = freed_into_a_decoders_pool(sim, "none", "legacy", ImageEncoding.RGB8)
     assert corrupt > 0 and races > 0
+
+
+def view_used_after_the_next_run(sim: ss.SimBackend, strategy: str, drained: bool, *, late: bool = True) -> tuple[float, list[Any]]:
+    """A zero-copy view of frame 1's output read after the effect's next run (``late``), or before it.
+    Every fence orders the next run after the view's import, so the late read is ordered and raceless:
+    it just sees frame 2 (H7). Returns the value read and the model's reports."""
+    sr = make_sr(sim)
+    s = sim.create_stream(non_blocking=True)
+    with sim.use_stream(s), ss.stream_contract(sr, s, strategy=strategy, allow_none=strategy == "none"):
+        out = sr.run(sim.array(np.full((3, 16, 16), 0.25, np.float32)))
+        view = sim.from_dlpack(out.image)
+        if not late:
+            early = sim.copy(view)
+        sr.run(sim.array(np.full((3, 16, 16), 0.75, np.float32)))
+        if drained:
+            sim.synchronize_device()
+        got = sim.copy(view) if late else early
+        sim.synchronize_device()
+        return float(sim.download(got).mean()), list(sim.races)
+
+
+@pytest.mark.parametrize("drained", [False, True])
+@pytest.mark.parametrize("strategy", FENCED)
+def test_a_view_used_after_the_next_run_is_reported_as_stale(sim: ss.SimBackend, strategy: str, drained: bool) -> None:
+    """The guide promised the model reports it; where the next run was ordered after the view (every fenced
+    strategy, or a drained device) nothing did, and the read silently saw the next frame."""
+    value, races = view_used_after_the_next_run(sim, strategy, drained)
+    stale = [r for r in races if r.kind == "stale-view"]
+    assert len(stale) == 1, [str(r) for r in races]
+    if len(races) == 1:  # (else the late read also raced the next conversion, unfenced for it: reported too)
+        assert abs(value - 0.749) < 0.01
+    assert "VideoSuperRes's run #2 (the view is of run #1)" in str(stale[0]) and "H7" in str(stale[0])
+    assert stale[0].second.kind == "read" and "out.torch()" in stale[0].fix
+
+
+@pytest.mark.parametrize("strategy", FENCED)
+def test_a_view_used_before_the_next_run_is_not_stale(sim: ss.SimBackend, strategy: str) -> None:
+    value, races = view_used_after_the_next_run(sim, strategy, False, late=False)
+    assert races == [] and abs(value - 0.251) < 0.01
+
+
+def test_a_view_of_a_view_is_stale_too(sim: ss.SimBackend) -> None:
+    sr = make_sr(sim)
+    s = sim.create_stream(non_blocking=True)
+    with sim.use_stream(s), ss.stream_contract(sr, s):
+        view = sim.from_dlpack(sim.from_dlpack(sr.run(sim.array(np.zeros((3, 16, 16), np.float32))).image))
+        sr.run(sim.array(np.zeros((3, 16, 16), np.float32)))
+        sim.fill(view, 1.0)  # a write through it
+    assert [(r.kind, r.second.kind) for r in sim.races] == [("stale-view", "write")]
+
+
+def test_a_release_waits_for_the_previous_runs_sdk_streams_then_forgets_them(sim: ss.SimBackend) -> None:
+    """After configure(), close() or synchronize() the host has waited for the SDK's own last work, so no
+    later run orders after (records an event on) a stream the program may since have destroyed."""
+    s = sim.create_stream(non_blocking=True)
+    sr = VideoSuperRes(backend=sim)
+    sr.output_width = sr.output_height = 32
+    sr.input_width = sr.input_height = 16
+    sr.load()
+    c = ss.StreamContract(sr, s, strategy="event")
+    with sim.use_stream(s):
+        c.run(sim.array(np.zeros((3, 16, 16), np.float32)))  # never imported: no reader
+    assert set(c.ledger.previous_sdk) == {s, sim.legacy_stream()}
+    waits = c.stats["host_waits"]
+    c.configure(input_width=24)
+    assert c.ledger.previous_sdk == () and c.stats["host_waits"] == waits + 2
+    c.configure(input_width=16)
+    with sim.use_stream(s):
+        c.run(sim.array(np.zeros((3, 16, 16), np.float32)))
+    c.synchronize()
+    assert c.ledger.previous_sdk == () and sim.races == []
+
+
+def test_the_plan_says_why_auto_picks_event_when_threads_share_the_device(sim: ss.SimBackend) -> None:
+    import threading
+
+    from streamsafe import occupancy
+
+    occupancy.forget()
+    reasons: dict[int, set[tuple[str, str]]] = {}
+    start = threading.Barrier(2)
+
+    def pipeline(k: int) -> None:
+        c = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True))
+        for _ in range(6):
+            start.wait()  # frame by frame, the two pipelines interleave
+            c.run(sim.array(np.zeros((3, 16, 16), np.float32))).numpy()
+            plan = c._last_plan
+            reasons.setdefault(k, set()).add((plan.strategy.value, plan.reason))
+
+    threads = [threading.Thread(target=pipeline, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    occupancy.forget()
+    event = {why for found in reasons.values() for strategy, why in found if strategy == "event"}
+    assert event, reasons
+    for why in event:
+        assert "other threads drive effects on this device" in why and "not the legacy stream" not in why

@@ -179,3 +179,130 @@ def test_unguarded_effects_corrupt_as_the_control() -> None:
         out = sr.run(x, stream_ptr=s.ptr, non_blocking=True)
         copies.append((sim.copy(sim.from_dlpack(out.image, stream=s), s), data))
     assert sim.races
+
+
+# -- found by the seventh session's review -----------------------------------------------------------
+
+WORKER_PROGRAM = textwrap.dedent(
+    """
+    import sys, threading, time
+    import numpy as np
+    import nvvfx
+    import streamsafe as ss
+    from streamsafe.testing import _kernels as K
+
+    sim = ss.current_backend()
+
+    def worker(k):
+        sr = nvvfx.VideoSuperRes(); sr.output_width = sr.output_height = 32; sr.load()
+        s = sim.create_stream(non_blocking=True)
+        copies = []
+        with sim.use_stream(s):
+            for i in range(6):
+                time.sleep(0.01)
+                d = np.random.default_rng(10 * k + i).random((3, 16, 16), dtype=np.float32)
+                out = sr.run(sim.array(d), stream_ptr=s.ptr)
+                copies.append((sim.copy(sim.from_dlpack(out.image)), d))
+        sim.synchronize_stream(s)
+        want = lambda d: K.to_rgb8(np, K.resize_bilinear(np, d, 32, 32)).astype(np.float32) / np.float32(255)
+        bad = sum(not np.array_equal(sim.download(c, s), want(d)) for c, d in copies)
+        print(f"worker {k}: corrupt {bad} of 6, {type(out).__name__}", flush=True)
+
+    for k in range(2):
+        threading.Thread(target=worker, args=(k,)).start()
+    # no join: the interpreter waits for these threads before it exits
+    """
+)
+
+
+def test_run_waits_for_the_programs_threads_before_it_unguards_and_reports(tmp_path: Path) -> None:
+    """The main module returned while its workers still ran: the guard came off under them (every frame
+    corrupt, plain outputs) and the report counted no run."""
+    path = tmp_path / "workers.py"
+    path.write_text(WORKER_PROGRAM)
+    done = run_cli("--fake-nvvfx", "--sanitize", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("corrupt 0 of 6, SafeOutput") == 2, done.stdout
+    assert "2 effect(s) guarded" in done.stderr and done.stderr.count("6 run(s)") == 2, done.stderr
+    assert "sanitize: no race found" in done.stderr
+
+
+def test_sanitize_reports_races_on_a_model_the_program_makes(tmp_path: Path) -> None:
+    path = tmp_path / "own_model.py"
+    path.write_text(textwrap.dedent(
+        """
+        import numpy as np, streamsafe as ss
+        sim = ss.SimBackend(scheduler="adversarial")
+        a, b = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+        x = sim.empty((4,), np.float32, stream=a)
+        sim.fill(x, 1.0, stream=a)
+        y = sim.copy(x, b)   # not ordered after the fill
+        sim.synchronize_device()
+        """
+    ))
+    report = tmp_path / "r.json"
+    done = run_cli("--fake-nvvfx", "--sanitize", "--report", str(report), str(path))
+    assert done.returncode == 3 and "1 race(s) found" in done.stderr, done.stderr
+    [race] = json.loads(report.read_text())["race_details"]
+    assert race["kind"] == "unordered" and race["first"]["access"] == "write" and race["second"]["access"] == "read"
+    assert race["first"]["op"].startswith("fill") and "non-blocking stream" in race["second"]["where"] and race["fix"]
+
+
+@pytest.mark.parametrize("body,status", [("import sys; sys.exit(True)", 1), ("raise KeyboardInterrupt", 130)])
+def test_exit_status_as_python_gives_it(tmp_path: Path, body: str, status: int) -> None:
+    path = tmp_path / "p.py"
+    path.write_text(body + "\n")
+    report = tmp_path / "r.json"
+    done = run_cli("--fake-nvvfx", "--report", str(report), str(path))
+    assert done.returncode == status and json.loads(report.read_text())["exit_status"] == status, done.stderr
+    assert f"program exit status: {status}" in done.stderr
+    if status == 130:  # the program's traceback, without the runner's frames
+        assert "KeyboardInterrupt" in done.stderr and "runner.py" not in done.stderr and "runpy" not in done.stderr
+
+
+def test_a_folder_with_main_runs_as_python_runs_it(tmp_path: Path) -> None:
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "helper.py").write_text("VALUE = 7\n")
+    (app / "__main__.py").write_text("import sys, nvvfx, helper\nprint('value', helper.VALUE, sys.argv[1:])\n")
+    done = run_cli("--fake-nvvfx", str(app), "x")
+    assert done.returncode == 0 and "value 7 ['x']" in done.stdout, done.stdout + done.stderr
+    (tmp_path / "empty").mkdir()
+    done = run_cli("--fake-nvvfx", str(tmp_path / "empty"))
+    assert done.returncode == 2 and "a folder without __main__.py" in done.stderr
+
+
+def test_class_guards_nest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An inner ``ss.guard`` that ends gives the classes back to the outer one (it removed it: plain runs
+    then raced, 1 of 1 frames corrupt)."""
+    sim = ss.SimBackend(scheduler="adversarial")
+    with ss.guard(VideoSuperRes) as outer:
+        with ss.guard(VideoSuperRes, strategy="event") as inner:
+            sr = VideoSuperRes(backend=sim)
+            sr.output_width = sr.output_height = 32
+            sr.load()
+            s = sim.create_stream(non_blocking=True)
+            assert _frames(sim, sr, 2, s) == 0
+        assert not inner.active and outer.active
+        assert _frames(sim, sr, 3, s) == 0  # the outer guard's contract now
+        assert [c.stats["runs"] for c in inner.contracts] == [2] and [c.stats["runs"] for c in outer.contracts] == [3]
+        inner.undo()  # (idempotent)
+        assert sim.races == []
+    assert not outer.active and _frames(sim, sr, 2, s) > 0 and sim.races  # no guard: the control races
+
+
+def test_unguard_leaves_the_guard_streamsafe_run_keeps() -> None:
+    sim = ss.SimBackend(scheduler="adversarial")
+    pinned = ss.guard(VideoSuperRes)
+    pinned._pinned = True  # what streamsafe run does
+    try:
+        mine = ss.guard(VideoSuperRes, strategy="event")
+        ss.unguard()
+        assert not mine.active and pinned.active
+        sr = VideoSuperRes(backend=sim)
+        sr.output_width = sr.output_height = 32
+        sr.load()
+        assert _frames(sim, sr, 3, sim.create_stream(non_blocking=True)) == 0 and sim.races == []
+        assert [c.stats["runs"] for c in pinned.contracts] == [3]
+    finally:
+        pinned.undo()
