@@ -29,6 +29,7 @@ __all__ = [
     "InputDeviceError",
     "HostArrayError",
     "NotAnEffectError",
+    "FrameworkUnavailableError",
 ]
 
 
@@ -239,3 +240,17 @@ class HostArrayError(InputArrayError):
 class NotAnEffectError(StreamsafeError, TypeError):
     """Something that is not an effect instance (``None``, a number, a class, a module) was given
     where an effect is needed."""
+
+
+class FrameworkUnavailableError(StreamsafeError, ImportError):
+    """A copy helper (``out.torch()``, ``out.cupy()``, ``out.jax()``) needs a framework that cannot be imported."""
+
+    def __init__(self, framework: str, helper: str, reason: str, extra: str) -> None:
+        self.framework = framework
+        self.helper = helper
+        self.reason = reason
+        super().__init__(
+            f"{helper} needs {framework}, which cannot be imported here ({reason}). Install it "
+            f"(pip install 'streamsafe[{extra}]'), or take a host copy with out.numpy(); the output is untouched",
+            name=framework,
+        )

@@ -9,13 +9,14 @@ capsule, and tells the contract which stream now reads the buffer (for H5/H6).
 
 from __future__ import annotations
 
+import importlib
 import sys
 import weakref
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import hooks
 from ._dlpack import DLPACK_CUDA, SimCapsule, capsule_data_key, stream_on_device
-from .errors import StreamsafeError
+from .errors import FrameworkUnavailableError, StreamsafeError
 from .frameworks import torch_current_stream_handle
 from .streams import LEGACY_HANDLE as LEGACY_DLPACK, Stream, handle_of
 
@@ -196,8 +197,7 @@ class SafeOutput:
         """A CuPy copy, issued on ``stream`` (a CuPy stream on the output's device) or CuPy's current
         stream. Does not block. A stream of another device raises
         :class:`~streamsafe.errors.DeviceMismatchError`, before anything is imported."""
-        import cupy
-
+        cupy = _framework("cupy", "out.cupy()", "cupy-cuda13")
         if stream is not None:
             _consumer_on_device(self.image, stream)
         image = self._copied()
@@ -216,8 +216,8 @@ class SafeOutput:
         Zero-copy import (JAX passes its stream to ``__dlpack__``), then
         ``jnp.array(copy=True)`` and ``block_until_ready()``. Blocks the host until the copy is done.
         """
-        import jax
-        import jax.numpy as jnp
+        jax = _framework("jax", "out.jax()", "jax")
+        jnp = _framework("jax.numpy", "out.jax()", "jax")
 
         image = self._copied()
         try:
@@ -243,9 +243,7 @@ class SafeOutput:
             elif "torch" in sys.modules or _importable("torch"):
                 result = self.torch().cpu().numpy()
             else:
-                import cupy
-
-                result = cupy.asnumpy(self.cupy())
+                result = _framework("cupy", "out.numpy() on the GPU without torch", "cupy-cuda13").asnumpy(self.cupy())
         except BaseException:
             _copy_failed(image)
             raise
@@ -286,7 +284,7 @@ def _consumer_on_device(image: SafeImage, stream: Any) -> None:
 
 def torch_copy(image: SafeImage, stream: Any = None) -> Any:
     """``out.torch(stream)`` given the output's image (what the bench's streamsafe rows import with)."""
-    import torch
+    torch = _framework("torch", "out.torch()", "torch")
 
     if stream is not None:
         _consumer_on_device(image, stream)
@@ -303,13 +301,24 @@ def torch_copy(image: SafeImage, stream: Any = None) -> Any:
 
 def torch_view(image: SafeImage, stream: Any = None) -> Any:
     """``out.torch(stream, copy=False)`` given the output's image: a zero-copy torch tensor."""
-    import torch
+    torch = _framework("torch", "out.torch(copy=False)", "torch")
 
     if stream is None:
         return _torch_import(torch, image)
     _consumer_on_device(image, stream)
     with torch.cuda.stream(stream):
         return _torch_import(torch, image)
+
+
+def _framework(name: str, helper: str, extra: str) -> Any:
+    """The module ``name`` (already imported, almost always), else a clear error naming ``helper``'s need."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        raise FrameworkUnavailableError(name.split(".")[0], helper, str(e), extra) from e
 
 
 def _torch_import(torch: Any, image: SafeImage) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 import warnings
 from typing import Any
 
@@ -359,6 +360,22 @@ def test_jax_adapter_protocol() -> None:
         adapter.__dlpack__()
     with pytest.raises(BufferError, match="copy=False"):
         ss.JaxDLPackAdapter(capsule).__dlpack__(copy=True)
+
+
+@pytest.mark.parametrize("helper,framework", [("torch", "torch"), ("cupy", "cupy"), ("jax", "jax"), ("view", "torch")])
+def test_a_copy_helper_without_its_framework_says_what_to_install(
+    sim: ss.SimBackend, monkeypatch: pytest.MonkeyPatch, helper: str, framework: str
+) -> None:
+    """(It raised a bare ModuleNotFoundError.) An ImportError still, so code that catches one keeps working."""
+    for name in ("torch", "cupy", "jax", "jax.numpy"):
+        monkeypatch.setitem(sys.modules, name, None)  # None: "cannot be imported", whatever is installed
+    c = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True))
+    out = c.run(sim.empty((3, 16, 16), np.float32))
+    call = {"torch": out.torch, "cupy": out.cupy, "jax": out.jax, "view": lambda: out.torch(copy=False)}[helper]
+    with pytest.raises(ss.FrameworkUnavailableError, match=rf"needs {framework}, which cannot be imported.*pip install 'streamsafe\[.*out.numpy\(\)") as info:
+        call()
+    assert isinstance(info.value, ImportError) and info.value.name == framework
+    assert out.numpy().shape == (3, 32, 32)  # the output untouched
 
 
 # -- H5, H6, H7 through the contract ------------------------------------------------------------
