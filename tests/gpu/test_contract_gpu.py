@@ -237,3 +237,41 @@ def test_sanitize_reports_a_deliberately_missing_fence(torch_cuda, frames) -> No
     assert "VideoSuperRes.conversion" in text and "consumer.copy" in text
     if (path := lane_output("sanitize.txt")) is not None:
         path.write_text(text + "\n")
+
+
+@pytest.mark.parametrize("how", ["configure", "synchronize"])
+def test_a_stream_the_program_destroys_after_a_release_is_never_used_again(torch_cuda, how: str) -> None:  # type: ignore[no-untyped-def]
+    """A run on a CuPy stream, a release (an output-size change, or the host wait of synchronize()), the
+    stream dropped and destroyed, then a run on another stream. The ledger kept the first stream as the
+    previous run's SDK stream, and the next run's event wait on it crashed the process (a review on an
+    H200); the release now waits for it on the host and forgets it. Each frame is compared with NumPy."""
+    import gc
+
+    cupy = pytest.importorskip("cupy")
+    from streamsafe.testing import VideoSuperRes
+
+    sr = VideoSuperRes(latency_us=200)
+    sr.input_width = sr.input_height = 32
+    sr.output_width = sr.output_height = 64
+    sr.load()
+    c = ss.StreamContract(sr, strategy="event")
+    data = np.random.default_rng(0).random((3, 32, 32), dtype=np.float32)
+    x = cupy.asarray(data)
+    first = cupy.cuda.Stream(non_blocking=True)
+    with first:
+        c.run(x)  # never imported: nothing else holds the stream
+    if how == "configure":
+        c.configure(output_width=96)
+    else:
+        c.synchronize()
+    assert c.ledger.previous_sdk == ()
+    del first
+    gc.collect()
+    second = cupy.cuda.Stream(non_blocking=True)
+    with second:
+        got = cupy.asnumpy(c.run(x).cupy())
+    second.synchronize()
+    ow = 96 if how == "configure" else 64
+    want = K.to_rgb8(np, K.resize_bilinear(np, data, 64, ow)).astype(np.float32) / np.float32(255)
+    assert got.shape == want.shape and float(np.abs(got - want).max()) <= 0.5 / 255
+    c.close()
