@@ -73,6 +73,8 @@ def _to_device_fix(obj: Any, device: int) -> str | None:
         return f"cupy.copy(x) inside `with cupy.cuda.Device({device}):`"
     if fw == "jax":
         return f"jax.device_put(x, jax.devices('gpu')[{device}])"
+    if type(obj).__name__ == "SimArray":  # the model's own arrays
+        return f"on the model, backend.array(backend.download(x), device={device}), or allocate it there: backend.empty(..., device={device})"
     return None
 
 

@@ -419,6 +419,7 @@ def fake(module: str, name: str, dev: tuple[int, int], **kw: Any) -> Any:
         ("cupy", "ndarray", (DLPACK_CUDA, 1), 0, ["cupy.ndarray", "cupy.copy(x) inside `with cupy.cuda.Device(0):`"]),
         ("jaxlib.xla_extension", "ArrayImpl", (DLPACK_CUDA, 1), 0, ["jax.device_put(x, jax.devices('gpu')[0])"]),
         ("mylib", "Image", (DLPACK_CUDA, 1), 0, ["mylib.Image", "with the framework that made it"]),
+        ("streamsafe.sim.backend", "SimArray", (DLPACK_CUDA, 0), 1, ["backend.array(backend.download(x), device=1)", "backend.empty(..., device=1)"]),
     ],
 )
 def test_wrong_device_message_per_framework(module: str, name: str, dev: tuple[int, int], effect_device: int, wants: list[str]) -> None:
