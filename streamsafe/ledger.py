@@ -305,7 +305,7 @@ class Ledger:
         the current output and for the previous run's SDK streams (H5)."""
         fences: list[Fence] = []
         if self.input_shapes is not None and input_shapes != self.input_shapes:
-            fences += self.release_fences(plan)
+            fences += self.release_fences(plan, sdk_streams=False)  # (the SDK's own streams: H5 below, on the device)
         readers: Iterable[Stream] = self.readers
         if self.escaped and current is not None and current not in self.readers:
             readers = (*self.readers, current)  # a view escaped: the framework's current stream may read it
@@ -338,15 +338,16 @@ class Ledger:
 
     # -- releases ---------------------------------------------------------------------------------------
 
-    def release_fences(self, plan: FencePlan | None, strategy: Strategy | None = None) -> list[Fence]:
+    def release_fences(self, plan: FencePlan | None, strategy: Strategy | None = None, *, sdk_streams: bool = True) -> list[Fence]:
         """H6: the host waits for every stream that may still touch the SDK's buffers: the readers of
-        the current output, and the previous run's SDK streams (the SDK's own work on buffers it may
-        keep, e.g. when a size is set and set back; after the wait no later run needs to order
-        after them, and a stream the program then destroys is never used again)."""
+        the current output, and (``sdk_streams``) the previous run's SDK streams (the SDK's own work on
+        buffers it may keep, e.g. when a size is set and set back; after the wait no later run needs to
+        order after them, and a stream the program then destroys is never used again)."""
         streams = [*self.outstanding, *self.readers]
         if self.escaped:  # a view escaped: the framework's current stream may read it too
             streams.append(self.current_stream())
-        streams += [s for s in self.previous_sdk if s not in streams]
+        if sdk_streams:
+            streams += [s for s in self.previous_sdk if s not in streams]
         if not streams:
             return []
         if plan is not None:
