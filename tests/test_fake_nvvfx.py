@@ -69,6 +69,34 @@ def test_sim_backend_fixture(sim_backend: ss.SimBackend) -> None:
     assert ss.current_backend() is sim_backend
 
 
+def test_sim_backend_fixture_is_current_in_threads_the_test_starts(fake_nvvfx: types.ModuleType, sim_backend: ss.SimBackend) -> None:
+    """A worker thread's effect without ``backend=`` ran on the process-wide default model (in-order, shared
+    by every test), so its missing fence raced there and the test's check of the fixture's races passed."""
+    import threading
+
+    import numpy as np
+
+    seen = []
+
+    def lane() -> None:
+        sim = ss.current_backend()
+        seen.append(sim)
+        producer, sdk, consumer = (sim.create_stream(non_blocking=True) for _ in range(3))
+        sr = fake_nvvfx.VideoSuperRes()
+        sr.output_width, sr.output_height = 128, 72
+        sr.load()
+        frame = sim.empty((3, 36, 64), np.float32, stream=producer)
+        sim.fill(frame, 0.5, stream=producer)
+        with sim.use_stream(sdk):  # no contract: H1 and H3 race
+            sim.copy(sim.from_dlpack(sr.run(frame).image, stream=consumer), consumer)
+        sim.synchronize_device()
+
+    worker = threading.Thread(target=lane)
+    worker.start()
+    worker.join()
+    assert seen == [sim_backend] and len(sim_backend.races) >= 2
+
+
 def test_context_manager_leaves_an_existing_install_in_place() -> None:
     mod = install_fake_nvvfx()
     try:

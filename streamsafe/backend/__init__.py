@@ -79,3 +79,17 @@ def use_backend(backend: Backend) -> Iterator[Backend]:
         yield backend
     finally:
         _active.reset(token)
+
+
+@contextlib.contextmanager
+def process_default(backend: Backend) -> Iterator[Backend]:
+    """Make ``backend`` the process-wide default inside the block: the current backend of every thread
+    that has not chosen one with :func:`use_backend`, threads started in the block included."""
+    global _default
+    with _default_lock:
+        saved, _default = _default, backend
+    try:
+        yield backend
+    finally:
+        with _default_lock:
+            _default = saved

@@ -6,7 +6,8 @@
   ``conftest.py``) is used as it is and left in place; a real ``nvvfx`` is shadowed for the
   test only.
 * ``sim_backend``: a fresh :class:`~streamsafe.SimBackend` (race-directed adversarial
-  scheduler) made current for the test, so effects created without ``backend=`` use it.
+  scheduler) made current for the test, in every thread (also threads the test starts), so
+  effects created without ``backend=`` use it.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def fake_nvvfx(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 @pytest.fixture
 def sim_backend() -> Iterator[object]:
-    from ..backend import SimBackend, use_backend
+    from ..backend import SimBackend, process_default, use_backend
 
     backend = SimBackend(scheduler="adversarial")
-    with use_backend(backend):
+    with process_default(backend), use_backend(backend):  # (a worker thread the test starts sees it too)
         yield backend

@@ -17,7 +17,6 @@ import runpy
 import sys
 import threading
 import traceback
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -103,14 +102,14 @@ def run_program(
     model_scope: Any = contextlib.nullcontext()
     fake_model: Any = None
     if fake_nvvfx:
-        from ..backend import cuda_available
+        from ..backend import cuda_available, process_default
         from ..sim.backend import SimBackend as _Sim
         from ..testing.fake_nvvfx import install_fake_nvvfx
 
         install_fake_nvvfx(force=True)
         if not cuda_available():  # on the model, run ready work in the order that breaks a missing fence
             fake_model = _Sim(scheduler="adversarial")
-            model_scope = _default_backend(fake_model)  # every thread's default, not only this one's
+            model_scope = process_default(fake_model)  # every thread's default, not only this one's
     import importlib
 
     nvvfx = importlib.import_module("nvvfx")
@@ -195,20 +194,6 @@ def _race_details(race: Any) -> dict[str, Any]:
         return {"op": a.op, "access": a.kind, "where": a.where}
 
     return {"buffer": race.buffer, "kind": race.kind, "first": access(race.first), "second": access(race.second), "fix": race.fix}
-
-
-@contextlib.contextmanager
-def _default_backend(backend: Any) -> Iterator[Any]:
-    """Make ``backend`` the process-wide default (every thread's) for the block."""
-    from .. import backend as backends
-
-    with backends._default_lock:
-        saved, backends._default = backends._default, backend
-    try:
-        yield backend
-    finally:
-        with backends._default_lock:
-            backends._default = saved
 
 
 def format_report(report: RunReport) -> str:
