@@ -42,6 +42,7 @@ class ClassGuard:
     """Left by :func:`unguard` (the guard ``streamsafe run`` puts around a program); only :meth:`undo` ends it."""
 
     def contract_for(self, effect: Any) -> StreamContract:
+        """The contract this guard made for ``effect`` (made at its first call, and again after a close). Does not block."""
         ledger = ledger_of(effect, create=False)
         contract = ledger.default_contract if ledger is not None else None
         if contract is None or contract.closed or contract.guard_owner is not self:

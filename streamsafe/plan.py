@@ -81,6 +81,7 @@ class FencePlan:
     _cache: dict[Any, tuple[Fence, ...]] = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     def at(self, when: When) -> tuple[Fence, ...]:
+        """The plan's fences placed at ``when`` (``"before run"``, ``"after run"``, ``"at import"``, ...)."""
         return tuple(f for f in self.fences if f.when == when)
 
     @property

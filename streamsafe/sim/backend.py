@@ -266,7 +266,10 @@ _PoolKey = tuple[tuple[int, int], tuple[int, ...], str]
 
 
 class SimBackend:
-    """The model of CUDA ordering. ``scheduler`` may be a name or a :class:`Scheduler`.
+    """The model of CUDA ordering. ``scheduler`` may be a name (``"in-order"``, the default: work runs
+    in issue order, so a missing fence rarely changes a frame; ``"adversarial"``: ready work runs in the
+    order that breaks a missing fence; ``"random"``, seeded by ``seed``) or a :class:`Scheduler`. Every
+    scheduler reports every unordered pair in :attr:`races`.
 
     ``on_race="record"`` appends reports to :attr:`races`; ``"raise"`` raises
     :class:`~streamsafe.errors.RaceError` at the access that races, once that access is
@@ -390,6 +393,8 @@ class SimBackend:
         self._stream_pool.setdefault((stream.device, stream.kind is StreamKind.NON_BLOCKING), []).append(stream)
 
     def legacy_stream(self, device: int = 0) -> Stream:
+        """The legacy default stream (stream 0) of ``device``: it waits for, and is waited for by, every
+        blocking stream of the device. Does not block."""
         try:
             return self._streams[(device, LEGACY_HANDLE)].stream
         except KeyError:
@@ -397,6 +402,8 @@ class SimBackend:
             raise
 
     def per_thread_stream(self, device: int = 0) -> Stream:
+        """The per-thread default stream of ``device`` (DLPack's ``2``): it does not synchronise with other
+        blocking streams (H11). Does not block."""
         try:
             return self._streams[(device, PER_THREAD_HANDLE)].stream
         except KeyError:

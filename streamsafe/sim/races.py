@@ -53,6 +53,7 @@ class Race:
 
     @property
     def fix(self) -> str:
+        """How to order or avoid the second access, in words."""
         if self.kind == "stale-view":
             return (
                 "copy what you need before the next run() (a copy helper such as out.torch(), or a clone of the "
