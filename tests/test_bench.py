@@ -177,7 +177,21 @@ def test_bench_cli_rejects_unknown_names(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["bench", "--backend", "sim", "--strategy", "fastest"]) == 2
     assert "unknown strategy 'fastest'" in capsys.readouterr().err
     assert main(["bench", "--backend", "sim", "--frames", "5", "--block", "2", "--quiet"]) == 2
-    assert "multiple of block" in capsys.readouterr().err
+    assert "--frames 5 is not a multiple of --block 2: every strategy runs whole blocks; pass --frames 6 or 4" in capsys.readouterr().err
+    assert main(["bench", "--backend", "sim", "--block", "3", "--quiet"]) == 2  # the default frames named as such
+    assert "--frames 8 (the default here) is not a multiple of --block 3" in capsys.readouterr().err
+
+
+def test_cli_names_are_case_blind_and_repeats_run_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--strategy ALL`` was refused with a message that offered ``all``; ``Auto`` passed in hazards but not in
+    bench; a repeated name ran twice (hazards, bench's scenarios) or failed with no fix (bench's strategies)."""
+    assert main(["bench", "--backend", "sim", "--scenario", "A,a", "--strategy", "Auto,auto", "--quiet"]) == 0
+    table = capsys.readouterr().out
+    assert len([line for line in table.splitlines() if line.startswith("a ") and " auto " in line]) == 1
+    assert main(["hazards", "--only", "H1", "--strategy", "ALL"]) == 0
+    assert "Every fenced strategy (auto, event, async, stream, device)" in capsys.readouterr().out
+    assert main(["hazards", "--only", "H1", "--strategy", "Auto,auto"]) == 0
+    assert "Every fenced strategy (auto) copied all 8 frames" in capsys.readouterr().out  # (16: it ran twice)
 
 
 def test_micro_benchmark_interleave_loop() -> None:

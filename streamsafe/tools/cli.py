@@ -25,6 +25,20 @@ class UsageError(Exception):
     """A problem with the command line or the machine, reported as one line with exit status 2."""
 
 
+def _choose(value: str, known: Sequence[str], what: str) -> list[str]:
+    """The names of a comma-separated option (any case; ``all`` for every one), in order, repeats dropped."""
+    if value.strip().lower() == "all":
+        return list(known)
+    chosen: list[str] = []
+    for given in value.split(","):
+        name = given.strip().lower()
+        if name not in known:
+            raise UsageError(f"unknown {what} {given.strip()!r}; choose from {', '.join(known)} or all")
+        if name not in chosen:
+            chosen.append(name)
+    return chosen
+
+
 # -- shared checks ---------------------------------------------------------------------------
 
 
@@ -152,10 +166,7 @@ def _hazards(args: argparse.Namespace) -> int:
             what = f"unknown hazard {', '.join(map(repr, unknown))}" if unknown else "no hazard given"
             raise UsageError(f"--only {args.only!r}: {what}; known: {', '.join(known)}")
         scenarios = tuple(s for s in SCENARIOS if s.hazard in wanted)
-    strategies = STRATEGIES if args.strategy == "all" else tuple(x.strip().lower() for x in args.strategy.split(","))
-    unknown = [x for x in strategies if x not in STRATEGIES]
-    if unknown:
-        raise UsageError(f"unknown strategy {unknown[0]!r}; choose from {', '.join(STRATEGIES)} or all")
+    strategies = tuple(_choose(args.strategy, STRATEGIES, "strategy"))
     if args.trace:
         _check_writable(args.trace, "--trace")
     backend = _resolve_backend(args.backend)
@@ -195,15 +206,8 @@ def _bench(args: argparse.Namespace) -> int:
     from ..bench.report import format_table
     from .hazards import STRATEGIES
 
-    keys = [s.key for s in SCENARIOS]
-    scenarios = keys if args.scenario == "all" else [x.strip() for x in args.scenario.split(",")]
-    bad = [x for x in scenarios if x not in keys]
-    if bad:
-        raise UsageError(f"unknown scenario {bad[0]!r}; choose from {', '.join(keys)} or all")
-    strategies = list(STRATEGIES) if args.strategy == "all" else [x.strip() for x in args.strategy.split(",")]
-    bad = [x for x in strategies if x not in STRATEGIES]
-    if bad:
-        raise UsageError(f"unknown strategy {bad[0]!r}; choose from {', '.join(STRATEGIES)} or all")
+    scenarios = _choose(args.scenario, [s.key for s in SCENARIOS], "scenario")
+    strategies = _choose(args.strategy, STRATEGIES, "strategy")
     for path, option in ((args.json, "--json"), (args.png, "--png")):
         if path:
             _check_writable(path, option)
@@ -223,6 +227,13 @@ def _bench(args: argparse.Namespace) -> int:
         env = {"gpu": None, "packages": collect()["packages"], "note": "simulated backend"}
         factory = sim_factory
         frames, warmup, block = args.frames or 8, args.warmup if args.warmup is not None else 2, args.block or 4
+    if frames % block:
+        given = lambda option, n, default: f"{option} {n}" + (" (the default here)" if default else "")  # noqa: E731
+        lower, higher = frames // block * block, (frames // block + 1) * block
+        raise UsageError(
+            f"{given('--frames', frames, args.frames is None)} is not a multiple of {given('--block', block, args.block is None)}: "
+            f"every strategy runs whole blocks; pass --frames {higher}" + (f" or {lower}" if lower else "")
+        )
     progress = None if args.quiet else _BenchProgress()
     try:
         result = run_bench(
@@ -338,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "only counts are real; times are shown as '-'.")
     bench.add_argument("--backend", choices=["auto", "sim", "cuda"], default="auto",
                        help="sim, cuda (needs PyTorch, CuPy and a GPU), or auto (default)")
-    bench.add_argument("--scenario", default="all", help="comma-separated scenario keys (a, b, c, d-cupy, d-jax, e-4k, e-rgb10, f-vfg, f-hdr, g-host, server-1, server-2, server-4, server-8) or all")
+    bench.add_argument("--scenario", default="all", help="comma-separated scenario keys (a, b, c, c-gpu, d-cupy, d-jax, e-4k, e-rgb10, f-vfg, f-hdr, g-host, server-1, server-2, server-4, server-8) or all")
     bench.add_argument("--strategy", default="all", help="comma-separated strategies or all")
     bench.add_argument("--frames", type=_positive, help="timed frames per strategy and scenario (default 100 on cuda, 8 on sim)")
     bench.add_argument("--warmup", type=int, help="untimed frames first (default 20 on cuda, 2 on sim)")
