@@ -12,8 +12,19 @@ STREAMING_ULTRA upscale with low latency), ``VideoFrameGeneration.Mode`` (LOW, M
 (2x: 2160p, 3x: 720p, 4x: 540p).
 """
 
+import sys
+
 import numpy as np
-import torch
+
+try:
+    import torch
+except ImportError:
+    torch = None
+if torch is None or not torch.cuda.is_available():
+    why = "PyTorch is not installed" if torch is None else "torch.cuda.is_available() is False on this machine"
+    print(f"nvvfx_api_tour.py: needs PyTorch with CUDA and an NVIDIA GPU ({why}); nothing was run. "
+          "Without a GPU, see examples/quickstart_cpu.py", file=sys.stderr)
+    sys.exit(2)
 
 import nvvfx
 from nvvfx import TrueHDR, VideoFrameGeneration, VideoSuperRes

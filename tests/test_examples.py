@@ -97,7 +97,7 @@ def test_options_parse(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.skipif(_has_cuda_torch(), reason="this machine has a CUDA GPU")
-@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("program", [*PROGRAMS, "nvvfx_api_tour.py"])
 def test_without_a_gpu_the_program_says_so(program: str) -> None:
     result = _run(program, "--frames", "2", env={"CUDA_VISIBLE_DEVICES": ""})
     assert result.returncode == 2, result.stdout + result.stderr
