@@ -69,3 +69,28 @@ def test_no_corrupt_frame_and_no_race(seed: int, strategy: str) -> None:
 def test_long_programs(seed: int, strategy: str) -> None:
     result = run_model(generate(seed, frames=40), strategy)
     assert result.ok, "\n" + _report([result])
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--scheduler", "bogus"], "invalid choice: 'bogus'"),
+    (["--strategies", "bogus"], "unknown strategy 'bogus'"),
+    (["--frames", "0"], "0 is not a positive count"),
+    (["--programs", "0"], "0 is not a positive count"),
+    (["--schedule-seeds", "0"], "0 is not a positive count"),
+])
+def test_the_fuzzers_command_line_refuses_what_would_prove_nothing(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad name raised a traceback or became a table row; a zero count ran nothing and passed (found by a
+    review helper)."""
+    from streamsafe.testing.fuzz import main
+
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_the_fuzzers_command_line_takes_names_in_any_case_once(capsys: pytest.CaptureFixture[str]) -> None:
+    from streamsafe.testing.fuzz import main
+
+    assert main(["--programs", "2", "--frames", "2", "--strategies", "Auto,auto"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("auto ")]
+    assert len(rows) == 1 and rows[0].split()[1] == "2"
