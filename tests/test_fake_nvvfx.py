@@ -49,8 +49,9 @@ def test_a_real_module_is_not_shadowed_without_force() -> None:
     real = types.ModuleType("nvvfx")
     sys.modules["nvvfx"] = real
     try:
-        with pytest.raises(RuntimeError, match="pass force=True"):
+        with pytest.raises(ss.StreamsafeError, match="Pass force=True") as info:
             install_fake_nvvfx()
+        assert isinstance(info.value, RuntimeError)  # (it was a plain RuntimeError)
         install_fake_nvvfx(force=True)
         assert sys.modules["nvvfx"] is not real
         uninstall_fake_nvvfx()

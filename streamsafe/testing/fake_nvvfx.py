@@ -69,8 +69,11 @@ def install_fake_nvvfx(*, force: bool = False) -> types.ModuleType:
     if is_fake_nvvfx(current):
         return current  # type: ignore[return-value]
     if current is not None and not force:
-        raise RuntimeError(
-            "a real nvvfx module is already imported; pass force=True to shadow it with the emulation"
+        from ..errors import BackendUnavailableError
+
+        raise BackendUnavailableError(  # (a StreamsafeError and a RuntimeError)
+            "emulated nvvfx", "a real nvvfx module is already imported",
+            "Pass force=True to shadow it with the emulation (uninstall_fake_nvvfx() puts it back)",
         )
     _saved.append(current)
     mod = build_fake_nvvfx()
