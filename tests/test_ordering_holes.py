@@ -1033,3 +1033,14 @@ def test_the_plan_says_why_auto_picks_event_when_threads_share_the_device(sim: s
     assert event, reasons
     for why in event:
         assert "other threads drive effects on this device" in why and "not the legacy stream" not in why
+
+
+def test_a_view_used_after_close_is_one_use_after_free_not_also_stale(sim: ss.SimBackend) -> None:
+    sr = make_sr(sim)
+    s = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(sr, s)
+    with sim.use_stream(s):
+        view = sim.from_dlpack(c.run(sim.array(np.zeros((3, 16, 16), np.float32))).image)
+    c.close()
+    sim.copy(view, s)
+    assert [r.kind for r in sim.races] == ["use-after-free"]

@@ -1107,7 +1107,7 @@ def _stale_views(reads: Iterable[Any], writes: Iterable[Any]) -> list[tuple[SimA
     for kind, items in (("read", reads), ("write", writes)):
         for item in items:
             tag = item._view_of if type(item) is SimArray else None
-            if tag is not None:
+            if tag is not None and not item.buffer.freed:  # (released memory: a use after free, reported as such)
                 ledger = tag[0]()
                 if ledger is not None and ledger.generation != tag[1]:
                     stale.append((item, kind, ledger, tag[1]))
