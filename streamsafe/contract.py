@@ -39,7 +39,7 @@ from .sim import mirror
 from .sim.backend import SimArray, another_models_array
 from .errors import EffectConfigError, EffectStateError, HostArrayError, NotAnEffectError, StreamsafeError, UnguardedChangeError
 from .frameworks import framework_of, torch_current_stream_handle
-from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, shape_of, tracked_raw_call, tracked_setattr
+from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, releases_output, shape_of, tracked_raw_call, tracked_setattr
 from .ledger import Ledger, apply_fences, ledger_of, new_stats, view_owner, views_exist
 from .occupancy import note_run
 from .outputs import SafeImage, SafeOutput
@@ -566,9 +566,10 @@ class StreamContract:
             ledger.config = now
             return
         ledger.config = now
-        if not (ledger.outstanding or ledger.readers):
+        changed = [(name, old, new) for name, old, new in zip(CONFIG_ATTRS, before, now) if old != new]
+        if not (ledger.outstanding or ledger.readers) or not any(releases_output(self.effect, name) for name, _, _ in changed):
             return
-        changes = ", ".join(f"{name} {old} -> {new}" for name, old, new in zip(CONFIG_ATTRS, before, now) if old != new)
+        changes = ", ".join(f"{name} {old} -> {new}" for name, old, new in changed)
         consumers = ", ".join(str(c) for c in {**ledger.outstanding, **ledger.readers})
         error = UnguardedChangeError(type(self.effect).__name__, changes, consumers)
         # too late for the readers (the buffer may be gone), but the next run still comes after the SDK's own work
@@ -596,7 +597,7 @@ class StreamContract:
             before = {k: getattr(self.effect, k, None) for k in attrs}
             changes = {k: v for k, v in attrs.items() if before[k] != v}
             # a size first set (None before) has released nothing: no output was made for it
-            releasing = [k for k in changes if k in CONFIG_ATTRS and before[k] is not None]
+            releasing = [k for k in changes if releases_output(self.effect, k) and before[k] is not None]
             if releasing:
                 apply_fences(self.backend, self.device, ledger.release_fences(self._last_plan, self.strategy), self.stats)
             done = []

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFIG_ATTRS",
+    "releases_output",
     "INPUT_KWARGS",
     "install",
     "tracked_raw_call",
@@ -47,7 +48,16 @@ __all__ = [
 ]
 
 CONFIG_ATTRS = ("output_width", "output_height", "image_encoding", "input_width", "input_height")
-"""Attributes whose change may release or replace the SDK's output buffer (H6)."""
+"""Attributes whose change may release or replace the SDK's output buffer (H6); see :func:`releases_output`."""
+
+
+def releases_output(effect: Any, attr: str) -> bool:
+    """Whether a change of ``attr`` may release or replace ``effect``'s output buffer (H6): an output size
+    or the encoding; an input size only where the output's size follows it (``VideoFrameGeneration``), not
+    where the effect has an output size of its own (``VideoSuperRes``: its output stays valid)."""
+    if attr == "input_width" or attr == "input_height":
+        return not hasattr(type(effect), "output_width")
+    return attr in CONFIG_ATTRS
 
 _METHODS = ("run", "run_at_timestep", "close")
 _MARK = "__streamsafe_dispatch__"
@@ -310,7 +320,7 @@ def tracked_setattr(effect: Any, ledger: Ledger, attr: str, value: Any) -> None:
     """A plain change of an output-size or encoding attribute outside any guard: the host waits for
     the readers streamsafe knows of before the effect may release its buffer (H6)."""
     current = getattr(effect, attr, None)
-    if current == value or current is None:  # unchanged, or first set: nothing was made for it
+    if current == value or current is None or not releases_output(effect, attr):  # nothing to release
         call_raw(effect, "__setattr__", attr, value)
         return
     with ledger.using("configure"):
