@@ -140,15 +140,28 @@ class _Using:
 
     def __enter__(self) -> Ledger:
         ledger = self._ledger
-        if not ledger._lock.acquire(blocking=self._wait):
+        if self._wait:
+            # A closing wait is announced from before it waits for the lock until after it lets go: a call
+            # another thread makes meanwhile waits for it, whether it already holds the lock or not yet.
+            ledger._closing.append(self)
+            try:
+                ledger._lock.acquire()
+            except BaseException:
+                ledger._closing.remove(self)
+                raise
+        elif not ledger._lock.acquire(False):
             # another thread's block is ending (its closing host wait): that is not a concurrent call
-            if not (ledger._closing_wait and ledger._lock.acquire(timeout=60)):
+            if not ((ledger._closing_wait or ledger._closing) and ledger._lock.acquire(timeout=60)):
                 raise ConcurrentUseError(ledger.name, self._call, _thread_name(ledger._owner), threading.current_thread().name)
         self._outer = ledger._took(self._wait)
         return ledger
 
     def __exit__(self, *exc: object) -> None:
-        self._ledger.let_go(self._outer)
+        try:
+            self._ledger.let_go(self._outer)
+        finally:
+            if self._wait:
+                self._ledger._closing.remove(self)
 
 
 class Ledger:
@@ -188,6 +201,8 @@ class Ledger:
         self._lock = threading.RLock()
         self._owner: int | None = None
         self._closing_wait = False
+        self._closing: list[Any] = []
+        """The closing waits under way (list appends and removes are atomic: no lock needed to announce one)."""
 
     # -- the thread rule --------------------------------------------------------------------------
 

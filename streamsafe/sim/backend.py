@@ -1049,13 +1049,16 @@ class SimBackend:
 
     # -- DLPack consumer --------------------------------------------------------------------------------
 
-    @_entry
     def from_dlpack(self, obj: Any, *, stream: Stream | None = None, max_version: tuple[int, int] | None = (1, 0)) -> SimArray:
         """Import a producer (or a capsule) zero-copy, asking it to order ``stream`` (default: current).
 
         Like ``torch.from_dlpack``: the consumer passes its stream to ``__dlpack__``. Does not block.
         A capsule that was already imported raises :class:`BufferError`. The result shares the
         producer's allocation: the memory stays allocated while either is alive.
+
+        The producer's ``__dlpack__`` runs outside the model's lock, as a framework calls it with no
+        lock of its own held (a guarded output's may wait for an effect another thread holds, whose
+        host wait needs the model).
         """
         if isinstance(obj, SimCapsule):
             capsule = obj
@@ -1070,6 +1073,10 @@ class SimBackend:
                 capsule = obj.__dlpack__(stream=consumer.dlpack)
         else:
             raise TypeError(f"from_dlpack needs an object with __dlpack__ or a SimCapsule, got {type(obj).__name__}")
+        return self._import_capsule(capsule)
+
+    @_entry
+    def _import_capsule(self, capsule: SimCapsule) -> SimArray:
         view_of = capsule.view_of
         array = capsule.consume()
         if not isinstance(array, SimArray) or array.backend is not self:
