@@ -997,9 +997,9 @@ def test_a_release_waits_for_the_previous_runs_sdk_streams_then_forgets_them(sim
         c.run(sim.array(np.zeros((3, 16, 16), np.float32)))  # never imported: no reader
     assert set(c.ledger.previous_sdk) == {s, sim.legacy_stream()}
     waits = c.stats["host_waits"]
-    c.configure(input_width=24)
+    c.configure(output_width=48)
     assert c.ledger.previous_sdk == () and c.stats["host_waits"] == waits + 2
-    c.configure(input_width=16)
+    c.configure(output_width=32)
     with sim.use_stream(s):
         c.run(sim.array(np.zeros((3, 16, 16), np.float32)))
     c.synchronize()
@@ -1044,3 +1044,76 @@ def test_a_view_used_after_close_is_one_use_after_free_not_also_stale(sim: ss.Si
     c.close()
     sim.copy(view, s)
     assert [r.kind for r in sim.races] == ["use-after-free"]
+
+
+def test_an_input_size_change_of_super_res_leaves_its_output_valid(sim: ss.SimBackend) -> None:
+    """VideoSuperRes has an output size of its own: a change of its input size releases nothing. Its output
+    was made stale (a stale-view report, StaleOutputError on import) though the guide keeps it valid until
+    the next run, close() or an output-size or encoding change."""
+    s = sim.create_stream(non_blocking=True)
+    sr = VideoSuperRes(backend=sim)
+    sr.output_width = sr.output_height = 64
+    sr.input_width = sr.input_height = 16
+    sr.load()
+    c = ss.StreamContract(sr, s, strategy="event")
+    with sim.use_stream(s):
+        viewed = c.run(sim.array(np.full((3, 16, 16), 0.25, np.float32)))
+        view = sim.from_dlpack(viewed.image)
+        c.configure(input_width=24, input_height=24)
+        assert abs(float(sim.download(sim.copy(view)).mean()) - 0.251) < 0.01  # the view: still run 1's, valid
+        copied = c.run(sim.array(np.full((3, 24, 24), 0.75, np.float32)))
+        sr.input_width = sr.input_height = 16  # (plain, tracked sets this time)
+        assert abs(float(copied.numpy().mean()) - 0.749) < 0.01  # still importable
+    assert sim.races == []
+
+
+def test_an_input_size_change_of_frame_generation_releases_its_output(sim: ss.SimBackend) -> None:
+    """VideoFrameGeneration's output size is its input size: that change does make the output stale."""
+    from streamsafe.testing import VideoFrameGeneration
+
+    s = sim.create_stream(non_blocking=True)
+    fx = VideoFrameGeneration(backend=sim)
+    fx.input_width, fx.input_height = 16, 16
+    fx.load()
+    c = ss.StreamContract(fx, s)
+    with sim.use_stream(s):
+        a, b = sim.array(np.zeros((3, 16, 16), np.float32)), sim.array(np.ones((3, 16, 16), np.float32))
+        out = c.run(a, b, frame_index=1)
+        c.configure(input_width=24)
+        with pytest.raises(ss.StaleOutputError):
+            out.numpy()
+
+
+@pytest.mark.parametrize("strategy", ["event", "async", "auto"])
+def test_threads_sharing_one_effect_with_a_block_per_frame_and_their_own_lock(strategy: str) -> None:
+    """The guide: serialising calls yourself is fine, and leaving a block waits for another thread's call.
+    A thread whose call came while another's block was about to begin its closing wait raised
+    ConcurrentUseError (most trials), and the model's import waited for the effect while holding the model,
+    whose host wait the closing thread needed (a deadlock once the first was fixed)."""
+    import threading
+
+    for _ in range(5):
+        sim = ss.SimBackend(scheduler="adversarial")
+        sr = make_sr(sim)
+        lock, errors = threading.Lock(), []
+
+        def worker(sim: ss.SimBackend = sim, sr: Any = sr, lock: Any = lock, errors: list[Any] = errors) -> None:
+            try:
+                cur, cons = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+                for _ in range(6):
+                    with sim.use_stream(cur), ss.stream_contract(sr, cur, strategy=strategy):
+                        frame = sim.empty((3, 16, 16), np.float32)
+                        sim.fill(frame, 0.5)
+                        with lock:  # run() and the copy of its output, serialised by the program
+                            y = sim.copy(sim.from_dlpack(sr.run(frame).image, stream=cons), cons)
+                        sim.download(y, cons)
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads), "deadlock"
+        assert errors == [] and sim.races == [], (errors, [str(r) for r in sim.races])
