@@ -306,3 +306,29 @@ def test_unguard_leaves_the_guard_streamsafe_run_keeps() -> None:
         assert [c.stats["runs"] for c in pinned.contracts] == [3]
     finally:
         pinned.undo()
+
+
+def test_the_report_counts_the_programs_own_contracts_with_the_guards(tmp_path: Path) -> None:
+    """A program that makes its own contract on an effect (for its main loop) while streamsafe run guards the
+    class: one effect, every run counted (the report showed only the guard's contract: 2 runs of 6)."""
+    path = tmp_path / "own_contract.py"
+    path.write_text(textwrap.dedent(
+        """
+        import numpy as np, nvvfx, streamsafe as ss
+        sim = ss.current_backend()
+        sr = nvvfx.VideoSuperRes(); sr.output_width = sr.output_height = 32; sr.load()
+        s = sim.create_stream(non_blocking=True)
+        with sim.use_stream(s):
+            for i in range(2):                       # warm-up: plain runs, the guard's contract
+                sr.run(sim.array(np.zeros((3, 16, 16), np.float32))).numpy()
+            c = ss.StreamContract(sr, s, strategy="event")
+            for i in range(4):                       # the main loop: the program's own contract
+                c.run(sim.array(np.zeros((3, 16, 16), np.float32))).numpy()
+        """
+    ))
+    report = tmp_path / "r.json"
+    done = run_cli("--fake-nvvfx", "--report", str(report), str(path))
+    assert done.returncode == 0, done.stderr
+    [effect] = json.loads(report.read_text())["effects"]
+    assert effect["runs"] == 6 and effect["requested"] == "event" and effect["strategy"] == "event", effect
+    assert "1 effect(s) guarded" in done.stderr and "6 run(s)" in done.stderr

@@ -63,23 +63,35 @@ class RunReport:
         return json.dumps(asdict(self), indent=2)
 
 
-def _effect_report(contract: Any) -> EffectReport:
-    stats = contract.stats
-    plan = contract._last_plan
-    by_hazard = {k: v for k, v in sorted(stats.items()) if k.startswith("H")}
-    return EffectReport(
-        effect=contract.effect_name,
-        device=contract.device,
-        runs=stats["runs"],
-        fences=stats["fences"],
-        fences_by_hazard=by_hazard,
-        host_waits=stats["host_waits"],
-        device_syncs=stats["device_syncs"],
-        sdk_waits=stats["sdk_waits"],
-        requested=contract.strategy.value,
-        strategy=plan.strategy.value if plan is not None else "-",
-        why=plan.reason if plan is not None else "the effect never ran",
-    )
+def _effect_reports(made: list[Any]) -> list[EffectReport]:
+    """One report per effect: every contract the program, the guard or a decorator made on it, counted
+    together; the plan is the effect's last run's (its ledger keeps it), the strategy asked for that of
+    the contract that ran most."""
+    by_effect: dict[int, list[Any]] = {}
+    for m in made:
+        by_effect.setdefault(id(m.ledger), []).append(m)
+    reports = []
+    for group in by_effect.values():
+        stats: dict[str, int] = {}
+        for m in group:
+            for k, v in m.stats.items():
+                stats[k] = stats.get(k, 0) + v
+        lead = max(group, key=lambda m: m.stats["runs"]) if any(m.stats["runs"] for m in group) else group[0]
+        plan = lead.ledger.plan
+        reports.append(EffectReport(
+            effect=lead.effect,
+            device=lead.device,
+            runs=stats["runs"],
+            fences=stats["fences"],
+            fences_by_hazard={k: v for k, v in sorted(stats.items()) if k.startswith("H")},
+            host_waits=stats["host_waits"],
+            device_syncs=stats["device_syncs"],
+            sdk_waits=stats["sdk_waits"],
+            requested=lead.requested,
+            strategy=plan.strategy.value if plan is not None else "-",
+            why=plan.reason if plan is not None else "the effect never ran" if not stats["runs"] else "its last run was unguarded",
+        ))
+    return reports
 
 
 def run_program(
@@ -97,6 +109,7 @@ def run_program(
     Raises ``ImportError`` when ``nvvfx`` cannot be imported and ``fake_nvvfx`` is false."""
     from .. import hooks
     from ..sim import mirror
+    from ..contract import collecting_contracts
     from ..sim.backend import collecting_races
 
     model_scope: Any = contextlib.nullcontext()
@@ -128,7 +141,7 @@ def run_program(
     # model's, and those of models the program makes itself
     races_scope: Any = collecting_races() if sanitize else contextlib.nullcontext([])
     try:
-        with races_scope as races, model_scope:
+        with races_scope as races, collecting_contracts() as made, model_scope:
             try:
                 sys.argv = [target, *args]
                 if module:
@@ -160,7 +173,7 @@ def run_program(
         if model is not None:
             hooks.unregister(model)
     report = RunReport([target, *args], status, strategy, sanitize, fake_nvvfx)
-    report.effects = [_effect_report(c) for c in cg.contracts]
+    report.effects = _effect_reports(made)
     if sanitize:
         report.races = [str(r) for r in races]
         report.race_details = [_race_details(r) for r in races]
