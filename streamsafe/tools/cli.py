@@ -27,11 +27,13 @@ class UsageError(Exception):
 
 def _choose(value: str, known: Sequence[str], what: str) -> list[str]:
     """The names of a comma-separated option (any case; ``all`` for every one), in order, repeats dropped."""
-    if value.strip().lower() == "all":
-        return list(known)
     chosen: list[str] = []
     for given in value.split(","):
         name = given.strip().lower()
+        if name == "all":
+            return list(known)
+        if not name:
+            raise UsageError(f"an empty {what} name in {value!r}; give names separated by commas, e.g. {known[0]},{known[-1]}, or all")
         if name not in known:
             raise UsageError(f"unknown {what} {given.strip()!r}; choose from {', '.join(known)} or all")
         if name not in chosen:
@@ -292,7 +294,7 @@ def _run(args: argparse.Namespace) -> int:
         _check_writable(args.report, "--report")
     try:
         report = run_program(target, rest, module=args.module is not None, strategy=args.strategy,
-                             sanitize=args.sanitize, fake_nvvfx=args.fake_nvvfx)
+                             sanitize=args.sanitize, fake_nvvfx=args.fake_nvvfx, exiting=True)
     except ImportError as e:
         if "nvvfx" in str(e) and not args.fake_nvvfx:
             raise UsageError(f"cannot import nvvfx ({e}); install NVIDIA's nvvfx, or pass --fake-nvvfx "

@@ -102,9 +102,16 @@ def run_program(
     strategy: str = "auto",
     sanitize: bool = False,
     fake_nvvfx: bool = False,
+    exiting: bool = False,
 ) -> RunReport:
     """Run ``target`` (a script path, or a module name when ``module``) with ``args`` as its
     ``sys.argv[1:]``, every nvvfx effect guarded. Blocks until the program ends; returns the report.
+
+    ``exiting`` (what ``streamsafe run`` passes: the process ends after the report): when the main
+    module returns, the interpreter's shutdown of threads runs here, as it would at exit (threading's
+    exit hooks, such as a thread pool's, then every non-daemon thread is waited for), so threads the
+    program leaves running stay guarded and counted. Without it, threads still running after the main
+    module are not waited for. A program that ends with ``os._exit()`` gets no report.
 
     Raises ``ImportError`` when ``nvvfx`` cannot be imported and ``fake_nvvfx`` is false."""
     from .. import hooks
@@ -153,7 +160,8 @@ def run_program(
                     sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
                     runpy.run_path(target, run_name="__main__")
             finally:
-                _join_program_threads(threads_before)  # as the interpreter does before it exits
+                if exiting:
+                    _shut_down_threads(threads_before)  # as the interpreter does before it exits
     except SystemExit as e:
         code = int(e.code) if isinstance(e.code, bool) else e.code
         status = code if isinstance(code, int) else (0 if code is None else 1)
@@ -180,9 +188,19 @@ def run_program(
     return report
 
 
+def _shut_down_threads(before: set[threading.Thread]) -> None:
+    """What the interpreter does with threads before it exits: threading's exit hooks (a thread pool's
+    shutdown), the main thread marked as ended, then a wait for every non-daemon thread (CPython's own
+    ``threading._shutdown``, which runs once; elsewhere, a wait for the threads the program started)."""
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None and threading.current_thread() is threading.main_thread():
+        shutdown()
+        return
+    _join_program_threads(before)
+
+
 def _join_program_threads(before: set[threading.Thread]) -> None:
-    """Block until every non-daemon thread the program started has ended (also those they start), as
-    the interpreter does before it exits: guards and models stay in place for them."""
+    """Block until every non-daemon thread the program started has ended (also those they start)."""
     current = threading.current_thread()
     while True:
         alive = [t for t in threading.enumerate() if t is not current and t not in before and not t.daemon and t.is_alive()]
@@ -195,7 +213,7 @@ def _join_program_threads(before: set[threading.Thread]) -> None:
 def _print_program_error(error: BaseException) -> None:
     """The program's traceback as Python prints it: from the program's own frames, not the runner's."""
     tb = error.__traceback__
-    while tb is not None and (tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename):
+    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__, "<frozen runpy>"):
         tb = tb.tb_next
     traceback.print_exception(type(error), error, tb)
 
