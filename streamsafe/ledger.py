@@ -141,17 +141,19 @@ class _Using:
     def __enter__(self) -> Ledger:
         ledger = self._ledger
         if self._wait:
-            # A closing wait is announced from before it waits for the lock until after it lets go: a call
-            # another thread makes meanwhile waits for it, whether it already holds the lock or not yet.
-            ledger._closing.append(self)
+            # A closing wait is announced from before it waits for the lock until after it lets go: in the
+            # moments between taking the lock and recording itself as the holder (and between the two
+            # again as it lets go), a call another thread makes waits for it instead of raising.
+            ledger._closing.append(_get_ident())
             try:
                 ledger._lock.acquire()
             except BaseException:
-                ledger._closing.remove(self)
+                ledger._closing.remove(_get_ident())
                 raise
         elif not ledger._lock.acquire(False):
             # another thread's block is ending (its closing host wait): that is not a concurrent call
-            if not ((ledger._closing_wait or ledger._closing) and ledger._lock.acquire(timeout=60)):
+            closing = ledger._closing_wait or (ledger._closing and (ledger._owner is None or ledger._owner in ledger._closing))
+            if not (closing and ledger._lock.acquire(timeout=60)):
                 raise ConcurrentUseError(ledger.name, self._call, _thread_name(ledger._owner), threading.current_thread().name)
         self._outer = ledger._took(self._wait)
         return ledger
@@ -161,7 +163,7 @@ class _Using:
             self._ledger.let_go(self._outer)
         finally:
             if self._wait:
-                self._ledger._closing.remove(self)
+                self._ledger._closing.remove(_get_ident())
 
 
 class Ledger:
@@ -201,8 +203,8 @@ class Ledger:
         self._lock = threading.RLock()
         self._owner: int | None = None
         self._closing_wait = False
-        self._closing: list[Any] = []
-        """The closing waits under way (list appends and removes are atomic: no lock needed to announce one)."""
+        self._closing: list[int] = []
+        """The threads whose closing waits are under way (list appends and removes are atomic: no lock needed)."""
 
     # -- the thread rule --------------------------------------------------------------------------
 
