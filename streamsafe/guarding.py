@@ -53,10 +53,11 @@ CONFIG_ATTRS = ("output_width", "output_height", "image_encoding", "input_width"
 
 def releases_output(effect: Any, attr: str) -> bool:
     """Whether a change of ``attr`` may release or replace ``effect``'s output buffer (H6): an output size
-    or the encoding; an input size only where the output's size follows it (``VideoFrameGeneration``), not
-    where the effect has an output size of its own (``VideoSuperRes``: its output stays valid)."""
+    or the encoding (what the vendor's documentation names); an input size too, except for a
+    ``VideoSuperRes`` (or a subclass), whose output has a size of its own. For any other class, an input
+    size counts as releasing (``VideoFrameGeneration``'s output size is its input size)."""
     if attr == "input_width" or attr == "input_height":
-        return not hasattr(type(effect), "output_width")
+        return not any(c.__name__ == "VideoSuperRes" for c in type(effect).__mro__)
     return attr in CONFIG_ATTRS
 
 _METHODS = ("run", "run_at_timestep", "close")
