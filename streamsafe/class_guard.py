@@ -9,6 +9,7 @@ for that instance at its first call. Nothing here blocks the host.
 from __future__ import annotations
 
 import sys
+import threading
 import types
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -56,11 +57,12 @@ class ClassGuard:
     def undo(self) -> None:
         """Stop guarding the classes (instances already running keep their ledgers); a guard this one
         covered (an outer ``with ss.guard(...)``) guards them again. Idempotent."""
-        if not self.active:
-            return
-        self.active = False
-        for cls in self.classes:
-            _withdraw(cls, self)
+        with _guards_lock:
+            if not self.active:
+                return
+            self.active = False
+            for cls in self.classes:
+                _withdraw(cls, self)
 
     def __enter__(self) -> ClassGuard:
         return self
@@ -113,9 +115,10 @@ def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options:
                 "Make a StreamContract per effect and call c.run(...) instead."
             )
     cg = ClassGuard(tuple(classes), strategy, dict(options))
-    for cls in classes:
-        _guard_stacks.setdefault(cls, []).append(cg)
-        _class_guards[cls] = cg  # the newest guards the class until it ends; then the one it covered again
+    with _guards_lock:
+        for cls in classes:
+            _guard_stacks.setdefault(cls, []).append(cg)
+            _class_guards[cls] = cg  # the newest guards the class until it ends; then the one it covered again
     return cg
 
 
@@ -123,21 +126,25 @@ def unguard(target: Any = None) -> None:
     """Undo :func:`guard` for the classes in ``target`` (every class guard when ``None``): each guard of
     those classes ends, except the one ``streamsafe run`` keeps around the program."""
     classes = list(_guard_stacks) if target is None else _classes_of(target)
-    for cls in classes:
-        for cg in list(_guard_stacks.get(cls, ())):
-            if cg._pinned:
-                continue
-            _withdraw(cls, cg)
-            if not any(cg in stack for stack in _guard_stacks.values()):
-                cg.active = False
+    with _guards_lock:
+        for cls in classes:
+            for cg in list(_guard_stacks.get(cls, ())):
+                if cg._pinned:
+                    continue
+                _withdraw(cls, cg)
+                if not any(cg in stack for stack in _guard_stacks.values()):
+                    cg.active = False
 
 
 _guard_stacks: dict[type, list[ClassGuard]] = {}
 """Per class, its guards from the oldest to the newest; the newest is the one in force (``_class_guards``)."""
+_guards_lock = threading.Lock()
+"""Held while guards are added or taken off (threads may end their ``with ss.guard(...)`` blocks at once)."""
 
 
 def _withdraw(cls: type, cg: ClassGuard) -> None:
-    """Take ``cg`` off ``cls``'s guards; the newest one left (if any) guards ``cls`` again."""
+    """Take ``cg`` off ``cls``'s guards (the caller holds ``_guards_lock``); the newest one left (if any)
+    guards ``cls`` again."""
     stack = _guard_stacks.get(cls)
     if stack is None or cg not in stack:
         return

@@ -81,15 +81,28 @@ def use_backend(backend: Backend) -> Iterator[Backend]:
         _active.reset(token)
 
 
+_scopes: list[tuple[object, Backend]] = []
+"""The :func:`process_default` blocks open, oldest first; the newest one's backend is the default."""
+_base: list[Backend | None] = []
+"""The default before the first of them."""
+
+
 @contextlib.contextmanager
 def process_default(backend: Backend) -> Iterator[Backend]:
     """Make ``backend`` the process-wide default inside the block: the current backend of every thread
-    that has not chosen one with :func:`use_backend`, threads started in the block included."""
+    that has not chosen one with :func:`use_backend`, threads started in the block included. Blocks may
+    end in any order: the default is always the newest open block's, and the one before them all when
+    none is open. (Tests that use it cannot run in parallel threads: there is one default.)"""
     global _default
+    scope = object()
     with _default_lock:
-        saved, _default = _default, backend
+        if not _scopes:
+            _base[:] = [_default]
+        _scopes.append((scope, backend))
+        _default = backend
     try:
         yield backend
     finally:
         with _default_lock:
-            _default = saved
+            _scopes[:] = [s for s in _scopes if s[0] is not scope]
+            _default = _scopes[-1][1] if _scopes else _base[0]

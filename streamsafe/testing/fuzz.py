@@ -1340,7 +1340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--frames", type=positive, default=None, help="frames per program (default: 8 on sim, 50 on cuda)")
     ap.add_argument("--strategies", default=",".join(("none", *STRATEGIES)))
-    ap.add_argument("--scheduler", choices=SCHEDULERS, default="adversarial", help="sim: adversarial, random or in-order")
+    ap.add_argument("--scheduler", type=str.lower, choices=SCHEDULERS, default="adversarial", help="sim: adversarial, random or in-order")
     ap.add_argument("--schedule-seeds", type=positive, default=1, help="sim with the random scheduler: seeds per program")
     ap.add_argument("--json", metavar="FILE", help="write the summary as JSON")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every failing result")
