@@ -192,6 +192,10 @@ def test_cli_names_are_case_blind_and_repeats_run_once(capsys: pytest.CaptureFix
     assert "Every fenced strategy (auto, event, async, stream, device)" in capsys.readouterr().out
     assert main(["hazards", "--only", "H1", "--strategy", "Auto,auto"]) == 0
     assert "Every fenced strategy (auto) copied all 8 frames" in capsys.readouterr().out  # (16: it ran twice)
+    assert main(["hazards", "--only", "H1", "--strategy", "auto,ALL"]) == 0  # all, also in a list
+    assert "Every fenced strategy (auto, event, async, stream, device)" in capsys.readouterr().out
+    assert main(["bench", "--backend", "sim", "--strategy", "auto,", "--quiet"]) == 2
+    assert "an empty strategy name in 'auto,'" in capsys.readouterr().err
 
 
 def test_micro_benchmark_interleave_loop() -> None:

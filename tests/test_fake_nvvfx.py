@@ -244,3 +244,19 @@ def test_fixture_without_a_session_install_is_undone_after_the_test(tmp_path: Pa
         """,
     )
     assert _run_pytest(tmp_path) == {"passed": 2}
+
+
+def test_process_default_blocks_may_end_in_any_order() -> None:
+    """The default is the newest open block's, and the one before them all when none is open (a block
+    that ended first restored the default from before it, under the other, still open, block)."""
+    from streamsafe.backend import default_backend, process_default
+
+    base = default_backend()
+    a, b = ss.SimBackend(), ss.SimBackend()
+    outer, inner = process_default(a), process_default(b)
+    outer.__enter__()
+    inner.__enter__()
+    outer.__exit__(None, None, None)
+    assert default_backend() is b
+    inner.__exit__(None, None, None)
+    assert default_backend() is base

@@ -91,6 +91,6 @@ def test_the_fuzzers_command_line_refuses_what_would_prove_nothing(args: list[st
 def test_the_fuzzers_command_line_takes_names_in_any_case_once(capsys: pytest.CaptureFixture[str]) -> None:
     from streamsafe.testing.fuzz import main
 
-    assert main(["--programs", "2", "--frames", "2", "--strategies", "Auto,auto"]) == 0
+    assert main(["--programs", "2", "--frames", "2", "--strategies", "Auto,auto", "--scheduler", "Adversarial"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("auto ")]
     assert len(rows) == 1 and rows[0].split()[1] == "2"

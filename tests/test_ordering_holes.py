@@ -15,7 +15,7 @@ import pytest
 
 import streamsafe as ss
 from streamsafe.streams import implicitly_ordered
-from streamsafe.testing import ImageEncoding, TrueHDR, VideoSuperRes
+from streamsafe.testing import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
 from streamsafe.testing import _kernels as K
 
 FENCED = ["auto", "event", "async", "stream", "device"]
@@ -1067,12 +1067,20 @@ def test_an_input_size_change_of_super_res_leaves_its_output_valid(sim: ss.SimBa
     assert sim.races == []
 
 
-def test_an_input_size_change_of_frame_generation_releases_its_output(sim: ss.SimBackend) -> None:
-    """VideoFrameGeneration's output size is its input size: that change does make the output stale."""
-    from streamsafe.testing import VideoFrameGeneration
+class LoggedFrameGeneration(VideoFrameGeneration):
+    """A subclass with an output size to show (read-only): its input size is still its output size."""
 
+    @property
+    def output_width(self) -> Any:
+        return self.input_width
+
+
+@pytest.mark.parametrize("cls", [VideoFrameGeneration, LoggedFrameGeneration])
+def test_an_input_size_change_of_frame_generation_releases_its_output(sim: ss.SimBackend, cls: type) -> None:
+    """VideoFrameGeneration's output size is its input size: that change does make the output stale (also for
+    a subclass with an output_width of its own, which the first rule took for a VideoSuperRes)."""
     s = sim.create_stream(non_blocking=True)
-    fx = VideoFrameGeneration(backend=sim)
+    fx = cls(backend=sim)
     fx.input_width, fx.input_height = 16, 16
     fx.load()
     c = ss.StreamContract(fx, s)
@@ -1117,3 +1125,46 @@ def test_threads_sharing_one_effect_with_a_block_per_frame_and_their_own_lock(st
             t.join(timeout=60)
         assert not any(t.is_alive() for t in threads), "deadlock"
         assert errors == [] and sim.races == [], (errors, [str(r) for r in sim.races])
+
+
+def test_a_concurrent_call_still_raises_while_a_third_threads_closing_wait_is_queued() -> None:
+    """The closing-wait announcement must not hide a call made while another thread is inside run(): it
+    raises ConcurrentUseError as the guide says (it waited instead, a review found)."""
+    import threading
+    import time
+
+    sim = ss.SimBackend()
+    sr = VideoSuperRes(backend=sim, host_cost_us=300_000)  # a run that holds the effect for 0.3 s
+    sr.output_width = sr.output_height = 32
+    sr.load()
+    result: dict[str, str] = {}
+
+    def long_run() -> None:
+        s = sim.create_stream(non_blocking=True)
+        with sim.use_stream(s), ss.stream_contract(sr, s):
+            sr.run(sim.array(np.zeros((3, 16, 16), np.float32)))
+
+    def closing() -> None:  # ends a block: its closing wait queues behind the long run
+        with ss.stream_contract(sr, sim.create_stream(non_blocking=True)):
+            pass
+
+    def concurrent() -> None:
+        s = sim.create_stream(non_blocking=True)
+        try:
+            with sim.use_stream(s), ss.stream_contract(sr, s):
+                sr.run(sim.array(np.zeros((3, 16, 16), np.float32)))
+            result["call"] = "ran"
+        except ss.ConcurrentUseError:
+            result["call"] = "ConcurrentUseError"
+
+    first = threading.Thread(target=long_run)
+    first.start()
+    time.sleep(0.08)
+    second = threading.Thread(target=closing)
+    second.start()
+    time.sleep(0.04)
+    third = threading.Thread(target=concurrent)
+    third.start()
+    for t in (first, second, third):
+        t.join(timeout=30)
+    assert result == {"call": "ConcurrentUseError"}

@@ -332,3 +332,44 @@ def test_the_report_counts_the_programs_own_contracts_with_the_guards(tmp_path: 
     [effect] = json.loads(report.read_text())["effects"]
     assert effect["runs"] == 6 and effect["requested"] == "event" and effect["strategy"] == "event", effect
     assert "1 effect(s) guarded" in done.stderr and "6 run(s)" in done.stderr
+
+
+@pytest.mark.parametrize("body,says", [
+    ("from concurrent.futures import ThreadPoolExecutor\npool = ThreadPoolExecutor(2)  # never shut down: the exit does\n"
+     "print(list(pool.map(lambda x: 2 * x, range(4))))\n", "[0, 2, 4, 6]"),
+    ("import threading, time\n"
+     "def flusher():\n    while threading.main_thread().is_alive():\n        time.sleep(0.02)\n    print('flushed')\n"
+     "threading.Thread(target=flusher).start()\n", "flushed"),
+])
+def test_run_ends_programs_whose_threads_end_at_exit(tmp_path: Path, body: str, says: str) -> None:
+    """Waiting for the program's threads without the interpreter's own shutdown hung on a thread pool left
+    open and on a thread that runs until the main thread has ended (found by a review helper)."""
+    path = tmp_path / "p.py"
+    path.write_text(body)
+    done = subprocess.run([sys.executable, "-m", "streamsafe", "run", "--fake-nvvfx", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and says in done.stdout and "program exit status: 0" in done.stderr, done.stderr
+
+
+def test_the_programs_own_unguard_leaves_the_runs_guard(tmp_path: Path) -> None:
+    path = tmp_path / "p.py"
+    path.write_text(textwrap.dedent(
+        """
+        import numpy as np, nvvfx, streamsafe as ss
+        ss.unguard()                                    # a library tidying up its own guards
+        sim = ss.current_backend()
+        sr = nvvfx.VideoSuperRes(); sr.output_width = sr.output_height = 32; sr.load()
+        out = sr.run(sim.array(np.zeros((3, 16, 16), np.float32)))
+        print(type(out).__name__)
+        """
+    ))
+    done = run_cli("--fake-nvvfx", str(path))
+    assert done.returncode == 0 and "SafeOutput" in done.stdout and "1 run(s)" in done.stderr, done.stdout + done.stderr
+
+
+def test_the_programs_traceback_keeps_its_frames_whatever_their_paths(tmp_path: Path) -> None:
+    tools = tmp_path / "runpy_tools"
+    tools.mkdir()
+    (tools / "prog.py").write_text("def inner():\n    raise ValueError('boom')\n\ninner()\n")
+    done = run_cli("--fake-nvvfx", str(tools / "prog.py"))
+    assert done.returncode == 1 and "in inner" in done.stderr and "ValueError: boom" in done.stderr
+    assert "runner.py" not in done.stderr
