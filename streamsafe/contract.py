@@ -30,7 +30,7 @@ import sys
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from . import guarding, hooks, steady
 from ._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, require_cuda_input, stream_on_device
@@ -123,7 +123,7 @@ class StreamContract:
             mirror.enable_from_environment()
         _ = self.plan  # validates the strategy for these streams now (e.g. async where unsound)
         for sink in _CONTRACT_SINKS:
-            sink.append(MadeContract(weakref.ref(self), self.stats, self.effect_name, self.device, self.strategy.value, self.ledger))
+            sink.add(self)
 
     @property
     def effect(self) -> Any:
@@ -702,34 +702,8 @@ class StreamContract:
         return f"StreamContract({self.effect_name}, strategy={self.strategy.value}, backend={self.backend.name})"
 
 
-_CONTRACT_SINKS: list[list[Any]] = []
-"""Lists that hear of every contract made (``streamsafe run``'s report, :func:`collecting_contracts`)."""
-
-
-class MadeContract(NamedTuple):
-    """What a report needs of a contract, kept without keeping the contract (or its effect) alive."""
-
-    contract: Any
-    """A weak reference to the contract."""
-    stats: dict[str, int]
-    """The contract's counters (the same dict: they keep counting while it lives)."""
-    effect: str
-    device: int
-    requested: str
-    ledger: Any
-    """The effect's ledger (its ``plan`` is the effect's last run's)."""
-
-
-@contextlib.contextmanager
-def collecting_contracts() -> Iterator[list[MadeContract]]:
-    """Inside the block, every contract made (by the program, a guard or a decorator) is recorded in the
-    list yielded."""
-    sink: list[MadeContract] = []
-    _CONTRACT_SINKS.append(sink)
-    try:
-        yield sink
-    finally:
-        _CONTRACT_SINKS.remove(sink)
+_CONTRACT_SINKS: list[Any] = []
+"""Objects told of every contract made (``add(contract)``: ``streamsafe run``'s report); empty almost always."""
 
 
 def _return_stream(backend: Any, stream: Stream) -> None:

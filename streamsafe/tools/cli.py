@@ -294,7 +294,7 @@ def _run(args: argparse.Namespace) -> int:
         _check_writable(args.report, "--report")
     try:
         report = run_program(target, rest, module=args.module is not None, strategy=args.strategy,
-                             sanitize=args.sanitize, fake_nvvfx=args.fake_nvvfx, exiting=True)
+                             sanitize=args.sanitize, fake_nvvfx=args.fake_nvvfx, exiting=getattr(args, "exiting", False))
     except ImportError as e:
         if "nvvfx" in str(e) and not args.fake_nvvfx:
             raise UsageError(f"cannot import nvvfx ({e}); install NVIDIA's nvvfx, or pass --fake-nvvfx "
@@ -414,6 +414,7 @@ def _split_run(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    entry_point = argv is None  # the process's own command line: `streamsafe ...` or `python -m streamsafe ...`
     argv = list(sys.argv[1:] if argv is None else argv)
     program: list[str] | None = None
     if argv and argv[0] == "run":
@@ -421,6 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if program is not None:
         args.program = program
+    args.exiting = entry_point  # (streamsafe run then shuts the program's threads down as the interpreter does)
     try:
         return int(args.func(args))
     except UsageError as e:

@@ -11,12 +11,14 @@ strategy chosen and why, and (with ``sanitize``) the races found.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import runpy
 import sys
 import threading
 import traceback
+import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -63,35 +65,85 @@ class RunReport:
         return json.dumps(asdict(self), indent=2)
 
 
-def _effect_reports(made: list[Any]) -> list[EffectReport]:
-    """One report per effect: every contract the program, the guard or a decorator made on it, counted
-    together; the plan is the effect's last run's (its ledger keeps it), the strategy asked for that of
-    the contract that ran most."""
-    by_effect: dict[int, list[Any]] = {}
-    for m in made:
-        by_effect.setdefault(id(m.ledger), []).append(m)
-    reports = []
-    for group in by_effect.values():
-        stats: dict[str, int] = {}
-        for m in group:
-            for k, v in m.stats.items():
-                stats[k] = stats.get(k, 0) + v
-        lead = max(group, key=lambda m: m.stats["runs"]) if any(m.stats["runs"] for m in group) else group[0]
-        plan = lead.ledger.plan
-        reports.append(EffectReport(
-            effect=lead.effect,
-            device=lead.device,
-            runs=stats["runs"],
-            fences=stats["fences"],
-            fences_by_hazard={k: v for k, v in sorted(stats.items()) if k.startswith("H")},
-            host_waits=stats["host_waits"],
-            device_syncs=stats["device_syncs"],
-            sdk_waits=stats["sdk_waits"],
-            requested=lead.requested,
+class _EffectTally:
+    """One effect's counts over every contract made on it: those of contracts gone are added in when they
+    go, so memory grows with effects, not with the contracts a block per frame makes."""
+
+    def __init__(self, contract: Any) -> None:
+        self.effect, self.device = contract.effect_name, contract.device
+        self.ledger = weakref.ref(contract.ledger)
+        self.plan: Any = None
+        self.totals: dict[str, int] = {}
+        self.runs_by_strategy: dict[str, int] = {}
+        self.live: dict[int, tuple[Any, dict[str, int], str]] = {}
+
+    def add(self, contract: Any) -> None:
+        key = id(contract)
+        self.live[key] = (weakref.ref(contract, functools.partial(self._fold, key)), contract.stats, contract.strategy.value)
+
+    def _fold(self, key: int, _gone: Any = None) -> None:
+        entry = self.live.pop(key, None)
+        if entry is not None:
+            self._count(entry[1], entry[2], self.totals, self.runs_by_strategy)
+        ledger = self.ledger()
+        if ledger is not None:
+            self.plan = ledger.plan
+
+    @staticmethod
+    def _count(stats: dict[str, int], strategy: str, totals: dict[str, int], runs: dict[str, int]) -> None:
+        for k, v in stats.items():
+            totals[k] = totals.get(k, 0) + v
+        runs[strategy] = runs.get(strategy, 0) + stats.get("runs", 0)
+
+    def report(self, first: str) -> EffectReport:
+        totals, runs = dict(self.totals), dict(self.runs_by_strategy)
+        for _, stats, strategy in list(self.live.values()):
+            self._count(stats, strategy, totals, runs)
+        ledger = self.ledger()
+        plan = ledger.plan if ledger is not None else self.plan
+        requested = max(runs, key=runs.__getitem__) if any(runs.values()) else first
+        return EffectReport(
+            effect=self.effect, device=self.device, runs=totals.get("runs", 0), fences=totals.get("fences", 0),
+            fences_by_hazard={k: v for k, v in sorted(totals.items()) if k.startswith("H")},
+            host_waits=totals.get("host_waits", 0), device_syncs=totals.get("device_syncs", 0),
+            sdk_waits=totals.get("sdk_waits", 0), requested=requested,
             strategy=plan.strategy.value if plan is not None else "-",
-            why=plan.reason if plan is not None else "the effect never ran" if not stats["runs"] else "its last run was unguarded",
-        ))
-    return reports
+            why=plan.reason if plan is not None else "the effect never ran" if not totals.get("runs") else "its last run was unguarded",
+        )
+
+
+class ContractTally:
+    """Inside the ``with`` block, every contract made (by the program, a guard or a decorator) is counted
+    per effect (:meth:`reports`), without keeping contracts or effects alive."""
+
+    def __init__(self) -> None:
+        self._effects: dict[int, tuple[Any, _EffectTally, str]] = {}
+        self._gone: list[tuple[Any, _EffectTally, str]] = []
+        """Tallies of effects whose ledger went and whose ``id`` a new ledger got."""
+
+    def add(self, contract: Any) -> None:
+        ledger = contract.ledger
+        key = id(ledger)
+        entry = self._effects.get(key)
+        if entry is None or entry[0]() is not ledger:
+            if entry is not None:
+                self._gone.append(entry)
+            entry = self._effects[key] = (weakref.ref(ledger), _EffectTally(contract), contract.strategy.value)
+        entry[1].add(contract)
+
+    def reports(self) -> list[EffectReport]:
+        return [tally.report(first) for _, tally, first in [*self._gone, *self._effects.values()]]
+
+    def __enter__(self) -> ContractTally:
+        from .. import contract
+
+        contract._CONTRACT_SINKS.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from .. import contract
+
+        contract._CONTRACT_SINKS.remove(self)
 
 
 def run_program(
@@ -116,7 +168,6 @@ def run_program(
     Raises ``ImportError`` when ``nvvfx`` cannot be imported and ``fake_nvvfx`` is false."""
     from .. import hooks
     from ..sim import mirror
-    from ..contract import collecting_contracts
     from ..sim.backend import collecting_races
 
     model_scope: Any = contextlib.nullcontext()
@@ -148,7 +199,7 @@ def run_program(
     # model's, and those of models the program makes itself
     races_scope: Any = collecting_races() if sanitize else contextlib.nullcontext([])
     try:
-        with races_scope as races, collecting_contracts() as made, model_scope:
+        with races_scope as races, ContractTally() as made, model_scope:
             try:
                 sys.argv = [target, *args]
                 if module:
@@ -159,20 +210,16 @@ def run_program(
                 else:
                     sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
                     runpy.run_path(target, run_name="__main__")
-            finally:
-                if exiting:
+            except BaseException as e:  # the program's end: its error shown at once, as Python shows it
+                status = _status_of(e)
+            if exiting:
+                try:
                     _shut_down_threads(threads_before)  # as the interpreter does before it exits
-    except SystemExit as e:
-        code = int(e.code) if isinstance(e.code, bool) else e.code
-        status = code if isinstance(code, int) else (0 if code is None else 1)
-        if code is not None and not isinstance(code, int):
-            print(code, file=sys.stderr)
-    except KeyboardInterrupt as e:  # as Python: the traceback, then the status of SIGINT
-        _print_program_error(e)
-        status = 130
-    except BaseException as e:  # the program's own error: shown as Python would, then the report
-        _print_program_error(e)
-        status = 1
+                except KeyboardInterrupt:
+                    status = 130
+                except Exception:  # a threading exit hook's error: Python reports it and keeps the status
+                    print("Exception ignored in: <module 'threading'>", file=sys.stderr)
+                    traceback.print_exc()
     finally:
         sys.argv = argv
         if path0 is not None and sys.path and sys.path[0] != path0:
@@ -181,11 +228,23 @@ def run_program(
         if model is not None:
             hooks.unregister(model)
     report = RunReport([target, *args], status, strategy, sanitize, fake_nvvfx)
-    report.effects = _effect_reports(made)
+    report.effects = made.reports()
     if sanitize:
         report.races = [str(r) for r in races]
         report.race_details = [_race_details(r) for r in races]
     return report
+
+
+def _status_of(error: BaseException) -> int:
+    """The exit status a program ending with ``error`` gets from Python, with its message or traceback
+    printed as Python prints them (without the runner's frames)."""
+    if isinstance(error, SystemExit):
+        code = int(error.code) if isinstance(error.code, bool) else error.code
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    _print_program_error(error)
+    return 130 if isinstance(error, KeyboardInterrupt) else 1
 
 
 def _shut_down_threads(before: set[threading.Thread]) -> None:
@@ -193,7 +252,8 @@ def _shut_down_threads(before: set[threading.Thread]) -> None:
     shutdown), the main thread marked as ended, then a wait for every non-daemon thread (CPython's own
     ``threading._shutdown``, which runs once; elsewhere, a wait for the threads the program started)."""
     shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is not None and threading.current_thread() is threading.main_thread():
+    main = threading.main_thread()
+    if shutdown is not None and threading.current_thread() is main and main.is_alive():  # (it runs once)
         shutdown()
         return
     _join_program_threads(before)
