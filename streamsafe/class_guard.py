@@ -138,7 +138,7 @@ def unguard(target: Any = None) -> None:
 
 _guard_stacks: dict[type, list[ClassGuard]] = {}
 """Per class, its guards from the oldest to the newest; the newest is the one in force (``_class_guards``)."""
-_guards_lock = threading.Lock()
+_guards_lock = threading.RLock()
 """Held while guards are added or taken off (threads may end their ``with ss.guard(...)`` blocks at once)."""
 
 

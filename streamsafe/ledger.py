@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Iterable
@@ -151,12 +152,26 @@ class _Using:
                 ledger._closing.remove(_get_ident())
                 raise
         elif not ledger._lock.acquire(False):
-            # another thread's block is ending (its closing host wait): that is not a concurrent call
-            closing = ledger._closing_wait or (ledger._closing and (ledger._owner is None or ledger._owner in ledger._closing))
-            if not (closing and ledger._lock.acquire(timeout=60)):
-                raise ConcurrentUseError(ledger.name, self._call, _thread_name(ledger._owner), threading.current_thread().name)
+            self._wait_for_a_closing_wait(ledger)
         self._outer = ledger._took(self._wait)
         return ledger
+
+    def _wait_for_a_closing_wait(self, ledger: Ledger) -> None:
+        """Another thread holds the effect: wait if that is a block's closing host wait (not a concurrent
+        call), else raise :class:`~streamsafe.errors.ConcurrentUseError`. A holder that has not recorded
+        itself yet (or has just let go) is looked at again until it shows. Returns holding the lock."""
+        deadline = time.monotonic() + 60
+        while True:
+            owner = ledger._owner
+            if ledger._closing_wait or (owner is not None and owner in ledger._closing):
+                if ledger._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    return
+                break
+            if owner is not None or time.monotonic() > deadline:
+                break
+            if ledger._lock.acquire(timeout=0.001):  # (the holder took or left the lock unrecorded)
+                return
+        raise ConcurrentUseError(ledger.name, self._call, _thread_name(ledger._owner), threading.current_thread().name)
 
     def __exit__(self, *exc: object) -> None:
         try:
