@@ -373,3 +373,68 @@ def test_the_programs_traceback_keeps_its_frames_whatever_their_paths(tmp_path: 
     done = run_cli("--fake-nvvfx", str(tools / "prog.py"))
     assert done.returncode == 1 and "in inner" in done.stderr and "ValueError: boom" in done.stderr
     assert "runner.py" not in done.stderr
+
+
+def test_run_called_in_process_leaves_the_process_working(tmp_path: Path) -> None:
+    """Only the streamsafe command itself shuts threads down as the interpreter does at exit: main(["run", ...])
+    called in a process that goes on (this test's) left its thread pools and asyncio unable to start threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from streamsafe.tools.cli import main
+
+    path = tmp_path / "p.py"
+    path.write_text("print('ran')\n")
+    assert main(["run", "--fake-nvvfx", str(path)]) == 0
+    assert threading_main_alive()
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(lambda: 7).result() == 7
+
+
+def threading_main_alive() -> bool:
+    import threading
+
+    return threading.main_thread().is_alive()
+
+
+def test_the_programs_error_shows_before_its_threads_end(tmp_path: Path) -> None:
+    path = tmp_path / "p.py"
+    path.write_text(textwrap.dedent(
+        """
+        import threading, time
+        def worker():
+            time.sleep(1.0)
+            print("worker done", flush=True)
+        threading.Thread(target=worker).start()
+        raise ValueError("main failed")
+        """
+    ))
+    done = subprocess.run([sys.executable, "-m", "streamsafe", "run", "--fake-nvvfx", str(path)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    out = done.stdout
+    assert done.returncode == 1 and out.index("ValueError: main failed") < out.index("worker done"), out
+
+
+def test_the_report_keeps_counts_not_contracts() -> None:
+    """A with-block per frame makes a contract per frame: the report's tally keeps per-effect totals, not one
+    record per contract (it kept every contract's stats and its ledger: memory grew with frames)."""
+    import gc
+
+    from streamsafe.tools.runner import ContractTally
+
+    sim = ss.SimBackend()
+    s = sim.create_stream(non_blocking=True)
+    with ContractTally() as tally:
+        for _ in range(50):
+            sr = VideoSuperRes(backend=sim)
+            sr.output_width = sr.output_height = 32
+            sr.load()
+            with sim.use_stream(s):
+                for _ in range(4):
+                    with ss.stream_contract(sr, s, strategy="event"):
+                        sr.run(sim.array(np.zeros((3, 16, 16), np.float32))).numpy()
+            sr.close()
+        gc.collect()
+        live = sum(len(t.live) for _, t, _ in tally._effects.values())
+    reports = tally.reports()
+    assert len(reports) == 50 and all(r.runs == 4 and r.requested == "event" for r in reports)
+    assert live <= 2  # (the last effect's contracts may linger until collected)
