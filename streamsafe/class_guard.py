@@ -42,6 +42,10 @@ class ClassGuard:
     _pinned: bool = field(default=False, repr=False)
     """Left by :func:`unguard` (the guard ``streamsafe run`` puts around a program); only :meth:`undo` ends it."""
 
+    _record: bool = field(default=True, repr=False)
+    """Keep each contract in :attr:`contracts` (``streamsafe run``'s guard does not: it counts them elsewhere,
+    without keeping every effect's ledger alive)."""
+
     def contract_for(self, effect: Any) -> StreamContract:
         """The contract this guard made for ``effect`` (made at its first call, and again after a close). Does not block."""
         ledger = ledger_of(effect, create=False)
@@ -51,7 +55,8 @@ class ClassGuard:
             contract._hold_effect_weakly()  # the ledger keeps the contract; the program owns the effect
             contract.guard_owner = self
             contract.ledger.default_contract = contract
-            self.contracts.append(contract)
+            if self._record:
+                self.contracts.append(contract)
         return contract
 
     def undo(self) -> None:
@@ -132,7 +137,7 @@ def unguard(target: Any = None) -> None:
                 if cg._pinned:
                     continue
                 _withdraw(cls, cg)
-                if not any(cg in stack for stack in _guard_stacks.values()):
+                if not any(cg in stack for stack in list(_guard_stacks.values())):
                     cg.active = False
 
 
@@ -146,13 +151,16 @@ def _withdraw(cls: type, cg: ClassGuard) -> None:
     """Take ``cg`` off ``cls``'s guards (the caller holds ``_guards_lock``); the newest one left (if any)
     guards ``cls`` again."""
     stack = _guard_stacks.get(cls)
-    if stack is None or cg not in stack:
+    if stack is None:
         return
-    stack.remove(cg)
+    try:
+        stack.remove(cg)
+    except ValueError:  # (already off: a signal handler ending guards re-entered this)
+        return
     if stack:
         _class_guards[cls] = stack[-1]
     else:
-        del _guard_stacks[cls]
+        _guard_stacks.pop(cls, None)
         _class_guards.pop(cls, None)
 
 

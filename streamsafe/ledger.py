@@ -161,15 +161,16 @@ class _Using:
         call), else raise :class:`~streamsafe.errors.ConcurrentUseError`. A holder that has not recorded
         itself yet (or has just let go) is looked at again until it shows. Returns holding the lock."""
         deadline = time.monotonic() + 60
-        while True:
+        while time.monotonic() < deadline:
             owner = ledger._owner
-            if ledger._closing_wait or (owner is not None and owner in ledger._closing):
-                if ledger._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                    return
-                break
-            if owner is not None or time.monotonic() > deadline:
-                break
-            if ledger._lock.acquire(timeout=0.001):  # (the holder took or left the lock unrecorded)
+            closing = ledger._closing_wait or (owner is not None and owner in ledger._closing)
+            if not closing and owner is not None:
+                if ledger._owner != owner:  # (the holder changed while we looked: look again)
+                    continue
+                raise ConcurrentUseError(ledger.name, self._call, _thread_name(owner), threading.current_thread().name)
+            # a closing wait holds it, or a holder not recorded yet: wait a little, then look again (a call
+            # that takes the lock after the closing wait is a concurrent one, and raises)
+            if ledger._lock.acquire(timeout=0.005 if closing else 0.001):
                 return
         raise ConcurrentUseError(ledger.name, self._call, _thread_name(ledger._owner), threading.current_thread().name)
 
