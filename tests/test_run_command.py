@@ -375,9 +375,10 @@ def test_the_programs_traceback_keeps_its_frames_whatever_their_paths(tmp_path: 
     assert "runner.py" not in done.stderr
 
 
-def test_run_called_in_process_leaves_the_process_working(tmp_path: Path) -> None:
+def test_run_called_in_process_leaves_the_process_working(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only the streamsafe command itself shuts threads down as the interpreter does at exit: main(["run", ...])
-    called in a process that goes on (this test's) left its thread pools and asyncio unable to start threads."""
+    called in a process that goes on (this test's) left its thread pools and asyncio unable to start threads,
+    also with its command line given through sys.argv."""
     from concurrent.futures import ThreadPoolExecutor
 
     from streamsafe.tools.cli import main
@@ -385,6 +386,8 @@ def test_run_called_in_process_leaves_the_process_working(tmp_path: Path) -> Non
     path = tmp_path / "p.py"
     path.write_text("print('ran')\n")
     assert main(["run", "--fake-nvvfx", str(path)]) == 0
+    monkeypatch.setattr(sys, "argv", ["streamsafe", "run", "--fake-nvvfx", str(path)])
+    assert main() == 0
     assert threading_main_alive()
     with ThreadPoolExecutor(1) as pool:
         assert pool.submit(lambda: 7).result() == 7
@@ -434,7 +437,31 @@ def test_the_report_keeps_counts_not_contracts() -> None:
                         sr.run(sim.array(np.zeros((3, 16, 16), np.float32))).numpy()
             sr.close()
         gc.collect()
-        live = sum(len(t.live) for _, t, _ in tally._effects.values())
+        kept = [len(t.live) for _, t, _ in [*tally._gone, *tally._effects.values()]]
     reports = tally.reports()
     assert len(reports) == 50 and all(r.runs == 4 and r.requested == "event" for r in reports)
-    assert live <= 2  # (the last effect's contracts may linger until collected)
+    assert all(r.strategy == "event" and "device-side event fences" in r.why for r in reports)
+    assert max(kept) <= 2  # a bounded few an effect (the newest, and the one whose output imports may still count into)
+
+
+def test_the_report_counts_imports_made_after_the_contract_went() -> None:
+    """A contract per frame, each output imported on another stream after its block: the import's fences
+    count into the contract's counters after the contract is gone (a first tally folded them too early)."""
+    import gc
+
+    from streamsafe.tools.runner import ContractTally
+
+    sim = ss.SimBackend()
+    s, reader = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    sr = VideoSuperRes(backend=sim)
+    sr.output_width = sr.output_height = 32
+    sr.load()
+    with ContractTally() as tally:
+        for _ in range(3):
+            with sim.use_stream(s):
+                with ss.stream_contract(sr, s, strategy="event"):
+                    out = sr.run(sim.array(np.zeros((3, 16, 16), np.float32)))
+            gc.collect()
+            sim.copy(sim.from_dlpack(out.image, stream=reader), reader)  # imported on another stream: an H3 fence
+    [report] = tally.reports()
+    assert report.runs == 3 and report.fences_by_hazard.get("H3") == 3, report

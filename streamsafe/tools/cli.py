@@ -412,9 +412,17 @@ def _split_run(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def entry() -> int:
+    """The ``streamsafe`` command (and ``python -m streamsafe``): :func:`main` as the process's entry point,
+    so ``streamsafe run`` shuts the program's threads down as the interpreter does at exit."""
+    return main(exiting=True)
+
+
+def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit status. ``exiting``:
+    the process ends after it (see :func:`entry`)."""
     parser = build_parser()
-    entry_point = argv is None  # the process's own command line: `streamsafe ...` or `python -m streamsafe ...`
+    entry_point = exiting
     argv = list(sys.argv[1:] if argv is None else argv)
     program: list[str] | None = None
     if argv and argv[0] == "run":

@@ -11,7 +11,6 @@ strategy chosen and why, and (with ``sanitize``) the races found.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import runpy
@@ -66,73 +65,85 @@ class RunReport:
 
 
 class _EffectTally:
-    """One effect's counts over every contract made on it: those of contracts gone are added in when they
-    go, so memory grows with effects, not with the contracts a block per frame makes."""
+    """One effect's counts over every contract made on it. A contract that is gone has its counts added
+    into the totals at the next look (unless its counters are still the effect's current output's, which
+    later imports count into): memory grows with effects, not with the contracts a block per frame makes.
+    Its owner's lock is held around every call."""
 
     def __init__(self, contract: Any) -> None:
         self.effect, self.device = contract.effect_name, contract.device
         self.ledger = weakref.ref(contract.ledger)
-        self.plan: Any = None
+        self.plan: Any = contract.ledger.plan
         self.totals: dict[str, int] = {}
         self.runs_by_strategy: dict[str, int] = {}
-        self.live: dict[int, tuple[Any, dict[str, int], str]] = {}
+        self.live: list[tuple[Any, dict[str, int], str]] = []
 
     def add(self, contract: Any) -> None:
-        key = id(contract)
-        self.live[key] = (weakref.ref(contract, functools.partial(self._fold, key)), contract.stats, contract.strategy.value)
+        self._fold_gone()
+        self.live.append((weakref.ref(contract), contract.stats, contract.strategy.value))
 
-    def _fold(self, key: int, _gone: Any = None) -> None:
-        entry = self.live.pop(key, None)
-        if entry is not None:
-            self._count(entry[1], entry[2], self.totals, self.runs_by_strategy)
+    def _fold_gone(self) -> None:
         ledger = self.ledger()
+        current = ledger.out_stats if ledger is not None else None
         if ledger is not None:
             self.plan = ledger.plan
+        kept = []
+        for entry in self.live:
+            if entry[0]() is None and entry[1] is not current:
+                self._count(entry[1], entry[2], self.totals, self.runs_by_strategy)
+            else:
+                kept.append(entry)
+        self.live = kept
 
     @staticmethod
     def _count(stats: dict[str, int], strategy: str, totals: dict[str, int], runs: dict[str, int]) -> None:
-        for k, v in stats.items():
+        for k, v in list(stats.items()):
             totals[k] = totals.get(k, 0) + v
         runs[strategy] = runs.get(strategy, 0) + stats.get("runs", 0)
 
     def report(self, first: str) -> EffectReport:
+        self._fold_gone()
         totals, runs = dict(self.totals), dict(self.runs_by_strategy)
-        for _, stats, strategy in list(self.live.values()):
+        for _, stats, strategy in self.live:
             self._count(stats, strategy, totals, runs)
-        ledger = self.ledger()
-        plan = ledger.plan if ledger is not None else self.plan
+        plan = self.plan
         requested = max(runs, key=runs.__getitem__) if any(runs.values()) else first
+        why = (plan.reason if plan is not None else "the effect never ran" if not totals.get("runs")
+               else "not known: the effect went before the report, with its last plan")
         return EffectReport(
             effect=self.effect, device=self.device, runs=totals.get("runs", 0), fences=totals.get("fences", 0),
             fences_by_hazard={k: v for k, v in sorted(totals.items()) if k.startswith("H")},
             host_waits=totals.get("host_waits", 0), device_syncs=totals.get("device_syncs", 0),
             sdk_waits=totals.get("sdk_waits", 0), requested=requested,
-            strategy=plan.strategy.value if plan is not None else "-",
-            why=plan.reason if plan is not None else "the effect never ran" if not totals.get("runs") else "its last run was unguarded",
+            strategy=plan.strategy.value if plan is not None else "-", why=why,
         )
 
 
 class ContractTally:
     """Inside the ``with`` block, every contract made (by the program, a guard or a decorator) is counted
-    per effect (:meth:`reports`), without keeping contracts or effects alive."""
+    per effect (:meth:`reports`), without keeping contracts, effects or ledgers alive."""
 
     def __init__(self) -> None:
         self._effects: dict[int, tuple[Any, _EffectTally, str]] = {}
         self._gone: list[tuple[Any, _EffectTally, str]] = []
         """Tallies of effects whose ledger went and whose ``id`` a new ledger got."""
+        self._lock = threading.Lock()
+        """Contracts are made on any thread."""
 
     def add(self, contract: Any) -> None:
         ledger = contract.ledger
         key = id(ledger)
-        entry = self._effects.get(key)
-        if entry is None or entry[0]() is not ledger:
-            if entry is not None:
-                self._gone.append(entry)
-            entry = self._effects[key] = (weakref.ref(ledger), _EffectTally(contract), contract.strategy.value)
-        entry[1].add(contract)
+        with self._lock:
+            entry = self._effects.get(key)
+            if entry is None or entry[0]() is not ledger:
+                if entry is not None:
+                    self._gone.append(entry)
+                entry = self._effects[key] = (weakref.ref(ledger), _EffectTally(contract), contract.strategy.value)
+            entry[1].add(contract)
 
     def reports(self) -> list[EffectReport]:
-        return [tally.report(first) for _, tally, first in [*self._gone, *self._effects.values()]]
+        with self._lock:
+            return [tally.report(first) for _, tally, first in [*self._gone, *self._effects.values()]]
 
     def __enter__(self) -> ContractTally:
         from .. import contract
@@ -192,6 +203,7 @@ def run_program(
         hooks.register(model)
     cg: ClassGuard = guard(nvvfx, strategy=as_strategy(strategy))
     cg._pinned = True  # the program's own unguard() leaves it
+    cg._record = False  # (the tally counts its contracts; a list of them would keep every effect's ledger)
     argv, path0 = sys.argv[:], sys.path[0] if sys.path else None
     threads_before = set(threading.enumerate())
     status = 0
@@ -215,9 +227,7 @@ def run_program(
             if exiting:
                 try:
                     _shut_down_threads(threads_before)  # as the interpreter does before it exits
-                except KeyboardInterrupt:
-                    status = 130
-                except Exception:  # a threading exit hook's error: Python reports it and keeps the status
+                except BaseException:  # (Ctrl-C there, a hook's error): Python reports it, keeps the status
                     print("Exception ignored in: <module 'threading'>", file=sys.stderr)
                     traceback.print_exc()
     finally:
