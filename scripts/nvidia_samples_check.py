@@ -370,7 +370,7 @@ def launch(ns: argparse.Namespace) -> int:
     if not ns.unguarded:
         from streamsafe.cli import main
 
-        return int(main(argv))
+        return int(main(argv, exiting=True))  # (this process ends with it: as the streamsafe command does)
     # control: the emulation, no guard
     import runpy
 
