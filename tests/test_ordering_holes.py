@@ -26,10 +26,13 @@ def sim() -> ss.SimBackend:
     return ss.SimBackend(scheduler="adversarial")
 
 
-def make_sr(sim: ss.SimBackend, size: int = 32, cls: type = VideoSuperRes, **kw: Any) -> Any:
-    """A loaded ``cls`` (the emulated ``VideoSuperRes`` or a subclass of it), upscaling to ``size``."""
+def make_sr(sim: ss.SimBackend, size: int = 32, cls: type = VideoSuperRes, *, input_size: int | None = None, **kw: Any) -> Any:
+    """A loaded ``cls`` (the emulated ``VideoSuperRes`` or a subclass of it), upscaling to ``size`` (from
+    ``input_size`` square inputs only, when given)."""
     sr = cls(backend=sim, **kw)
     sr.output_width, sr.output_height = size, size
+    if input_size is not None:
+        sr.input_width = sr.input_height = input_size
     sr.load()
     return sr
 
@@ -825,10 +828,7 @@ def size_set_and_set_back(sim: ss.SimBackend, strategy: str, how: str, encoding:
     conversion on stream 0 reads the 8-bit result the next inference writes; on another SDK stream, the
     input staging buffer and the output)."""
     s, s2 = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
-    sr = VideoSuperRes(backend=sim, image_encoding=encoding)
-    sr.output_width = sr.output_height = 32
-    sr.input_width = sr.input_height = 16
-    sr.load()
+    sr = make_sr(sim, input_size=16, image_encoding=encoding)
     c = contract(sr, s, strategy)
     rgb10 = encoding is ImageEncoding.RGB10A2
 
@@ -988,10 +988,7 @@ def test_a_release_waits_for_the_previous_runs_sdk_streams_then_forgets_them(sim
     """After configure(), close() or synchronize() the host has waited for the SDK's own last work, so no
     later run orders after (records an event on) a stream the program may since have destroyed."""
     s = sim.create_stream(non_blocking=True)
-    sr = VideoSuperRes(backend=sim)
-    sr.output_width = sr.output_height = 32
-    sr.input_width = sr.input_height = 16
-    sr.load()
+    sr = make_sr(sim, input_size=16)
     c = ss.StreamContract(sr, s, strategy="event")
     with sim.use_stream(s):
         c.run(sim.array(np.zeros((3, 16, 16), np.float32)))  # never imported: no reader
@@ -1051,10 +1048,7 @@ def test_an_input_size_change_of_super_res_leaves_its_output_valid(sim: ss.SimBa
     was made stale (a stale-view report, StaleOutputError on import) though the guide keeps it valid until
     the next run, close() or an output-size or encoding change."""
     s = sim.create_stream(non_blocking=True)
-    sr = VideoSuperRes(backend=sim)
-    sr.output_width = sr.output_height = 64
-    sr.input_width = sr.input_height = 16
-    sr.load()
+    sr = make_sr(sim, 64, input_size=16)
     c = ss.StreamContract(sr, s, strategy="event")
     with sim.use_stream(s):
         viewed = c.run(sim.array(np.full((3, 16, 16), 0.25, np.float32)))
