@@ -10,6 +10,7 @@
 #   GPU_LANE_PART=lanes bash scripts/gpu_lane_perf.sh   # after a change to the bench's pipelines: two-GPU tests and bench, a few scenarios
 #   GPU_LANE_PART=close bash scripts/gpu_lane_perf.sh   # before closing: every GPU test (shorter soaks), c and c-gpu, g-host, server-8, two GPUs
 #   GPU_LANE_PART=emulator bash scripts/gpu_lane_perf.sh  # after a change to the emulated SDK: its GPU tests, its host cost, the scenarios it bounds
+#   GPU_LANE_PART=native bash scripts/gpu_lane_perf.sh    # the C extension: every GPU test with it, host costs with it and without (alternating)
 # GPU_LANE_AB=DIR (any part, first): python_overhead, contract_overhead and effect_host_cost of an older tree's package under DIR beside this one's
 # Everything lands in ONE file, $OUT/lane.tgz (folder lane/). Runs on one GPU too (the two-GPU parts then skip).
 set -uo pipefail
@@ -19,6 +20,10 @@ L=$(realpath -m "$OUT")/lane; mkdir -p "$L"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false STREAMSAFE_GPU_OUT=$L
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,memory.used --format=csv > "$L/gpu-$PART.txt" 2>&1
 python3 -c "import torch, cupy, jax; print('torch', torch.__version__, 'cupy', cupy.__version__, 'jax', jax.__version__, 'gpus', torch.cuda.device_count())" >> "$L/gpu-$PART.txt" 2>&1
+# the C extension (streamsafe._native), built in place for this machine's Python (the tree carries no build of it)
+{ python3 setup.py build_ext --inplace -q || gcc -O2 -shared -fPIC $(python3-config --includes) streamsafe/_native.c \
+    -o "streamsafe/_native$(python3-config --extension-suffix)"; } > "$L/build-native-$PART.txt" 2>&1
+python3 -c "from streamsafe import _accel; print('C extension (streamsafe._native):', _accel.native_status())" >> "$L/gpu-$PART.txt" 2>&1
 cat "$L/gpu-$PART.txt"
 rc=0
 if [ "$PART" = tests ]; then
@@ -135,6 +140,18 @@ if [ "$PART" = close ]; then  # the last check of a session: every GPU test, the
   grep -E "^(c|g-host|server)" "$L/bench-close.txt"
   timeout 120 python3 -m streamsafe.bench.multi_gpu --backend cuda --json "$L/multi-gpu-bench.json" > "$L/multi-gpu-bench.txt" 2> "$L/multi-gpu-bench.err" || rc=1
   cat "$L/multi-gpu-bench.txt"; tail -3 "$L/multi-gpu-bench.err"
+fi
+if [ "$PART" = native ]; then  # the C extension: every GPU test with it; then each host cost with it and without, alternating
+  STREAMSAFE_FUZZ_FRAMES=1000 STREAMSAFE_FUZZ_CONTROL_FRAMES=500 STREAMSAFE_SOAK_FRAMES=1000 STREAMSAFE_MULTI_GPU_SOAK_FRAMES=3000 \
+    timeout 300 python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu > "$L/pytest-gpu.txt" 2>&1 || rc=1
+  grep -E "FAILED|ERROR|passed|failed|soak|fuzz" "$L/pytest-gpu.txt" | tail -30
+  for i in 1 2; do for n in 0 1; do
+    STREAMSAFE_NATIVE=$n timeout 50 python3 benchmarks/contract_overhead.py --blocks 12 --json "$L/contract_overhead-$i-native$n.json" \
+      > "$L/contract_overhead-$i-native$n.txt" 2>&1
+    STREAMSAFE_NATIVE=$n timeout 50 python3 benchmarks/effect_host_cost.py > "$L/effect_host_cost-$i-native$n.txt" 2>&1
+  done; done
+  grep -H -E "^(raw effect|contract.run\(\) \+ out|hand, same fences \+ raw capsule import \[)" "$L"/contract_overhead-*.txt | cut -c1-150
+  grep -H -E "^(Video|True)" "$L"/effect_host_cost-*.txt | cut -c1-150
 fi
 if [ "$PART" = measure ]; then  # after a hot-path change (second call); GPU_LANE_TESTS: GPU test files to run first
   if [ -n "${GPU_LANE_TESTS:-}" ]; then

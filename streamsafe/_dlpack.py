@@ -6,6 +6,7 @@ import ctypes
 import struct
 from typing import Any, NamedTuple
 
+from ._accel import native
 from .errors import DeviceMismatchError, HostArrayError, InputArrayError, InputDeviceError
 from .frameworks import framework_of
 from .streams import as_stream
@@ -191,7 +192,8 @@ def capsule_data_key(capsule: Any) -> Any:
     ``None`` when it cannot be read."""
     if isinstance(capsule, SimCapsule):
         return capsule._array.buffer
-
+    if _NATIVE is not None:
+        return _NATIVE.capsule_data(capsule)
     address = _dltensor_address(capsule)
     # DLManagedTensor starts with DLTensor, whose first field is the data pointer
     return ctypes.c_void_p.from_address(address).value if address is not None else None
@@ -239,6 +241,9 @@ def read_capsule(capsule: Any) -> CapsuleTensor | None:
     capsule is neither consumed nor renamed, so its producer still owns the memory (and frees it
     when the capsule goes). ``None`` for anything else (a consumed capsule, another object).
     Does not block; touches host memory only."""
+    if _NATIVE is not None:
+        fields = _NATIVE.read_capsule(capsule)
+        return None if fields is None else tuple.__new__(CapsuleTensor, fields)
     address = _dltensor_address(capsule)
     if address is None:
         return None
@@ -257,6 +262,8 @@ def read_capsule(capsule: Any) -> CapsuleTensor | None:
 
 
 _CAPSULE_API: Any = None
+_NATIVE = native()
+"""The C extension's in-place reads of :func:`read_capsule` and :func:`capsule_data_key`, when built."""
 
 
 def _capsule_api() -> Any:

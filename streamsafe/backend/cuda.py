@@ -281,7 +281,11 @@ class CudaBackend:
         as the bound fence programs ask: an event record on the legacy stream then lets no other thread in)."""
         held = held_calls()
         if held is not None:
-            box = ctypes.c_void_p()
+            if held.native is not None:
+                ctx = held.native.ctx_current()
+                if ctx is not None:
+                    return bool(ctx == self._device(device).ctx_int)
+            box = ctypes.c_void_p()  # (and the error, where the C extension's call failed)
             err = held.cuCtxGetCurrent(ctypes.byref(box))
             if err:
                 _check((self._d.CUresult(err),), "cuCtxGetCurrent")
@@ -401,8 +405,17 @@ class CudaBackend:
             recorded.pop(waiter, None)
         weakref.finalize(owner, _release_events, self._pool, events)
         program = tuple(steps)
+        run_fences = held.native.run_fences if held and held.native is not None else None
 
-        if held:
+        if run_fences is not None:  # the whole program in one call of the C extension
+            flat = tuple(x for call, args, _ in program for x in ((0, *args) if call is record else (1, *args[:2])))
+            names = tuple(name for _, _, name in program)
+
+            def run() -> None:
+                failed = run_fences(flat)
+                if failed is not None:
+                    _check((d.CUresult(failed[1]),), names[failed[0]])
+        elif held:
 
             def run() -> None:
                 for call, args, name in program:
@@ -428,7 +441,9 @@ class CudaBackend:
             return run_one_by_one
         ctx = self._device(contexts.pop()).ctx
         ctx_int = int(ctx)
-        if held:
+        if held and held.native is not None:
+            current_int = held.native.ctx_current  # (0 for no context, None when the call fails)
+        elif held:
             box = ctypes.c_void_p()  # one per program: a program runs under its effect's thread rule
             ref, get_raw = ctypes.byref(box), held.cuCtxGetCurrent
 

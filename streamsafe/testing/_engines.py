@@ -219,7 +219,7 @@ class CupyEngine:
             return
         launcher = self._copy_launcher
         if launcher is None:
-            launcher = self._copy_launcher = _CopyLauncher(self._cupy, self.device, held.cuLaunchKernel)
+            launcher = self._copy_launcher = _CopyLauncher(self._cupy, self.device, held.cuLaunchKernel, held.native)
         if self._get_device() == self.device:  # (inline: the check costs more as a call of its own)
             err = launcher(src_ptr, dst.data.ptr, nbytes, stream_handle(stream))
         else:
@@ -445,13 +445,17 @@ extern "C" __global__ void streamsafe_copy(const unsigned char* src, unsigned ch
 
 
 class _CopyLauncher:
-    """One copy kernel launched with ``cuLaunchKernel`` through prebuilt argument slots (the driver
-    copies the arguments at the call, so the slots are free again when it returns)."""
+    """One copy kernel launched with ``cuLaunchKernel``: by the C extension's ``launch_copy`` where it is
+    built, else through ``ctypes`` with prebuilt argument slots (the driver copies the arguments at the
+    call, so the slots are free again when it returns)."""
 
-    def __init__(self, cupy: Any, device: int, launch: Any) -> None:
+    def __init__(self, cupy: Any, device: int, launch: Any, native: Any = None) -> None:
         with cupy.cuda.Device(device):
             self._function = ctypes.c_void_p(int(cupy.RawKernel(_COPY_SOURCE, "streamsafe_copy").kernel.ptr))
         self._launch = launch
+        self._native = native.launch_copy if native is not None else None
+        self._function_int = int(self._function.value or 0)
+        self._sizes: dict[tuple[int, bool], int] = {}
         self._args = (ctypes.c_uint64 * 3)()
         base = ctypes.addressof(self._args)
         self._params = (ctypes.c_void_p * 3)(base, base + 8, base + 16)
@@ -459,6 +463,14 @@ class _CopyLauncher:
         self._blocks: dict[tuple[int, bool], Any] = {}
 
     def __call__(self, src: int, dst: int, nbytes: int, stream: int) -> int:
+        native = self._native
+        if native is not None:
+            wide = not ((src | dst | nbytes) & 15)
+            count = self._sizes.get((nbytes, wide))
+            if count is None:
+                units = nbytes >> 4 if wide else nbytes
+                count = self._sizes[(nbytes, wide)] = max(1, min((units + 255) // 256, 2048))
+            return int(native(self._function_int, count, 256, src, dst, nbytes, stream))
         args = self._args
         args[0], args[1], args[2] = src, dst, nbytes
         wide = not ((src | dst | nbytes) & 15)

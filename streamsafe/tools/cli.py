@@ -414,8 +414,16 @@ def _split_run(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def entry() -> int:
     """The ``streamsafe`` command (and ``python -m streamsafe``): :func:`main` as the process's entry point,
-    so ``streamsafe run`` shuts the program's threads down as the interpreter does at exit."""
-    return main(exiting=True)
+    so ``streamsafe run`` shuts the program's threads down as the interpreter does at exit. Output piped
+    into a reader that stops early (``streamsafe doctor | head``) ends the command quietly, status 1."""
+    try:
+        status = main(exiting=True)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:  # the reader went: Python's recipe (no second error at the interpreter's own flush)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
 
 
 def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:

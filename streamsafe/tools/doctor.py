@@ -14,6 +14,7 @@ import sys
 import textwrap
 from typing import Any
 
+from .._accel import native_status
 from .._version import __version__
 from ..backend import cuda_available
 
@@ -107,6 +108,7 @@ def collect() -> dict[str, Any]:
         "streamsafe": __version__,
         "packages": {name: _version(name) for name in _PACKAGES},
         "nvvfx_importable": importlib.util.find_spec("nvvfx") is not None,
+        "native": native_status(),
     }
     reason = CudaBackend.probe()
     report["cuda"] = {"available": reason is None, "reason": reason}
@@ -114,8 +116,10 @@ def collect() -> dict[str, Any]:
         driver, gpus = _gpus()
         from ..backend._held import held_calls
 
-        calls = ("the driver's entry points, GIL kept" if held_calls() is not None
-                 else "cuda.bindings (GIL released around each call)")
+        held = held_calls()
+        calls = ("cuda.bindings (GIL released around each call)" if held is None
+                 else "the driver's entry points through the C extension, GIL kept" if held.native is not None
+                 else "the driver's entry points through ctypes, GIL kept")
         report["cuda"].update({"driver": driver, "gpus": gpus, "fence_calls": calls})
         report["stream_defaults"] = _stream_defaults()
         report["backend"] = "cuda"
@@ -136,6 +140,7 @@ def format_report(report: dict[str, Any]) -> str:
     for name, version in report["packages"].items():
         lines.append(f"  {name:<16} {version or '-'}")
     lines.append(f"  nvvfx importable: {'yes' if report['nvvfx_importable'] else 'no (use streamsafe.testing.install_fake_nvvfx())'}")
+    lines.append(f"  C extension (streamsafe._native): {report['native']}")
     cuda = report["cuda"]
     lines += ["", "CUDA:"]
     if cuda["available"]:

@@ -1,0 +1,42 @@
+"""The optional C extension :mod:`streamsafe._native`, when it was built and is not switched off.
+
+It makes the hot path's driver calls (event records, stream waits, graph and kernel launches, a
+whole bound fence program in one call) and reads DLPack capsules in place, the same work as the
+``ctypes`` calls of :mod:`streamsafe.backend._held` and :mod:`streamsafe._dlpack` at a fraction of
+their host cost. It is built by ``pip install`` where a C compiler is present; without one,
+streamsafe makes the same calls through ``ctypes``, in the same order.
+``STREAMSAFE_NATIVE=0`` makes streamsafe ignore it (the switch the benchmarks compare).
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+__all__ = ["native", "native_status"]
+
+_NATIVE: ModuleType | None | bool = False
+_WHY = ""
+
+
+def native() -> ModuleType | None:
+    """The :mod:`streamsafe._native` module, or ``None`` (not built, or ``STREAMSAFE_NATIVE=0``).
+    Looked up once per process."""
+    global _NATIVE, _WHY
+    if _NATIVE is False:
+        if os.environ.get("STREAMSAFE_NATIVE", "1") == "0":
+            _NATIVE, _WHY = None, "switched off (STREAMSAFE_NATIVE=0)"
+        else:
+            try:
+                from . import _native
+
+                _NATIVE, _WHY = _native, "built"
+            except ImportError as e:
+                _NATIVE, _WHY = None, f"not built ({e}); reinstall with a C compiler present (pip install -e .)"
+    return _NATIVE  # type: ignore[return-value]
+
+
+def native_status() -> str:
+    """One line for ``streamsafe doctor``: whether the C extension is in use, and why not."""
+    module = native()
+    return "in use" if module is not None else _WHY
