@@ -1162,3 +1162,75 @@ def test_a_concurrent_call_still_raises_while_a_third_threads_closing_wait_is_qu
     for t in (first, second, third):
         t.join(timeout=30)
     assert result == {"call": "ConcurrentUseError"}
+
+
+class _ForeignProducer:
+    """An array of a framework streamsafe does not know (as a JAX array): written on its own stream, and
+    ``__dlpack__(stream=s)`` makes ``s`` wait for that stream, as the DLPack protocol says."""
+
+    def __init__(self, sim: ss.SimBackend, stream: ss.Stream, data: np.ndarray) -> None:
+        self.sim, self.stream = sim, stream
+        self.arr = sim.empty(data.shape, data.dtype, stream=stream, name="foreign input")
+        write(sim, self.arr, data, stream)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.arr.__dlpack_device__()  # type: ignore[no-any-return]
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None) -> Any:
+        if stream is not None and stream != -1:
+            s = ss.as_stream(stream, backend=self.sim)
+            if s != self.stream:
+                self.sim.fence(s, self.stream)
+        return self.arr.__dlpack__(stream=-1)
+
+
+def _first_run_after_freeing_scratch(sim: ss.SimBackend, strategy: str) -> tuple[np.ndarray, np.ndarray]:
+    """The program frees a scratch block on its current stream with its fill still pending, then the
+    effect's first run (which allocates the SDK's buffers) takes an input of an unknown producer."""
+    import gc
+
+    foreign_stream, current, sdk, consumer = (sim.create_stream(non_blocking=True) for _ in range(4))
+    sr = make_sr(sim)
+    c = ss.StreamContract(sr, sdk, strategy=strategy, allow_none=strategy == "none")
+    with sim.use_stream(current):
+        scratch = sim.empty((3, 16, 16), np.float32, name="scratch")  # the SDK's input0 has this size
+        sim.fill(scratch, 0.25)
+        del scratch
+        gc.collect()  # back to the current stream's pool: safe, it was only used there
+        data = data_of(7)
+        out = c.run(_ForeignProducer(sim, foreign_stream, data))
+        got = sim.copy(sim.from_dlpack(out.image, stream=consumer), consumer)
+    sim.synchronize_stream(consumer)
+    return sim.download(got), sr_expected(data)
+
+
+@pytest.mark.parametrize("strategy", FENCED)
+def test_the_emulated_sdk_allocates_outside_the_programs_pools(sim: ss.SimBackend, strategy: str) -> None:
+    """A real SDK's buffers are its own (cudaMalloc): no block the program freed on its current stream, with
+    its work still pending, can become one. The emulated effects allocate so on the model too."""
+    got, want = _first_run_after_freeing_scratch(sim, strategy)
+    assert sim.races == []
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_emulated_sdk_allocates_outside_the_programs_pools_control(sim: ss.SimBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Control: with the SDK's buffers taken from the current stream's pool, the freed scratch's fill races
+    the SDK's transfer under a fenced strategy (no fence can order the SDK's private buffer)."""
+    from streamsafe.testing._engines import SimEngine
+
+    monkeypatch.setattr(SimEngine, "empty", lambda self, shape, dtype, name: self.backend.empty(shape, dtype, device=self.device, name=name))
+    _first_run_after_freeing_scratch(sim, "event")
+    assert any(r.buffer == "VideoSuperRes input0" and "scratch" in r.first.op for r in sim.races)
+
+
+def test_malloc_is_outside_the_caching_allocator(sim: ss.SimBackend) -> None:
+    s = sim.create_stream(non_blocking=True)
+    with sim.use_stream(s):
+        a = sim.empty((4,), np.float32)
+        buffer = a.buffer
+        del a
+        b = sim.malloc((4,), np.float32, name="sdk")
+        assert b.buffer is not buffer and b.buffer.name == "sdk"
+        sim.free(b)
+        c = sim.empty((4,), np.float32)
+        assert c.buffer is not b.buffer  # freed, never pooled

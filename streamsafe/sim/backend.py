@@ -505,6 +505,19 @@ class SimBackend:
         done.atexit = False
         return SimArray(self, buf, lease=lease)
 
+    @_entry
+    def malloc(self, shape: Sequence[int] | int, dtype: Any = np.float32, *, device: int | None = None, name: str = "") -> SimArray:
+        """Device memory outside the caching allocator, like ``cudaMalloc`` (what an SDK allocates its
+        own buffers with): a fresh poisoned block that no stream's pool hands out or takes back, so no
+        freed block of the program's, with work still pending on it, can become it. Release it with
+        :meth:`free`. Does not block."""
+        dev = self.current_device() if device is None else device
+        self._check_device(dev)
+        dims = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        data = np.empty(dims, dtype=np.dtype(dtype))
+        _poison(data)
+        return SimArray(self, SimBuffer(name or f"buf{next(self._handles)}", data, dev), lease=None)
+
     def _reuse(self, key: _PoolKey) -> SimBuffer | None:
         """The most recently freed block of ``key`` whose recorded streams' events have completed."""
         blocks = self._free_blocks.get(key)

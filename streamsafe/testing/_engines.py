@@ -91,7 +91,8 @@ class SimEngine:
         return array.shape, np.dtype(array.dtype)
 
     def empty(self, shape: tuple[int, ...], dtype: Any, name: str) -> SimArray:
-        return self.backend.empty(shape, dtype, device=self.device, name=name)
+        """The SDK's own memory: outside the program's stream-ordered pools (``cudaMalloc``)."""
+        return self.backend.malloc(shape, dtype, device=self.device, name=name)
 
     def launch(self, stream: Stream, name: str, fn: KernelFn, reads: Sequence[SimArray], writes: Sequence[SimArray]) -> None:
         read_bufs, write_bufs = [a.buffer for a in reads], [a.buffer for a in writes]
@@ -174,8 +175,14 @@ class CupyEngine:
         return tuple(array.shape), np.dtype(array.dtype)
 
     def empty(self, shape: tuple[int, ...], dtype: Any, name: str) -> Any:
-        with self._cupy.cuda.Device(self.device):
-            return self._cupy.empty(shape, dtype=dtype)
+        """The SDK's own memory: ``cudaMalloc``'d, outside CuPy's stream-ordered pool (which would hand
+        the SDK a block the program freed on its current stream with work still pending on it); freed
+        with ``cudaFree``, which waits for the device, when the array goes."""
+        cupy = self._cupy
+        with cupy.cuda.Device(self.device):
+            dt = np.dtype(dtype)
+            mem = cupy.cuda.memory.Memory(max(1, int(np.prod(shape, dtype=np.int64)) * dt.itemsize))
+            return cupy.ndarray(shape, dtype=dt, memptr=cupy.cuda.memory.MemoryPointer(mem, 0))
 
     def launch(self, stream: Stream, name: str, fn: KernelFn, reads: Sequence[Any], writes: Sequence[Any]) -> None:
         with self._cupy.cuda.Device(self.device), self._cupy_stream(stream):
