@@ -9,6 +9,7 @@
 #   GPU_LANE_PART=measure bash scripts/gpu_lane_perf.sh # then: the bench (every scenario), g-host again, the emulator's cost
 #   GPU_LANE_PART=lanes bash scripts/gpu_lane_perf.sh   # after a change to the bench's pipelines: two-GPU tests and bench, a few scenarios
 #   GPU_LANE_PART=close bash scripts/gpu_lane_perf.sh   # before closing: every GPU test (shorter soaks), c and c-gpu, g-host, server-8, two GPUs
+#   GPU_LANE_HOST_COSTS=1 (with close): then the contract's and the emulator's host costs
 #   GPU_LANE_PART=emulator bash scripts/gpu_lane_perf.sh  # after a change to the emulated SDK: its GPU tests, its host cost, the scenarios it bounds
 #   GPU_LANE_PART=native bash scripts/gpu_lane_perf.sh    # the C extension: every GPU test with it, host costs with it and without (alternating)
 # GPU_LANE_AB=DIR (any part, first): python_overhead, contract_overhead and effect_host_cost of an older tree's package under DIR beside this one's
@@ -151,6 +152,12 @@ if [ "$PART" = native ]; then  # the C extension: every GPU test with it; then e
     STREAMSAFE_NATIVE=$n timeout 50 python3 benchmarks/effect_host_cost.py > "$L/effect_host_cost-$i-native$n.txt" 2>&1
   done; done
   grep -H -E "^(raw effect|contract.run\(\) \+ out|hand, same fences \+ raw capsule import \[)" "$L"/contract_overhead-*.txt | cut -c1-150
+  grep -H -E "^(Video|True)" "$L"/effect_host_cost-*.txt | cut -c1-150
+fi
+if [ "$PART" = close ] && [ -n "${GPU_LANE_HOST_COSTS:-}" ]; then  # close, then the host costs (C extension in use)
+  timeout 50 python3 benchmarks/contract_overhead.py --blocks 12 --json "$L/contract_overhead.json" > "$L/contract_overhead.txt" 2>&1
+  grep -E "^(raw effect|contract.run\(\) \+ out|hand, same fences \+ raw capsule import \[)" "$L/contract_overhead.txt"
+  for i in 1 2; do timeout 50 python3 benchmarks/effect_host_cost.py > "$L/effect_host_cost-$i.txt" 2>&1; done
   grep -H -E "^(Video|True)" "$L"/effect_host_cost-*.txt | cut -c1-150
 fi
 if [ "$PART" = measure ]; then  # after a hot-path change (second call); GPU_LANE_TESTS: GPU test files to run first

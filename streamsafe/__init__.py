@@ -20,6 +20,7 @@ from .errors import (
     DeviceMismatchError,
     EffectConfigError,
     EffectStateError,
+    EnvironmentSettingError,
     FrameworkUnavailableError,
     HostArrayError,
     InputArrayError,
@@ -58,6 +59,7 @@ __all__ = [
     "Fence",
     "FencePlan",
     "HOST",
+    "EnvironmentSettingError",
     "FrameworkUnavailableError",
     "HostArrayError",
     "InputArrayError",
@@ -99,9 +101,17 @@ __all__ = [
 ]
 
 
+_SUBPACKAGES = ("testing", "bench", "tools")
+"""Subpackages reachable as attributes without their own import (imported on first use)."""
+
+
 def __getattr__(name: str) -> Any:
     if name == "CudaBackend":  # lazy: needs cuda.bindings, and a driver to construct
         from .backend.cuda import CudaBackend
 
         return CudaBackend
+    if name in _SUBPACKAGES:  # ss.testing.VideoSuperRes after a plain `import streamsafe as ss`
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'streamsafe' has no attribute {name!r}")

@@ -10,8 +10,9 @@ streamsafe makes the same calls through ``ctypes``, in the same order.
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
+
+from ._env import env_flag
 
 __all__ = ["native", "native_status"]
 
@@ -24,7 +25,7 @@ def native() -> ModuleType | None:
     Looked up once per process."""
     global _NATIVE, _WHY
     if _NATIVE is False:
-        if os.environ.get("STREAMSAFE_NATIVE", "1") == "0":
+        if not env_flag("STREAMSAFE_NATIVE", True, "use the C extension"):
             _NATIVE, _WHY = None, "switched off (STREAMSAFE_NATIVE=0)"
         else:
             try:

@@ -102,6 +102,10 @@ def _classes_of(target: Any) -> list[type]:
     )
 
 
+GUARD_OPTIONS = ("input_stream", "consumer_stream", "conversion_stream", "backend", "allow_none")
+"""The :class:`~streamsafe.StreamContract` options a class guard passes on to each instance's contract."""
+
+
 def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options: Any) -> ClassGuard:
     """Guard every instance of the effect classes in ``target`` (a class, a module such as
     ``nvvfx``, its name, or a list), from their first ``run()``: each instance gets its own
@@ -112,6 +116,12 @@ def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options:
     from .strategy import as_strategy
 
     as_strategy(strategy, allow_none=bool(options.get("allow_none")))
+    unknown = sorted(set(options) - set(GUARD_OPTIONS))
+    if unknown:
+        raise TypeError(
+            f"guard() got an unexpected option {unknown[0]!r}: a class guard takes strategy= and the contract "
+            f"options {', '.join(GUARD_OPTIONS)} (the SDK stream is the current stream at each call)"
+        )
     classes = _classes_of(target)
     for cls in classes:
         if not install(cls):

@@ -25,13 +25,13 @@ import contextlib
 import functools
 import numbers
 import operator
-import os
 import sys
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn, TypeVar
 
+from ._env import SANITIZE_MEANING as _SANITIZE_MEANING, env_flag
 from . import guarding, hooks, steady
 from ._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, require_cuda_input, stream_on_device
 from .backend import Backend, SimBackend, current_backend
@@ -40,7 +40,7 @@ from .sim.backend import SimArray, another_models_array
 from .errors import EffectConfigError, EffectStateError, HostArrayError, NotAnEffectError, StreamsafeError, UnguardedChangeError
 from .frameworks import framework_of, torch_current_stream_handle
 from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, releases_output, shape_of, tracked_raw_call, tracked_setattr
-from .ledger import Ledger, apply_fences, ledger_of, new_stats, view_owner, views_exist
+from .ledger import Ledger, apply_fences, forget_ledger, ledger_of, new_stats, view_owner, views_exist
 from .occupancy import note_run
 from .outputs import SafeImage, SafeOutput
 from .plan import FencePlan, plan_fences
@@ -85,10 +85,8 @@ class StreamContract:
         self.device = int(getattr(effect, "device", 0))
         existing = ledger_of(effect, create=False)
         self.backend: Backend = backend or _effect_backend(effect) or (existing.backend if existing else None) or current_backend()
-        self.ledger: Ledger = existing or ledger_of(effect, self.backend)  # type: ignore[assignment]
-        if self.ledger.backend is None:
-            self.ledger.backend = self.backend
         dev, be = self.device, self.backend
+        # the streams first: a refused contract leaves no ledger behind on the effect
         self._sdk_fixed = None if stream is None else stream_on_device(stream, dev, be, "sdk")
         self._input = None if input_stream is None else stream_on_device(input_stream, dev, be, "input")
         self._consumer = None if consumer_stream is None else stream_on_device(consumer_stream, dev, be, "consumer")
@@ -97,6 +95,9 @@ class StreamContract:
             if conversion_stream is not None
             else as_stream(LEGACY_HANDLE, device=dev, backend=be)
         )
+        self.ledger: Ledger = existing or ledger_of(effect, self.backend)  # type: ignore[assignment]
+        if self.ledger.backend is None:
+            self.ledger.backend = self.backend
         # The framework objects of the declared streams live as long as the contract: a stream the
         # contract fences must not be destroyed (and its handle reused) under it.
         self._stream_objects = (stream, input_stream, consumer_stream, conversion_stream)
@@ -119,9 +120,14 @@ class StreamContract:
         self.stats = new_stats()
         """Counters: runs; device-side fences; host waits and device syncs streamsafe made; and runs in
         which the SDK itself made the host wait (``non_blocking=False``)."""
-        if os.environ.get("STREAMSAFE_SANITIZE") == "1":
+        if env_flag("STREAMSAFE_SANITIZE", False, _SANITIZE_MEANING):
             mirror.enable_from_environment()
-        _ = self.plan  # validates the strategy for these streams now (e.g. async where unsound)
+        try:
+            _ = self.plan  # validates the strategy for these streams now (e.g. async where unsound)
+        except BaseException:
+            if existing is None:
+                forget_ledger(effect, self.ledger)  # (refused: the effect is as it was)
+            raise
         for sink in _CONTRACT_SINKS:
             sink.add(self)
 
@@ -443,6 +449,7 @@ class StreamContract:
                     if producer is not None:
                         for o in hooks.observers:
                             o.on_input_write(mirror.array_key(arr), producer, dev)
+            counted = dict(self.stats)  # (restored if the SDK refuses the call: its counters count runs)
             apply_fences(be, dev, before, self.stats)
             if views_exist():
                 self._read_views(arrays, run_stream)
@@ -455,8 +462,17 @@ class StreamContract:
                 for k in INPUT_KWARGS:
                     if k in call_kwargs and self._producer_is_unknown(call_kwargs[k], arrays, producers):
                         call_kwargs[k] = _Forwarding(call_kwargs[k], run_stream)
-            with _on_device(dev):
-                raw = call_raw(self.effect, name, *call_args, stream_ptr=run_stream.ptr, non_blocking=plan.non_blocking, **call_kwargs)
+            try:
+                with _on_device(dev):
+                    raw = call_raw(self.effect, name, *call_args, stream_ptr=run_stream.ptr, non_blocking=plan.non_blocking, **call_kwargs)
+            except BaseException:
+                # The SDK refused the call (an input's dtype, layout or size; the effect's state): the
+                # counters go back to what they were. The device waits already issued stay queued (they
+                # order work and change no data), a host wait already made is not undone, and the
+                # ledger is as before: the previous output stays valid, its readers known.
+                self.stats.clear()
+                self.stats.update(counted)
+                raise
             # only now: an input the SDK rejects leaves the previous output valid and its readers known
             generation = ledger.after_run(plan, shapes, self.stats, self._consumer or sdk)
             protect = bool(plan.at("after run"))
@@ -584,8 +600,11 @@ class StreamContract:
     def configure(self, **attrs: Any) -> None:
         """Set effect attributes. A change that may release the output buffer (output size,
         encoding) first makes the host wait for every stream that may still read it (H6); the
-        output stays valid if the effect rejects the value. Unknown attributes and a closed
-        effect are refused before anything happens."""
+        output stays valid if the effect rejects the value. All or nothing: when the effect refuses
+        one value, the values of this call it had already taken are set back and the counters are
+        as before (an output the effect released on the way stays released: importing it raises
+        :class:`~streamsafe.errors.StaleOutputError`). Unknown attributes and a closed effect are
+        refused before anything happens."""
         name = type(self.effect).__name__
         if self.closed or self.ledger.closed:
             raise EffectStateError(name, "configure", "closed", "Create a new effect and contract.")
@@ -600,6 +619,7 @@ class StreamContract:
             changes = {k: v for k, v in attrs.items() if before[k] != v}
             # a size first set (None before) has released nothing: no output was made for it
             releasing = [k for k in changes if releases_output(self.effect, k) and before[k] is not None]
+            counted = dict(self.stats)
             if releasing:
                 apply_fences(self.backend, self.device, ledger.release_fences(self._last_plan, self.strategy), self.stats)
             done = []
@@ -607,6 +627,15 @@ class StreamContract:
                 for attr, value in attrs.items():
                     call_raw(self.effect, "__setattr__", attr, value)
                     done.append(attr)
+            except BaseException:  # all or nothing: the values already set go back (the effect took them before)
+                for attr in reversed(done):
+                    try:
+                        call_raw(self.effect, "__setattr__", attr, before[attr])
+                    except Exception:  # noqa: S110  (a value the effect cannot take back: the snapshot below says what it has)
+                        pass
+                self.stats.clear()
+                self.stats.update(counted)
+                raise
             finally:
                 if any(k in releasing for k in done):
                     ledger.released()

@@ -13,6 +13,7 @@ from typing import Any
 
 __all__ = [
     "StreamsafeError",
+    "EnvironmentSettingError",
     "StreamTypeError",
     "StreamValueError",
     "DeviceMismatchError",
@@ -253,4 +254,15 @@ class FrameworkUnavailableError(StreamsafeError, ImportError):
             f"{helper} needs {framework}, which cannot be imported here ({reason}). Install it "
             f"(pip install 'streamsafe[{extra}]'), or take a host copy with out.numpy(); the output is untouched",
             name=framework,
+        )
+
+
+class EnvironmentSettingError(StreamsafeError, ValueError):
+    """A ``STREAMSAFE_*`` environment variable holds a value streamsafe does not read."""
+
+    def __init__(self, name: str, value: str, meaning: str) -> None:
+        self.name, self.value = name, value
+        super().__init__(
+            f"{name}={value!r} is not a switch streamsafe reads ({meaning}): set it to 1 (also true, yes, on) "
+            f"or 0 (also false, no, off), in any case, or unset it"
         )

@@ -46,7 +46,7 @@ from .program import FenceProgram, apply_fences
 from .strategy import Strategy
 from .streams import LEGACY_HANDLE, PER_THREAD_HANDLE, Stream, StreamKind
 
-__all__ = ["Ledger", "ledger_of", "apply_fences", "new_stats", "view_owner", "views_exist"]
+__all__ = ["Ledger", "ledger_of", "forget_ledger", "apply_fences", "new_stats", "view_owner", "views_exist"]
 
 _MAX_KEEPALIVE = 64
 
@@ -79,6 +79,18 @@ def ledger_of(effect: Any, backend: Backend | None = None, *, create: bool = Tru
             ledger = Ledger(effect, backend)
             _PINNED[id(effect)] = (effect, ledger)
     return ledger
+
+
+def forget_ledger(effect: Any, ledger: Ledger) -> None:
+    """Drop ``effect``'s ledger if it is ``ledger`` (a contract refused while it was being made)."""
+    with _registry_lock:
+        try:
+            if _LEDGERS.get(effect) is ledger:
+                del _LEDGERS[effect]
+        except TypeError:
+            pinned = _PINNED.get(id(effect))
+            if pinned is not None and pinned[0] is effect and pinned[1] is ledger:
+                del _PINNED[id(effect)]
 
 
 def _forget(effect: Any) -> None:

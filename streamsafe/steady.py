@@ -23,15 +23,15 @@ situation. ``STREAMSAFE_CHECK_REPLAY=1`` makes every replay plan the call again 
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from ._env import env_flag
 from .plan import FencePlan
 from .program import FenceProgram
 
 __all__ = ["Recipe", "ledger_state", "run_counts", "check_replay"]
 
-check_replay = os.environ.get("STREAMSAFE_CHECK_REPLAY") == "1"
+check_replay = env_flag("STREAMSAFE_CHECK_REPLAY", False, "plan every replayed call again and compare")
 replays = 0
 """Plan every replayed call again and raise if the recipe differs (a test switch)."""
 

@@ -222,3 +222,37 @@ def test_no_command(capsys: pytest.CaptureFixture[str]) -> None:
         main([])
     assert exc.value.code == 2
     assert "required: COMMAND" in capsys.readouterr().err
+
+
+def test_run_takes_a_strategy_in_any_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "ok.py"
+    script.write_text("print('ran')\n")
+    before = sys.modules.get("nvvfx")
+    assert main(["run", "--strategy", "EVENT", "--fake-nvvfx", str(script)]) == 0
+    assert "ran" in capsys.readouterr().out
+    assert sys.modules.get("nvvfx") is before  # run in-process, it leaves no emulated nvvfx behind
+
+
+def test_run_says_why_strategy_none_is_not_offered(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "ok.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    assert main(["run", "--strategy", "none", str(script)]) == 2
+    line = _one_line_error(capsys, "run")
+    assert "strategy 'none' (no fences) is not offered here" in line and "plain python" in line
+
+
+def test_an_unknown_option_of_a_command_shows_that_commands_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--bogus", "ok.py"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: streamsafe run ") and "streamsafe run: error: unrecognized arguments: --bogus" in err
+
+
+def test_run_takes_a_glued_module_name_as_python_does(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "hello_mod.py").write_text("import sys\nprint('module args', sys.argv[1:])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["run", "--fake-nvvfx", "-mhello_mod", "--help"]) == 0
+    assert "module args ['--help']" in capsys.readouterr().out
+

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import os
 import functools
 import itertools
 import threading
@@ -44,6 +43,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
+from .._env import SANITIZE_MEANING as _SANITIZE_MEANING, env_flag
 from .._dlpack import DLPACK_CUDA, SimCapsule
 from .clocks import HOST, ActorId, SeqNum, VectorClock, is_ordered_after
 from ..errors import CudaDriverError, DeviceMismatchError, InputArrayError, RaceError, StreamValueError
@@ -300,7 +300,7 @@ class SimBackend:
         elif isinstance(scheduler, str):
             scheduler = make_scheduler(scheduler, seed)
         self.scheduler: Scheduler = scheduler
-        if os.environ.get("STREAMSAFE_SANITIZE") == "1":
+        if env_flag("STREAMSAFE_SANITIZE", False, _SANITIZE_MEANING):
             on_race = "raise"  # sanitize mode for the whole process
         self.on_race = on_race
         self.max_pending = max_pending

@@ -285,8 +285,13 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.module is None and not args.program:
         raise UsageError("give a script to run (streamsafe run [options] script.py [args...]) or -m module")
-    if args.strategy not in {s.value for s in Strategy} - {"none"}:
+    chosen = args.strategy.strip().lower()
+    if chosen == "none":
+        raise UsageError("strategy 'none' (no fences) is not offered here: streamsafe run guards the program; "
+                         "run it with plain python to see it unguarded, or choose auto, event, async, stream or device")
+    if chosen not in {s.value for s in Strategy}:
         raise UsageError(f"unknown strategy {args.strategy!r}: choose auto, event, async, stream or device")
+    args.strategy = chosen
     target, rest = (args.module, list(args.program)) if args.module else (args.program[0], list(args.program[1:]))
     if args.module is None and not (os.path.isfile(target) or os.path.isfile(os.path.join(target, "__main__.py"))):
         raise UsageError(f"{target}: no such file" if not os.path.isdir(target) else f"{target}: a folder without __main__.py")
@@ -382,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-m", dest="module", metavar="MODULE", help="run a module as a script (like python -m)")
     run.add_argument("program", nargs="*", help="the script and its arguments (or the module's arguments)")
     run.set_defaults(func=_run)
+    parser.set_defaults(subparsers=sub.choices)  # (main() reports a command's unknown options with its own usage)
     return parser
 
 
@@ -403,6 +409,8 @@ def _split_run(argv: list[str]) -> tuple[list[str], list[str]]:
         arg = argv[i]
         if arg == "-m":
             return argv[: i + 2], argv[i + 2:]
+        if arg.startswith("-m") and not arg.startswith("--"):  # -mMODULE, as python takes it
+            return [*argv[:i], "-m", arg[2:]], argv[i + 1:]
         if arg in takes_value:
             i += 2
         elif arg.startswith("-") and arg != "-":
@@ -435,7 +443,10 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
     program: list[str] | None = None
     if argv and argv[0] == "run":
         argv, program = _split_run(argv)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = getattr(args, "command", None)
+        (args.subparsers.get(command, parser) if command else parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if program is not None:
         args.program = program
     args.exiting = entry_point  # (streamsafe run then shuts the program's threads down as the interpreter does)

@@ -183,11 +183,13 @@ def run_program(
 
     model_scope: Any = contextlib.nullcontext()
     fake_model: Any = None
+    faked = False
     if fake_nvvfx:
         from ..backend import cuda_available, process_default
         from ..sim.backend import SimBackend as _Sim
-        from ..testing.fake_nvvfx import install_fake_nvvfx
+        from ..testing.fake_nvvfx import install_fake_nvvfx, is_fake_nvvfx
 
+        faked = not is_fake_nvvfx(sys.modules.get("nvvfx"))  # (then this run takes it out again at its end)
         install_fake_nvvfx(force=True)
         if not cuda_available():  # on the model, run ready work in the order that breaks a missing fence
             fake_model = _Sim(scheduler="adversarial")
@@ -237,6 +239,10 @@ def run_program(
         cg.undo()
         if model is not None:
             hooks.unregister(model)
+        if faked:  # main() called in-process leaves sys.modules as it found it
+            from ..testing.fake_nvvfx import uninstall_fake_nvvfx
+
+            uninstall_fake_nvvfx()
     report = RunReport([target, *args], status, strategy, sanitize, fake_nvvfx)
     report.effects = made.reports()
     if sanitize:

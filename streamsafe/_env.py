@@ -1,0 +1,29 @@
+"""streamsafe's environment switches (``STREAMSAFE_*``), read one way everywhere."""
+
+from __future__ import annotations
+
+import os
+
+from .errors import EnvironmentSettingError
+
+__all__ = ["env_flag", "SANITIZE_MEANING"]
+
+SANITIZE_MEANING = "raise RaceError on the first race instead of recording it"
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+def env_flag(name: str, default: bool, meaning: str) -> bool:
+    """Whether the switch ``name`` is on (``default`` when unset). Raises
+    :class:`EnvironmentSettingError` for another value rather than guess: a misspelt
+    ``STREAMSAFE_SANITIZE=ture`` must not quietly leave sanitize mode off."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise EnvironmentSettingError(name, raw, meaning)

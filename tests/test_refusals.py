@@ -1,0 +1,137 @@
+"""Calls and settings streamsafe or the SDK refuses leave the effect, the contract and the data as they were."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+from streamsafe.testing import VideoSuperRes
+
+FENCED = ["auto", "event", "async", "stream", "device"]
+
+
+def _setup(strategy: str) -> tuple[ss.SimBackend, ss.StreamContract, VideoSuperRes, ss.Stream, ss.Stream]:
+    sim = ss.SimBackend(scheduler="adversarial")
+    prod, sdk, cons = (sim.create_stream(non_blocking=True) for _ in range(3))
+    sr = VideoSuperRes(backend=sim)
+    sr.output_width, sr.output_height = 128, 72
+    sr.load()
+    return sim, ss.StreamContract(sr, sdk, strategy=strategy, input_stream=prod), sr, prod, cons
+
+
+@pytest.mark.parametrize("strategy", FENCED)
+@pytest.mark.parametrize("bad", ["float64", "HWC", "too small"])
+def test_an_input_the_sdk_refuses_leaves_the_counters_and_the_previous_output(strategy: str, bad: str) -> None:
+    sim, c, sr, prod, cons = _setup(strategy)
+    good = sim.empty((3, 36, 64), np.float32, stream=prod)
+    sim.fill(good, 0.5, stream=prod)
+    out = c.run(good)
+    stats = dict(c.stats)
+    shape, dtype = {"float64": ((3, 36, 64), np.float64), "HWC": ((36, 64, 3), np.float32), "too small": ((3, 8, 8), np.float32)}[bad]
+    with pytest.raises(ss.EffectConfigError):
+        c.run(sim.empty(shape, dtype, stream=prod))
+    assert dict(c.stats) == stats
+    y = sim.copy(sim.from_dlpack(out.image, stream=cons), cons)  # the previous output is still valid
+    sim.synchronize_stream(cons)
+    assert float(sim.download(y).min()) == pytest.approx(0.5, abs=1 / 255)
+    out2 = c.run(good)
+    sim.from_dlpack(out2.image, stream=cons)
+    sim.synchronize_device()
+    assert sim.races == []
+    assert c.stats["runs"] == stats["runs"] + 1
+
+
+def test_configure_is_all_or_nothing() -> None:
+    sim, c, sr, prod, cons = _setup("auto")
+    c.run(sim.array(np.full((3, 36, 64), 0.5, np.float32)))
+    stats = dict(c.stats)
+    with pytest.raises(ss.EffectConfigError, match="output_height=0"):
+        c.configure(output_width=256, output_height=0)
+    assert (sr.output_width, sr.output_height) == (128, 72)  # the width it took went back
+    assert dict(c.stats) == stats
+    out = c.run(sim.array(np.full((3, 36, 64), 0.5, np.float32)))
+    assert sim.download(sim.from_dlpack(out.image, stream=cons)).shape == (3, 72, 128)
+
+
+def test_configure_refusing_a_value_before_any_release_keeps_the_output() -> None:
+    sim, c, sr, prod, cons = _setup("auto")
+    out = c.run(sim.array(np.full((3, 36, 64), 0.5, np.float32)))
+    stats = dict(c.stats)
+    with pytest.raises(ss.EffectConfigError, match="output_width='256'"):
+        c.configure(output_width="256")
+    assert dict(c.stats) == stats
+    y = sim.copy(sim.from_dlpack(out.image, stream=cons), cons)
+    sim.synchronize_device()
+    assert sim.races == [] and float(sim.download(y).max()) == pytest.approx(0.5, abs=1 / 255)
+
+
+class _DuckSDK:
+    """A real-nvvfx-like effect: duck-typed, no emulation engine to name its backend."""
+
+    device = 0
+
+    def run(self, x: object, *, non_blocking: bool = False, stream_ptr: int = 0) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@pytest.mark.parametrize("why", ["a bad stream", "async where unsound"])
+def test_a_refused_contract_leaves_no_ledger_on_the_effect(why: str) -> None:
+    from streamsafe.ledger import ledger_of
+
+    wrong, right = ss.SimBackend(), ss.SimBackend()
+    fx = _DuckSDK()
+    with pytest.raises(ss.StreamsafeError):
+        if why == "a bad stream":
+            ss.StreamContract(fx, "not a stream", backend=wrong)
+        else:
+            ss.StreamContract(fx, strategy="async", conversion_stream=wrong.per_thread_stream(), backend=wrong)
+    assert ledger_of(fx, create=False) is None
+    with ss.use_backend(right):
+        assert ss.StreamContract(fx).backend is right
+
+
+def test_guard_refuses_an_unknown_option_at_once() -> None:
+    with pytest.raises(TypeError, match="unexpected option 'input_streem'.*input_stream"):
+        ss.guard(VideoSuperRes, input_streem=None)
+    sim = ss.SimBackend()
+    sr = VideoSuperRes(backend=sim)
+    sr.output_width = 128  # the class was never guarded
+
+
+def test_guard_options_are_the_contracts() -> None:
+    import inspect
+
+    from streamsafe.class_guard import GUARD_OPTIONS
+
+    params = set(inspect.signature(ss.StreamContract.__init__).parameters) - {"self", "effect", "stream", "strategy"}
+    assert set(GUARD_OPTIONS) == params
+
+
+@pytest.mark.parametrize(("value", "on"), [("1", True), ("true", True), ("YES", True), ("on", True), ("0", False), ("False", False),
+                                           ("no", False), ("off", False), ("", False)])
+def test_sanitize_switch_reads_the_usual_spellings(monkeypatch: pytest.MonkeyPatch, value: str, on: bool) -> None:
+    monkeypatch.setenv("STREAMSAFE_SANITIZE", value)
+    assert ss.SimBackend().on_race == ("raise" if on else "record")
+
+
+@pytest.mark.parametrize("name", ["STREAMSAFE_SANITIZE", "STREAMSAFE_NATIVE", "STREAMSAFE_CHECK_REPLAY"])
+def test_a_switch_with_another_value_is_refused_with_its_name_and_the_fix(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    from streamsafe._env import env_flag
+
+    monkeypatch.setenv(name, "ture")
+    with pytest.raises(ss.EnvironmentSettingError, match=rf"{name}='ture' is not a switch.*set it to 1 .*or 0 .*or unset it"):
+        env_flag(name, False, "what it does")
+    if name == "STREAMSAFE_SANITIZE":
+        with pytest.raises(ss.EnvironmentSettingError):
+            ss.SimBackend()
+
+
+def test_the_testing_kit_is_reachable_from_a_plain_import() -> None:
+    import subprocess
+    import sys
+
+    code = "import streamsafe as ss; print(ss.testing.VideoSuperRes.__name__, callable(ss.testing.install_fake_nvvfx))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["VideoSuperRes", "True"]
