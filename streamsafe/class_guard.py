@@ -123,6 +123,11 @@ def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options:
             f"options {', '.join(GUARD_OPTIONS)} (the SDK stream is the current stream at each call)"
         )
     classes = _classes_of(target)
+    if not classes:
+        raise NotAnEffectError(
+            f"guard({target!r}) found no effect class to guard: pass an effect class (nvvfx.VideoSuperRes), "
+            "a module such as nvvfx, its name, or a list of those"
+        )
     for cls in classes:
         if not install(cls):
             raise StreamsafeError(

@@ -37,7 +37,7 @@ from ._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, require_cuda_i
 from .backend import Backend, SimBackend, current_backend
 from .sim import mirror
 from .sim.backend import SimArray, another_models_array
-from .errors import EffectConfigError, EffectStateError, HostArrayError, NotAnEffectError, StreamsafeError, UnguardedChangeError
+from .errors import EffectConfigError, EffectStateError, HostArrayError, InputArrayError, NotAnEffectError, StreamsafeError, UnguardedChangeError
 from .frameworks import framework_of, torch_current_stream_handle
 from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, releases_output, shape_of, tracked_raw_call, tracked_setattr
 from .ledger import Ledger, apply_fences, forget_ledger, ledger_of, new_stats, view_owner, views_exist
@@ -229,7 +229,14 @@ class StreamContract:
         return self._call("run", args, kwargs)
 
     def run_at_timestep(self, *args: Any, **kwargs: Any) -> SafeOutput:
-        """``effect.run_at_timestep(...)`` with the plan's fences (see :meth:`run`)."""
+        """``effect.run_at_timestep(...)`` with the plan's fences (see :meth:`run`). An effect without
+        the method (only ``VideoFrameGeneration`` interpolates at a timestep) raises ``AttributeError``
+        before anything is issued."""
+        if not callable(getattr(self.effect, "run_at_timestep", None)):
+            raise AttributeError(
+                f"{self.effect_name} has no run_at_timestep(): only VideoFrameGeneration interpolates at a timestep; "
+                f"call c.run(...) for {self.effect_name}"
+            )
         return self._call("run_at_timestep", args, kwargs)
 
     def _refuse_closed(self, call: str) -> NoReturn:
@@ -391,6 +398,14 @@ class StreamContract:
         be = self.backend
         sdk = self._sdk_stream() if stream_ptr is None else stream_on_device(stream_ptr, self.device, be, "sdk")
         arrays = [a for a in args if not isinstance(a, numbers.Number)]
+        for i, a in enumerate(args[1:], 1):
+            if a is None or isinstance(a, (str, bytes)):  # (a timestep or a frame index given as text, or left out)
+                raise InputArrayError(
+                    f"argument {i + 1}", a,
+                    f"{'None' if a is None else 'a ' + type(a).__name__} is neither an input array nor a number",
+                    "Pass the inputs as CUDA arrays and a timestep or index as a number, "
+                    "e.g. c.run_at_timestep(previous, next, 0.5)",
+                )
         arrays += [kwargs[k] for k in INPUT_KWARGS if k in kwargs]
         try:
             producers = [self._producer_of(a) for a in arrays]

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 from . import hooks
 from .sim import mirror
-from .backend import Backend, SimBackend, current_backend
+from .backend import Backend, SimBackend, current_backend, require_backend
 
 __all__ = ["sanitize"]
 
@@ -33,6 +33,8 @@ def sanitize(backend: Backend | None = None) -> Iterator[mirror.Mirror | SimBack
 
     Does not block the host itself; the mirror runs on the host, in Python.
     """
+    if backend is not None:
+        require_backend(backend, "sanitize()")
     if backend is None:
         from .sim import backend as sim_backend
 

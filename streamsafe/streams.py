@@ -11,6 +11,8 @@ None of these calls blocks the host or orders any GPU work.
 
 from __future__ import annotations
 
+import numbers
+
 import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -159,6 +161,8 @@ def as_stream(obj: Any = None, *, device: int | None = None, backend: Backend | 
         raise StreamTypeError(obj, ACCEPTED_STREAMS)
     if isinstance(obj, int):
         return _from_handle(obj, obj, None, device, be)
+    if isinstance(obj, numbers.Integral):  # np.int64 and the like: an int handle
+        return _from_handle(int(obj), obj, None, device, be)
 
     handle, obj_device = handle_of(obj)
     return _from_handle(handle, obj, obj_device, device, be)

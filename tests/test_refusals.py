@@ -135,3 +135,56 @@ def test_the_testing_kit_is_reachable_from_a_plain_import() -> None:
     code = "import streamsafe as ss; print(ss.testing.VideoSuperRes.__name__, callable(ss.testing.install_fake_nvvfx))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["VideoSuperRes", "True"]
+
+
+def test_run_at_timestep_on_an_effect_without_it_says_so_before_anything_is_issued() -> None:
+    sim, c, sr, prod, cons = _setup("auto")
+    frame = sim.array(np.full((3, 36, 64), 0.5, np.float32))
+    stats, fences = dict(c.stats), sim.stats["fences"]
+    with pytest.raises(AttributeError, match=r"VideoSuperRes has no run_at_timestep\(\): only VideoFrameGeneration.*c.run"):
+        c.run_at_timestep(frame, frame, 0.5)
+    assert dict(c.stats) == stats and sim.stats["fences"] == fences
+
+
+@pytest.mark.parametrize("timestep", ["0.5", None, b"0.5"])
+def test_a_timestep_that_is_not_a_number_is_named_as_such(timestep: object) -> None:
+    from streamsafe.testing import VideoFrameGeneration
+
+    sim = ss.SimBackend()
+    fg = VideoFrameGeneration(backend=sim)
+    fg.input_width, fg.input_height = 64, 36
+    fg.load()
+    c = ss.StreamContract(fg, sim.create_stream(non_blocking=True))
+    frame = sim.array(np.full((3, 36, 64), 0.5, np.float32))
+    with pytest.raises(ss.InputArrayError, match=r"argument 3 .* is neither an input array nor a number.*timestep or index as a number"):
+        c.run_at_timestep(frame, frame, timestep)
+    assert c.stats["fences"] == 0 and c.stats["runs"] == 0
+
+
+@pytest.mark.parametrize("call", ["use_backend", "sanitize", "process_default"])
+def test_a_backend_argument_that_is_not_one_is_refused_at_once(call: str) -> None:
+    from streamsafe.backend import process_default
+
+    fn = {"use_backend": ss.use_backend, "sanitize": ss.sanitize, "process_default": process_default}[call]
+    with pytest.raises(TypeError, match=rf"{call}\(\) needs a backend object, not 'sim' \(str\).*ss.SimBackend\(\)"):
+        with fn("sim"):  # type: ignore[arg-type]
+            pass
+
+
+def test_model_device_numbers_must_be_ints() -> None:
+    with pytest.raises(ValueError, match=r"devices='2' is invalid: .*an int of at least 1"):
+        ss.SimBackend(devices="2")  # type: ignore[arg-type]
+    assert ss.SimBackend(devices=np.int64(2)).device_count() == 2
+    with pytest.raises(ss.StreamValueError, match=r"named by its number \(an int\), not a str. Pass device=0 as an int"):
+        ss.SimBackend().create_stream(device="0")  # type: ignore[arg-type]
+
+
+def test_a_numpy_integer_stream_handle_is_an_int_handle() -> None:
+    sim = ss.SimBackend()
+    s = sim.create_stream(non_blocking=True)
+    assert ss.as_stream(np.int64(s.handle), backend=sim) == s
+
+
+def test_guard_of_nothing_is_refused() -> None:
+    with pytest.raises(ss.NotAnEffectError, match=r"found no effect class to guard"):
+        ss.guard([])

@@ -475,7 +475,14 @@ LEGACY = fake(StreamKind.LEGACY, 1)
 
 
 class _NotTheModel:
+    """A backend that is not the model (as the driver's): its ordering calls are never made here."""
+
     name = "fake-gpu"
+
+    def _never(self, *args: object) -> None:
+        raise AssertionError("the mirror must not call the backend")
+
+    current_stream = record = wait = fence = synchronize_stream = acquire_event = _never
 
 
 def test_sanitize_registers_a_shadow_observer_for_the_block() -> None:

@@ -29,6 +29,7 @@ __all__ = [
     "use_backend",
     "cuda_available",
     "default_backend",
+    "require_backend",
 ]
 
 _active: contextvars.ContextVar[Backend | None] = contextvars.ContextVar("streamsafe_backend", default=None)
@@ -71,9 +72,26 @@ def current_backend() -> Backend:
     return active if active is not None else default_backend()
 
 
+def require_backend(obj: Any, call: str) -> Backend:
+    """``obj`` when it is a backend (it has the ordering calls of :class:`Backend`), else a
+    ``TypeError`` naming it, the rule and the fix. Does not block."""
+    if not all(callable(getattr(obj, name, None)) for name in _BACKEND_CALLS) or isinstance(obj, type):
+        raise TypeError(
+            f"{call} needs a backend object, not {obj!r} ({type(obj).__name__}): a backend makes the CUDA ordering calls "
+            "(record, wait, fence, ...). Pass ss.SimBackend() (the model) or ss.CudaBackend() (the driver), "
+            "or leave it out for the current one"
+        )
+    return obj  # type: ignore[no-any-return]
+
+
+_BACKEND_CALLS = ("current_stream", "record", "wait", "fence", "synchronize_stream", "acquire_event")
+
+
 @contextlib.contextmanager
 def use_backend(backend: Backend) -> Iterator[Backend]:
-    """Make ``backend`` the current one inside the block (per thread and task)."""
+    """Make ``backend`` the current one inside the block (per thread and task). Raises ``TypeError``
+    for anything that is not a backend, before the block runs."""
+    require_backend(backend, "use_backend()")
     token = _active.set(backend)
     try:
         yield backend
@@ -94,6 +112,7 @@ def process_default(backend: Backend) -> Iterator[Backend]:
     end in any order: the default is always the newest open block's, and the one before them all when
     none is open. (Tests that use it cannot run in parallel threads: there is one default.)"""
     global _default
+    require_backend(backend, "process_default()")
     scope = object()
     with _default_lock:
         if not _scopes:

@@ -289,8 +289,11 @@ class SimBackend:
         max_free_events: int = 64,
         max_pending: int = 1024,
     ) -> None:
-        if devices < 1:
-            raise ValueError(f"devices must be at least 1, got {devices}")
+        count: Any = devices
+        if isinstance(count, bool) or not hasattr(count, "__index__") or count.__index__() < 1:
+            raise ValueError(f"devices={devices!r} is invalid: the model's number of GPUs must be an int of at least 1; "
+                             "e.g. SimBackend(devices=2)")
+        devices = count.__index__()
         if on_race not in ("record", "raise"):
             raise ValueError(f"on_race must be 'record' or 'raise', got {on_race!r}")
         if max_pending < 1:
@@ -361,7 +364,13 @@ class SimBackend:
             self._local.device = saved
 
     def _check_device(self, device: int, what: str = "a new stream") -> None:
-        if not (isinstance(device, int) and 0 <= device < self._devices):
+        if isinstance(device, bool) or not isinstance(device, int):
+            raise StreamValueError(
+                f"{what} of device {device!r}", f"a device is named by its number (an int), not a {type(device).__name__}",
+                f"Pass device={device if not isinstance(device, str) or not device.isdigit() else int(device)} as an int "
+                f"(0 to {self._devices - 1}).",
+            )
+        if not 0 <= device < self._devices:
             raise StreamValueError(
                 f"{what} of device {device}",
                 f"the model has {self._devices} device(s), numbered 0 to {self._devices - 1}",
