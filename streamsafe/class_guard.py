@@ -61,7 +61,8 @@ class ClassGuard:
 
     def undo(self) -> None:
         """Stop guarding the classes (instances already running keep their ledgers); a guard this one
-        covered (an outer ``with ss.guard(...)``) guards them again. Idempotent."""
+        covered (an outer ``with ss.guard(...)``) guards them again. Idempotent. Does not block and
+        orders nothing: each instance's ledger keeps ordering its next run after its earlier ones."""
         with _guards_lock:
             if not self.active:
                 return
@@ -144,7 +145,8 @@ def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options:
 
 def unguard(target: Any = None) -> None:
     """Undo :func:`guard` for the classes in ``target`` (every class guard when ``None``): each guard of
-    those classes ends, except the one ``streamsafe run`` keeps around the program."""
+    those classes ends, except the one ``streamsafe run`` keeps around the program. Does not block
+    and orders nothing (see :meth:`ClassGuard.undo`)."""
     classes = list(_guard_stacks) if target is None else _classes_of(target)
     with _guards_lock:
         for cls in classes:

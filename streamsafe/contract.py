@@ -685,16 +685,24 @@ class StreamContract:
     # -- the guard (``with`` and the decorator) --------------------------------------------------
 
     def __enter__(self) -> StreamContract:
+        """``with contract:`` as :meth:`guarded` (plain calls of the effect go through the contract).
+        Does not block."""
         self._install_guard()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Stop routing plain calls; blocks the host until the last output's known copies and the
+        SDK's own work are done (as :meth:`synchronize`)."""
         self._remove_guard(host_wait=True)
 
     @contextlib.contextmanager
     def guarded(self, *, host_wait_on_exit: bool = True) -> Iterator[StreamContract]:
         """Route ``effect.run``/``run_at_timestep``/``close`` and configuration changes through
-        this contract inside the block. Blocks nest: the innermost guard takes plain calls."""
+        this contract inside the block. Blocks nest: the innermost guard takes plain calls.
+        Leaving the block blocks the host, by default, until the copies of the last output that
+        streamsafe knows of and the SDK's own work are done (as :meth:`synchronize`);
+        ``host_wait_on_exit=False`` leaves without waiting (the next run still waits for them
+        on the device)."""
         self._install_guard()
         try:
             yield self
@@ -887,7 +895,8 @@ def stream_safe(effect: Any, stream: Any = None, strategy: Strategy | StrategyNa
     """Decorator: the effect is guarded for each call of the function; the SDK stream is
     ``stream``, else the current stream at each call. The wrapper's ``.contract`` is the contract.
     It shares the effect's ledger with every other guard: the next run, through any of them,
-    waits on the device for the copies of this one's outputs."""
+    waits on the device for the copies of this one's outputs. Unlike a ``with`` block, the host
+    does not wait for anything when the function returns: a frame per call, at the GPU's pace."""
     contract = StreamContract(effect, stream, strategy=strategy, **kwargs)
 
     def decorate(fn: F) -> F:

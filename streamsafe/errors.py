@@ -165,13 +165,16 @@ class StrategyError(StreamsafeError, ValueError):
 class StaleOutputError(StreamsafeError, BufferError):
     """An output was imported after its SDK buffer was reused or released (H7)."""
 
-    def __init__(self, output: str, run: int, current: int, fix: str) -> None:
+    def __init__(self, output: str, run: int, current: int, fix: str, *, closed: bool = False) -> None:
         self.output = output
         self.run = run
         self.current = current
         self.fix = fix
+        self.closed = closed
+        """Whether the effect was closed (rather than run again or resized)."""
+        since = "been closed, which released its buffer" if closed else "run again or released its buffer"
         super().__init__(
-            f"{output} came from run #{run}, but the effect has since run again or released its buffer "
+            f"{output} came from run #{run}, but the effect has since {since} "
             f"(now at #{current}); its memory holds other data. {fix}"
         )
 

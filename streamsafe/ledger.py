@@ -270,6 +270,7 @@ class Ledger:
             raise StaleOutputError(
                 what, generation, self.generation,
                 "Copy each output before the next run(), close() or resize (out.torch(), out.cupy(), ...).",
+                closed=self.closed,
             )
 
     def import_output(self, generation: int, consumer: Stream, *, escapes: bool, key: Any = None) -> None:

@@ -231,7 +231,8 @@ class SafeOutput:
         return out
 
     def numpy(self) -> Any:
-        """A host copy (NumPy). Blocks the host until it is complete."""
+        """A host copy (NumPy). Blocks the host until it is complete; the copy is ordered after the
+        SDK's writes, and the effect's next run and release after the copy."""
         image = self._copied()
         backend = image._ledger.resolved_backend()
         from .backend import SimBackend
@@ -348,6 +349,7 @@ class JaxDLPackAdapter:
     it after the SDK's work is complete. Given a contract's ``out.image`` (inside
     ``with stream_contract(...)`` the documented code passes exactly that), it forwards JAX's
     stream to it, so the import is fenced. Handed out once; then :class:`BufferError`.
+    Never blocks the host; it orders exactly what the wrapped object's ``__dlpack__`` orders.
     """
 
     def __init__(self, capsule: Any, device_id: int = 0) -> None:
@@ -365,6 +367,8 @@ class JaxDLPackAdapter:
         dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
     ) -> Any:
+        """The capsule, once. Orders JAX's ``stream`` after the SDK's writes when it wraps a contract's
+        image (through its ``__dlpack__``); a raw capsule orders nothing. Does not block."""
         if self._used:
             raise BufferError(_CONSUMED)
         _check_export(self.__dlpack_device__(), copy, dl_device)

@@ -209,7 +209,7 @@ def plan_fences(
     ``None`` when the input's stream is unknown (then ``__dlpack__(stream=...)`` is forwarded);
     ``shadow`` is the blocking stream ``async`` runs the SDK on; ``input_writers`` are the
     streams that may write or recycle an input after the call (the producer and the SDK stream
-    are always among them)."""
+    are always among them). A pure function: issues nothing, blocks nothing."""
     requested = strategy
     h2_open = conversion is not None and not implicitly_ordered(sdk, conversion)
     if strategy is Strategy.AUTO:

@@ -188,3 +188,18 @@ def test_a_numpy_integer_stream_handle_is_an_int_handle() -> None:
 def test_guard_of_nothing_is_refused() -> None:
     with pytest.raises(ss.NotAnEffectError, match=r"found no effect class to guard"):
         ss.guard([])
+
+
+def test_a_stale_output_after_close_says_the_effect_was_closed() -> None:
+    sim, c, sr, prod, cons = _setup("auto")
+    out = c.run(sim.array(np.full((3, 36, 64), 0.5, np.float32)))
+    c.close()
+    with pytest.raises(ss.StaleOutputError, match="has since been closed, which released its buffer") as e:
+        sim.from_dlpack(out.image, stream=cons)
+    assert e.value.closed
+    sim2, c2, _, _, cons2 = _setup("auto")
+    frame = sim2.array(np.full((3, 36, 64), 0.5, np.float32))
+    first = c2.run(frame)
+    c2.run(frame)
+    with pytest.raises(ss.StaleOutputError, match="has since run again or released its buffer"):
+        sim2.from_dlpack(first.image, stream=cons2)
