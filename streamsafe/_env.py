@@ -11,7 +11,7 @@ __all__ = ["env_flag", "SANITIZE_MEANING"]
 SANITIZE_MEANING = "raise RaceError on the first race instead of recording it"
 
 _TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off", "")
+_FALSE = ("0", "false", "no", "off")
 
 
 def env_flag(name: str, default: bool, meaning: str) -> bool:
@@ -19,7 +19,7 @@ def env_flag(name: str, default: bool, meaning: str) -> bool:
     :class:`EnvironmentSettingError` for another value rather than guess: a misspelt
     ``STREAMSAFE_SANITIZE=ture`` must not quietly leave sanitize mode off."""
     raw = os.environ.get(name)
-    if raw is None:
+    if raw is None or not raw.strip():  # (unset, or set to nothing: the default)
         return default
     value = raw.strip().lower()
     if value in _TRUE:

@@ -49,7 +49,7 @@ static int as_uint(PyObject *obj, unsigned int *out) {
     unsigned long v = PyLong_AsUnsignedLong(obj);
     if (v == (unsigned long)-1 && PyErr_Occurred()) return -1;
     if (v > 0xFFFFFFFFul) {
-        PyErr_SetString(PyExc_OverflowError, "streamsafe._native: a launch dimension must fit 32 bits");
+        PyErr_SetString(PyExc_OverflowError, "streamsafe._native: a launch dimension or flags value must fit 32 bits");
         return -1;
     }
     *out = (unsigned int)v;
@@ -180,21 +180,24 @@ static PyObject *native_run_fences(PyObject *self, PyObject *const *args, Py_ssi
         return NULL;
     }
     Py_ssize_t n = PyTuple_GET_SIZE(steps) / 3;
+    /* the whole program is checked before its first step is issued: a malformed one issues nothing */
     for (Py_ssize_t i = 0; i < n; i++) {
         void *op, *a, *b;
         if (as_pointer(PyTuple_GET_ITEM(steps, 3 * i), &op) || as_pointer(PyTuple_GET_ITEM(steps, 3 * i + 1), &a) ||
             as_pointer(PyTuple_GET_ITEM(steps, 3 * i + 2), &b))
             return NULL;
-        int err;
-        if (op == (void *)0)
-            err = p_record(a, b);
-        else if (op == (void *)1)
-            err = p_wait(a, b, 0);
-        else {
+        if (op != (void *)0 && op != (void *)1) {
             PyErr_Format(PyExc_ValueError, "streamsafe._native.run_fences: step %zd has op %zu (0: record, 1: wait)", i,
                          (size_t)(uintptr_t)op);
             return NULL;
         }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        void *op, *a, *b;
+        as_pointer(PyTuple_GET_ITEM(steps, 3 * i), &op); /* (checked above: these cannot fail) */
+        as_pointer(PyTuple_GET_ITEM(steps, 3 * i + 1), &a);
+        as_pointer(PyTuple_GET_ITEM(steps, 3 * i + 2), &b);
+        int err = op == (void *)0 ? p_record(a, b) : p_wait(a, b, 0);
         if (err != 0) return Py_BuildValue("(ni)", i, err);
     }
     Py_RETURN_NONE;

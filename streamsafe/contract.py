@@ -40,7 +40,7 @@ from .sim.backend import SimArray, another_models_array
 from .errors import EffectConfigError, EffectStateError, HostArrayError, InputArrayError, NotAnEffectError, StreamsafeError, UnguardedChangeError
 from .frameworks import framework_of, torch_current_stream_handle
 from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, releases_output, shape_of, tracked_raw_call, tracked_setattr
-from .ledger import Ledger, apply_fences, forget_ledger, ledger_of, new_stats, view_owner, views_exist
+from .ledger import Ledger, adopt_ledger, apply_fences, forget_ledger, ledger_of, new_stats, view_owner, views_exist
 from .occupancy import note_run
 from .outputs import SafeImage, SafeOutput
 from .plan import FencePlan, plan_fences
@@ -83,7 +83,7 @@ class StreamContract:
         self.effect_name = type(effect).__name__
         self._cls = type(effect)
         self.device = int(getattr(effect, "device", 0))
-        existing = ledger_of(effect, create=False)
+        existing = adopt_ledger(effect)
         self.backend: Backend = backend or _effect_backend(effect) or (existing.backend if existing else None) or current_backend()
         dev, be = self.device, self.backend
         # the streams first: a refused contract leaves no ledger behind on the effect
@@ -342,15 +342,26 @@ class StreamContract:
             if steady.check_replay:
                 self._check_recipe(recipe, name, args, kwargs)
             stats = self.stats
-            if recipe.before.fences:  # (an empty program has nothing to issue or count)
-                recipe.before(stats)
+            before = recipe.before
+            counted = None
+            if before.fences:  # (an empty program has nothing to issue or count)
+                if not before.counts_exactly:
+                    counted = dict(stats)  # (host waits or device syncs: counted as planned calls count them)
+                before(stats)
             arrays = args if recipe.arrays_only else tuple(a for a in args if type(a) is not int and type(a) is not float)
             run_stream = recipe.run_stream
             if views_exist():
                 self._read_views(arrays, run_stream)
             if kwargs:
                 kwargs = _sdk_kwargs_removed(kwargs)
-            raw = call_raw(self.effect, name, *args, stream_ptr=recipe.run_ptr, non_blocking=recipe.non_blocking, **kwargs)
+            try:
+                raw = call_raw(self.effect, name, *args, stream_ptr=recipe.run_ptr, non_blocking=recipe.non_blocking, **kwargs)
+            except BaseException:  # refused (a dtype the facts do not hold): the counters as before, as planned calls
+                if counted is not None:
+                    _restore_counters(stats, counted)
+                elif before.fences:
+                    before.uncount(stats)
+                raise
             plan = recipe.plan
             generation = ledger.after_run(plan, recipe.shapes, stats, recipe.default_consumer)
             if recipe.protect:
@@ -485,8 +496,7 @@ class StreamContract:
                 # counters go back to what they were. The device waits already issued stay queued (they
                 # order work and change no data), a host wait already made is not undone, and the
                 # ledger is as before: the previous output stays valid, its readers known.
-                self.stats.clear()
-                self.stats.update(counted)
+                _restore_counters(self.stats, counted)
                 raise
             # only now: an input the SDK rejects leaves the previous output valid and its readers known
             generation = ledger.after_run(plan, shapes, self.stats, self._consumer or sdk)
@@ -648,8 +658,7 @@ class StreamContract:
                         call_raw(self.effect, "__setattr__", attr, before[attr])
                     except Exception:  # noqa: S110  (a value the effect cannot take back: the snapshot below says what it has)
                         pass
-                self.stats.clear()
-                self.stats.update(counted)
+                _restore_counters(self.stats, counted)
                 raise
             finally:
                 if any(k in releasing for k in done):
@@ -752,6 +761,14 @@ class StreamContract:
 
     def __repr__(self) -> str:
         return f"StreamContract({self.effect_name}, strategy={self.strategy.value}, backend={self.backend.name})"
+
+
+def _restore_counters(stats: dict[str, int], counted: dict[str, int]) -> None:
+    """Put ``stats`` back to ``counted`` in place (the ledger and the run report hold the same dict), never
+    empty for a moment: another thread may read it meanwhile."""
+    stats.update(counted)
+    for key in [k for k in stats if k not in counted]:
+        stats.pop(key, None)
 
 
 _CONTRACT_SINKS: list[Any] = []

@@ -46,7 +46,7 @@ from .program import FenceProgram, apply_fences
 from .strategy import Strategy
 from .streams import LEGACY_HANDLE, PER_THREAD_HANDLE, Stream, StreamKind
 
-__all__ = ["Ledger", "ledger_of", "forget_ledger", "apply_fences", "new_stats", "view_owner", "views_exist"]
+__all__ = ["Ledger", "ledger_of", "adopt_ledger", "forget_ledger", "apply_fences", "new_stats", "view_owner", "views_exist"]
 
 _MAX_KEEPALIVE = 64
 
@@ -81,9 +81,22 @@ def ledger_of(effect: Any, backend: Backend | None = None, *, create: bool = Tru
     return ledger
 
 
-def forget_ledger(effect: Any, ledger: Ledger) -> None:
-    """Drop ``effect``'s ledger if it is ``ledger`` (a contract refused while it was being made)."""
+def adopt_ledger(effect: Any) -> Ledger | None:
+    """``effect``'s ledger, if it has one, marked as taken up by another contract (so the refusal of the
+    contract that made it cannot drop it: :func:`forget_ledger`). Does not block."""
     with _registry_lock:
+        ledger = ledger_of(effect, create=False)
+        if ledger is not None:
+            ledger.adopted = True
+        return ledger
+
+
+def forget_ledger(effect: Any, ledger: Ledger) -> None:
+    """Drop ``effect``'s ledger if it is ``ledger`` and no other contract has taken it up (a contract
+    refused while it was being made)."""
+    with _registry_lock:
+        if ledger.adopted:
+            return
         try:
             if _LEDGERS.get(effect) is ledger:
                 del _LEDGERS[effect]
@@ -198,6 +211,9 @@ class Ledger:
     """The ordering state of one effect instance. See the module docstring."""
 
     def __init__(self, effect: Any, backend: Backend | None) -> None:
+        self.adopted = False
+        """Whether a contract other than the one that made it has taken it up (then it stays, whatever
+        becomes of its maker: see :func:`forget_ledger`)."""
         self.name = type(effect).__name__
         self.device = int(getattr(effect, "device", 0))
         self.backend = backend

@@ -100,6 +100,18 @@ class FenceProgram:
         for name, n in self._counts:
             stats[name] = stats.get(name, 0) + n
 
+    @property
+    def counts_exactly(self) -> bool:
+        """Whether :meth:`uncount` can take back what a run added to the counters (a program of device
+        waits only; one with host waits or device syncs counts as :func:`apply_fences` does)."""
+        return self._bound is not None
+
+    def uncount(self, stats: dict[str, int]) -> None:
+        """Take back from ``stats`` the counts one run of this program added (the call it fenced was
+        refused). Only where :attr:`counts_exactly`; the fences themselves stay issued."""
+        for name, n in self._counts:
+            stats[name] = stats.get(name, 0) - n
+
     def __bool__(self) -> bool:
         return bool(self.fences)
 

@@ -256,3 +256,15 @@ def test_run_takes_a_glued_module_name_as_python_does(tmp_path: Path, capsys: py
     assert main(["run", "--fake-nvvfx", "-mhello_mod", "--help"]) == 0
     assert "module args ['--help']" in capsys.readouterr().out
 
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_not_swallowed(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """entry() ends quietly only when standard output's reader went; a broken --report pipe is an error."""
+    from streamsafe.tools import cli
+
+    def broken(*args: object, **kwargs: object) -> int:
+        raise BrokenPipeError(32, "Broken pipe (the report's reader)")
+
+    monkeypatch.setattr(cli, "main", broken)
+    with pytest.raises(BrokenPipeError, match="the report's reader"):
+        cli.entry()

@@ -206,10 +206,13 @@ def test_run_fences_issues_each_step_in_order_and_stops_at_the_first_failure(dri
         ((0, "e", 2), TypeError, "must be an int, not str"),
     ],
 )
-def test_run_fences_refuses_a_malformed_program_before_the_bad_step(driver: Driver, steps: object, error: type, words: str) -> None:
+def test_run_fences_refuses_a_malformed_program_before_any_step(driver: Driver, steps: object, error: type, words: str) -> None:
     with pytest.raises(error, match=words):
         native.run_fences(steps)
-    assert all(entry[0] != "wait" for entry in driver.log)
+    assert driver.log == []
+    with pytest.raises(ValueError, match="step 1 has op 7"):
+        native.run_fences((0, 0xE1, 0x51, 7, 1, 2))  # a good first step is not issued either
+    assert driver.log == []
 
 
 def test_calls_before_bind_raise_and_say_how_to_fix() -> None:
@@ -230,6 +233,8 @@ def test_the_switch_turns_it_off_and_doctor_says_so() -> None:
     env = {**os.environ, "STREAMSAFE_NATIVE": "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "True switched off (STREAMSAFE_NATIVE=0)"
-    env["STREAMSAFE_NATIVE"] = "1"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False in use"
+    for value in ("1", "", "maybe"):  # on; set to nothing (the default); a value it does not read (a warning, the default)
+        env["STREAMSAFE_NATIVE"] = value
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert done.stdout.strip() == "False in use"
+        assert ("STREAMSAFE_NATIVE='maybe' is not a switch" in done.stderr) == (value == "maybe")

@@ -203,3 +203,69 @@ def test_a_stale_output_after_close_says_the_effect_was_closed() -> None:
     c2.run(frame)
     with pytest.raises(ss.StaleOutputError, match="has since run again or released its buffer"):
         sim2.from_dlpack(first.image, stream=cons2)
+
+
+@pytest.mark.parametrize("strategy", FENCED)
+def test_a_refused_input_on_the_replay_path_leaves_the_counters_too(strategy: str) -> None:
+    """The steady-state replay keys on shapes, not dtypes: a same-shape input of the wrong dtype is replayed
+    up to the SDK's refusal, which must leave the counters as a refusal on the planned path does."""
+    from streamsafe import steady
+
+    sim, c, sr, prod, cons = _setup(strategy)
+    good = sim.empty((3, 36, 64), np.float32, stream=prod)
+    sim.fill(good, 0.5, stream=prod)
+    for _ in range(3):
+        c.run(good)
+    stats = {k: v for k, v in c.stats.items() if v}
+    replays = steady.replays
+    with pytest.raises(ss.EffectConfigError):
+        c.run(sim.empty((3, 36, 64), np.float64, stream=prod))
+    assert steady.replays == replays + 1  # (the refused call was a replay)
+    assert {k: v for k, v in c.stats.items() if v} == stats
+
+
+def test_restoring_the_counters_never_empties_them() -> None:
+    from streamsafe.contract import _restore_counters
+
+    stats = {"runs": 3, "fences": 5, "H1": 2}
+    seen: list[dict[str, int]] = []
+
+    class Watching(dict):  # type: ignore[type-arg]
+        def clear(self) -> None:
+            raise AssertionError("cleared: a reader on another thread would find no keys")
+
+        def pop(self, key: str, *default: int) -> int:
+            seen.append(dict(self))
+            return dict.pop(self, key, *default)  # type: ignore[no-any-return]
+
+    watched = Watching(stats, H6=1)
+    watched["fences"] = 9
+    _restore_counters(watched, stats)
+    assert dict(watched) == stats and all("runs" in s for s in seen)
+
+
+def test_a_refused_contract_keeps_a_ledger_another_contract_took_up_meanwhile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thread B makes a contract on the same effect while A, which made the ledger, is being refused
+    (the interleaving forced on one thread): the ledger stays, shared by B and every later contract."""
+    from streamsafe import contract as C
+    from streamsafe.ledger import ledger_of
+
+    sim = ss.SimBackend()
+    sr = VideoSuperRes(backend=sim)
+    sr.output_width, sr.output_height = 128, 72
+    sr.load()
+    original = C.StreamContract.plan
+    others: list[ss.StreamContract] = []
+
+    def plan(self: ss.StreamContract) -> object:
+        if not others and self.strategy is ss.Strategy.ASYNC:
+            others.append(C.StreamContract(sr, sim.create_stream(non_blocking=True)))  # B, between A's steps
+            raise ss.StrategyError("async", "refused for the test", "none")
+        return original.fget(self)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(C.StreamContract, "plan", property(plan))
+    with pytest.raises(ss.StrategyError):
+        C.StreamContract(sr, sim.create_stream(non_blocking=True), strategy="async")
+    monkeypatch.setattr(C.StreamContract, "plan", original)
+    assert ledger_of(sr, create=False) is others[0].ledger
+    assert C.StreamContract(sr, sim.create_stream(non_blocking=True)).ledger is others[0].ledger

@@ -465,3 +465,19 @@ def test_the_report_counts_imports_made_after_the_contract_went() -> None:
             sim.copy(sim.from_dlpack(out.image, stream=reader), reader)  # imported on another stream: an H3 fence
     [report] = tally.reports()
     assert report.runs == 3 and report.fences_by_hazard.get("H3") == 3, report
+
+
+def test_the_programs_atexit_handlers_still_import_the_emulated_nvvfx(tmp_path: Path) -> None:
+    """As the process's end, the command leaves the emulated nvvfx in place: the program's atexit
+    handlers run after the report and may import it (called in-process, main() takes it out again)."""
+    program = tmp_path / "atexit_nvvfx.py"
+    program.write_text(
+        "import atexit\n"
+        "def late():\n"
+        "    import nvvfx\n"
+        "    print('atexit sees nvvfx:', hasattr(nvvfx, 'VideoSuperRes'))\n"
+        "atexit.register(late)\n"
+    )
+    done = run_cli("--fake-nvvfx", str(program))
+    assert done.returncode == 0, done.stderr
+    assert "atexit sees nvvfx: True" in done.stdout

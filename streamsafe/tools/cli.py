@@ -428,10 +428,25 @@ def entry() -> int:
         status = main(exiting=True)
         sys.stdout.flush()
         return status
-    except BrokenPipeError:  # the reader went: Python's recipe (no second error at the interpreter's own flush)
+    except BrokenPipeError:
+        if not _stdout_broken():
+            raise  # (another pipe: a --report FILE whose reader went, say)
+        # the reader of the output went: Python's recipe (no second error at the interpreter's own flush)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+
+
+def _stdout_broken() -> bool:
+    """Whether standard output is a pipe whose reader has gone (the poll reports an error on it)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # (no poll on this platform, or no real stdout)
+        return True
 
 
 def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:

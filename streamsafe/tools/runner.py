@@ -239,7 +239,8 @@ def run_program(
         cg.undo()
         if model is not None:
             hooks.unregister(model)
-        if faked:  # main() called in-process leaves sys.modules as it found it
+        if faked and not exiting:  # main() called in-process leaves sys.modules as it found it (as the
+            # process's end, the program's atexit handlers still run after this and may import nvvfx)
             from ..testing.fake_nvvfx import uninstall_fake_nvvfx
 
             uninstall_fake_nvvfx()
