@@ -211,6 +211,8 @@ def _dltensor_address(capsule: Any) -> int | None:
             ptr, offset = get_pointer(capsule, b"dltensor_versioned"), 32
         except Exception:
             return None
+        if ptr and ctypes.c_uint32.from_address(ptr).value != 1:  # a major version this reader does not know
+            return None
     return ptr + offset if ptr else None
 
 

@@ -242,6 +242,8 @@ static DLTensorLayout *dltensor_of(PyObject *capsule) {
         PyErr_Clear();
         return NULL;
     }
+    /* DLPack: a consumer must not read a versioned tensor of a major version it does not know (1) */
+    if (offset && *(uint32_t *)ptr != 1) return NULL;
     return (DLTensorLayout *)(ptr + offset);
 }
 

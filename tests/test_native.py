@@ -238,3 +238,20 @@ def test_the_switch_turns_it_off_and_doctor_says_so() -> None:
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         assert done.stdout.strip() == "False in use"
         assert ("STREAMSAFE_NATIVE='maybe' is not a switch" in done.stderr) == (value == "maybe")
+
+
+@pytest.mark.parametrize("major", [0, 2])
+def test_a_versioned_capsule_of_an_unknown_major_version_is_not_read(major: int) -> None:
+    """DLPack: a consumer must not read a DLManagedTensorVersioned whose major version it does not know."""
+    a = np.arange(6, dtype=np.float32)
+    capsule = a.__dlpack__(max_version=(1, 0))
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    version = ctypes.c_uint32.from_address(get(capsule, b"dltensor_versioned"))
+    assert version.value == 1 and native.read_capsule(capsule) is not None
+    version.value = major
+    try:
+        assert native.read_capsule(capsule) is None and native.capsule_data(capsule) is None
+        assert _ctypes_read(capsule) == (None, None)
+    finally:
+        version.value = 1  # (numpy's deleter frees it as version 1)

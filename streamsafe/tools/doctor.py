@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import platform
 import sys
 import textwrap
@@ -98,6 +99,10 @@ def _gpus() -> tuple[str | None, list[dict[str, Any]]]:
     return f"{version // 1000}.{version % 1000 // 10}", gpus
 
 
+_SWITCHES = ("STREAMSAFE_SANITIZE", "STREAMSAFE_NATIVE", "STREAMSAFE_FENCE_CALLS", "STREAMSAFE_CHECK_REPLAY")
+"""The environment switches streamsafe reads, as doctor shows them."""
+
+
 def collect() -> dict[str, Any]:
     """Everything doctor reports, as plain data. Does not block on GPU work."""
     from ..backend.cuda import CudaBackend
@@ -109,6 +114,7 @@ def collect() -> dict[str, Any]:
         "packages": {name: _version(name) for name in _PACKAGES},
         "nvvfx_importable": importlib.util.find_spec("nvvfx") is not None,
         "native": native_status(),
+        "switches": {name: os.environ.get(name) for name in _SWITCHES},
     }
     reason = CudaBackend.probe()
     report["cuda"] = {"available": reason is None, "reason": reason}
@@ -141,6 +147,8 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  {name:<16} {version or '-'}")
     lines.append(f"  nvvfx importable: {'yes' if report['nvvfx_importable'] else 'no (use streamsafe.testing.install_fake_nvvfx())'}")
     lines.append(f"  C extension (streamsafe._native): {report['native']}")
+    set_switches = {k: v for k, v in report["switches"].items() if v is not None}
+    lines.append("  switches: " + (", ".join(f"{k}={v}" for k, v in set_switches.items()) or "none set (" + ", ".join(_SWITCHES) + ")"))
     cuda = report["cuda"]
     lines += ["", "CUDA:"]
     if cuda["available"]:
