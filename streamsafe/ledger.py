@@ -458,8 +458,11 @@ class Ledger:
             be.release_event(old)
 
     def prune_keepalive(self) -> None:
+        """Drop the inputs kept alive whose runs have ended (their events complete). Does not block;
+        on the model it gives the host no ordering (``SimBackend.poll``): the program learns nothing."""
         be = self.resolved_backend()
-        while self.keepalive and be.query(self.keepalive[0][0]):
+        poll = getattr(be, "poll", None) or be.query
+        while self.keepalive and poll(self.keepalive[0][0]):
             be.release_event(self.keepalive.popleft()[0])
 
     def drain_keepalive(self) -> None:

@@ -72,7 +72,7 @@ def test_capsule_data_key_reads_a_real_capsule_without_consuming_it() -> None:
     data = (ctypes.c_uint64 * 8)(0xABC000, 0, 0, 0, 0, 0, 0, 0)
     new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(("PyCapsule_New", ctypes.pythonapi))
     plain = new(ctypes.addressof(data), b"dltensor", None)
-    versioned_data = (ctypes.c_uint64 * 8)(0, 0, 0, 0, 0xDEF000, 0, 0, 0)  # version, ctx, deleter, flags, then data
+    versioned_data = (ctypes.c_uint64 * 8)(1, 0, 0, 0, 0xDEF000, 0, 0, 0)  # version (major 1, minor 0), ctx, deleter, flags, then data
     versioned = new(ctypes.addressof(versioned_data), b"dltensor_versioned", None)
     assert capsule_data_key(plain) == 0xABC000 and capsule_data_key(plain) == 0xABC000
     assert capsule_data_key(versioned) == 0xDEF000

@@ -326,3 +326,34 @@ def test_launch_mode_and_host_cost_knobs_are_validated_and_graph_mode_runs_on_th
         if cost:
             assert elapsed >= cost * 1e-6  # the host cost is spent inside run()
     assert np.array_equal(outs[0], outs[1])  # the model runs stages one by one in either mode
+
+
+def _unguarded_view_read(after_next_run: bool) -> tuple[ss.SimBackend, float]:
+    """The SDK used without streamsafe, fully synchronised on one stream: a zero-copy view of frame 1's
+    output, read before or after frame 2's run (the vendor's documentation: do not retain a zero-copy
+    tensor imported from result.image across another run())."""
+    from streamsafe.testing import VideoSuperRes
+
+    sim = ss.SimBackend()
+    sr = VideoSuperRes(backend=sim)
+    sr.output_width, sr.output_height = 32, 32
+    sr.load()
+    s = sim.legacy_stream()
+    view = sim.from_dlpack(sr.run(sim.array(np.full((3, 16, 16), 0.2, np.float32)), stream_ptr=1).image, stream=s)
+    if after_next_run:
+        sr.run(sim.array(np.full((3, 16, 16), 0.8, np.float32)), stream_ptr=1)
+    copy = sim.copy(view, s)
+    sim.synchronize_device()
+    return sim, float(sim.download(copy).mean())
+
+
+def test_a_view_kept_across_the_next_run_of_an_unguarded_effect_is_reported() -> None:
+    sim, value = _unguarded_view_read(after_next_run=True)
+    assert value == pytest.approx(0.8, abs=0.01)  # frame 2's pixels through frame 1's view
+    assert [r.kind for r in sim.races] == ["stale-view"]
+    assert "VideoSuperRes's run #2 (the view is of run #1)" in sim.races[0].first.op
+
+
+def test_a_view_read_before_the_next_run_is_not_reported() -> None:
+    sim, value = _unguarded_view_read(after_next_run=False)
+    assert value == pytest.approx(0.2, abs=0.01) and sim.races == []

@@ -677,3 +677,58 @@ def test_the_cuda_backend_tells_observers_before_ordering_and_after_host_waits(m
             assert log == want
     finally:
         hooks.unregister(observer)
+
+
+def _hdr_copy_after_a_pooled_allocation(scheduler: str, fenced: bool) -> ss.SimBackend:
+    """TrueHDR on S with non_blocking=True, its input recorded on S and dropped, the next frame allocated
+    (the allocator reuses the block once S's event has completed), then the output copied on C."""
+    import gc
+
+    from streamsafe.testing import TrueHDR
+
+    sim = ss.SimBackend(scheduler=scheduler)
+    p, s, c = (sim.create_stream(non_blocking=True) for _ in range(3))
+    hdr = TrueHDR(backend=sim)
+    hdr.load()
+    x = sim.empty((3, 36, 64), np.float32, stream=p)
+    sim.fill(x, 0.5, stream=p)
+    sim.fence(s, p)
+    out = hdr.run(x, stream_ptr=s.ptr, non_blocking=True)
+    x.record_stream(s)
+    del x
+    gc.collect()
+    sim.empty((3, 36, 64), np.float32, stream=p)  # the next frame: may reuse the block
+    if fenced:
+        sim.fence(c, s)
+    sim.copy(sim.from_dlpack(out.image, stream=c), c)
+    sim.synchronize_device()
+    return sim
+
+
+@pytest.mark.parametrize("scheduler", ["in-order", "random", "adversarial"])
+def test_the_allocators_query_gives_the_program_no_ordering(scheduler: str) -> None:
+    """Whether the allocator's query of a recorded stream's event succeeds is timing: reusing the block must
+    not order the program's other work after that stream (it hid this H4 race under the in-order scheduler)."""
+    sim = _hdr_copy_after_a_pooled_allocation(scheduler, fenced=False)
+    assert [r.buffer for r in sim.races] == ["TrueHDR output"]
+    assert _hdr_copy_after_a_pooled_allocation(scheduler, fenced=True).races == []  # the fence closes it
+
+
+def test_a_reused_blocks_finished_accesses_are_retired_not_reported() -> None:
+    """The block's own accesses before the completed events are not raced against its new owner."""
+    import gc
+
+    sim = ss.SimBackend()
+    p, s = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    a = sim.empty((4,), np.float32, stream=p)
+    sim.fill(a, 1.0, stream=p)
+    sim.fence(s, p)
+    sim.launch(s, "read on s", reads=[a])
+    a.record_stream(s)
+    del a
+    gc.collect()
+    b = sim.empty((4,), np.float32, stream=p)  # in order: s's read has run, the block comes back
+    assert sim.stats["reused_blocks"] == 1
+    sim.fill(b, 2.0, stream=p)
+    sim.synchronize_device()
+    assert sim.races == []

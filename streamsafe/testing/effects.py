@@ -55,6 +55,7 @@ from __future__ import annotations
 import enum
 import math
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -62,6 +63,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import hooks
+from .._dlpack import SimCapsule
 from ..backend import Backend
 from ..errors import EffectConfigError, EffectStateError
 from . import _kernels as K
@@ -198,6 +200,8 @@ class _Effect:
         self._output_key: tuple[tuple[int, ...], str] | None = None
         self._internal: dict[str, tuple[Any, tuple[int, ...], str]] = {}
         self._own_work: list[Any] = []  # events after the SDK's own last stages
+        self._output_runs = _OutputRuns(type(self).__name__)
+        """The output's run count, which the model's views of it carry (H7 without streamsafe's guard too)."""
         self.latency_us = latency_us  # type: ignore[assignment]
         self.runs = 0
         self.launch_mode = launch_mode
@@ -477,7 +481,12 @@ class _Effect:
                 eng.host_wait(s)
             self._mark_own_work([s])
         self.runs += 1
-        return eng.export(out)
+        capsule = eng.export(out)
+        if type(capsule) is SimCapsule:  # on the model: a view of it is of this run's output (H7 once the next run writes)
+            runs = self._output_runs
+            runs.generation += 1
+            capsule.view_of = (weakref.ref(runs), runs.generation)
+        return capsule
 
 
     def _run_graphed(
@@ -558,6 +567,17 @@ class _Effect:
 
 
 _MEMOS = 4
+
+
+class _OutputRuns:
+    """An emulated effect's output as the model's stale-view check reads it (as it reads a guarded
+    effect's ledger): its ``name`` and the ``generation`` of its latest run."""
+
+    __slots__ = ("name", "generation", "__weakref__")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.generation = 0
 """Graph-mode runs an emulated effect remembers by the identity of their buffers (see ``_run_graphed``)."""
 
 
