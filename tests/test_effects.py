@@ -357,3 +357,17 @@ def test_a_view_kept_across_the_next_run_of_an_unguarded_effect_is_reported() ->
 def test_a_view_read_before_the_next_run_is_not_reported() -> None:
     sim, value = _unguarded_view_read(after_next_run=False)
     assert value == pytest.approx(0.2, abs=0.01) and sim.races == []
+
+
+@pytest.mark.parametrize("value", ["stream", None, True, 1.0])
+def test_stream_ptr_must_be_an_int_handle_as_the_sdk_takes_it(value: Any) -> None:
+    """The vendor's API and samples pass ``stream_ptr`` as an int (``stream.cuda_stream``); code passing a
+    stream object must fail in CI as it would on the real SDK, not pass."""
+    sim = ss.SimBackend()
+    hdr = TrueHDR(backend=sim)
+    hdr.load()
+    s = sim.create_stream(non_blocking=True)
+    with pytest.raises(ss.EffectConfigError, match=r"stream_ptr=.* must be the stream's handle as an int"):
+        hdr.run(sim.array(np.full((3, 36, 64), 0.5, np.float32)), stream_ptr=s if value == "stream" else value)
+    assert hdr.runs == 0
+    hdr.run(sim.array(np.full((3, 36, 64), 0.5, np.float32)), stream_ptr=np.int64(s.ptr))  # a NumPy integer is an int

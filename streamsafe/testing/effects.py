@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 import time
 import weakref
 from collections.abc import Mapping, Sequence
@@ -448,6 +449,12 @@ class _Effect:
         ``graph_key`` names everything ``infer`` depends on besides its inputs: with it, and
         ``launch_mode="graph"`` on the GPU, the stages are replayed as CUDA graphs.
         """
+        if type(stream_ptr) is not int and not (isinstance(stream_ptr, numbers.Integral) and not isinstance(stream_ptr, bool)):
+            raise EffectConfigError(
+                self._name, "stream_ptr", stream_ptr,
+                "must be the stream's handle as an int, as the SDK takes it (a stream object is not accepted); pass "
+                "e.g. torch.cuda.current_stream().cuda_stream or cupy.cuda.get_current_stream().ptr",
+            )
         eng = self.engine
         self._spend_host_cost()
         if graph_key is not None and self._launch_mode == "graph" and eng.supports_graphs and not hooks.observers:
