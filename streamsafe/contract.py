@@ -593,6 +593,13 @@ class StreamContract:
                 others.append(arr)
         if others:
             self.ledger.keep_alive(others, run_stream)
+            if isinstance(self.backend, SimBackend):
+                # On the model the allocator learns what the keep-alive does on a GPU: the memory is not
+                # recycled before the run stream's work is done (its accesses then retire with the block).
+                for arr in others:
+                    inner = _model_array_of(arr)
+                    if inner is not None and inner.backend is self.backend:
+                        inner.record_stream(run_stream)
 
     # -- configuration and life cycle -----------------------------------------------------------
 
@@ -761,6 +768,21 @@ class StreamContract:
 
     def __repr__(self) -> str:
         return f"StreamContract({self.effect_name}, strategy={self.strategy.value}, backend={self.backend.name})"
+
+
+def _model_array_of(obj: Any) -> SimArray | None:
+    """The model's array behind a DLPack producer that is not one (a wrapper, as a JAX array is of its
+    buffer): the one its unsynchronised capsule holds, read without consuming it; ``None`` otherwise."""
+    from ._dlpack import SimCapsule
+
+    try:
+        capsule = obj.__dlpack__(stream=-1)
+    except Exception:
+        return None
+    if type(capsule) is SimCapsule and not capsule.consumed:
+        inner = capsule._array
+        return inner if isinstance(inner, SimArray) else None
+    return None
 
 
 def _restore_counters(stats: dict[str, int], counted: dict[str, int]) -> None:

@@ -1234,3 +1234,51 @@ def test_malloc_is_outside_the_caching_allocator(sim: ss.SimBackend) -> None:
         sim.free(b)
         c = sim.empty((4,), np.float32)
         assert c.buffer is not b.buffer  # freed, never pooled
+
+
+class _Wrapper:
+    """A DLPack producer that is neither a torch tensor nor a model array (a JAX array or a decoder's
+    surface object): streamsafe keeps such inputs alive, it cannot record_stream them."""
+
+    def __init__(self, arr: Any) -> None:
+        self.arr = arr
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.arr.__dlpack_device__()  # type: ignore[no-any-return]
+
+    def __dlpack__(self, **kw: Any) -> Any:
+        return self.arr.__dlpack__(**kw)
+
+
+def _decoder_frames_dropped_each_frame(strategy: str, scheduler: str, **run_kw: Any) -> ss.SimBackend:
+    """Inputs allocated and written on a decoder stream, wrapped, passed to a guarded run and dropped: the
+    next frame's allocation on the decoder stream may get the same block once streamsafe lets it go."""
+    sim = ss.SimBackend(scheduler=scheduler)
+    p, decoder = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(make_sr(sim), p, strategy=strategy, allow_none=strategy == "none")
+    with sim.use_stream(p):
+        for i in range(6):
+            x = sim.empty((3, 16, 16), np.float32, name=f"in{i}", stream=decoder)
+            sim.fill(x, float(i), decoder)
+            sim.fence(p, decoder)
+            out = c.run(_Wrapper(x), **run_kw)
+            del x
+            sim.copy(sim.from_dlpack(out.image, stream=p), p)
+            sim.progress(100)
+    sim.synchronize_device()
+    return sim
+
+
+@pytest.mark.parametrize("scheduler", ["in-order", "random", "adversarial"])
+@pytest.mark.parametrize("strategy", FENCED)
+def test_kept_alive_inputs_recycled_by_their_pool_are_not_reported(strategy: str, scheduler: str) -> None:
+    """streamsafe keeps a wrapped input until the run stream's work is done; the pool may then recycle it.
+    On the model the allocator knows that deferral (no race), whichever order the scheduler picked."""
+    assert _decoder_frames_dropped_each_frame(strategy, scheduler).races == []
+
+
+def test_kept_alive_inputs_control_without_streamsafe_the_recycled_block_races() -> None:
+    """Control: unguarded and asynchronous (``non_blocking=True``), the recycled block's next fill races
+    the SDK's read of the previous frame."""
+    sim = _decoder_frames_dropped_each_frame("none", "in-order", non_blocking=True)
+    assert any(r.buffer.startswith("in") and "transfer" in (r.first.op + r.second.op) for r in sim.races)

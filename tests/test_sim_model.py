@@ -732,3 +732,22 @@ def test_a_reused_blocks_finished_accesses_are_retired_not_reported() -> None:
     sim.fill(b, 2.0, stream=p)
     sim.synchronize_device()
     assert sim.races == []
+
+
+@pytest.mark.parametrize("scheduler", ["in-order", "adversarial"])
+def test_empty_cache_gives_the_program_no_ordering(scheduler: str) -> None:
+    """Dropping completed free blocks is the allocator's business: the host's later read of a buffer that
+    a stream wrote is still a race, whether or not empty_cache ran between."""
+    import gc
+
+    sim = ss.SimBackend(scheduler=scheduler)
+    s = sim.create_stream(non_blocking=True)
+    a = sim.empty((4,), np.float32, stream=s)
+    sim.fill(a, 1.0, stream=s)
+    b = sim.empty((4,), np.float32, stream=sim.create_stream(non_blocking=True))
+    b.record_stream(s)  # freed: its pool waits for an event on s, which empty_cache queries
+    del b
+    gc.collect()
+    sim.empty_cache()
+    sim.host_access("host read", reads=[a])
+    assert [r.buffer for r in sim.races] == [a.buffer.name]

@@ -585,7 +585,7 @@ class SimBackend:
         for key, blocks in list(self._free_blocks.items()):
             keep = []
             for buf, events in blocks:
-                if all(self._query(event, count=False) for event in events):
+                if all(self._completed(event) for event in events):
                     for event in events:
                         self._pool.release(event.device, event)
                     dropped += 1

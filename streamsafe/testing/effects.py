@@ -574,6 +574,7 @@ class _Effect:
 
 
 _MEMOS = 4
+"""Graph-mode runs an emulated effect remembers by the identity of their buffers (see ``_run_graphed``)."""
 
 
 class _OutputRuns:
@@ -585,7 +586,6 @@ class _OutputRuns:
     def __init__(self, name: str) -> None:
         self.name = name
         self.generation = 0
-"""Graph-mode runs an emulated effect remembers by the identity of their buffers (see ``_run_graphed``)."""
 
 
 def _same_objects(kept: tuple[Any, ...], now: list[Any]) -> bool:
