@@ -33,7 +33,7 @@ from typing import Any, NoReturn, TypeVar
 
 from ._env import SANITIZE_MEANING as _SANITIZE_MEANING, env_flag
 from . import guarding, hooks, steady
-from ._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, require_cuda_input, stream_on_device
+from ._dlpack import DLPACK_CPU, DLPACK_CUDA, SimCapsule, check_input_device, require_cuda_input, stream_on_device
 from .backend import Backend, SimBackend, current_backend
 from .sim import mirror
 from .sim.backend import SimArray, another_models_array
@@ -488,6 +488,17 @@ class StreamContract:
                 for k in INPUT_KWARGS:
                     if k in call_kwargs and self._producer_is_unknown(call_kwargs[k], arrays, producers):
                         call_kwargs[k] = _Forwarding(call_kwargs[k], run_stream)
+            seen: dict[int, _Forwarding] = {}  # (the model: what the SDK's own import of each kept-alive input held)
+            if isinstance(be, SimBackend) and plan.strategy is not Strategy.NONE:
+                for i, a in enumerate(call_args):
+                    if _kept_alive_kind(a):
+                        original = a._arr if type(a) is _Forwarding else a
+                        call_args[i] = seen[id(original)] = a if type(a) is _Forwarding else _Forwarding(a, None)
+                for k in INPUT_KWARGS:
+                    a = call_kwargs.get(k)
+                    if _kept_alive_kind(a):
+                        original = a._arr if type(a) is _Forwarding else a
+                        call_kwargs[k] = seen[id(original)] = a if type(a) is _Forwarding else _Forwarding(a, None)
             try:
                 with _on_device(dev):
                     raw = call_raw(self.effect, name, *call_args, stream_ptr=run_stream.ptr, non_blocking=plan.non_blocking, **call_kwargs)
@@ -503,7 +514,7 @@ class StreamContract:
             protect = bool(plan.at("after run"))
             if protect:
                 apply_fences(be, dev, after, self.stats)
-                self._protect_inputs(arrays, run_stream)
+                self._protect_inputs(arrays, run_stream, seen)
             ledger.prune_keepalive()
             self._last_plan = plan  # (run() changes no output-size or encoding attribute: the snapshot stays)
             for counter, n in steady.run_counts(plan):
@@ -579,7 +590,7 @@ class StreamContract:
 
     # -- inputs after an asynchronous run (H12) ------------------------------------------------
 
-    def _protect_inputs(self, inputs: Sequence[Any], run_stream: Stream) -> None:
+    def _protect_inputs(self, inputs: Sequence[Any], run_stream: Stream, seen: dict[int, Any] | None = None) -> None:
         """Keep each input from being recycled while the run stream may still read it: torch's
         ``record_stream`` (the allocator then waits for the run stream), else a keep-alive until
         an event recorded on the run stream completes. Does not block."""
@@ -593,11 +604,13 @@ class StreamContract:
                 others.append(arr)
         if others:
             self.ledger.keep_alive(others, run_stream)
-            if isinstance(self.backend, SimBackend):
-                # On the model the allocator learns what the keep-alive does on a GPU: the memory is not
-                # recycled before the run stream's work is done (its accesses then retire with the block).
+            if seen:
+                # On the model the allocator learns what the keep-alive does on a GPU: the memory the SDK
+                # imported is not recycled before the run stream's work is done (its accesses then retire
+                # with the block). The SDK's own import told which memory that is: no second export.
                 for arr in others:
-                    inner = _model_array_of(arr)
+                    wrapper = seen.get(id(arr))
+                    inner = wrapper.imported if wrapper is not None else None
                     if inner is not None and inner.backend is self.backend:
                         inner.record_stream(run_stream)
 
@@ -770,19 +783,13 @@ class StreamContract:
         return f"StreamContract({self.effect_name}, strategy={self.strategy.value}, backend={self.backend.name})"
 
 
-def _model_array_of(obj: Any) -> SimArray | None:
-    """The model's array behind a DLPack producer that is not one (a wrapper, as a JAX array is of its
-    buffer): the one its unsynchronised capsule holds, read without consuming it; ``None`` otherwise."""
-    from ._dlpack import SimCapsule
-
-    try:
-        capsule = obj.__dlpack__(stream=-1)
-    except Exception:
-        return None
-    if type(capsule) is SimCapsule and not capsule.consumed:
-        inner = capsule._array
-        return inner if isinstance(inner, SimArray) else None
-    return None
+def _kept_alive_kind(a: Any) -> bool:
+    """Whether ``a`` is an input :meth:`StreamContract._protect_inputs` keeps alive (not a number, a
+    model array or a torch tensor, which it protects with ``record_stream``)."""
+    if a is None or isinstance(a, (numbers.Number, SimArray, str, bytes)):
+        return False
+    inner = a._arr if type(a) is _Forwarding else a
+    return not (type(inner) is _TORCH_TENSOR or framework_of(inner) == "torch" or isinstance(inner, SimArray))
 
 
 def _restore_counters(stats: dict[str, int], counted: dict[str, int]) -> None:
@@ -836,20 +843,27 @@ def _check_effect(effect: Any) -> None:
 
 class _Forwarding:
     """An input whose ``__dlpack__()`` (called by the SDK with no stream) asks the producer to
-    order the SDK stream, as DLPack intends (H1 when the producer's stream is unknown)."""
+    order the SDK stream, as DLPack intends (H1 when the producer's stream is unknown); with no
+    stream, a plain pass-through. On the model it notes the array the capsule it hands the SDK holds
+    (``imported``: the memory the SDK reads)."""
 
-    __slots__ = ("_arr", "_stream")
+    __slots__ = ("_arr", "_stream", "imported")
 
-    def __init__(self, arr: Any, stream: Stream) -> None:
+    def __init__(self, arr: Any, stream: Stream | None) -> None:
         self._arr = arr
         self._stream = stream
+        self.imported: SimArray | None = None
 
     def __dlpack_device__(self) -> Any:
         return self._arr.__dlpack_device__()
 
     def __dlpack__(self, **kwargs: Any) -> Any:
-        kwargs["stream"] = self._stream.dlpack
-        return self._arr.__dlpack__(**kwargs)
+        if self._stream is not None:
+            kwargs["stream"] = self._stream.dlpack
+        capsule = self._arr.__dlpack__(**kwargs)
+        if type(capsule) is SimCapsule and not capsule.consumed and isinstance(capsule._array, SimArray):
+            self.imported = capsule._array
+        return capsule
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._arr, name)

@@ -1282,3 +1282,36 @@ def test_kept_alive_inputs_control_without_streamsafe_the_recycled_block_races()
     the SDK's read of the previous frame."""
     sim = _decoder_frames_dropped_each_frame("none", "in-order", non_blocking=True)
     assert any(r.buffer.startswith("in") and "transfer" in (r.first.op + r.second.op) for r in sim.races)
+
+
+class _SynchronisingProducer(_Wrapper):
+    """A producer that waits for the device before each export, and counts its exports."""
+
+    def __init__(self, arr: Any) -> None:
+        super().__init__(arr)
+        self.exports = 0
+
+    def __dlpack__(self, **kw: Any) -> Any:
+        self.exports += 1
+        self.arr.backend.synchronize_device()
+        return self.arr.__dlpack__(**kw)
+
+
+@pytest.mark.parametrize("strategy", ["auto", "async"])
+def test_a_kept_alive_input_is_exported_once_so_its_producer_cannot_hide_a_race(strategy: str) -> None:
+    """The model learns the kept-alive input's memory from the SDK's own import, not from a second export:
+    a producer whose export waits for the device must run once, before the SDK's work, so the host's
+    unwaited read of the output still races."""
+    sim = ss.SimBackend(scheduler="adversarial")
+    p, decoder = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(make_sr(sim), p, strategy=strategy)
+    with sim.use_stream(p):
+        x = sim.empty((3, 16, 16), np.float32, stream=decoder)
+        sim.fill(x, 0.5, decoder)
+        sim.fence(p, decoder)
+        producer = _SynchronisingProducer(x)
+        out = c.run(producer, non_blocking=True)
+        view = sim.from_dlpack(out.image, stream=p)
+        sim.host_access("host reads the output without waiting", reads=[view])
+    assert producer.exports == 1
+    assert any(r.second.op == "host reads the output without waiting" for r in sim.races)
