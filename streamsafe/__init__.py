@@ -14,6 +14,7 @@ from .sim.schedule import AdversarialScheduler, ChoiceScheduler, InOrderSchedule
 from .sim.clocks import HOST, VectorClock, is_ordered_after
 from .contract import StreamContract, stream_contract, stream_safe
 from .errors import (
+    ArgumentError,
     BackendUnavailableError,
     ConcurrentUseError,
     CudaDriverError,
@@ -22,6 +23,7 @@ from .errors import (
     EffectStateError,
     EnvironmentSettingError,
     FrameworkUnavailableError,
+    MissingCallError,
     HostArrayError,
     InputArrayError,
     InputDeviceError,
@@ -60,6 +62,8 @@ __all__ = [
     "FencePlan",
     "HOST",
     "EnvironmentSettingError",
+    "ArgumentError",
+    "MissingCallError",
     "FrameworkUnavailableError",
     "HostArrayError",
     "InputArrayError",

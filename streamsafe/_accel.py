@@ -10,6 +10,7 @@ streamsafe makes the same calls through ``ctypes``, in the same order.
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from types import ModuleType
 
@@ -36,11 +37,10 @@ def native() -> ModuleType | None:
             _NATIVE, _WHY = None, "switched off (STREAMSAFE_NATIVE=0)"
         else:
             try:
-                from . import _native
-
-                _NATIVE, _WHY = _native, "built"
+                _NATIVE, _WHY = importlib.import_module("streamsafe._native"), "built"
             except ImportError as e:
-                _NATIVE, _WHY = None, f"not built ({e}); reinstall with a C compiler present (pip install -e .)"
+                why = "no build of it for this Python" if isinstance(e, ModuleNotFoundError) else str(e)
+                _NATIVE, _WHY = None, f"not built ({why}); the same calls go through ctypes. Reinstall with a C compiler present (pip install -e .) to build it"
     return _NATIVE  # type: ignore[return-value]
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .contract import StreamContract
-from .errors import NotAnEffectError, StreamsafeError
+from .errors import ArgumentError, NotAnEffectError, StreamsafeError
 from .guarding import _class_guards, install
 from .ledger import ledger_of
 from .strategy import Strategy, StrategyName
@@ -119,7 +119,7 @@ def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options:
     as_strategy(strategy, allow_none=bool(options.get("allow_none")))
     unknown = sorted(set(options) - set(GUARD_OPTIONS))
     if unknown:
-        raise TypeError(
+        raise ArgumentError(
             f"guard() got an unexpected option {unknown[0]!r}: a class guard takes strategy= and the contract "
             f"options {', '.join(GUARD_OPTIONS)} (the SDK stream is the current stream at each call)"
         )

@@ -37,7 +37,7 @@ from ._dlpack import DLPACK_CPU, DLPACK_CUDA, SimCapsule, check_input_device, re
 from .backend import Backend, SimBackend, current_backend
 from .sim import mirror
 from .sim.backend import SimArray, another_models_array
-from .errors import EffectConfigError, EffectStateError, HostArrayError, InputArrayError, NotAnEffectError, StreamsafeError, UnguardedChangeError
+from .errors import EffectConfigError, EffectStateError, HostArrayError, InputArrayError, MissingCallError, NotAnEffectError, StreamsafeError, UnguardedChangeError
 from .frameworks import framework_of, torch_current_stream_handle
 from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, releases_output, shape_of, tracked_raw_call, tracked_setattr
 from .ledger import Ledger, adopt_ledger, apply_fences, forget_ledger, ledger_of, new_stats, view_owner, views_exist
@@ -230,10 +230,10 @@ class StreamContract:
 
     def run_at_timestep(self, *args: Any, **kwargs: Any) -> SafeOutput:
         """``effect.run_at_timestep(...)`` with the plan's fences (see :meth:`run`). An effect without
-        the method (only ``VideoFrameGeneration`` interpolates at a timestep) raises ``AttributeError``
-        before anything is issued."""
+        the method (only ``VideoFrameGeneration`` interpolates at a timestep) raises
+        :class:`~streamsafe.errors.MissingCallError` (an ``AttributeError``) before anything is issued."""
         if not callable(getattr(self.effect, "run_at_timestep", None)):
-            raise AttributeError(
+            raise MissingCallError(
                 f"{self.effect_name} has no run_at_timestep(): only VideoFrameGeneration interpolates at a timestep; "
                 f"call c.run(...) for {self.effect_name}"
             )

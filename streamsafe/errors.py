@@ -14,6 +14,8 @@ from typing import Any
 __all__ = [
     "StreamsafeError",
     "EnvironmentSettingError",
+    "ArgumentError",
+    "MissingCallError",
     "StreamTypeError",
     "StreamValueError",
     "DeviceMismatchError",
@@ -269,3 +271,13 @@ class EnvironmentSettingError(StreamsafeError, ValueError):
             f"{name}={value!r} is not a switch streamsafe reads ({meaning}): set it to 1 (also true, yes, on) "
             f"or 0 (also false, no, off), in any case, or unset it"
         )
+
+
+class ArgumentError(StreamsafeError, TypeError, ValueError):
+    """An argument streamsafe cannot use: not a backend where one is needed, an option a call does not
+    take, a device count that is not a positive int. Also a ``TypeError`` and a ``ValueError``."""
+
+
+class MissingCallError(StreamsafeError, AttributeError):
+    """A call the effect does not have (``run_at_timestep`` on an effect that does not interpolate).
+    Also an ``AttributeError``."""

@@ -93,7 +93,7 @@ def test_a_refused_contract_leaves_no_ledger_on_the_effect(why: str) -> None:
 
 
 def test_guard_refuses_an_unknown_option_at_once() -> None:
-    with pytest.raises(TypeError, match="unexpected option 'input_streem'.*input_stream"):
+    with pytest.raises(ss.ArgumentError, match="unexpected option 'input_streem'.*input_stream"):
         ss.guard(VideoSuperRes, input_streem=None)
     sim = ss.SimBackend()
     sr = VideoSuperRes(backend=sim)
@@ -141,7 +141,7 @@ def test_run_at_timestep_on_an_effect_without_it_says_so_before_anything_is_issu
     sim, c, sr, prod, cons = _setup("auto")
     frame = sim.array(np.full((3, 36, 64), 0.5, np.float32))
     stats, fences = dict(c.stats), sim.stats["fences"]
-    with pytest.raises(AttributeError, match=r"VideoSuperRes has no run_at_timestep\(\): only VideoFrameGeneration.*c.run"):
+    with pytest.raises(ss.MissingCallError, match=r"VideoSuperRes has no run_at_timestep\(\): only VideoFrameGeneration.*c.run"):
         c.run_at_timestep(frame, frame, 0.5)
     assert dict(c.stats) == stats and sim.stats["fences"] == fences
 
@@ -166,13 +166,13 @@ def test_a_backend_argument_that_is_not_one_is_refused_at_once(call: str) -> Non
     from streamsafe.backend import process_default
 
     fn = {"use_backend": ss.use_backend, "sanitize": ss.sanitize, "process_default": process_default}[call]
-    with pytest.raises(TypeError, match=rf"{call}\(\) needs a backend object, not 'sim' \(str\).*ss.SimBackend\(\)"):
+    with pytest.raises(ss.ArgumentError, match=rf"{call}\(\) needs a backend object, not 'sim' \(str\).*ss.SimBackend\(\)"):
         with fn("sim"):  # type: ignore[arg-type]
             pass
 
 
 def test_model_device_numbers_must_be_ints() -> None:
-    with pytest.raises(ValueError, match=r"devices='2' is invalid: .*an int of at least 1"):
+    with pytest.raises(ss.ArgumentError, match=r"devices='2' is invalid: .*an int of at least 1"):
         ss.SimBackend(devices="2")  # type: ignore[arg-type]
     assert ss.SimBackend(devices=np.int64(2)).device_count() == 2
     with pytest.raises(ss.StreamValueError, match=r"named by its number \(an int\), not a str. Pass device=0 as an int"):
@@ -269,3 +269,9 @@ def test_a_refused_contract_keeps_a_ledger_another_contract_took_up_meanwhile(mo
     monkeypatch.setattr(C.StreamContract, "plan", original)
     assert ledger_of(sr, create=False) is others[0].ledger
     assert C.StreamContract(sr, sim.create_stream(non_blocking=True)).ledger is others[0].ledger
+
+
+def test_the_new_refusals_are_streamsafe_errors_and_the_builtin_kinds() -> None:
+    assert issubclass(ss.ArgumentError, (ss.StreamsafeError)) and issubclass(ss.ArgumentError, TypeError)
+    assert issubclass(ss.ArgumentError, ValueError)
+    assert issubclass(ss.MissingCallError, ss.StreamsafeError) and issubclass(ss.MissingCallError, AttributeError)

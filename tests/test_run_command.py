@@ -481,3 +481,14 @@ def test_the_programs_atexit_handlers_still_import_the_emulated_nvvfx(tmp_path: 
     done = run_cli("--fake-nvvfx", str(program))
     assert done.returncode == 0, done.stderr
     assert "atexit sees nvvfx: True" in done.stdout
+
+
+def test_the_report_says_when_autos_plan_changed_between_runs() -> None:
+    from streamsafe.tools.runner import EffectReport, RunReport, format_report
+
+    def effect(sdk_waits: int) -> EffectReport:
+        return EffectReport("VideoSuperRes", 0, 10, 20, {"H1": 10}, 0, 0, sdk_waits, "auto", "async", "the host never waits")
+
+    text = format_report(RunReport(["p.py"], 0, "auto", False, True, [effect(4), effect(0), effect(10)]))
+    assert text.count("strategy auto -> async (its last run's plan): the host never waits") == 3
+    assert text.count("auto's plan changed between runs") == 1 and "in 4 of 10 the SDK waited on the host" in text

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ._protocol import Backend, Event
+from ..errors import ArgumentError
 from ..sim.backend import SimBackend
 
 if TYPE_CHECKING:
@@ -74,9 +75,9 @@ def current_backend() -> Backend:
 
 def require_backend(obj: Any, call: str) -> Backend:
     """``obj`` when it is a backend (it has the ordering calls of :class:`Backend`), else a
-    ``TypeError`` naming it, the rule and the fix. Does not block."""
+    :class:`~streamsafe.errors.ArgumentError` (a ``TypeError``) naming it, the rule and the fix. Does not block."""
     if not all(callable(getattr(obj, name, None)) for name in _BACKEND_CALLS) or isinstance(obj, type):
-        raise TypeError(
+        raise ArgumentError(
             f"{call} needs a backend object, not {obj!r} ({type(obj).__name__}): a backend makes the CUDA ordering calls "
             "(record, wait, fence, ...). Pass ss.SimBackend() (the model) or ss.CudaBackend() (the driver), "
             "or leave it out for the current one"
@@ -89,8 +90,9 @@ _BACKEND_CALLS = ("current_stream", "record", "wait", "fence", "synchronize_stre
 
 @contextlib.contextmanager
 def use_backend(backend: Backend) -> Iterator[Backend]:
-    """Make ``backend`` the current one inside the block (per thread and task). Raises ``TypeError``
-    for anything that is not a backend, before the block runs."""
+    """Make ``backend`` the current one inside the block (per thread and task). Raises
+    :class:`~streamsafe.errors.ArgumentError` (a ``TypeError``) for anything that is not a backend,
+    before the block runs."""
     require_backend(backend, "use_backend()")
     token = _active.set(backend)
     try:

@@ -46,7 +46,7 @@ import numpy as np
 from .._env import SANITIZE_MEANING as _SANITIZE_MEANING, env_flag
 from .._dlpack import DLPACK_CUDA, SimCapsule
 from .clocks import HOST, ActorId, SeqNum, VectorClock, is_ordered_after
-from ..errors import CudaDriverError, DeviceMismatchError, InputArrayError, RaceError, StreamValueError
+from ..errors import ArgumentError, CudaDriverError, DeviceMismatchError, InputArrayError, RaceError, StreamValueError
 from .races import Access, AccessKind, Race, find_race
 from ..streams import LEGACY_HANDLE, PER_THREAD_HANDLE, Stream, StreamKind, as_stream, implicitly_ordered
 from ..backend._pool import EventPool, EventPoolStats
@@ -291,7 +291,7 @@ class SimBackend:
     ) -> None:
         count: Any = devices
         if isinstance(count, bool) or not hasattr(count, "__index__") or count.__index__() < 1:
-            raise ValueError(f"devices={devices!r} is invalid: the model's number of GPUs must be an int of at least 1; "
+            raise ArgumentError(f"devices={devices!r} is invalid: the model's number of GPUs must be an int of at least 1; "
                              "e.g. SimBackend(devices=2)")
         devices = count.__index__()
         if on_race not in ("record", "raise"):

@@ -317,7 +317,10 @@ def format_report(report: RunReport) -> str:
             f"host waits {e.host_waits}; device syncs {e.device_syncs}; SDK waits {e.sdk_waits}"
         )
         chosen = e.requested if e.strategy == e.requested else f"{e.requested} -> {e.strategy}"
-        lines.append(f"     strategy {chosen}: {e.why}")
+        lines.append(f"     strategy {chosen} (its last run's plan): {e.why}")
+        if e.requested == "auto" and 0 < e.sdk_waits < e.runs:  # (plans that let the SDK wait on the host, and others)
+            lines.append(f"     auto's plan changed between runs: in {e.sdk_waits} of {e.runs} the SDK waited on the host "
+                         "(event's plan: other threads drove effects on the device, or the streams changed)")
     if report.sanitize:
         if report.races:
             lines.append(f"  sanitize: {len(report.races)} race(s) found:")
