@@ -11,11 +11,9 @@ streamsafe makes the same calls through ``ctypes``, in the same order.
 from __future__ import annotations
 
 import importlib
-import warnings
 from types import ModuleType
 
 from ._env import env_flag
-from .errors import EnvironmentSettingError
 
 __all__ = ["native", "native_status"]
 
@@ -28,12 +26,7 @@ def native() -> ModuleType | None:
     Looked up once per process."""
     global _NATIVE, _WHY
     if _NATIVE is False:
-        try:
-            wanted = env_flag("STREAMSAFE_NATIVE", True, "use the C extension")
-        except EnvironmentSettingError as e:  # a speed switch: say so, and keep the default (it changes no result)
-            warnings.warn(f"{e}; using the C extension where it is built", RuntimeWarning, stacklevel=2)
-            wanted = True
-        if not wanted:
+        if not env_flag("STREAMSAFE_NATIVE", True, "use the C extension", strict=False):
             _NATIVE, _WHY = None, "switched off (STREAMSAFE_NATIVE=0)"
         else:
             try:

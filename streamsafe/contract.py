@@ -481,24 +481,26 @@ class StreamContract:
                 self._read_views(arrays, run_stream)
             call_args = list(args)
             call_kwargs = _sdk_kwargs_removed(kwargs)
-            if plan.strategy is not Strategy.NONE and None in producers:
-                for i, a in enumerate(call_args):
-                    if not isinstance(a, numbers.Number) and self._producer_is_unknown(a, arrays, producers):
-                        call_args[i] = _Forwarding(a, run_stream)
-                for k in INPUT_KWARGS:
-                    if k in call_kwargs and self._producer_is_unknown(call_kwargs[k], arrays, producers):
-                        call_kwargs[k] = _Forwarding(call_kwargs[k], run_stream)
+            forward = plan.strategy is not Strategy.NONE and None in producers
+            record = plan.strategy is not Strategy.NONE and isinstance(be, SimBackend)
             seen: dict[int, _Forwarding] = {}  # (the model: what the SDK's own import of each kept-alive input held)
-            if isinstance(be, SimBackend) and plan.strategy is not Strategy.NONE:
-                for i, a in enumerate(call_args):
-                    if _kept_alive_kind(a):
-                        original = a._arr if type(a) is _Forwarding else a
-                        call_args[i] = seen[id(original)] = a if type(a) is _Forwarding else _Forwarding(a, None)
+            if forward or record:
+
+                def wrap(a: Any) -> Any:
+                    """The input as the SDK gets it: forwarding the run stream to an unknown producer (H1), and
+                    on the model noting the memory the SDK imports of an input the contract keeps alive."""
+                    stream = run_stream if forward and self._producer_is_unknown(a, arrays, producers) else None
+                    if stream is None and not (record and _kept_alive_kind(a)):
+                        return a
+                    wrapper = _Forwarding(a, stream)
+                    if record:
+                        seen[id(a)] = wrapper
+                    return wrapper
+
+                call_args = [a if isinstance(a, numbers.Number) else wrap(a) for a in call_args]
                 for k in INPUT_KWARGS:
-                    a = call_kwargs.get(k)
-                    if _kept_alive_kind(a):
-                        original = a._arr if type(a) is _Forwarding else a
-                        call_kwargs[k] = seen[id(original)] = a if type(a) is _Forwarding else _Forwarding(a, None)
+                    if k in call_kwargs:
+                        call_kwargs[k] = wrap(call_kwargs[k])
             try:
                 with _on_device(dev):
                     raw = call_raw(self.effect, name, *call_args, stream_ptr=run_stream.ptr, non_blocking=plan.non_blocking, **call_kwargs)
@@ -784,12 +786,9 @@ class StreamContract:
 
 
 def _kept_alive_kind(a: Any) -> bool:
-    """Whether ``a`` is an input :meth:`StreamContract._protect_inputs` keeps alive (not a number, a
-    model array or a torch tensor, which it protects with ``record_stream``)."""
-    if a is None or isinstance(a, (numbers.Number, SimArray, str, bytes)):
-        return False
-    inner = a._arr if type(a) is _Forwarding else a
-    return not (type(inner) is _TORCH_TENSOR or framework_of(inner) == "torch" or isinstance(inner, SimArray))
+    """Whether the input ``a`` is one :meth:`StreamContract._protect_inputs` keeps alive (not a model
+    array or a torch tensor, which it protects with ``record_stream``)."""
+    return not (isinstance(a, SimArray) or type(a) is _TORCH_TENSOR or framework_of(a) == "torch")
 
 
 def _restore_counters(stats: dict[str, int], counted: dict[str, int]) -> None:

@@ -11,9 +11,8 @@ None of these calls blocks the host or orders any GPU work.
 
 from __future__ import annotations
 
-import numbers
-
 import enum
+import numbers
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 

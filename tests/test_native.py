@@ -35,19 +35,11 @@ def test_the_extension_is_built_where_a_compiler_is() -> None:
     assert _accel.native() is native
 
 
-def _ctypes_read(capsule: object) -> object:
-    """The ctypes path of read_capsule, whatever the process chose."""
+def _read_with(module: object, capsule: object) -> object:
+    """``read_capsule`` and ``capsule_data_key`` of ``capsule`` through ``module`` (the C extension, or
+    ``None``: the ctypes path), whatever the process chose."""
     saved = _dlpack._NATIVE
-    _dlpack._NATIVE = None
-    try:
-        return _dlpack.read_capsule(capsule), _dlpack.capsule_data_key(capsule)
-    finally:
-        _dlpack._NATIVE = saved
-
-
-def _native_read(capsule: object) -> object:
-    saved = _dlpack._NATIVE
-    _dlpack._NATIVE = native
+    _dlpack._NATIVE = module
     try:
         return _dlpack.read_capsule(capsule), _dlpack.capsule_data_key(capsule)
     finally:
@@ -69,7 +61,7 @@ def test_read_capsule_agrees_with_the_ctypes_path(shape: list[int], dtype: objec
     base = np.zeros([d * step + offset for d in shape] or [], dtype=dtype)
     view = base[tuple(slice(offset, None, step) for _ in shape)] if shape else base
     capsule = view.__dlpack__(max_version=(1, 0)) if versioned else view.__dlpack__()
-    got, want = _native_read(capsule), _ctypes_read(capsule)
+    got, want = _read_with(native, capsule), _read_with(None, capsule)
     assert got == want
     tensor = got[0]
     assert tensor is not None and type(tensor) is _dlpack.CapsuleTensor
@@ -88,7 +80,7 @@ def test_reads_of_other_objects_and_consumed_capsules_are_none() -> None:
     for obj in (capsule, foreign, a, None, 3, "dltensor"):
         assert native.read_capsule(obj) is None
         assert native.capsule_data(obj) is None
-        assert _ctypes_read(obj) == (None, None)
+        assert _read_with(None, obj) == (None, None)
 
 
 class _Producer:
@@ -252,6 +244,6 @@ def test_a_versioned_capsule_of_an_unknown_major_version_is_not_read(major: int)
     version.value = major
     try:
         assert native.read_capsule(capsule) is None and native.capsule_data(capsule) is None
-        assert _ctypes_read(capsule) == (None, None)
+        assert _read_with(None, capsule) == (None, None)
     finally:
         version.value = 1  # (numpy's deleter frees it as version 1)

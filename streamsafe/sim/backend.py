@@ -374,7 +374,7 @@ class SimBackend:
             raise StreamValueError(
                 f"{what} of device {device}",
                 f"the model has {self._devices} device(s), numbered 0 to {self._devices - 1}",
-                f"Pick one of them, or make the model with more: SimBackend(devices={max(2, device + 1) if isinstance(device, int) else 2}).",
+                f"Pick one of them, or make the model with more: SimBackend(devices={max(2, device + 1)}).",
             )
 
     @_entry
@@ -499,7 +499,7 @@ class SimBackend:
             self._check_device(dev)
             alloc = self.current_stream(dev)
         dt = np.dtype(dtype)
-        dims = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        dims = _dims(shape)
         label = name or f"buf{next(self._handles)}"
         buf = self._reuse((alloc.key, dims, dt.str))
         if buf is None:
@@ -522,8 +522,7 @@ class SimBackend:
         :meth:`free`. Does not block."""
         dev = self.current_device() if device is None else device
         self._check_device(dev)
-        dims = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
-        data = np.empty(dims, dtype=np.dtype(dtype))
+        data = np.empty(_dims(shape), dtype=np.dtype(dtype))
         _poison(data)
         return SimArray(self, SimBuffer(name or f"buf{next(self._handles)}", data, dev), lease=None)
 
@@ -880,16 +879,15 @@ class SimBackend:
         races, self.races = self.races, []
         return races
 
-    def _host_join(self, clock: VectorClock, *, count: bool = True) -> None:
+    def _host_join(self, clock: VectorClock) -> None:
         # Every later access joins the host clock, so accesses the host knows complete can race
         # no more; buffer histories drop them when next touched.
         self._host_clock = self._host_clock.join(clock)
-        if count:
-            self.stats["host_waits"] += 1
-            if self.trace is not None:
-                self.trace.append(
-                    {"name": "host wait", "where": "host", "issued": -1, "step": len(self.trace), "kind": "host-wait"}
-                )
+        self.stats["host_waits"] += 1
+        if self.trace is not None:
+            self.trace.append(
+                {"name": "host wait", "where": "host", "issued": -1, "step": len(self.trace), "kind": "host-wait"}
+            )
 
     # -- scheduling -------------------------------------------------------------------------------------
 
@@ -1023,7 +1021,10 @@ class SimBackend:
         """True when ``event``'s latest record has run (a never-recorded event is complete). Does not block.
 
         True makes the host know that work complete (a host fence, as on a GPU)."""
-        return self._query(event)
+        if self._completed(event):
+            self._host_join(event.clock)
+            return True
+        return False
 
     @_entry
     def poll(self, event: SimEvent) -> bool:
@@ -1036,13 +1037,6 @@ class SimBackend:
     def _completed(self, event: SimEvent) -> bool:
         self._progress(self.scheduler.eager_steps(len(self._ready)))
         return event.record_op is None or event.record_op.done
-
-    def _query(self, event: SimEvent, *, count: bool = True) -> bool:
-        self._progress(self.scheduler.eager_steps(len(self._ready)))
-        if event.record_op is None or event.record_op.done:
-            self._host_join(event.clock, count=count)
-            return True
-        return False
 
     @_entry
     def synchronize_event(self, event: SimEvent) -> None:
@@ -1164,6 +1158,11 @@ def _buffers(items: Iterable[SimArray | SimBuffer]) -> tuple[SimBuffer, ...]:
     if not items:
         return ()
     return tuple([item.buffer if isinstance(item, SimArray) else item for item in items])
+
+
+def _dims(shape: Sequence[int] | int) -> tuple[int, ...]:
+    """An allocation's shape as a tuple of ints (an int for one dimension)."""
+    return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
 
 
 def _poison(data: np.ndarray) -> None:

@@ -462,31 +462,27 @@ class _CopyLauncher:
         self._launch = launch
         self._native = native.launch_copy if native is not None else None
         self._function_int = int(self._function.value or 0)
-        self._sizes: dict[tuple[int, bool], int] = {}
         self._args = (ctypes.c_uint64 * 3)()
         base = ctypes.addressof(self._args)
         self._params = (ctypes.c_void_p * 3)(base, base + 8, base + 16)
         self._one, self._threads, self._shared = ctypes.c_uint(1), ctypes.c_uint(256), ctypes.c_uint(0)
-        self._blocks: dict[tuple[int, bool], Any] = {}
+        self._blocks: dict[tuple[int, bool], tuple[int, Any]] = {}
+        """The grid for a copy of ``(nbytes, 16-byte aligned)``: its block count, as an int and as ``ctypes``' argument."""
 
     def __call__(self, src: int, dst: int, nbytes: int, stream: int) -> int:
-        native = self._native
-        if native is not None:
-            wide = not ((src | dst | nbytes) & 15)
-            count = self._sizes.get((nbytes, wide))
-            if count is None:
-                units = nbytes >> 4 if wide else nbytes
-                count = self._sizes[(nbytes, wide)] = max(1, min((units + 255) // 256, 2048))
-            return int(native(self._function_int, count, 256, src, dst, nbytes, stream))
-        args = self._args
-        args[0], args[1], args[2] = src, dst, nbytes
         wide = not ((src | dst | nbytes) & 15)
         blocks = self._blocks.get((nbytes, wide))
         if blocks is None:
             units = nbytes >> 4 if wide else nbytes
-            blocks = self._blocks[(nbytes, wide)] = ctypes.c_uint(max(1, min((units + 255) // 256, 2048)))
+            count = max(1, min((units + 255) // 256, 2048))
+            blocks = self._blocks[(nbytes, wide)] = (count, ctypes.c_uint(count))
+        native = self._native
+        if native is not None:
+            return int(native(self._function_int, blocks[0], 256, src, dst, nbytes, stream))
+        args = self._args
+        args[0], args[1], args[2] = src, dst, nbytes
         one = self._one
-        return int(self._launch(self._function, blocks, one, one, self._threads, one, one, self._shared, stream, self._params, None))
+        return int(self._launch(self._function, blocks[1], one, one, self._threads, one, one, self._shared, stream, self._params, None))
 
 
 def _ok(result: Any, call: str) -> Any:

@@ -449,7 +449,7 @@ class _Effect:
         ``graph_key`` names everything ``infer`` depends on besides its inputs: with it, and
         ``launch_mode="graph"`` on the GPU, the stages are replayed as CUDA graphs.
         """
-        if type(stream_ptr) is not int and not (isinstance(stream_ptr, numbers.Integral) and not isinstance(stream_ptr, bool)):
+        if type(stream_ptr) is not int and (isinstance(stream_ptr, bool) or not isinstance(stream_ptr, numbers.Integral)):
             raise EffectConfigError(
                 self._name, "stream_ptr", stream_ptr,
                 "must be the stream's handle as an int, as the SDK takes it (a stream object is not accepted); pass "

@@ -286,11 +286,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.module is None and not args.program:
         raise UsageError("give a script to run (streamsafe run [options] script.py [args...]) or -m module")
     chosen = args.strategy.strip().lower()
-    if chosen == "none":
+    offered = [s.value for s in Strategy if s is not Strategy.NONE]
+    choose = f"choose {', '.join(offered[:-1])} or {offered[-1]}"
+    if chosen == Strategy.NONE.value:
         raise UsageError("strategy 'none' (no fences) is not offered here: streamsafe run guards the program; "
-                         "run it with plain python to see it unguarded, or choose auto, event, async, stream or device")
-    if chosen not in {s.value for s in Strategy}:
-        raise UsageError(f"unknown strategy {args.strategy!r}: choose auto, event, async, stream or device")
+                         f"run it with plain python to see it unguarded, or {choose}")
+    if chosen not in offered:
+        raise UsageError(f"unknown strategy {args.strategy!r}: {choose}")
     args.strategy = chosen
     target, rest = (args.module, list(args.program)) if args.module else (args.program[0], list(args.program[1:]))
     if args.module is None and not (os.path.isfile(target) or os.path.isfile(os.path.join(target, "__main__.py"))):
@@ -453,7 +455,6 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit status. ``exiting``:
     the process ends after it (see :func:`entry`)."""
     parser = build_parser()
-    entry_point = exiting
     argv = list(sys.argv[1:] if argv is None else argv)
     program: list[str] | None = None
     if argv and argv[0] == "run":
@@ -464,7 +465,7 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
         (args.subparsers.get(command, parser) if command else parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if program is not None:
         args.program = program
-    args.exiting = entry_point  # (streamsafe run then shuts the program's threads down as the interpreter does)
+    args.exiting = exiting  # (streamsafe run then shuts the program's threads down as the interpreter does)
     try:
         return int(args.func(args))
     except UsageError as e:
