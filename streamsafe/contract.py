@@ -26,6 +26,7 @@ import functools
 import numbers
 import operator
 import sys
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -45,7 +46,7 @@ from .occupancy import note_run
 from .outputs import SafeImage, SafeOutput
 from .plan import FencePlan, plan_fences
 from .strategy import Strategy, StrategyName, as_strategy
-from .streams import LEGACY_HANDLE, Stream, as_stream
+from .streams import LEGACY_HANDLE, Stream, as_stream, on_this_thread
 
 __all__ = ["StreamContract", "stream_contract", "stream_safe", "CONFIG_ATTRS", "tracked_raw_call", "tracked_setattr"]
 
@@ -87,10 +88,10 @@ class StreamContract:
         self.backend: Backend = backend or _effect_backend(effect) or (existing.backend if existing else None) or current_backend()
         dev, be = self.device, self.backend
         # the streams first: a refused contract leaves no ledger behind on the effect
-        self._sdk_fixed = None if stream is None else stream_on_device(stream, dev, be, "sdk")
-        self._input = None if input_stream is None else stream_on_device(input_stream, dev, be, "input")
-        self._consumer = None if consumer_stream is None else stream_on_device(consumer_stream, dev, be, "consumer")
-        self._conversion_spec = (
+        self._declared_sdk = None if stream is None else stream_on_device(stream, dev, be, "sdk")
+        self._declared_input = None if input_stream is None else stream_on_device(input_stream, dev, be, "input")
+        self._declared_consumer = None if consumer_stream is None else stream_on_device(consumer_stream, dev, be, "consumer")
+        self._declared_conversion = (
             stream_on_device(conversion_stream, dev, be, "conversion")
             if conversion_stream is not None
             else as_stream(LEGACY_HANDLE, device=dev, backend=be)
@@ -166,6 +167,30 @@ class StreamContract:
         return self.ledger.generation
 
     # -- plans ---------------------------------------------------------------------------------
+
+    # The declared streams as the calling thread names them: a per-thread default stream (2) declared
+    # in one thread is, in a call from another, that thread's per-thread stream (what the SDK and
+    # the framework then use).
+
+    @property
+    def _sdk_fixed(self) -> Stream | None:
+        s = self._declared_sdk
+        return s if s is None or not s.thread else on_this_thread(s)
+
+    @property
+    def _input(self) -> Stream | None:
+        s = self._declared_input
+        return s if s is None or not s.thread else on_this_thread(s)
+
+    @property
+    def _consumer(self) -> Stream | None:
+        s = self._declared_consumer
+        return s if s is None or not s.thread else on_this_thread(s)
+
+    @property
+    def _conversion_spec(self) -> Stream:
+        s = self._declared_conversion
+        return s if not s.thread else on_this_thread(s)
 
     @property
     def conversion_stream(self) -> Stream | None:
@@ -268,7 +293,9 @@ class StreamContract:
             if (stream_ptr is not None and type(stream_ptr) is not int) or type(non_blocking) is not bool:
                 return None
         dev = self.device
-        declared = self._input
+        declared = self._declared_input
+        if declared is not None and declared.thread:
+            declared = on_this_thread(declared)
         tensor = _TORCH_TENSOR
         facts: list[Any] = [name, stream_ptr, non_blocking, shared]
         sim = None
@@ -531,7 +558,7 @@ class StreamContract:
     ) -> None:
         """Keep a recipe of this call for the frames that repeat it (the newest first, at most four)."""
         for old in self._recipes:
-            if old.facts == facts and old.state == state:
+            if old.facts == facts and old.state == state and old.thread in (None, threading.get_ident()):
                 return
         be, dev = self.backend, self.device
         recipe = steady.Recipe(facts, state, plan, shapes, steady.FenceProgram(be, dev, before),
@@ -596,6 +623,10 @@ class StreamContract:
         """Keep each input from being recycled while the run stream may still read it: torch's
         ``record_stream`` (the allocator then waits for the run stream), else a keep-alive until
         an event recorded on the run stream completes. Does not block."""
+        if run_stream.thread:
+            # A per-thread run stream: the allocator records its event in whichever thread frees the input,
+            # where 2 names another stream. The legacy stream follows every thread's per-thread stream.
+            run_stream = as_stream(LEGACY_HANDLE, device=run_stream.device, backend=self.backend)
         others = []
         for arr in inputs:
             if type(arr) is _TORCH_TENSOR or framework_of(arr) == "torch":

@@ -44,7 +44,7 @@ from .frameworks import framework_current_stream_handle
 from .plan import Fence, FencePlan, plan_fences, release_fences
 from .program import FenceProgram, apply_fences
 from .strategy import Strategy
-from .streams import LEGACY_HANDLE, PER_THREAD_HANDLE, Stream, StreamKind
+from .streams import LEGACY_HANDLE, Stream, StreamKind, issuable
 
 __all__ = ["Ledger", "ledger_of", "adopt_ledger", "forget_ledger", "apply_fences", "new_stats", "view_owner", "views_exist"]
 
@@ -449,7 +449,7 @@ class Ledger:
         (beyond a bound: past 64 pending entries the host waits for the oldest)."""
         be = self.resolved_backend()
         event = be.acquire_event(self.device)
-        be.record(event, run_stream)
+        be.record(event, issuable(run_stream))
         self.keepalive.append((event, objects))
         self.prune_keepalive()
         while len(self.keepalive) > _MAX_KEEPALIVE:
@@ -498,10 +498,14 @@ class Ledger:
         is recorded on it, and a destroyed handle cannot be used."""
         if consumer in self.holds:
             return
-        if consumer.kind is StreamKind.LEGACY or consumer.kind is StreamKind.PER_THREAD:
-            # default streams live as long as the context: known by every handle that names them
-            for handle in ((0, LEGACY_HANDLE) if consumer.kind is StreamKind.LEGACY else (PER_THREAD_HANDLE,)):
+        if consumer.kind is StreamKind.LEGACY:
+            # the legacy stream lives as long as the context: known by every handle that names it
+            for handle in (0, LEGACY_HANDLE):
                 self.known.setdefault(handle, consumer)
+            return
+        if consumer.kind is StreamKind.PER_THREAD:
+            # lives as long as the context too, but handle 2 names another stream in each thread: never
+            # known by its handle (as_stream names it for the thread that asks, with no driver query)
             return
         if "cupy" in sys.modules:
             current = sys.modules["cupy"].cuda.get_current_stream()

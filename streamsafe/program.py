@@ -3,19 +3,22 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import hooks
 from .backend import Backend, SimBackend
 from .plan import Fence
+from .streams import issuable
 
 __all__ = ["apply_fences", "FenceProgram"]
 
 
 def apply_fences(backend: Backend, device: int, fences: Iterable[Fence], stats: dict[str, int]) -> None:
     """Issue ``fences`` through ``backend``. Device waits do not block the host; host waits and
-    device syncs do (one device sync at most per call)."""
+    device syncs do (one device sync at most per call). Another thread's per-thread default stream
+    is fenced through the legacy stream (:func:`~streamsafe.streams.issuable`)."""
     synced = False
     nvtx = _NVTX if _NVTX is not None and not isinstance(backend, SimBackend) else None
     for fence in fences:
@@ -25,7 +28,10 @@ def apply_fences(backend: Backend, device: int, fences: Iterable[Fence], stats: 
                 synced = _apply_one(backend, device, fence, stats, synced)
             continue
         if action == "device-wait":  # the hot path, inline
-            backend.fence(fence.waiter, fence.signaller)  # type: ignore[arg-type]
+            waiter, signaller = fence.waiter, fence.signaller
+            if waiter.thread or signaller.thread:  # type: ignore[union-attr]
+                waiter, signaller = issuable(waiter), issuable(signaller)  # type: ignore[arg-type]
+            backend.fence(waiter, signaller)  # type: ignore[arg-type]
             stats["fences"] += 1
             stats[fence.hazard] = stats.get(fence.hazard, 0) + 1
         else:
@@ -37,13 +43,13 @@ def _apply_one(backend: Backend, device: int, fence: Fence, stats: dict[str, int
     if action in ("device-wait", "host-wait") or (action == "device-sync" and not synced):
         stats[fence.hazard] = stats.get(fence.hazard, 0) + 1
     if action == "device-wait":
-        backend.fence(fence.waiter, fence.signaller)  # type: ignore[arg-type]
+        backend.fence(issuable(fence.waiter), issuable(fence.signaller))  # type: ignore[arg-type]
         stats["fences"] += 1
     elif action == "host-wait":
         assert fence.signaller is not None
         event = backend.acquire_event(device)
         try:
-            backend.record(event, fence.signaller)
+            backend.record(event, issuable(fence.signaller))
             backend.synchronize_event(event)
         finally:
             backend.release_event(event)
@@ -65,14 +71,19 @@ def _load_nvtx() -> Any:
 
 
 _NVTX = _load_nvtx()
+_get_ident = threading.get_ident
 
 
 class FenceProgram:
     """A fixed list of fences, bound once to the backend's calls. Running it issues exactly those
     fences (device waits do not block the host; host waits and device syncs, if any, do) and
-    adds the same counts to a stats dict as :func:`~streamsafe.ledger.apply_fences` would."""
+    adds the same counts to a stats dict as :func:`~streamsafe.ledger.apply_fences` would.
 
-    __slots__ = ("fences", "plan", "_backend", "_device", "_bound", "_counts", "__weakref__")
+    A program that fences a per-thread default stream is bound for the thread that made it (handle
+    2 names that thread's stream); run from another thread, it issues its fences one by one, each
+    as that thread must (:func:`~streamsafe.streams.issuable`)."""
+
+    __slots__ = ("fences", "plan", "_backend", "_device", "_bound", "_counts", "_thread", "__weakref__")
 
     def __init__(self, backend: Any, device: int, fences: tuple[Fence, ...], plan: Any = None) -> None:
         self.fences = fences
@@ -82,9 +93,13 @@ class FenceProgram:
         self._device = device
         self._bound: Callable[[], None] | None = None
         self._counts: tuple[tuple[str, int], ...] = ()
+        self._thread: int | None = None
+        """The thread the program is bound for, when it fences a per-thread default stream."""
+        if any((f.waiter is not None and f.waiter.thread) or (f.signaller is not None and f.signaller.thread) for f in fences):
+            self._thread = threading.get_ident()
         bind = getattr(backend, "bind_fences", None)
         if fences and bind is not None and all(f.action == "device-wait" for f in fences):
-            self._bound = bind([(f.waiter, f.signaller) for f in fences], self)
+            self._bound = bind([(issuable(f.waiter), issuable(f.signaller)) for f in fences], self)  # type: ignore[arg-type]
             counts: dict[str, int] = {"fences": len(fences)}
             for f in fences:
                 counts[f.hazard] = counts.get(f.hazard, 0) + 1
@@ -92,7 +107,8 @@ class FenceProgram:
 
     def __call__(self, stats: dict[str, int]) -> None:
         bound = self._bound
-        if bound is None or hooks.observers:  # observers hear of each fence: one by one
+        if bound is None or hooks.observers or (self._thread is not None and self._thread != _get_ident()):
+            # (observers hear of each fence: one by one; so does another thread than the bound one)
             if self.fences:
                 apply_fences(self._backend, self._device, self.fences, stats)
             return

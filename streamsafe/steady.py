@@ -23,11 +23,13 @@ situation. ``STREAMSAFE_CHECK_REPLAY=1`` makes every replay plan the call again 
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from ._env import env_flag
 from .plan import FencePlan
 from .program import FenceProgram
+from .streams import PER_THREAD_HANDLE, Stream
 
 __all__ = ["Recipe", "ledger_state", "run_counts", "check_replay"]
 
@@ -44,7 +46,7 @@ class Recipe:
     __slots__ = (
         "facts", "state", "readers", "escaped", "previous_plan", "previous_sdk", "input_shapes", "ledger_config", "config",
         "plan", "shapes", "before", "after", "protect", "default_consumer", "run_stream", "run_ptr", "non_blocking",
-        "run_counts", "arrays_only",
+        "run_counts", "arrays_only", "thread",
     )
 
     def __init__(
@@ -75,11 +77,15 @@ class Recipe:
         """What a replayed run adds to the contract's counters besides its fences."""
         self.arrays_only = int not in facts and float not in facts
         """Whether every positional argument is an input array (no scalar such as a timestep)."""
+        self.thread = threading.get_ident() if _names_per_thread(facts, state, plan, default_consumer, before, after) else None
+        """The thread it was made in, when it names a per-thread default stream (handle 2 is another
+        stream in each thread: such a recipe replays only in its own thread)."""
 
     def matches(self, ledger: Any, config: Any) -> bool:
         """Whether the ledger is in the state this recipe was made in (the caller compared the facts)."""
         return (
-            ledger.plan is self.previous_plan
+            (self.thread is None or self.thread == _get_ident())
+            and ledger.plan is self.previous_plan
             and ledger.escaped is self.escaped
             and ledger.input_shapes == self.input_shapes
             and tuple(ledger.readers) == self.readers
@@ -90,6 +96,23 @@ class Recipe:
 
     def __repr__(self) -> str:
         return f"<Recipe {self.facts[0]} {self.plan.strategy.value}: {len(self.before.fences)} fence(s) before, {len(self.after.fences)} after>"
+
+
+_get_ident = threading.get_ident
+
+
+def _names_per_thread(facts: tuple[Any, ...], state: tuple[Any, ...], plan: FencePlan, default_consumer: Any,
+                      before: FenceProgram, after: FenceProgram) -> bool:
+    """Whether a recipe names a per-thread default stream anywhere: a fact (a stream, or a raw handle 2),
+    a reader or SDK stream of the ledger's state, a stream of the plan or of its fences."""
+    if PER_THREAD_HANDLE in facts:
+        return True
+    readers, _, _, previous_sdk, _, _, _ = state
+    streams: list[Any] = [*facts, *readers, *previous_sdk, default_consumer, plan.sdk, plan.run_stream, plan.conversion,
+                          plan.producer, plan.consumer, *plan.input_writers]
+    for fence in (*before.fences, *after.fences):
+        streams += (fence.waiter, fence.signaller)
+    return any(type(s) is Stream and s.thread for s in streams)
 
 
 def run_counts(plan: FencePlan) -> tuple[tuple[str, int], ...]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import numbers
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,8 @@ __all__ = [
     "Stream",
     "as_stream",
     "implicitly_ordered",
+    "on_this_thread",
+    "issuable",
     "LEGACY_HANDLE",
     "PER_THREAD_HANDLE",
     "ACCEPTED_STREAMS",
@@ -50,7 +53,8 @@ class StreamKind(enum.Enum):
     LEGACY = "legacy"
     """The legacy default stream (handle 0 or 1): waits for, and is waited on by, blocking streams."""
     PER_THREAD = "per-thread"
-    """``cudaStreamPerThread`` (handle 2): ordered with the legacy stream only, not with other streams."""
+    """``cudaStreamPerThread`` (handle 2): ordered with the legacy stream only, not with other streams.
+    Each host thread has its own: handle 2 names the stream of the thread that issues the work."""
     BLOCKING = "blocking"
     """Created without ``CU_STREAM_NON_BLOCKING``: implicitly ordered with the legacy stream."""
     NON_BLOCKING = "non-blocking"
@@ -68,16 +72,28 @@ class Stream:
     and the ``CUstream`` pointer otherwise. ``backend`` is the backend that owns the
     stream (the driver, or a :class:`~streamsafe.backend.SimBackend`); it takes no
     part in equality.
+
+    A per-thread default stream is a different stream in each host thread (CUDA resolves
+    handle 2 in the thread that issues the work), so its ``thread`` (the
+    :func:`threading.get_ident` of the thread it was named in, filled in when left out)
+    is part of its identity: the per-thread streams of two threads are neither equal nor
+    ordered. Every other stream has ``thread`` 0.
     """
 
     device: int
     handle: int
     kind: StreamKind
     backend: Backend | None = field(default=None, compare=False, repr=False)
+    thread: int = field(default=0, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.kind is StreamKind.PER_THREAD:
+            if not self.thread:
+                object.__setattr__(self, "thread", _get_ident())
+        elif self.thread:
+            object.__setattr__(self, "thread", 0)
         # streams key dicts on every frame: the hash is computed once (an attribute, not a field)
-        object.__setattr__(self, "_hash", hash((self.device, self.handle)))
+        object.__setattr__(self, "_hash", hash((self.device, self.handle, self.thread)))
 
     @property
     def ptr(self) -> int:
@@ -90,16 +106,19 @@ class Stream:
         return self.handle
 
     @property
-    def key(self) -> tuple[int, int]:
-        """``(device, handle)``: the stream's key in a vector clock."""
-        return (self.device, self.handle)
+    def key(self) -> tuple[int, ...]:
+        """``(device, handle)``, and the thread for a per-thread stream: the stream's key in a vector clock."""
+        return (self.device, self.handle, self.thread) if self.thread else (self.device, self.handle)
 
     def __hash__(self) -> int:  # device and handle identify a stream (hashing the kind enum is slow)
         return self._hash  # type: ignore[attr-defined,no-any-return]
 
     def __eq__(self, other: object) -> bool:  # the same identity as the hash (the kind follows from it)
         if other.__class__ is Stream:
-            return self.handle == other.handle and self.device == other.device  # type: ignore[attr-defined]
+            return (
+                self.handle == other.handle and self.device == other.device  # type: ignore[attr-defined]
+                and self.thread == other.thread  # type: ignore[attr-defined]
+            )
         return NotImplemented
 
     def __cuda_stream__(self) -> tuple[int, int]:
@@ -109,7 +128,7 @@ class Stream:
         if self.kind is StreamKind.LEGACY:
             return f"legacy stream (cuda:{self.device})"
         if self.kind is StreamKind.PER_THREAD:
-            return f"per-thread stream (cuda:{self.device})"
+            return f"per-thread stream of thread {_thread_name(self.thread)} (cuda:{self.device})"
         return f"{self.kind} stream {self.handle:#x} (cuda:{self.device})"
 
 
@@ -120,11 +139,12 @@ def implicitly_ordered(a: Stream, b: Stream) -> bool:
     The legacy default stream waits for all earlier work of the blocking streams of
     its device (the per-thread default stream counts as blocking) and they wait for
     it. Non-blocking streams are ordered with nothing else, and blocking streams are
-    not ordered with each other. Streams of different devices are never ordered.
+    not ordered with each other (nor are the per-thread streams of two threads).
+    Streams of different devices are never ordered.
     """
     if a.device != b.device:
         return False
-    if a.handle == b.handle:
+    if a.handle == b.handle and a.thread == b.thread:
         return True
     implicit = {StreamKind.LEGACY, StreamKind.BLOCKING, StreamKind.PER_THREAD}
     if a.kind is StreamKind.LEGACY:
@@ -132,6 +152,37 @@ def implicitly_ordered(a: Stream, b: Stream) -> bool:
     if b.kind is StreamKind.LEGACY:
         return a.kind in implicit
     return False
+
+
+_get_ident = threading.get_ident
+
+
+def _thread_name(ident: int) -> str:
+    for thread in threading.enumerate():
+        if thread.ident == ident:
+            return repr(thread.name)
+    return f"{ident:#x} (ended)"
+
+
+def on_this_thread(stream: Stream) -> Stream:
+    """``stream`` as the calling thread names it: a per-thread default stream named in another thread
+    becomes this thread's (what handle 2 means in work issued here, e.g. a contract's declared
+    stream 2 when another thread runs it). Any other stream is itself. Issues nothing."""
+    if stream.thread and stream.thread != _get_ident():
+        return Stream(stream.device, stream.handle, stream.kind, stream.backend)
+    return stream
+
+
+def issuable(stream: Stream) -> Stream:
+    """The stream on which this thread issues an event record or a wait that must order with ``stream``:
+    ``stream`` itself, except another thread's per-thread default stream, which no other thread can
+    name (handle 2 would be its own). That one becomes the device's legacy stream: CUDA orders
+    legacy-stream work after the earlier work of every blocking and per-thread stream of the
+    device, and their later work after it, so an event recorded there follows the other thread's
+    work, and a wait there comes before its later work. Issues nothing."""
+    if stream.thread and stream.thread != _get_ident():
+        return Stream(stream.device, LEGACY_HANDLE, StreamKind.LEGACY, stream.backend)
+    return stream
 
 
 def as_stream(obj: Any = None, *, device: int | None = None, backend: Backend | None = None) -> Stream:
@@ -149,7 +200,7 @@ def as_stream(obj: Any = None, *, device: int | None = None, backend: Backend | 
     if isinstance(obj, Stream):
         if backend is not None and obj.backend is not None and obj.backend is not backend:
             if obj.kind is StreamKind.LEGACY or obj.kind is StreamKind.PER_THREAD:  # the same stream in every backend
-                return _check_device(Stream(obj.device, obj.handle, obj.kind, backend), obj, device)
+                return _check_device(Stream(obj.device, obj.handle, obj.kind, backend, obj.thread), obj, device)
             _refuse_another_model(obj, backend)
         return _check_device(obj, obj, device)
     owner = getattr(obj, "_streamsafe_backend", None)

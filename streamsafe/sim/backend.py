@@ -73,6 +73,7 @@ def collecting_races() -> Iterator[list[Any]]:
         _RACE_SINKS.remove(sink)
 
 _HANDLE_BASE = 0x7F00_0000_1000
+_get_ident = threading.get_ident
 _POISON = 0xDEAD
 
 _P = ParamSpec("_P")
@@ -160,7 +161,7 @@ class _StreamState:
     clock: VectorClock = field(default_factory=VectorClock)
     last: Op | None = None
     where: str = ""
-    key: tuple[int, int] = (0, 0)
+    key: tuple[int, ...] = (0, 0)
 
 
 class _Lease:
@@ -262,7 +263,7 @@ class SimArray:
 
 
 _FreeBlock = tuple[SimBuffer, list[SimEvent]]
-_PoolKey = tuple[tuple[int, int], tuple[int, ...], str]
+_PoolKey = tuple[tuple[int, ...], tuple[int, ...], str]
 
 
 class SimBackend:
@@ -313,7 +314,7 @@ class SimBackend:
         self._devices = devices
         self._counter = itertools.count()
         self._handles = itertools.count()
-        self._streams: dict[tuple[int, int], _StreamState] = {}
+        self._streams: dict[tuple[int, ...], _StreamState] = {}
         self._by_handle: dict[int, dict[int, _StreamState]] = {}  # handle -> device -> state (no key tuple per lookup)
         self._by_device: dict[int, list[_StreamState]] = {dev: [] for dev in range(devices)}
         self._legacy: dict[int, _StreamState] = {}
@@ -330,18 +331,34 @@ class SimBackend:
         self.stats = {"fences": 0, "host_waits": 0, "ops_run": 0, "reused_blocks": 0}
         self.trace: list[dict[str, Any]] | None = None
         """Set to a list to record the order operations ran in (for timelines)."""
+        self._per_thread: dict[tuple[int, int], _StreamState] = {}  # (device, thread) -> that thread's default stream
         for dev in range(devices):
-            for handle, kind in ((LEGACY_HANDLE, StreamKind.LEGACY), (PER_THREAD_HANDLE, StreamKind.PER_THREAD)):
-                self._add_state(_StreamState(Stream(dev, handle, kind, self)))
+            self._add_state(_StreamState(Stream(dev, LEGACY_HANDLE, StreamKind.LEGACY, self)))
 
     def _add_state(self, state: _StreamState) -> None:
         state.where = str(state.stream)
         state.key = state.stream.key
         self._streams[state.key] = state
-        self._by_handle.setdefault(state.stream.handle, {})[state.stream.device] = state
+        if state.stream.kind is StreamKind.PER_THREAD:
+            self._per_thread[(state.stream.device, state.stream.thread)] = state
+        else:
+            self._by_handle.setdefault(state.stream.handle, {})[state.stream.device] = state
         self._by_device[state.stream.device].append(state)
         if state.stream.kind is StreamKind.LEGACY:
             self._legacy[state.stream.device] = state
+
+    def _per_thread_state(self, device: int) -> _StreamState:
+        """The calling thread's per-thread default stream of ``device`` (made on its first use, as CUDA
+        makes it when a thread first names handle 2)."""
+        state = self._per_thread.get((device, _get_ident()))
+        if state is None:
+            self._check_device(device, "the per-thread stream")
+            with self._lock:
+                state = self._per_thread.get((device, _get_ident()))
+                if state is None:
+                    state = _StreamState(Stream(device, PER_THREAD_HANDLE, StreamKind.PER_THREAD, self), clock=self._host_clock)
+                    self._add_state(state)
+        return state
 
     # -- devices and streams --------------------------------------------------------------------
 
@@ -411,20 +428,18 @@ class SimBackend:
             raise
 
     def per_thread_stream(self, device: int = 0) -> Stream:
-        """The per-thread default stream of ``device`` (DLPack's ``2``): it does not synchronise with other
-        blocking streams (H11). Does not block."""
-        try:
-            return self._streams[(device, PER_THREAD_HANDLE)].stream
-        except KeyError:
-            self._check_device(device, "the per-thread stream")
-            raise
+        """The calling thread's per-thread default stream of ``device`` (DLPack's ``2``): it does not
+        synchronise with other blocking streams (H11), nor with other threads' per-thread streams. As
+        in CUDA, work issued on a per-thread stream goes to the stream of the thread that issues it,
+        whichever thread named the stream. Does not block."""
+        return self._per_thread_state(device).stream
 
     @_entry
     def stream_info(self, handle: int) -> tuple[int, bool]:
         """``(device, non_blocking)`` of a stream created by this model; unknown handles fail like the driver."""
-        for (dev, h), state in self._streams.items():
-            if h == handle:
-                return dev, state.stream.kind is StreamKind.NON_BLOCKING
+        for state in self._streams.values():
+            if state.stream.handle == handle:
+                return state.stream.device, state.stream.kind is StreamKind.NON_BLOCKING
         raise CudaDriverError(
             "cuStreamGetFlags",
             400,
@@ -463,8 +478,11 @@ class SimBackend:
                 current[stream.device] = saved
 
     def _state(self, stream: Stream) -> _StreamState:
-        by_device = self._by_handle.get(stream.handle)
-        state = by_device.get(stream.device) if by_device is not None else None
+        if stream.kind is StreamKind.PER_THREAD:  # handle 2: the issuing thread's stream (CUDA's rule)
+            state: _StreamState | None = self._per_thread_state(stream.device)
+        else:
+            by_device = self._by_handle.get(stream.handle)
+            state = by_device.get(stream.device) if by_device is not None else None
         if state is None or (stream.backend is not self and stream.backend is not None):
             raise StreamValueError(stream, "the stream does not belong to this SimBackend", "Create it with create_stream().")
         return state

@@ -85,7 +85,7 @@ class Mirror(hooks.Observer):
     def __init__(self, devices: int = 16) -> None:
         self.sim = SimBackend(scheduler=InOrderScheduler(), on_race="raise", devices=devices)
         self._lock = threading.RLock()
-        self._streams: dict[tuple[int, int], Stream] = {}
+        self._streams: dict[tuple[int, ...], Stream] = {}
         self._buffers: dict[Any, SimArray] = {}
         self._events: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._events_by_id: dict[int, Any] = {}

@@ -1,0 +1,158 @@
+"""The per-thread default stream on a real GPU: handle 2 names the issuing thread's stream, and the
+legacy stream orders another thread's per-thread stream (what streamsafe's fences rely on)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+from _lane import lane_output
+from streamsafe import ledger as ledger_module, program as program_module
+from streamsafe.streams import issuable
+from streamsafe.testing import _kernels as K
+
+pytestmark = pytest.mark.gpu
+H = W = 64
+
+
+def _in_thread(fn: Any) -> Any:
+    box: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:
+            box["error"] = e
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def test_handle_2_is_the_issuing_threads_stream_and_legacy_orders_it(torch_cuda) -> None:  # type: ignore[no-untyped-def]
+    """A 40 ms kernel on the main thread's per-thread stream. In another thread, an event recorded on
+    "2" is done at once (it is that thread's own, empty stream: the hole), while one recorded where
+    :func:`~streamsafe.streams.issuable` puts it (the legacy stream) waits for the kernel. Then the
+    other direction: a wait on the legacy stream, issued in another thread, holds the main thread's
+    later per-thread work."""
+    torch = torch_cuda
+    from streamsafe.testing._engines import spin_cycles_per_us
+
+    be = ss.CudaBackend()
+    cycles = spin_cycles_per_us(0)
+    per_thread = torch.cuda.ExternalStream(2, device=0)
+    torch.cuda.synchronize()
+    mine = ss.as_stream(2, backend=be)
+    with torch.cuda.stream(per_thread):
+        torch.cuda._sleep(int(40_000 * cycles))
+
+    def other() -> tuple[bool, bool, str]:
+        naive, fenced = be.acquire_event(0), be.acquire_event(0)
+        be.record(naive, ss.Stream(0, 2, ss.StreamKind.PER_THREAD, be))  # "2" in this thread
+        be.record(fenced, issuable(mine))
+        time.sleep(0.005)
+        return be.query(naive), be.query(fenced), str(issuable(mine))
+
+    naive_done, fenced_done, where = _in_thread(other)
+    torch.cuda.synchronize()
+
+    # the other direction: the legacy stream waits (in another thread) for a 40 ms kernel on a side stream
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(int(40_000 * cycles))
+    side_stream = ss.as_stream(side, backend=be)
+    _in_thread(lambda: be.fence(issuable(mine), side_stream))  # mine is another thread's there: the legacy stream waits
+    after = be.acquire_event(0)
+    with torch.cuda.stream(per_thread):
+        torch.cuda._sleep(10)
+    be.record(after, mine)
+    time.sleep(0.005)
+    held = not be.query(after)
+    torch.cuda.synchronize()
+    result = {"naive_record_done_at_once": naive_done, "legacy_record_done_at_once": fenced_done, "issued_on": where,
+              "later_per_thread_work_held_by_legacy_wait": held}
+    print(f"per-thread primitive: {result}")
+    if (path := lane_output("per-thread-primitive.json")) is not None:
+        path.write_text(json.dumps(result, indent=1))
+    assert naive_done, "an event recorded on 2 in another thread should not follow the main thread's kernel"
+    assert not fenced_done and "legacy" in where
+    assert held
+
+
+def _hdr_ok(got: np.ndarray, want: np.ndarray) -> bool:
+    return all(np.abs((got >> s & 0x3FF).astype(int) - (want >> s & 0x3FF).astype(int)).max() <= 1 for s in (0, 10, 20))
+
+
+def _two_threads_per_thread_readers(torch: Any, strategy: str, frames: int, seed: int) -> int:
+    """One emulated TrueHDR (random latencies) on a side stream, run by two threads taking turns; each
+    thread reads the output late (a random 0-400 us on its per-thread stream) through
+    ``torch.from_dlpack(out.image)`` on its per-thread stream. Returns the corrupt frames."""
+    from streamsafe.testing import TrueHDR
+    from streamsafe.testing._engines import spin_cycles_per_us
+
+    be = ss.CudaBackend()
+    cycles = spin_cycles_per_us(0)
+    rng = np.random.default_rng(seed)
+    fx = TrueHDR(backend=be, latency_us={"inference": float(rng.integers(0, 100))})
+    fx.load()
+    side = torch.cuda.Stream()
+    c = ss.StreamContract(fx, side, strategy=strategy, allow_none=strategy == "none")
+    datas = [rng.random((3, H, W), dtype=np.float32) for _ in range(8)]
+    wants = [K.tone_map_hdr(np, x, contrast=100, saturation=100, middle_gray=50, luminance=650) for x in datas]
+    inputs = [torch.from_numpy(x).cuda() for x in datas]
+    delays = rng.integers(0, 400, size=frames)
+    torch.cuda.synchronize()
+    copies: list[Any] = [None] * frames
+    turns = [threading.Event() for _ in range(frames + 1)]
+    errors: list[BaseException] = []
+
+    def worker(parity: int) -> None:
+        per_thread = torch.cuda.ExternalStream(2, device=0)
+        for i in range(parity, frames, 2):
+            turns[i].wait()
+            try:
+                with torch.cuda.stream(per_thread):
+                    out = c.run(inputs[i % len(inputs)])
+                    torch.cuda._sleep(int(delays[i] * cycles))  # a late reader
+                    copies[i] = torch.from_dlpack(out.image).clone()
+            except BaseException as e:
+                errors.append(e)
+            finally:
+                turns[i + 1].set()
+
+    threads = [threading.Thread(target=worker, args=(p,)) for p in (0, 1)]
+    for t in threads:
+        t.start()
+    turns[0].set()
+    for t in threads:
+        t.join()
+    torch.cuda.synchronize()
+    c.close()
+    if errors:
+        raise errors[0]
+    return sum(not _hdr_ok(cp.cpu().numpy(), wants[i % len(wants)]) for i, cp in enumerate(copies))
+
+
+def test_readers_on_each_threads_per_thread_stream(torch_cuda, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    torch = torch_cuda
+    frames = 200
+    results = {s: _two_threads_per_thread_readers(torch, s, frames, seed=k) for k, s in enumerate(("auto", "event", "async", "none"))}
+    for module in (program_module, ledger_module):
+        monkeypatch.setattr(module, "issuable", lambda s: s)  # the old behaviour: fence "2" in the next run's thread
+    results["event, fenced on the wrong thread's 2"] = _two_threads_per_thread_readers(torch, "event", frames, seed=9)
+    monkeypatch.undo()
+    print(f"per-thread readers, two threads, corrupt of {frames}: {results}")
+    if (path := lane_output("per-thread-readers.json")) is not None:
+        path.write_text(json.dumps({"frames": frames, "corrupt": results}, indent=1))
+    assert results["auto"] == results["event"] == results["async"] == 0
+    assert results["none"] > 0
+    assert results["event, fenced on the wrong thread's 2"] > 0

@@ -1,0 +1,229 @@
+"""The per-thread default stream (handle 2) is a different stream in each host thread.
+
+CUDA resolves handle 2 in the thread that issues the work, so a stream remembered as "2" in one
+thread is another stream when a second thread fences it. The model gives each thread its own
+per-thread stream (work goes to the issuing thread's), and streamsafe fences another thread's
+per-thread stream through the legacy stream, which CUDA orders with every per-thread stream.
+
+Each contract test runs one effect from two threads taking turns (the host hands the turn over
+with a ``threading.Event``, which orders nothing on the device), on the adversarial scheduler.
+The ``control`` tests show the race without fences, and with the old rule put back.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+from streamsafe import ledger as ledger_module, program as program_module
+from streamsafe.streams import StreamKind, implicitly_ordered, issuable, on_this_thread
+from streamsafe.testing import TrueHDR
+from streamsafe.testing import _kernels as K
+
+FENCED = ["auto", "event", "async", "stream", "device"]
+
+
+@pytest.fixture
+def sim() -> ss.SimBackend:
+    return ss.SimBackend(scheduler="adversarial")
+
+
+def in_thread(fn: Callable[[], Any]) -> Any:
+    """``fn()`` run in a new thread (joined); its result or its exception."""
+    box: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed back to the test
+            box["error"] = e
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def write(sim: ss.SimBackend, arr: Any, data: np.ndarray, stream: ss.Stream, name: str = "producer.write") -> None:
+    sim.launch(stream, name, lambda: np.copyto(arr.buffer.data, data), writes=[arr])
+
+
+# -- the model --------------------------------------------------------------------------------------------
+
+
+def test_each_thread_has_its_own_per_thread_stream(sim: ss.SimBackend) -> None:
+    mine = sim.per_thread_stream()
+    theirs = in_thread(sim.per_thread_stream)
+    assert mine == sim.per_thread_stream() and mine != theirs and hash(mine) != hash(theirs)
+    assert mine.kind is theirs.kind is StreamKind.PER_THREAD and mine.handle == theirs.handle == 2
+    assert not implicitly_ordered(mine, theirs)
+    assert implicitly_ordered(mine, sim.legacy_stream()) and implicitly_ordered(theirs, sim.legacy_stream())
+    assert "per-thread stream of thread 'MainThread'" in str(mine)
+    assert ss.as_stream(2, backend=sim) == mine and in_thread(lambda: ss.as_stream(2, backend=sim)) == theirs
+
+
+def test_per_thread_streams_of_two_threads_are_not_ordered(sim: ss.SimBackend) -> None:
+    x = sim.empty((4,), np.float32, name="x")
+    write(sim, x, np.full(4, 1.0, np.float32), sim.per_thread_stream(), "main thread writes x")
+    in_thread(lambda: sim.copy(x, sim.per_thread_stream(), name="other thread reads x"))
+    assert {(r.first.op, r.second.op) for r in sim.races} == {("main thread writes x", "other thread reads x")}
+
+
+def test_work_on_a_per_thread_stream_goes_to_the_issuing_threads_stream(sim: ss.SimBackend) -> None:
+    """CUDA's rule: the stream object named in the main thread, used in another, is the other's stream."""
+    x = sim.empty((4,), np.float32, name="x")
+    mine = sim.per_thread_stream()
+    write(sim, x, np.full(4, 1.0, np.float32), mine, "main thread writes x")
+    in_thread(lambda: sim.copy(x, mine, name="other thread reads x through the main thread's stream object"))
+    assert len(sim.races) == 1
+
+
+def test_the_legacy_stream_orders_another_threads_per_thread_stream(sim: ss.SimBackend) -> None:
+    x = sim.empty((4,), np.float32, name="x")
+    write(sim, x, np.full(4, 1.0, np.float32), sim.per_thread_stream(), "main thread writes x")
+
+    def other() -> None:
+        event = sim.acquire_event(0)
+        sim.record(event, sim.legacy_stream())  # follows every per-thread stream's earlier work
+        sim.wait(sim.per_thread_stream(), event)
+        sim.copy(x, sim.per_thread_stream(), name="other thread reads x")
+
+    in_thread(other)
+    assert sim.races == []
+
+
+def test_issuable_and_on_this_thread(sim: ss.SimBackend) -> None:
+    mine, theirs = sim.per_thread_stream(), in_thread(sim.per_thread_stream)
+    blocking = sim.create_stream()
+    assert issuable(mine) is mine and issuable(blocking) is blocking and on_this_thread(blocking) is blocking
+    assert issuable(theirs) == sim.legacy_stream()
+    assert on_this_thread(theirs) == mine and on_this_thread(mine) is mine
+
+
+# -- one effect, two threads --------------------------------------------------------------------------------
+
+
+def make_hdr(sim: ss.SimBackend) -> Any:
+    """A loaded ``TrueHDR``: its output is written on the run stream (no conversion on stream 0, which
+    CUDA would order with every per-thread stream)."""
+    fx = TrueHDR(backend=sim)
+    fx.load()
+    return fx
+
+
+def expected(data: np.ndarray) -> np.ndarray:
+    return K.tone_map_hdr(np, data, contrast=100, saturation=100, middle_gray=50, luminance=650)
+
+
+def take_turns(frames: int, step: Callable[[int], None]) -> None:
+    """``step(frame)`` for frames 0, 1, ... alternately in two threads: frame i runs in thread i % 2,
+    after frame i - 1 returned on the host (nothing orders their device work)."""
+    turns = [threading.Event() for _ in range(frames + 1)]
+    errors: list[BaseException] = []
+
+    def worker(parity: int) -> None:
+        for i in range(parity, frames, 2):
+            turns[i].wait()
+            try:
+                if not errors:
+                    step(i)
+            except BaseException as e:
+                errors.append(e)
+            finally:
+                turns[i + 1].set()
+
+    threads = [threading.Thread(target=worker, args=(p,)) for p in (0, 1)]
+    for t in threads:
+        t.start()
+    turns[0].set()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def readers_on_per_thread_streams(sim: ss.SimBackend, strategy: str, frames: int = 12) -> tuple[int, int]:
+    """Each thread imports and copies the output on its own per-thread stream; the SDK has a stream of its own.
+    Returns (wrong frames, races)."""
+    s = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(make_hdr(sim), s, strategy=strategy, allow_none=strategy == "none")
+    rng = np.random.default_rng(7)
+    datas = [rng.random((3, 16, 16), dtype=np.float32) for _ in range(frames)]
+    copies: list[Any] = [None] * frames
+
+    def step(i: int) -> None:
+        pt = sim.per_thread_stream()
+        with sim.use_stream(pt):
+            x = sim.empty((3, 16, 16), np.float32, name=f"frame{i}")
+            write(sim, x, datas[i], pt)
+            out = c.run(x)
+            copies[i] = sim.copy(sim.from_dlpack(out.image, stream=pt), pt, name=f"consumer.copy {i}")
+
+    take_turns(frames, step)
+    sim.synchronize_device()
+    wrong = sum(not np.array_equal(sim.download(cp, sim.legacy_stream()), expected(d)) for cp, d in zip(copies, datas))
+    return wrong, len(sim.races)
+
+
+@pytest.mark.parametrize("strategy", FENCED)
+def test_a_reader_on_one_threads_per_thread_stream_is_waited_for_by_the_next_run_in_another(sim: ss.SimBackend, strategy: str) -> None:
+    assert readers_on_per_thread_streams(sim, strategy) == (0, 0)
+
+
+def test_control_readers_on_per_thread_streams_race_without_fences(sim: ss.SimBackend) -> None:
+    wrong, races = readers_on_per_thread_streams(sim, "none")
+    assert races > 0
+
+
+def test_control_fencing_handle_2_from_the_wrong_thread_misses_the_reader(sim: ss.SimBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fix is what orders it: recording the fence's event on "2" in the next run's thread (the old
+    behaviour) leaves the other thread's copy unordered with the SDK's next writes."""
+    for module in (program_module, ledger_module):
+        monkeypatch.setattr(module, "issuable", lambda s: s)
+    wrong, races = readers_on_per_thread_streams(sim, "event")
+    assert races > 0
+
+
+def sdk_on_per_thread_streams(sim: ss.SimBackend, strategy: str, how: str, frames: int = 12) -> tuple[int, int]:
+    """The SDK runs on the calling thread's per-thread stream (declared as 2 in the main thread, or passed as
+    ``stream_ptr=2`` each call); only every third frame is consumed, so nothing but the contract orders a
+    run after the previous one in the other thread (the strategies that let the SDK make the host wait
+    order it that way). Returns (wrong frames, races)."""
+    declared = sim.per_thread_stream() if how == "declared" else sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(make_hdr(sim), declared, strategy=strategy, allow_none=strategy == "none")
+    rng = np.random.default_rng(11)
+    datas = [rng.random((3, 16, 16), dtype=np.float32) for _ in range(frames)]
+    copies: dict[int, Any] = {}
+    consumers = [sim.create_stream(non_blocking=True) for _ in range(frames)]
+
+    def step(i: int) -> None:
+        pt = sim.per_thread_stream()
+        with sim.use_stream(pt):
+            x = sim.empty((3, 16, 16), np.float32, name=f"frame{i}")
+            write(sim, x, datas[i], pt)
+            out = c.run(x, stream_ptr=2) if how == "stream_ptr" else c.run(x)
+            if how == "declared":  # the declared 2 is, in this thread, this thread's stream
+                assert c.plan.sdk == pt and c.plan.sdk != declared
+            if i % 3 == 2:
+                copies[i] = sim.copy(sim.from_dlpack(out.image, stream=consumers[i]), consumers[i], name=f"consumer.copy {i}")
+
+    take_turns(frames, step)
+    sim.synchronize_device()
+    wrong = sum(not np.array_equal(sim.download(cp, sim.legacy_stream()), expected(datas[i])) for i, cp in copies.items())
+    return wrong, len(sim.races)
+
+
+@pytest.mark.parametrize("how", ["declared", "stream_ptr"])
+@pytest.mark.parametrize("strategy", FENCED)
+def test_the_sdk_on_each_threads_per_thread_stream(sim: ss.SimBackend, strategy: str, how: str) -> None:
+    try:
+        assert sdk_on_per_thread_streams(sim, strategy, how) == (0, 0)
+    except ss.StrategyError:
+        pytest.skip(f"{strategy} is refused for these streams")
