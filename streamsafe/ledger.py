@@ -378,6 +378,7 @@ class Ledger:
     def after_run(self, plan: FencePlan, input_shapes: tuple[Any, ...], stats: dict[str, int], default_consumer: Stream) -> int:
         """Record a run that returned: a new output generation written by ``plan``'s streams. Returns it."""
         self.generation += 1
+        new_streams = plan is not self.plan or not self.previous_sdk  # (else the same SDK streams, held already)
         self.plan = plan
         self.out_stats = stats
         self.default_consumer = default_consumer
@@ -385,7 +386,8 @@ class Ledger:
         self.escaped = False
         self.previous_sdk = plan.sdk_streams
         self.input_shapes = input_shapes
-        # (no hold to release: every reader is also outstanding, and the outstanding stay)
+        if new_streams:
+            self._hold_sdk_streams()
         return self.generation
 
     def after_unguarded_run(self, sdk_streams: tuple[Stream, ...], input_shapes: tuple[Any, ...]) -> None:
@@ -397,6 +399,16 @@ class Ledger:
         self.escaped = False
         self.previous_sdk = sdk_streams
         self.input_shapes = input_shapes
+        self._hold_sdk_streams()
+
+    def _hold_sdk_streams(self) -> None:
+        """Keep the framework objects of the last run's SDK streams alive until a later run has fenced them
+        (or a release waited for them): a stream made for one frame (``with cupy.cuda.Stream(): c.run(x)``)
+        would otherwise be destroyed, and its handle freed for reuse, before the next run's wait on it.
+        Lets go of the streams no longer needed."""
+        for stream in self.previous_sdk:
+            self._hold(stream)
+        self._release_holds()
 
     # -- releases ---------------------------------------------------------------------------------------
 
@@ -507,14 +519,15 @@ class Ledger:
             # lives as long as the context too, but handle 2 names another stream in each thread: never
             # known by its handle (as_stream names it for the thread that asks, with no driver query)
             return
-        if "cupy" in sys.modules:
-            current = sys.modules["cupy"].cuda.get_current_stream()
+        cupy = sys.modules.get("cupy")  # (None where a program blocked the import)
+        if cupy is not None:
+            current = cupy.cuda.get_current_stream()
             if current.ptr == consumer.handle:
                 self.holds[consumer] = current
                 self.known[consumer.handle] = consumer
                 return
-        if "torch" in sys.modules:
-            torch = sys.modules["torch"]
+        torch = sys.modules.get("torch")
+        if torch is not None:
             if torch.cuda.is_initialized():
                 current = torch.cuda.current_stream(self.device)
                 if current.cuda_stream == consumer.handle:
@@ -524,7 +537,7 @@ class Ledger:
     def _release_holds(self) -> None:
         if self.holds:
             for consumer in list(self.holds):
-                if consumer not in self.readers and consumer not in self.outstanding:
+                if consumer not in self.readers and consumer not in self.outstanding and consumer not in self.previous_sdk:
                     del self.holds[consumer]
                     if self.known.get(consumer.handle) == consumer:
                         del self.known[consumer.handle]

@@ -275,3 +275,57 @@ def test_a_stream_the_program_destroys_after_a_release_is_never_used_again(torch
     want = K.to_rgb8(np, K.resize_bilinear(np, data, 64, ow)).astype(np.float32) / np.float32(255)
     assert got.shape == want.shape and float(np.abs(got - want).max()) <= 0.5 / 255
     c.close()
+
+
+_STREAM_PER_FRAME = """
+import gc, sys
+import numpy as np, cupy
+import streamsafe as ss
+from streamsafe import ledger
+from streamsafe.testing import VideoSuperRes
+from streamsafe.testing import _kernels as K
+if sys.argv[1] == "unheld":  # the old ledger: the SDK stream's object is not kept
+    ledger.Ledger._hold_sdk_streams = lambda self: self._release_holds()
+sr = VideoSuperRes(latency_us={"inference": 300, "conversion": 100})
+sr.output_width = sr.output_height = 64
+sr.load()
+c = ss.StreamContract(sr, strategy=sys.argv[2])
+rng = np.random.default_rng(3)
+datas = [rng.random((3, 32, 32), dtype=np.float32) for _ in range(4)]
+xs = [cupy.asarray(d) for d in datas]
+consumer = cupy.cuda.Stream(non_blocking=True)
+copies = []
+for i in range(40):
+    s = cupy.cuda.Stream(non_blocking=True)  # a stream for this frame only: destroyed once dropped
+    with s:
+        out = c.run(xs[i % 4])
+    copies.append(out.cupy(consumer))
+    del s, out
+    gc.collect()
+cupy.cuda.runtime.deviceSynchronize()
+wrong = 0
+for i, cp in enumerate(copies):
+    want = K.to_rgb8(np, K.resize_bilinear(np, datas[i % 4], 64, 64)).astype(np.float32) / np.float32(255)
+    wrong += float(np.abs(cupy.asnumpy(cp) - want).max()) > 0.5 / 255
+print("wrong", wrong)
+"""
+
+
+@pytest.mark.parametrize("strategy", ["auto", "event", "async"])
+def test_a_stream_made_for_each_frame_lives_until_the_next_run_has_fenced_it(torch_cuda, strategy: str) -> None:
+    """``with cupy.cuda.Stream(): out = c.run(x)`` with a new stream each frame, dropped after it (CuPy
+    destroys it): the ledger holds the SDK stream's object until the next run's wait on it is issued, so
+    that wait never names a destroyed handle. In a subprocess, each frame compared with NumPy; the same
+    program with the old ledger (the object not held) is run too and its outcome printed (a destroyed
+    handle is undefined behaviour: an error, or a wait on whatever stream reuses the handle)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("cupy")
+    outcomes = {}
+    for how in ("held", "unheld"):
+        proc = subprocess.run([sys.executable, "-c", _STREAM_PER_FRAME, how, strategy], capture_output=True, text=True, timeout=120)
+        outcomes[how] = (proc.returncode, (proc.stdout.strip().splitlines() or [""])[-1], proc.stderr.strip().splitlines()[-1:] )
+    print(f"a stream per frame [{strategy}]: {outcomes}")
+    rc, last, err = outcomes["held"]
+    assert rc == 0 and last == "wrong 0", outcomes["held"]

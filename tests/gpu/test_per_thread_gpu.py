@@ -94,7 +94,7 @@ def _hdr_ok(got: np.ndarray, want: np.ndarray) -> bool:
 
 def _two_threads_per_thread_readers(torch: Any, strategy: str, frames: int, seed: int) -> int:
     """One emulated TrueHDR (random latencies) on a side stream, run by two threads taking turns; each
-    thread reads the output late (a random 0-400 us on its per-thread stream) through
+    thread reads the output late (a random 0.3-3 ms on its per-thread stream, longer than the next run takes to reach its write) through
     ``torch.from_dlpack(out.image)`` on its per-thread stream. Returns the corrupt frames."""
     from streamsafe.testing import TrueHDR
     from streamsafe.testing._engines import spin_cycles_per_us
@@ -109,7 +109,7 @@ def _two_threads_per_thread_readers(torch: Any, strategy: str, frames: int, seed
     datas = [rng.random((3, H, W), dtype=np.float32) for _ in range(8)]
     wants = [K.tone_map_hdr(np, x, contrast=100, saturation=100, middle_gray=50, luminance=650) for x in datas]
     inputs = [torch.from_numpy(x).cuda() for x in datas]
-    delays = rng.integers(0, 400, size=frames)
+    delays = rng.integers(300, 3000, size=frames)
     torch.cuda.synchronize()
     copies: list[Any] = [None] * frames
     turns = [threading.Event() for _ in range(frames + 1)]
