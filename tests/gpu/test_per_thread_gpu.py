@@ -156,3 +156,83 @@ def test_readers_on_each_threads_per_thread_stream(torch_cuda, monkeypatch) -> N
     assert results["auto"] == results["event"] == results["async"] == 0
     assert results["none"] > 0
     assert results["event, fenced on the wrong thread's 2"] > 0
+
+
+_CUPY_PER_THREAD = """
+import sys, threading
+import numpy as np, cupy
+import streamsafe as ss
+from streamsafe import ledger, program
+from streamsafe.testing import TrueHDR
+from streamsafe.testing import _kernels as K
+from streamsafe.testing._engines import _spin_kernel, spin_cycles_per_us
+
+strategy, frames = sys.argv[1], int(sys.argv[2])
+assert cupy.cuda.get_current_stream().ptr == 2, "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1 makes 2 the current stream"
+if strategy == "wrong-thread":  # the old behaviour: another thread's 2 fenced as this thread's
+    strategy = "event"
+    ledger.issuable = program.issuable = lambda s: s
+rng = np.random.default_rng(5)
+fx = TrueHDR(latency_us={"inference": float(rng.integers(0, 100))})
+fx.load()
+c = ss.StreamContract(fx, cupy.cuda.Stream(non_blocking=True), strategy=strategy, allow_none=strategy == "none")
+datas = [rng.random((3, 64, 64), dtype=np.float32) for _ in range(8)]
+wants = [K.tone_map_hdr(np, x, contrast=100, saturation=100, middle_gray=50, luminance=650) for x in datas]
+delays = rng.integers(300, 3000, size=frames)
+spin, cycles = _spin_kernel(), spin_cycles_per_us(0)
+copies = [None] * frames
+turns = [threading.Event() for _ in range(frames + 1)]
+errors = []
+
+def worker(parity):
+    for i in range(parity, frames, 2):
+        turns[i].wait()
+        try:
+            x = cupy.asarray(datas[i % 8])  # written on this thread's per-thread stream (CuPy's current)
+            out = c.run(x)
+            spin((1,), (1,), (np.int64(delays[i] * cycles),))  # a late reader, on the same stream
+            copies[i] = cupy.from_dlpack(out.image).copy()
+        except BaseException as e:
+            errors.append(e)
+        finally:
+            turns[i + 1].set()
+
+threads = [threading.Thread(target=worker, args=(p,)) for p in (0, 1)]
+for t in threads:
+    t.start()
+turns[0].set()
+for t in threads:
+    t.join()
+cupy.cuda.runtime.deviceSynchronize()
+if errors:
+    raise errors[0]
+ok = lambda got, want: all(np.abs((got >> s & 0x3FF).astype(int) - (want >> s & 0x3FF).astype(int)).max() <= 1 for s in (0, 10, 20))
+print("wrong", sum(not ok(cupy.asnumpy(cp), wants[i % 8]) for i, cp in enumerate(copies)))
+"""
+
+
+def test_cupy_with_per_thread_default_streams_in_two_threads(torch_cuda) -> None:  # type: ignore[no-untyped-def]
+    """``CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1`` (each thread's CuPy work on its own per-thread stream), one
+    effect shared by two threads taking turns, each producing, running and copying (late) on its stream:
+    no frame wrong under auto, event and async; wrong frames without fences, and with another thread's
+    per-thread stream fenced as the next run's own (the old behaviour). Each run in a subprocess (the
+    mode is read when CuPy loads)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("cupy")
+    env = {**os.environ, "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM": "1"}
+    frames = 200
+    results: dict[str, Any] = {}
+    for strategy in ("auto", "event", "async", "none", "wrong-thread"):
+        proc = subprocess.run([sys.executable, "-c", _CUPY_PER_THREAD, strategy, str(frames)], capture_output=True, text=True,
+                              timeout=180, env=env)
+        last = (proc.stdout.strip().splitlines() or [""])[-1]
+        results[strategy] = int(last.split()[1]) if proc.returncode == 0 and last.startswith("wrong") else proc.stderr[-600:]
+    print(f"CuPy per-thread default streams, two threads, wrong of {frames}: {results}")
+    if (path := lane_output("per-thread-cupy.json")) is not None:
+        path.write_text(json.dumps({"frames": frames, "wrong": results}, indent=1))
+    assert results["auto"] == results["event"] == results["async"] == 0, results
+    assert isinstance(results["none"], int) and results["none"] > 0, results
+    assert isinstance(results["wrong-thread"], int) and results["wrong-thread"] > 0, results
