@@ -26,7 +26,6 @@ import functools
 import numbers
 import operator
 import sys
-import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -46,7 +45,7 @@ from .occupancy import note_run
 from .outputs import SafeImage, SafeOutput
 from .plan import FencePlan, plan_fences
 from .strategy import Strategy, StrategyName, as_strategy
-from .streams import LEGACY_HANDLE, Stream, as_stream, on_this_thread
+from .streams import LEGACY_HANDLE, Stream, as_stream, on_this_thread, thread_token
 
 __all__ = ["StreamContract", "stream_contract", "stream_safe", "CONFIG_ATTRS", "tracked_raw_call", "tracked_setattr"]
 
@@ -89,8 +88,10 @@ class StreamContract:
         dev, be = self.device, self.backend
         # the streams first: a refused contract leaves no ledger behind on the effect
         self._declared_sdk = None if stream is None else stream_on_device(stream, dev, be, "sdk")
-        self._declared_input = None if input_stream is None else stream_on_device(input_stream, dev, be, "input")
-        self._declared_consumer = None if consumer_stream is None else stream_on_device(consumer_stream, dev, be, "consumer")
+        # (a declared input or consumer stream keeps the thread it was named in: a per-thread stream 2 of a
+        # producer or consumer thread is that thread's, whichever thread runs the effect)
+        self._input = None if input_stream is None else stream_on_device(input_stream, dev, be, "input")
+        self._consumer = None if consumer_stream is None else stream_on_device(consumer_stream, dev, be, "consumer")
         self._declared_conversion = (
             stream_on_device(conversion_stream, dev, be, "conversion")
             if conversion_stream is not None
@@ -102,6 +103,8 @@ class StreamContract:
         # The framework objects of the declared streams live as long as the contract: a stream the
         # contract fences must not be destroyed (and its handle reused) under it.
         self._stream_objects = (stream, input_stream, consumer_stream, conversion_stream)
+        self._keep = self._stream_objects if stream is not None or conversion_stream is not None else None
+        """What the ledger holds with an SDK stream this contract declared, until a later run fenced it."""
         self.closed = False
         self.guard_owner: Any = None
         """The class-level guard that made this contract, if any."""
@@ -168,23 +171,13 @@ class StreamContract:
 
     # -- plans ---------------------------------------------------------------------------------
 
-    # The declared streams as the calling thread names them: a per-thread default stream (2) declared
-    # in one thread is, in a call from another, that thread's per-thread stream (what the SDK and
-    # the framework then use).
+    # The SDK's streams as the calling thread names them: the SDK issues its work in the thread that
+    # calls run(), so a per-thread default stream (2) declared in one thread is, in a call from another,
+    # that thread's per-thread stream.
 
     @property
     def _sdk_fixed(self) -> Stream | None:
         s = self._declared_sdk
-        return s if s is None or not s.thread else on_this_thread(s)
-
-    @property
-    def _input(self) -> Stream | None:
-        s = self._declared_input
-        return s if s is None or not s.thread else on_this_thread(s)
-
-    @property
-    def _consumer(self) -> Stream | None:
-        s = self._declared_consumer
         return s if s is None or not s.thread else on_this_thread(s)
 
     @property
@@ -293,9 +286,7 @@ class StreamContract:
             if (stream_ptr is not None and type(stream_ptr) is not int) or type(non_blocking) is not bool:
                 return None
         dev = self.device
-        declared = self._declared_input
-        if declared is not None and declared.thread:
-            declared = on_this_thread(declared)
+        declared = self._input
         tensor = _TORCH_TENSOR
         facts: list[Any] = [name, stream_ptr, non_blocking, shared]
         sim = None
@@ -390,7 +381,7 @@ class StreamContract:
                     before.uncount(stats)
                 raise
             plan = recipe.plan
-            generation = ledger.after_run(plan, recipe.shapes, stats, recipe.default_consumer)
+            generation = ledger.after_run(plan, recipe.shapes, stats, recipe.default_consumer, self._keep)
             if recipe.protect:
                 if recipe.after.fences:
                     recipe.after(stats)
@@ -539,7 +530,7 @@ class StreamContract:
                 _restore_counters(self.stats, counted)
                 raise
             # only now: an input the SDK rejects leaves the previous output valid and its readers known
-            generation = ledger.after_run(plan, shapes, self.stats, self._consumer or sdk)
+            generation = ledger.after_run(plan, shapes, self.stats, self._consumer or sdk, self._keep)
             protect = bool(plan.at("after run"))
             if protect:
                 apply_fences(be, dev, after, self.stats)
@@ -558,7 +549,7 @@ class StreamContract:
     ) -> None:
         """Keep a recipe of this call for the frames that repeat it (the newest first, at most four)."""
         for old in self._recipes:
-            if old.facts == facts and old.state == state and old.thread in (None, threading.get_ident()):
+            if old.facts == facts and old.state == state and old.thread in (None, thread_token()):
                 return
         be, dev = self.backend, self.device
         recipe = steady.Recipe(facts, state, plan, shapes, steady.FenceProgram(be, dev, before),

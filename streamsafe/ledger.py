@@ -375,8 +375,12 @@ class Ledger:
             fences += plan.reuse_fences(tuple(readers), self.previous_sdk, tuple(self.readers))
         return fences
 
-    def after_run(self, plan: FencePlan, input_shapes: tuple[Any, ...], stats: dict[str, int], default_consumer: Stream) -> int:
-        """Record a run that returned: a new output generation written by ``plan``'s streams. Returns it."""
+    def after_run(
+        self, plan: FencePlan, input_shapes: tuple[Any, ...], stats: dict[str, int], default_consumer: Stream, keep: Any = None
+    ) -> int:
+        """Record a run that returned: a new output generation written by ``plan``'s streams. Returns it.
+        ``keep``: the running contract's declared stream objects, held with an SDK stream that is not the
+        framework's current one (a contract dropped without ``close()`` drops them)."""
         self.generation += 1
         new_streams = plan is not self.plan or not self.previous_sdk  # (else the same SDK streams, held already)
         self.plan = plan
@@ -387,7 +391,7 @@ class Ledger:
         self.previous_sdk = plan.sdk_streams
         self.input_shapes = input_shapes
         if new_streams:
-            self._hold_sdk_streams()
+            self._hold_sdk_streams(keep)
         return self.generation
 
     def after_unguarded_run(self, sdk_streams: tuple[Stream, ...], input_shapes: tuple[Any, ...]) -> None:
@@ -401,13 +405,15 @@ class Ledger:
         self.input_shapes = input_shapes
         self._hold_sdk_streams()
 
-    def _hold_sdk_streams(self) -> None:
+    def _hold_sdk_streams(self, keep: Any = None) -> None:
         """Keep the framework objects of the last run's SDK streams alive until a later run has fenced them
-        (or a release waited for them): a stream made for one frame (``with cupy.cuda.Stream(): c.run(x)``)
-        would otherwise be destroyed, and its handle freed for reuse, before the next run's wait on it.
-        Lets go of the streams no longer needed."""
+        (or a release waited for them): a stream made for one frame (``with cupy.cuda.Stream(): c.run(x)``),
+        or declared to a contract dropped without ``close()``, would otherwise be destroyed, and its
+        handle freed for reuse, before the next run's wait on it. Lets go of the streams no longer needed."""
         for stream in self.previous_sdk:
             self._hold(stream)
+            if keep is not None and stream not in self.holds and stream.kind is not StreamKind.LEGACY and not stream.thread:
+                self.holds[stream] = keep
         self._release_holds()
 
     # -- releases ---------------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -71,7 +70,7 @@ def _load_nvtx() -> Any:
 
 
 _NVTX = _load_nvtx()
-_get_ident = threading.get_ident
+from .streams import thread_token as _thread_token
 
 
 class FenceProgram:
@@ -96,7 +95,7 @@ class FenceProgram:
         self._thread: int | None = None
         """The thread the program is bound for, when it fences a per-thread default stream."""
         if any((f.waiter is not None and f.waiter.thread) or (f.signaller is not None and f.signaller.thread) for f in fences):
-            self._thread = threading.get_ident()
+            self._thread = _thread_token()
         bind = getattr(backend, "bind_fences", None)
         if fences and bind is not None and all(f.action == "device-wait" for f in fences):
             self._bound = bind([(issuable(f.waiter), issuable(f.signaller)) for f in fences], self)  # type: ignore[arg-type]
@@ -107,7 +106,7 @@ class FenceProgram:
 
     def __call__(self, stats: dict[str, int]) -> None:
         bound = self._bound
-        if bound is None or hooks.observers or (self._thread is not None and self._thread != _get_ident()):
+        if bound is None or hooks.observers or (self._thread is not None and self._thread != _thread_token()):
             # (observers hear of each fence: one by one; so does another thread than the bound one)
             if self.fences:
                 apply_fences(self._backend, self._device, self.fences, stats)

@@ -23,13 +23,12 @@ situation. ``STREAMSAFE_CHECK_REPLAY=1`` makes every replay plan the call again 
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from ._env import env_flag
 from .plan import FencePlan
 from .program import FenceProgram
-from .streams import PER_THREAD_HANDLE, Stream
+from .streams import PER_THREAD_HANDLE, Stream, thread_token
 
 __all__ = ["Recipe", "ledger_state", "run_counts", "check_replay"]
 
@@ -77,14 +76,14 @@ class Recipe:
         """What a replayed run adds to the contract's counters besides its fences."""
         self.arrays_only = int not in facts and float not in facts
         """Whether every positional argument is an input array (no scalar such as a timestep)."""
-        self.thread = threading.get_ident() if _names_per_thread(facts, state, plan, default_consumer, before, after) else None
+        self.thread = thread_token() if _names_per_thread(facts, state, plan, default_consumer, before, after) else None
         """The thread it was made in, when it names a per-thread default stream (handle 2 is another
         stream in each thread: such a recipe replays only in its own thread)."""
 
     def matches(self, ledger: Any, config: Any) -> bool:
         """Whether the ledger is in the state this recipe was made in (the caller compared the facts)."""
         return (
-            (self.thread is None or self.thread == _get_ident())
+            (self.thread is None or self.thread == thread_token())
             and ledger.plan is self.previous_plan
             and ledger.escaped is self.escaped
             and ledger.input_shapes == self.input_shapes
@@ -98,7 +97,6 @@ class Recipe:
         return f"<Recipe {self.facts[0]} {self.plan.strategy.value}: {len(self.before.fences)} fence(s) before, {len(self.after.fences)} after>"
 
 
-_get_ident = threading.get_ident
 
 
 def _names_per_thread(facts: tuple[Any, ...], state: tuple[Any, ...], plan: FencePlan, default_consumer: Any,

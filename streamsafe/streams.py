@@ -12,6 +12,7 @@ None of these calls blocks the host or orders any GPU work.
 from __future__ import annotations
 
 import enum
+import itertools
 import numbers
 import threading
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ __all__ = [
     "implicitly_ordered",
     "on_this_thread",
     "issuable",
+    "thread_token",
     "LEGACY_HANDLE",
     "PER_THREAD_HANDLE",
     "ACCEPTED_STREAMS",
@@ -75,9 +77,9 @@ class Stream:
 
     A per-thread default stream is a different stream in each host thread (CUDA resolves
     handle 2 in the thread that issues the work), so its ``thread`` (the
-    :func:`threading.get_ident` of the thread it was named in, filled in when left out)
-    is part of its identity: the per-thread streams of two threads are neither equal nor
-    ordered. Every other stream has ``thread`` 0.
+    :func:`thread_token` of the thread it was named in, filled in when left out) is part
+    of its identity: the per-thread streams of two threads are neither equal nor ordered.
+    Every other stream has ``thread`` 0.
     """
 
     device: int
@@ -89,7 +91,7 @@ class Stream:
     def __post_init__(self) -> None:
         if self.kind is StreamKind.PER_THREAD:
             if not self.thread:
-                object.__setattr__(self, "thread", _get_ident())
+                object.__setattr__(self, "thread", _local_token.token)
         elif self.thread:
             object.__setattr__(self, "thread", 0)
         # streams key dicts on every frame: the hash is computed once (an attribute, not a field)
@@ -120,6 +122,10 @@ class Stream:
                 and self.thread == other.thread  # type: ignore[attr-defined]
             )
         return NotImplemented
+
+    def __repr__(self) -> str:
+        thread = f", thread={self.thread}" if self.thread else ""
+        return f"Stream(device={self.device}, handle={self.handle}, kind={self.kind!r}{thread})"
 
     def __cuda_stream__(self) -> tuple[int, int]:
         return (0, self.ptr)
@@ -154,21 +160,37 @@ def implicitly_ordered(a: Stream, b: Stream) -> bool:
     return False
 
 
-_get_ident = threading.get_ident
+class _ThreadToken(threading.local):
+    """This thread's number for per-thread streams: unique for the process's life (``threading.get_ident``
+    is reused as soon as a thread ends, and the next thread's per-thread stream is another stream)."""
+
+    def __init__(self) -> None:
+        with _token_lock:
+            self.token = next(_tokens)
+            _thread_names[self.token] = threading.current_thread().name
 
 
-def _thread_name(ident: int) -> str:
-    for thread in threading.enumerate():
-        if thread.ident == ident:
-            return repr(thread.name)
-    return f"{ident:#x} (ended)"
+_token_lock = threading.Lock()
+_tokens = itertools.count(1)
+_thread_names: dict[int, str] = {}
+_local_token = _ThreadToken()
+
+
+def thread_token() -> int:
+    """The calling thread's number (from 1; never reused): what ``Stream.thread`` holds for a per-thread
+    stream named in this thread. Does not block."""
+    return _local_token.token
+
+
+def _thread_name(token: int) -> str:
+    return repr(_thread_names.get(token, f"#{token}"))
 
 
 def on_this_thread(stream: Stream) -> Stream:
     """``stream`` as the calling thread names it: a per-thread default stream named in another thread
     becomes this thread's (what handle 2 means in work issued here, e.g. a contract's declared
     stream 2 when another thread runs it). Any other stream is itself. Issues nothing."""
-    if stream.thread and stream.thread != _get_ident():
+    if stream.thread and stream.thread != _local_token.token:
         return Stream(stream.device, stream.handle, stream.kind, stream.backend)
     return stream
 
@@ -180,7 +202,7 @@ def issuable(stream: Stream) -> Stream:
     legacy-stream work after the earlier work of every blocking and per-thread stream of the
     device, and their later work after it, so an event recorded there follows the other thread's
     work, and a wait there comes before its later work. Issues nothing."""
-    if stream.thread and stream.thread != _get_ident():
+    if stream.thread and stream.thread != _local_token.token:
         return Stream(stream.device, LEGACY_HANDLE, StreamKind.LEGACY, stream.backend)
     return stream
 

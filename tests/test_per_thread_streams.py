@@ -21,7 +21,7 @@ import pytest
 
 import streamsafe as ss
 from streamsafe import ledger as ledger_module, program as program_module
-from streamsafe.streams import StreamKind, implicitly_ordered, issuable, on_this_thread
+from streamsafe.streams import StreamKind, implicitly_ordered, issuable, on_this_thread, thread_token
 from streamsafe.testing import TrueHDR
 from streamsafe.testing import _kernels as K
 
@@ -66,7 +66,17 @@ def test_each_thread_has_its_own_per_thread_stream(sim: ss.SimBackend) -> None:
     assert not implicitly_ordered(mine, theirs)
     assert implicitly_ordered(mine, sim.legacy_stream()) and implicitly_ordered(theirs, sim.legacy_stream())
     assert "per-thread stream of thread 'MainThread'" in str(mine)
-    assert ss.as_stream(2, backend=sim) == mine and in_thread(lambda: ss.as_stream(2, backend=sim)) == theirs
+    assert ss.as_stream(2, backend=sim) == mine
+    assert in_thread(lambda: ss.as_stream(2, backend=sim)) not in (mine, theirs)  # (a new thread: another stream again)
+
+
+def test_a_thread_started_after_another_ended_has_another_per_thread_stream(sim: ss.SimBackend) -> None:
+    """CPython reuses a thread's ``get_ident()`` once it ends; the next thread's per-thread stream is still another."""
+    x = sim.empty((4,), np.float32, name="x")
+    in_thread(lambda: write(sim, x, np.full(4, 1.0, np.float32), sim.per_thread_stream(), "first thread writes x"))
+    in_thread(lambda: sim.copy(x, sim.per_thread_stream(), name="second thread reads x"))
+    assert {(r.first.op, r.second.op) for r in sim.races} == {("first thread writes x", "second thread reads x")}
+    assert in_thread(thread_token) != in_thread(thread_token)
 
 
 def test_per_thread_streams_of_two_threads_are_not_ordered(sim: ss.SimBackend) -> None:
@@ -83,6 +93,22 @@ def test_work_on_a_per_thread_stream_goes_to_the_issuing_threads_stream(sim: ss.
     write(sim, x, np.full(4, 1.0, np.float32), mine, "main thread writes x")
     in_thread(lambda: sim.copy(x, mine, name="other thread reads x through the main thread's stream object"))
     assert len(sim.races) == 1
+
+
+def test_every_threads_per_thread_stream_shares_one_pool_of_the_allocator(sim: ss.SimBackend) -> None:
+    """Torch's allocator and CuPy's pool know a stream by its handle: a block freed on one thread's per-thread
+    stream goes to another thread's allocation on its own per-thread stream, unordered (a race on a GPU too)."""
+
+    def fill(name: str, value: float) -> None:
+        x = sim.empty((4,), np.float32, name=name, stream=sim.per_thread_stream())
+        data = x.buffer.data  # (the kernel holds the memory, not the array: the array goes with the thread)
+        sim.launch(sim.per_thread_stream(), f"{name} written", lambda: data.fill(value), writes=[x])
+
+    in_thread(lambda: fill("first thread's x", 1.0))
+    in_thread(lambda: fill("second thread's y", 2.0))
+
+    assert sim.stats["reused_blocks"] == 1
+    assert {(r.first.op, r.second.op) for r in sim.races} == {("first thread's x written", "second thread's y written")}
 
 
 def test_the_legacy_stream_orders_another_threads_per_thread_stream(sim: ss.SimBackend) -> None:
@@ -227,3 +253,132 @@ def test_the_sdk_on_each_threads_per_thread_stream(sim: ss.SimBackend, strategy:
         assert sdk_on_per_thread_streams(sim, strategy, how) == (0, 0)
     except ss.StrategyError:
         pytest.skip(f"{strategy} is refused for these streams")
+
+
+@pytest.mark.parametrize("strategy", FENCED)
+def test_each_frame_in_a_thread_of_its_own(sim: ss.SimBackend, strategy: str) -> None:
+    """Each frame run, read and copied on the per-thread stream of a new thread (which may get the ended
+    thread's ``get_ident()``): the next frame's run still waits for the last one's copy."""
+    s = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(make_hdr(sim), s, strategy=strategy)
+    rng = np.random.default_rng(2)
+    datas = [rng.random((3, 16, 16), dtype=np.float32) for _ in range(6)]
+    copies = []
+
+    def frame(i: int) -> None:
+        pt = sim.per_thread_stream()
+        with sim.use_stream(pt):
+            x = sim.empty((3, 16, 16), np.float32, name=f"frame{i}")
+            write(sim, x, datas[i], pt)
+            copies.append(sim.copy(sim.from_dlpack(c.run(x).image, stream=pt), pt, name=f"consumer.copy {i}"))
+
+    for i in range(6):
+        in_thread(lambda i=i: frame(i))
+    sim.synchronize_device()
+    assert [np.array_equal(sim.download(cp, sim.legacy_stream()), expected(d)) for cp, d in zip(copies, datas)] == [True] * 6
+    assert sim.races == []
+
+
+def producer_thread_declared_input(sim: ss.SimBackend, strategy: str, frames: int = 8) -> tuple[int, int]:
+    """Thread P rewrites one input surface each frame on its per-thread stream; thread R runs the effect with
+    ``input_stream=`` P's per-thread stream (named in P). Returns (wrong frames, races)."""
+    fx = make_hdr(sim)
+    sdk = sim.create_stream(non_blocking=True)
+    rng = np.random.default_rng(3)
+    datas = [rng.random((3, 16, 16), dtype=np.float32) for _ in range(frames)]
+    surface = sim.empty((3, 16, 16), np.float32, name="surface")
+    ready, consumed = [threading.Event() for _ in range(frames)], [threading.Event() for _ in range(frames)]
+    named, copies = threading.Event(), []
+    box: dict[str, Any] = {}
+
+    def producer() -> None:
+        box["pt"] = sim.per_thread_stream()
+        named.set()
+        for i in range(frames):
+            if i:
+                consumed[i - 1].wait()
+            write(sim, surface, datas[i], box["pt"], f"P.write {i}")
+            ready[i].set()
+
+    def runner() -> None:
+        named.wait()
+        c = ss.StreamContract(fx, sdk, strategy=strategy, allow_none=strategy == "none", input_stream=box["pt"])
+        consumer = sim.create_stream(non_blocking=True)
+        for i in range(frames):
+            ready[i].wait()
+            out = c.run(surface)
+            copies.append(sim.copy(sim.from_dlpack(out.image, stream=consumer), consumer, name=f"copy {i}"))
+            consumed[i].set()
+
+    threads = [threading.Thread(target=producer, name="P"), threading.Thread(target=runner, name="R")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    sim.synchronize_device()
+    wrong = sum(not np.array_equal(sim.download(cp, sim.legacy_stream()), expected(d)) for cp, d in zip(copies, datas))
+    return wrong, len(sim.races)
+
+
+@pytest.mark.parametrize("strategy", [*FENCED, "none"])
+def test_a_declared_input_stream_is_the_producer_threads(sim: ss.SimBackend, strategy: str) -> None:
+    wrong, races = producer_thread_declared_input(sim, strategy)
+    if strategy == "none":
+        assert races > 0
+    else:
+        assert (wrong, races) == (0, 0)
+
+
+def consumer_thread_declared_consumer(sim: ss.SimBackend, strategy: str, frames: int = 6) -> tuple[int, int]:
+    """Thread C imports each output as a bare capsule (no stream: ``consumer_stream=`` says where it is read)
+    and copies it on its per-thread stream, declared as ``consumer_stream=`` in C; thread R runs the effect
+    after C has issued its copy of the previous frame. Returns (wrong frames, races)."""
+    fx = make_hdr(sim)
+    sdk = sim.create_stream(non_blocking=True)
+    rng = np.random.default_rng(5)
+    datas = [rng.random((3, 16, 16), dtype=np.float32) for _ in range(frames)]
+    outs: list[Any] = [None] * frames
+    produced, consumed = [threading.Event() for _ in range(frames)], [threading.Event() for _ in range(frames)]
+    made, copies = threading.Event(), []
+    box: dict[str, Any] = {}
+
+    def consumer() -> None:
+        pt = sim.per_thread_stream()
+        box["c"] = ss.StreamContract(fx, sdk, strategy=strategy, allow_none=strategy == "none", consumer_stream=pt)
+        made.set()
+        for i in range(frames):
+            produced[i].wait()
+            view = sim.from_dlpack(outs[i].image.__dlpack__())  # a bare capsule
+            copies.append(sim.copy(view, pt, name=f"C.copy {i}"))
+            outs[i] = None
+            consumed[i].set()
+
+    def runner() -> None:
+        made.wait()
+        src = sim.create_stream(non_blocking=True)
+        for i in range(frames):
+            if i:
+                consumed[i - 1].wait()
+            with sim.use_stream(src):
+                x = sim.empty((3, 16, 16), np.float32, name=f"in{i}")
+                write(sim, x, datas[i], src)
+                outs[i] = box["c"].run(x)
+            produced[i].set()
+
+    threads = [threading.Thread(target=consumer, name="C"), threading.Thread(target=runner, name="R")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    sim.synchronize_device()
+    wrong = sum(not np.array_equal(sim.download(cp, sim.legacy_stream()), expected(d)) for cp, d in zip(copies, datas))
+    return wrong, len(sim.races)
+
+
+@pytest.mark.parametrize("strategy", [*FENCED, "none"])
+def test_a_declared_consumer_stream_is_the_consumer_threads(sim: ss.SimBackend, strategy: str) -> None:
+    wrong, races = consumer_thread_declared_consumer(sim, strategy)
+    if strategy == "none":
+        assert races > 0
+    else:
+        assert (wrong, races) == (0, 0)

@@ -49,6 +49,7 @@ from .clocks import HOST, ActorId, SeqNum, VectorClock, is_ordered_after
 from ..errors import ArgumentError, CudaDriverError, DeviceMismatchError, InputArrayError, RaceError, StreamValueError
 from .races import Access, AccessKind, Race, find_race
 from ..streams import LEGACY_HANDLE, PER_THREAD_HANDLE, Stream, StreamKind, as_stream, implicitly_ordered
+from ..streams import thread_token as _thread_token
 from ..backend._pool import EventPool, EventPoolStats
 from .schedule import InOrderScheduler, Scheduler, make_scheduler
 
@@ -73,7 +74,6 @@ def collecting_races() -> Iterator[list[Any]]:
         _RACE_SINKS.remove(sink)
 
 _HANDLE_BASE = 0x7F00_0000_1000
-_get_ident = threading.get_ident
 _POISON = 0xDEAD
 
 _P = ParamSpec("_P")
@@ -263,7 +263,14 @@ class SimArray:
 
 
 _FreeBlock = tuple[SimBuffer, list[SimEvent]]
-_PoolKey = tuple[tuple[int, ...], tuple[int, ...], str]
+_PoolKey = tuple[tuple[int, int], tuple[int, ...], str]
+
+
+def _pool_stream(stream: Stream) -> tuple[int, int]:
+    """The allocator's key for the pool of ``stream``: device and handle. Torch's allocator and CuPy's pool
+    know a stream by its handle, so every thread's per-thread stream (2) shares one pool, and a block a
+    thread freed there goes to another thread's allocation on its own per-thread stream unordered."""
+    return (stream.device, stream.handle)
 
 
 class SimBackend:
@@ -325,7 +332,7 @@ class SimBackend:
         self._stream_pool: dict[tuple[int, bool], list[Stream]] = {}
         self._unordered: list[tuple[int, Op]] = []  # (earlier op's index, later op) of reported races
         self._pool: EventPool[SimEvent] = EventPool(SimEvent, lambda e: None, max_free_events)
-        self._released: collections.deque[tuple[SimBuffer, Stream, set[Stream]]] = collections.deque()
+        self._released: collections.deque[tuple[SimBuffer, Stream, set[Stream], int]] = collections.deque()
         self._draining = False
         self._free_blocks: dict[_PoolKey, list[_FreeBlock]] = {}
         self.stats = {"fences": 0, "host_waits": 0, "ops_run": 0, "reused_blocks": 0}
@@ -350,13 +357,15 @@ class SimBackend:
     def _per_thread_state(self, device: int) -> _StreamState:
         """The calling thread's per-thread default stream of ``device`` (made on its first use, as CUDA
         makes it when a thread first names handle 2)."""
-        state = self._per_thread.get((device, _get_ident()))
+        thread = getattr(self._local, "freeing_thread", 0) or _thread_token()
+        state = self._per_thread.get((device, thread))
         if state is None:
             self._check_device(device, "the per-thread stream")
             with self._lock:
-                state = self._per_thread.get((device, _get_ident()))
+                state = self._per_thread.get((device, thread))
                 if state is None:
-                    state = _StreamState(Stream(device, PER_THREAD_HANDLE, StreamKind.PER_THREAD, self), clock=self._host_clock)
+                    stream = Stream(device, PER_THREAD_HANDLE, StreamKind.PER_THREAD, self, thread)
+                    state = _StreamState(stream, clock=self._host_clock)
                     self._add_state(state)
         return state
 
@@ -519,7 +528,7 @@ class SimBackend:
         dt = np.dtype(dtype)
         dims = _dims(shape)
         label = name or f"buf{next(self._handles)}"
-        buf = self._reuse((alloc.key, dims, dt.str))
+        buf = self._reuse((_pool_stream(alloc), dims, dt.str))
         if buf is None:
             data = np.empty(dims, dtype=dt)
             _poison(data)
@@ -528,7 +537,7 @@ class SimBackend:
             buf.name = label
             self.stats["reused_blocks"] += 1
         lease = _Lease(buf, alloc)
-        done = weakref.finalize(lease, self._released.append, (buf, alloc, lease.recorded))
+        done = weakref.finalize(lease, self._on_free, buf, alloc, lease.recorded)
         done.atexit = False
         return SimArray(self, buf, lease=lease)
 
@@ -563,6 +572,11 @@ class SimBackend:
                 return buf
         return None
 
+    def _on_free(self, buf: SimBuffer, alloc: Stream, recorded: set[Stream]) -> None:
+        """The last array object of a block went, in this thread (the one whose ``record_stream`` events
+        torch's allocator records: a per-thread stream among them is this thread's)."""
+        self._released.append((buf, alloc, recorded, _thread_token()))
+
     def _drain_released(self) -> None:
         """Hand blocks whose last array object is gone back to their stream's pool (at a safe
         point: the start of a public call). Records an event on each stream the block was
@@ -570,15 +584,19 @@ class SimBackend:
         self._draining = True
         try:
             while self._released:
-                buf, alloc, recorded = self._released.popleft()
+                buf, alloc, recorded, thread = self._released.popleft()
                 if buf.freed:
                     continue  # released by free(): the SDK's memory, never pooled
                 events = []
-                for stream in recorded:
-                    event = self._pool.acquire(stream.device)
-                    self._record(event, stream)
-                    events.append(event)
-                key = (alloc.key, tuple(buf.data.shape), buf.data.dtype.str)
+                self._local.freeing_thread = thread  # (a per-thread stream here is the freeing thread's)
+                try:
+                    for stream in recorded:
+                        event = self._pool.acquire(stream.device)
+                        self._record(event, stream)
+                        events.append(event)
+                finally:
+                    self._local.freeing_thread = 0
+                key = (_pool_stream(alloc), tuple(buf.data.shape), buf.data.dtype.str)
                 self._free_blocks.setdefault(key, []).append((buf, events))
         finally:
             self._draining = False

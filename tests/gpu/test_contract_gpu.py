@@ -285,22 +285,33 @@ from streamsafe import ledger
 from streamsafe.testing import VideoSuperRes
 from streamsafe.testing import _kernels as K
 if sys.argv[1] == "unheld":  # the old ledger: the SDK stream's object is not kept
-    ledger.Ledger._hold_sdk_streams = lambda self: self._release_holds()
+    ledger.Ledger._hold_sdk_streams = lambda self, keep=None: self._release_holds()
+strategy, how = sys.argv[2], sys.argv[3]
 sr = VideoSuperRes(latency_us={"inference": 300, "conversion": 100})
 sr.output_width = sr.output_height = 64
 sr.load()
-c = ss.StreamContract(sr, strategy=sys.argv[2])
+c = ss.StreamContract(sr, strategy=strategy)
 rng = np.random.default_rng(3)
 datas = [rng.random((3, 32, 32), dtype=np.float32) for _ in range(4)]
 xs = [cupy.asarray(d) for d in datas]
 consumer = cupy.cuda.Stream(non_blocking=True)
 copies = []
 for i in range(40):
-    s = cupy.cuda.Stream(non_blocking=True)  # a stream for this frame only: destroyed once dropped
-    with s:
+    if how == "stream per frame":  # a stream for this frame only: destroyed once dropped
+        s = cupy.cuda.Stream(non_blocking=True)
+        with s:
+            out = c.run(xs[i % 4])
+        copies.append(out.cupy(consumer))
+        del s, out
+    else:  # a contract and its stream per clip of 4 frames, dropped without close()
+        if i % 4 == 0:
+            s = cupy.cuda.Stream(non_blocking=True)
+            c = ss.StreamContract(sr, s, strategy=strategy)
         out = c.run(xs[i % 4])
-    copies.append(out.cupy(consumer))
-    del s, out
+        copies.append(out.cupy(consumer))
+        del out
+        if i % 4 == 3:
+            del c, s
     gc.collect()
 cupy.cuda.runtime.deviceSynchronize()
 wrong = 0
@@ -311,11 +322,13 @@ print("wrong", wrong)
 """
 
 
+@pytest.mark.parametrize("how", ["stream per frame", "contract per clip"])
 @pytest.mark.parametrize("strategy", ["auto", "event", "async"])
-def test_a_stream_made_for_each_frame_lives_until_the_next_run_has_fenced_it(torch_cuda, strategy: str) -> None:
+def test_a_stream_made_for_each_frame_lives_until_the_next_run_has_fenced_it(torch_cuda, strategy: str, how: str) -> None:
     """``with cupy.cuda.Stream(): out = c.run(x)`` with a new stream each frame, dropped after it (CuPy
-    destroys it): the ledger holds the SDK stream's object until the next run's wait on it is issued, so
-    that wait never names a destroyed handle. In a subprocess, each frame compared with NumPy; the same
+    destroys it), or a contract declared with a new stream for each clip of four frames, both dropped
+    without ``close()``: the ledger holds the SDK stream's object until the next run's wait on it is
+    issued, so that wait never names a destroyed handle. In a subprocess, each frame compared with NumPy; the same
     program with the old ledger (the object not held) is run too and its outcome printed: a destroyed
     handle is undefined behaviour (on the lent H200 the process died of SIGSEGV under ``event``, and
     passed by chance under ``auto`` and ``async``: docs/runs/2026-11-30-per-thread-2), so it is not asserted."""
@@ -324,9 +337,9 @@ def test_a_stream_made_for_each_frame_lives_until_the_next_run_has_fenced_it(tor
 
     pytest.importorskip("cupy")
     outcomes = {}
-    for how in ("held", "unheld"):
-        proc = subprocess.run([sys.executable, "-c", _STREAM_PER_FRAME, how, strategy], capture_output=True, text=True, timeout=120)
-        outcomes[how] = (proc.returncode, (proc.stdout.strip().splitlines() or [""])[-1], proc.stderr.strip().splitlines()[-1:] )
-    print(f"a stream per frame [{strategy}]: {outcomes}")
+    for held in ("held", "unheld"):
+        proc = subprocess.run([sys.executable, "-c", _STREAM_PER_FRAME, held, strategy, how], capture_output=True, text=True, timeout=120)
+        outcomes[held] = (proc.returncode, (proc.stdout.strip().splitlines() or [""])[-1], proc.stderr.strip().splitlines()[-1:])
+    print(f"{how} [{strategy}]: {outcomes}")
     rc, last, err = outcomes["held"]
     assert rc == 0 and last == "wrong 0", outcomes["held"]
