@@ -10,6 +10,7 @@
 #   GPU_LANE_PART=lanes bash scripts/gpu_lane_perf.sh   # after a change to the bench's pipelines: two-GPU tests and bench, a few scenarios
 #   GPU_LANE_PART=close bash scripts/gpu_lane_perf.sh   # before closing: every GPU test (shorter soaks), c and c-gpu, g-host, server-8, two GPUs
 #   GPU_LANE_HOST_COSTS=1 (with close): then the contract's and the emulator's host costs
+#   GPU_LANE_PART=after bash scripts/gpu_lane_perf.sh   # a second closing call: the host costs and the independent race check
 #   GPU_LANE_PART=emulator bash scripts/gpu_lane_perf.sh  # after a change to the emulated SDK: its GPU tests, its host cost, the scenarios it bounds
 #   GPU_LANE_PART=native bash scripts/gpu_lane_perf.sh    # the C extension: every GPU test with it, host costs with it and without (alternating)
 # GPU_LANE_AB=DIR (any part, first): python_overhead, contract_overhead and effect_host_cost of an older tree's package under DIR beside this one's
@@ -133,14 +134,27 @@ if [ "$PART" = lanes ]; then  # after a change to the bench's pipelines: the two
   grep -E "^(a |d-|g-host|server)" "$L/bench-lanes.txt"
 fi
 if [ "$PART" = close ]; then  # the last check of a session: every GPU test, the (c) reference, the host-bound rows, two GPUs
-  STREAMSAFE_FUZZ_FRAMES=1000 STREAMSAFE_FUZZ_CONTROL_FRAMES=500 STREAMSAFE_SOAK_FRAMES=1000 STREAMSAFE_MULTI_GPU_SOAK_FRAMES=3000 \
-    timeout 330 python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu > "$L/pytest-gpu.txt" 2>&1 || rc=1
-  grep -E "FAILED|ERROR|passed|failed|soak|fuzz" "$L/pytest-gpu.txt" | tail -30
+  # (GPU_LANE_TEST_TIMEOUT, STREAMSAFE_*_FRAMES: shorter soaks to fit one call; GPU_LANE_NO_MULTI_BENCH=1: no two-GPU bench)
+  STREAMSAFE_FUZZ_FRAMES=${STREAMSAFE_FUZZ_FRAMES:-1000} STREAMSAFE_FUZZ_CONTROL_FRAMES=${STREAMSAFE_FUZZ_CONTROL_FRAMES:-500} \
+  STREAMSAFE_SOAK_FRAMES=${STREAMSAFE_SOAK_FRAMES:-1000} STREAMSAFE_MULTI_GPU_SOAK_FRAMES=${STREAMSAFE_MULTI_GPU_SOAK_FRAMES:-3000} \
+    timeout "${GPU_LANE_TEST_TIMEOUT:-330}" python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu > "$L/pytest-gpu.txt" 2>&1 || rc=1
+  grep -E "FAILED|ERROR|passed|failed|soak|fuzz|per-thread|per frame|per clip" "$L/pytest-gpu.txt" | cut -c1-400 | tail -40
   timeout 120 python3 -m streamsafe bench --backend cuda --scenario c,c-gpu,g-host,server-8 --frames 200 --warmup 20 --block 20 \
     --json "$L/bench-close.json" > "$L/bench-close.txt" 2>&1 || rc=1
   grep -E "^(c|g-host|server)" "$L/bench-close.txt"
-  timeout 120 python3 -m streamsafe.bench.multi_gpu --backend cuda --json "$L/multi-gpu-bench.json" > "$L/multi-gpu-bench.txt" 2> "$L/multi-gpu-bench.err" || rc=1
-  cat "$L/multi-gpu-bench.txt"; tail -3 "$L/multi-gpu-bench.err"
+  if [ -z "${GPU_LANE_NO_MULTI_BENCH:-}" ]; then
+    timeout 120 python3 -m streamsafe.bench.multi_gpu --backend cuda --json "$L/multi-gpu-bench.json" > "$L/multi-gpu-bench.txt" 2> "$L/multi-gpu-bench.err" || rc=1
+    cat "$L/multi-gpu-bench.txt"; tail -3 "$L/multi-gpu-bench.err"
+  fi
+fi
+if [ "$PART" = after ]; then  # the second call of a closing pair: the host costs, then the independent race check (GPU_LANE_CHECK_S)
+  timeout 50 python3 benchmarks/contract_overhead.py --blocks 12 --json "$L/contract_overhead.json" > "$L/contract_overhead.txt" 2>&1
+  grep -E "^(raw effect|contract.run\(\) \+ out|hand, same fences \+ raw capsule import \[)" "$L/contract_overhead.txt"
+  for i in 1 2; do timeout 50 python3 benchmarks/effect_host_cost.py > "$L/effect_host_cost-$i.txt" 2>&1; done
+  grep -H -E "^(Video|True)" "$L"/effect_host_cost-*.txt | cut -c1-150
+  BUDGET_S=${GPU_LANE_CHECK_S:-90} FRAMES=2700 CONTROL_FRAMES=1350 timeout $(( ${GPU_LANE_CHECK_S:-90} + 60 )) \
+    python3 docs/runs/2026-11-30-independent-check/race_check.py > "$L/race_check.txt" 2>&1 || rc=1
+  tail -12 "$L/race_check.txt"
 fi
 if [ "$PART" = native ]; then  # the C extension: every GPU test with it; then each host cost with it and without, alternating
   STREAMSAFE_FUZZ_FRAMES=1000 STREAMSAFE_FUZZ_CONTROL_FRAMES=500 STREAMSAFE_SOAK_FRAMES=1000 STREAMSAFE_MULTI_GPU_SOAK_FRAMES=3000 \

@@ -16,6 +16,8 @@ from __future__ import annotations
 import threading
 import time
 
+from .streams import thread_token
+
 __all__ = ["note_run", "threads_on", "WINDOW_S"]
 
 WINDOW_S = 1.0
@@ -23,7 +25,7 @@ WINDOW_S = 1.0
 
 _seen: dict[int, dict[int, tuple[float, threading.Thread]]] = {}
 _clock = time.monotonic
-_get_ident = threading.get_ident
+_get_ident = thread_token  # (never reused: threading.get_ident is, once a thread ends, and its entry would outlive it)
 _current_thread = threading.current_thread
 
 

@@ -187,3 +187,29 @@ def test_named_strategies_do_not_change_with_threads(strategy: str) -> None:
         return c._last_plan.strategy
 
     assert _together(lambda: lane(0), lambda: lane(1)) == [ss.Strategy(strategy)] * 2
+
+
+def test_a_thread_that_takes_an_ended_threads_ident_counts_as_live() -> None:
+    """CPython hands an ended thread's ``get_ident()`` to the next thread: the device is shared while that
+    next thread lives, whatever ident it got."""
+    occupancy.forget()
+    ended = threading.Thread(target=occupancy.note_run, args=(0,))
+    ended.start()
+    ended.join()
+    ran, done = threading.Event(), threading.Event()
+
+    def live() -> None:
+        occupancy.note_run(0)
+        ran.set()
+        done.wait()
+
+    t = threading.Thread(target=live)
+    t.start()
+    ran.wait()
+    try:
+        assert occupancy.note_run(0) is True
+        assert occupancy.threads_on(0) == 2
+    finally:
+        done.set()
+        t.join()
+        occupancy.forget()
