@@ -103,8 +103,14 @@ class StreamContract:
         # The framework objects of the declared streams live as long as the contract: a stream the
         # contract fences must not be destroyed (and its handle reused) under it.
         self._stream_objects = (stream, input_stream, consumer_stream, conversion_stream)
-        self._keep = self._stream_objects if stream is not None or conversion_stream is not None else None
-        """What the ledger holds with an SDK stream this contract declared, until a later run fenced it."""
+        # The ledger may fence an SDK or consumer stream after this contract went (dropped without close(), a
+        # contract per clip): it holds their framework objects until then (only the frameworks' stream
+        # objects, which hold no effect: a ledger lives as long as its effect).
+        declared = {s: obj for s, obj in ((self._declared_sdk, stream), (self._consumer, consumer_stream),
+                                          (self._declared_conversion, conversion_stream))
+                    if s is not None and _is_framework_stream(obj)}
+        if declared:
+            weakref.finalize(self, self.ledger.declare(declared))
         self.closed = False
         self.guard_owner: Any = None
         """The class-level guard that made this contract, if any."""
@@ -381,7 +387,7 @@ class StreamContract:
                     before.uncount(stats)
                 raise
             plan = recipe.plan
-            generation = ledger.after_run(plan, recipe.shapes, stats, recipe.default_consumer, self._keep)
+            generation = ledger.after_run(plan, recipe.shapes, stats, recipe.default_consumer)
             if recipe.protect:
                 if recipe.after.fences:
                     recipe.after(stats)
@@ -530,7 +536,7 @@ class StreamContract:
                 _restore_counters(self.stats, counted)
                 raise
             # only now: an input the SDK rejects leaves the previous output valid and its readers known
-            generation = ledger.after_run(plan, shapes, self.stats, self._consumer or sdk, self._keep)
+            generation = ledger.after_run(plan, shapes, self.stats, self._consumer or sdk)
             protect = bool(plan.at("after run"))
             if protect:
                 apply_fences(be, dev, after, self.stats)
@@ -811,6 +817,11 @@ def _kept_alive_kind(a: Any) -> bool:
     """Whether the input ``a`` is one :meth:`StreamContract._protect_inputs` keeps alive (not a model
     array or a torch tensor, which it protects with ``record_stream``)."""
     return not (isinstance(a, SimArray) or type(a) is _TORCH_TENSOR or framework_of(a) == "torch")
+
+
+def _is_framework_stream(obj: Any) -> bool:
+    """A stream object of torch, CuPy or cuda.core (destroyed when it goes; it holds no effect)."""
+    return type(obj).__module__.partition(".")[0] in ("torch", "cupy", "cuda")
 
 
 def _restore_counters(stats: dict[str, int], counted: dict[str, int]) -> None:

@@ -34,7 +34,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import hooks
@@ -231,6 +231,8 @@ class Ledger:
         self.outstanding: dict[Stream, None] = {}
         self.input_shapes: tuple[Any, ...] | None = None
         self.holds: dict[Stream, Any] = {}
+        self.declared: dict[Stream, Any] = {}
+        """Framework objects of the streams declared to the live contracts on this effect (see :meth:`declare`)."""
         self.known: dict[int, Stream] = {}
         """Streams by handle whose kind is settled: their framework objects are held here (so the
         handle cannot be freed and reused with other flags while the entry stands)."""
@@ -375,12 +377,8 @@ class Ledger:
             fences += plan.reuse_fences(tuple(readers), self.previous_sdk, tuple(self.readers))
         return fences
 
-    def after_run(
-        self, plan: FencePlan, input_shapes: tuple[Any, ...], stats: dict[str, int], default_consumer: Stream, keep: Any = None
-    ) -> int:
-        """Record a run that returned: a new output generation written by ``plan``'s streams. Returns it.
-        ``keep``: the running contract's declared stream objects, held with an SDK stream that is not the
-        framework's current one (a contract dropped without ``close()`` drops them)."""
+    def after_run(self, plan: FencePlan, input_shapes: tuple[Any, ...], stats: dict[str, int], default_consumer: Stream) -> int:
+        """Record a run that returned: a new output generation written by ``plan``'s streams. Returns it."""
         self.generation += 1
         new_streams = plan is not self.plan or not self.previous_sdk  # (else the same SDK streams, held already)
         self.plan = plan
@@ -391,7 +389,7 @@ class Ledger:
         self.previous_sdk = plan.sdk_streams
         self.input_shapes = input_shapes
         if new_streams:
-            self._hold_sdk_streams(keep)
+            self._hold_sdk_streams()
         return self.generation
 
     def after_unguarded_run(self, sdk_streams: tuple[Stream, ...], input_shapes: tuple[Any, ...]) -> None:
@@ -405,16 +403,27 @@ class Ledger:
         self.input_shapes = input_shapes
         self._hold_sdk_streams()
 
-    def _hold_sdk_streams(self, keep: Any = None) -> None:
+    def _hold_sdk_streams(self) -> None:
         """Keep the framework objects of the last run's SDK streams alive until a later run has fenced them
         (or a release waited for them): a stream made for one frame (``with cupy.cuda.Stream(): c.run(x)``),
         or declared to a contract dropped without ``close()``, would otherwise be destroyed, and its
         handle freed for reuse, before the next run's wait on it. Lets go of the streams no longer needed."""
         for stream in self.previous_sdk:
             self._hold(stream)
-            if keep is not None and stream not in self.holds and stream.kind is not StreamKind.LEGACY and not stream.thread:
-                self.holds[stream] = keep
         self._release_holds()
+
+    def declare(self, objects: dict[Stream, Any]) -> Callable[[], None]:
+        """A contract's declared streams and their framework objects (torch, CuPy, cuda.core streams): what
+        :meth:`_hold` keeps while a stream is still to be fenced, after the contract went. Returns the
+        call that forgets them (when the contract goes; a hold taken stays until its stream is fenced)."""
+        self.declared.update(objects)
+
+        def forget() -> None:
+            for stream, obj in objects.items():
+                if self.declared.get(stream) is obj:
+                    self.declared.pop(stream, None)
+
+        return forget
 
     # -- releases ---------------------------------------------------------------------------------------
 
@@ -515,6 +524,11 @@ class Ledger:
         (``with cupy.cuda.Stream(): ...``) would otherwise be destroyed before the next run's fence
         is recorded on it, and a destroyed handle cannot be used."""
         if consumer in self.holds:
+            return
+        declared = self.declared.get(consumer)
+        if declared is not None:  # a contract's declared stream: its object, whoever's current stream it is
+            self.holds[consumer] = declared
+            self.known[consumer.handle] = consumer
             return
         if consumer.kind is StreamKind.LEGACY:
             # the legacy stream lives as long as the context: known by every handle that names it

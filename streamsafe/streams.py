@@ -167,6 +167,9 @@ class _ThreadToken(threading.local):
     def __init__(self) -> None:
         with _token_lock:
             self.token = next(_tokens)
+            if len(_thread_names) >= 4096:  # (names are for messages only: a thread-per-request server forgets the oldest)
+                for old in list(_thread_names)[:2048]:
+                    del _thread_names[old]
             _thread_names[self.token] = threading.current_thread().name
 
 
@@ -183,7 +186,8 @@ def thread_token() -> int:
 
 
 def _thread_name(token: int) -> str:
-    return repr(_thread_names.get(token, f"#{token}"))
+    name = _thread_names.get(token)
+    return f"{name!r} (#{token})" if name is not None else f"#{token}"
 
 
 def on_this_thread(stream: Stream) -> Stream:

@@ -19,7 +19,11 @@ from streamsafe.testing import VideoSuperRes
 
 
 class FrameworkStream:
-    """A framework's stream object (``__cuda_stream__``) over a model stream: what CuPy destroys when it goes."""
+    """A stand-in for CuPy's stream object (``__cuda_stream__``) over a model stream: what CuPy destroys when
+    it goes. (The ledger holds the stream objects of torch, CuPy and cuda.core, by their module: they hold
+    no effect, so a hold cannot keep one alive.)"""
+
+    __module__ = "cupy.cuda.stream"
 
     def __init__(self, stream: ss.Stream) -> None:
         self.stream = stream
@@ -71,3 +75,46 @@ def test_a_release_lets_the_declared_stream_go() -> None:
     del c, holder
     gc.collect()
     assert gone() is None
+
+
+def test_a_contracts_declared_consumer_stream_is_held_until_the_next_run_fenced_it() -> None:
+    """The output imported as a bare capsule (read on the declared consumer stream), the contract dropped
+    without close(): the next contract's run waits for that stream, whose object lives until then."""
+    sim = ss.SimBackend()
+    sr = make_sr(sim)
+    holder = FrameworkStream(sim.create_stream(non_blocking=True))
+    gone = weakref.ref(holder)
+    c = ss.StreamContract(sr, sim.create_stream(non_blocking=True), strategy="event", consumer_stream=holder)
+    view = sim.from_dlpack(c.run(frame(sim)).image.__dlpack__())
+    sim.copy(view, holder.stream, name="consumer.copy")
+    del c, holder, view
+    gc.collect()
+    assert gone() is not None
+    c2 = ss.StreamContract(sr, sim.create_stream(non_blocking=True), strategy="event")
+    c2.run(frame(sim))
+    c2.synchronize()  # (the reader stays outstanding until a release)
+    gc.collect()
+    assert gone() is None
+    assert sim.races == []
+
+
+def test_a_declared_object_that_owns_the_effect_does_not_keep_it_alive() -> None:
+    """A program's own object that owns the effect and names its stream (``__cuda_stream__``): not held by
+    the ledger (a ledger lives as long as its effect), so dropping the contract frees both."""
+    sim = ss.SimBackend()
+
+    class Pipeline:
+        def __init__(self) -> None:
+            self.fx = make_sr(sim)
+            self.s = sim.create_stream(non_blocking=True)
+
+        def __cuda_stream__(self) -> tuple[int, int]:
+            return (0, self.s.handle)
+
+    p = Pipeline()
+    c = ss.StreamContract(p.fx, p, strategy="event")
+    c.run(frame(sim))
+    effect, pipeline = weakref.ref(p.fx), weakref.ref(p)
+    del c, p
+    gc.collect()
+    assert effect() is None and pipeline() is None
