@@ -4,6 +4,8 @@ GPU machine:  PYTHONPATH=. python3 benchmarks/profile_bench_step.py [SCENARIO] [
 
 For each row (default ``hand auto``) of SCENARIO (default ``g-host``): the host microseconds per
 step over 1,000 steps (after 100 untimed), then a cProfile of 1,000 more, top functions by own time.
+With ``--diff``: then, for the first two rows, each function's own time per step in the second less
+the first (profiled microseconds: inflated by cProfile, but where the gap is), the largest first.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ def main() -> None:
     from streamsafe.bench.harness import as_row
     from streamsafe.bench.pipelines import GpuPipeline, scenario_by_key
 
-    scenario = sys.argv[1] if len(sys.argv) > 1 else "g-host"
-    rows = sys.argv[2:] or ["hand", "auto"]
+    args = [a for a in sys.argv[1:] if a != "--diff"]
+    scenario = args[0] if args else "g-host"
+    rows = args[1:] or ["hand", "auto"]
     sc = scenario_by_key(scenario)
+    stats: list[pstats.Stats] = []
     for name in rows:
         pipe = GpuPipeline(sc, as_row(name))
         try:
@@ -43,8 +47,33 @@ def main() -> None:
             checked, corrupt = pipe.check()
             print(f"\n== {scenario} / {name}: {per_step:.1f} us per step on the host (corrupt {corrupt}/{checked})")
             pstats.Stats(profile).sort_stats("tottime").print_stats(22)
+            stats.append(pstats.Stats(profile))
         finally:
             pipe.close()
+    if "--diff" in sys.argv and len(stats) >= 2:
+        _print_diff(rows[0], rows[1], stats[0], stats[1])
+
+
+def _own_us(st: pstats.Stats) -> dict[str, tuple[float, int]]:
+    """Own time per step (us, over the 1,000 profiled steps) and calls per step, by function."""
+    out: dict[str, tuple[float, int]] = {}
+    for (file, _line, fn), (_, ncalls, tottime, _, _) in st.stats.items():  # type: ignore[attr-defined]
+        key = f"{file.rsplit('/', 2)[-1] if '/' in file else file}:{fn}"
+        us, n = out.get(key, (0.0, 0))
+        out[key] = (us + tottime * 1e6 / 1000, n + ncalls)
+    return out
+
+
+def _print_diff(first: str, second: str, a: pstats.Stats, b: pstats.Stats) -> None:
+    one, two = _own_us(a), _own_us(b)
+    rows = [(two.get(k, (0.0, 0))[0] - one.get(k, (0.0, 0))[0], k, one.get(k, (0.0, 0))[1], two.get(k, (0.0, 0))[1])
+            for k in set(one) | set(two)]
+    rows.sort(reverse=True)
+    total = sum(d for d, *_ in rows)
+    print(f"\n== own time per step, {second} less {first} (profiled us; total {total:.1f})")
+    print(f"{'us':>7}  {'calls ' + first:>12}  {'calls ' + second:>12}  function")
+    for d, k, n1, n2 in rows[:30]:
+        print(f"{d:7.2f}  {n1 / 1000:12.1f}  {n2 / 1000:12.1f}  {k}")
 
 
 if __name__ == "__main__":
