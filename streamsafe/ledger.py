@@ -525,11 +525,6 @@ class Ledger:
         is recorded on it, and a destroyed handle cannot be used."""
         if consumer in self.holds:
             return
-        declared = self.declared.get(consumer)
-        if declared is not None:  # a contract's declared stream: its object, whoever's current stream it is
-            self.holds[consumer] = declared
-            self.known[consumer.handle] = consumer
-            return
         if consumer.kind is StreamKind.LEGACY:
             # the legacy stream lives as long as the context: known by every handle that names it
             for handle in (0, LEGACY_HANDLE):
@@ -538,6 +533,11 @@ class Ledger:
         if consumer.kind is StreamKind.PER_THREAD:
             # lives as long as the context too, but handle 2 names another stream in each thread: never
             # known by its handle (as_stream names it for the thread that asks, with no driver query)
+            return
+        declared = self.declared.get(consumer)
+        if declared is not None:  # a contract's declared stream: its object, whoever's current stream it is
+            self.holds[consumer] = declared
+            self.known[consumer.handle] = consumer
             return
         cupy = sys.modules.get("cupy")  # (None where a program blocked the import)
         if cupy is not None:

@@ -10,6 +10,7 @@ from . import hooks
 from .backend import Backend, SimBackend
 from .plan import Fence
 from .streams import issuable
+from .streams import thread_token as _thread_token
 
 __all__ = ["apply_fences", "FenceProgram"]
 
@@ -70,7 +71,6 @@ def _load_nvtx() -> Any:
 
 
 _NVTX = _load_nvtx()
-from .streams import thread_token as _thread_token
 
 
 class FenceProgram:

@@ -97,8 +97,6 @@ class Recipe:
         return f"<Recipe {self.facts[0]} {self.plan.strategy.value}: {len(self.before.fences)} fence(s) before, {len(self.after.fences)} after>"
 
 
-
-
 def _names_per_thread(facts: tuple[Any, ...], state: tuple[Any, ...], plan: FencePlan, default_consumer: Any,
                       before: FenceProgram, after: FenceProgram) -> bool:
     """Whether a recipe names a per-thread default stream anywhere: a fact (a stream, or a raw handle 2),
