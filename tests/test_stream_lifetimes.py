@@ -118,3 +118,18 @@ def test_a_declared_object_that_owns_the_effect_does_not_keep_it_alive() -> None
     del c, p
     gc.collect()
     assert effect() is None and pipeline() is None
+
+
+def test_a_declared_per_thread_stream_is_never_known_by_its_handle() -> None:
+    """Handle 2 names another stream in each thread: a declared per-thread stream's object is not a
+    handle-to-stream entry that another thread's import of ``stream=2`` would find."""
+    sim = ss.SimBackend()
+    sr = make_sr(sim)
+    pt = FrameworkStream(sim.per_thread_stream())
+    c = ss.StreamContract(sr, sim.create_stream(non_blocking=True), strategy="event", consumer_stream=pt)
+    with sim.use_stream(sim.per_thread_stream()):
+        view = sim.from_dlpack(c.run(frame(sim)).image.__dlpack__())
+        sim.copy(view, sim.per_thread_stream(), name="consumer.copy")
+    assert c.ledger.known.get(2) is None and c.ledger.known_stream(2) is None
+    c.close()
+    assert sim.races == []
