@@ -1,4 +1,5 @@
-"""Draw docs/img/<hazard>.png: the model's timeline of each hazard, unfenced and fenced.
+"""Draw docs/img/<hazard>.png: the model's timeline of each hazard, unfenced and fenced (and H11.png:
+two threads' per-thread streams, fenced the old way and streamsafe's).
 
     python3 docs/make_figures.py        (needs matplotlib; runs on the model, no GPU)
 
@@ -44,6 +45,8 @@ def _label(name: str) -> tuple[str, str]:
 def _short(where: str) -> str:
     if where == "host":
         return "host"
+    if where.startswith("per-thread stream of thread "):
+        return f"per-thread {where.split(chr(39))[1]}"  # the thread's name
     kind = where.split(" stream")[0]
     return f"{kind} {where.split()[2][-4:]}" if where.split()[0] in ("blocking", "non-blocking") else kind
 
@@ -90,5 +93,67 @@ def main() -> None:
         print("wrote", OUT / f"{hazard}.png")
 
 
+def _two_threads(old: bool) -> tuple[list[dict], list]:
+    """One TrueHDR shared by threads T0 and T1 taking turns (3 frames), each copying its output on its own
+    per-thread stream; ``old``: the fence's event recorded on "2" in the next run's thread (its own stream).
+    Returns the model's trace and races."""
+    import threading
+
+    import numpy as np
+
+    import streamsafe as ss
+    from streamsafe import ledger as ledger_module, program as program_module
+    from streamsafe.testing import TrueHDR
+
+    sim = ss.SimBackend(scheduler="adversarial")
+    saved = (program_module.issuable, ledger_module.issuable)
+    if old:
+        program_module.issuable = ledger_module.issuable = lambda s: s  # type: ignore[assignment]
+    try:
+        fx = TrueHDR(backend=sim)
+        fx.load()
+        c = ss.StreamContract(fx, sim.create_stream(non_blocking=True), strategy="event")
+        sim.trace = []
+        turns = [threading.Event() for _ in range(4)]
+
+        def worker(parity: int) -> None:
+            for i in range(parity, 3, 2):
+                turns[i].wait()
+                try:
+                    pt = sim.per_thread_stream()
+                    with sim.use_stream(pt):
+                        x = sim.empty((3, 16, 16), np.float32, name=f"frame{i}")
+                        sim.launch(pt, "producer.write", lambda x=x: x.buffer.data.fill(0.5), writes=[x])
+                        sim.copy(sim.from_dlpack(c.run(x).image, stream=pt), pt, name="consumer.copy")
+                finally:
+                    turns[i + 1].set()
+
+        threads = [threading.Thread(target=worker, args=(p,), name=f"T{p}") for p in (0, 1)]
+        for t in threads:
+            t.start()
+        turns[0].set()
+        for t in threads:
+            t.join()
+        sim.synchronize_device()
+    finally:
+        program_module.issuable, ledger_module.issuable = saved
+    return sim.trace, sim.races
+
+
+def per_thread_figure() -> None:
+    """H11 across threads: the next run, in the other thread, must wait for the last copy."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.2), sharey=False)
+    for ax, old in zip(axes, (True, False)):
+        trace, races = _two_threads(old)
+        how = "the wait recorded on 2 in the next run's thread" if old else "streamsafe: through the legacy stream"
+        verdict = f"{len(races)} race(s)" if races else "no race"
+        draw(ax, trace, races, f"H11, two threads' per-thread streams - {how}: {verdict}")
+    fig.tight_layout()
+    fig.savefig(OUT / "H11.png", dpi=100)
+    plt.close(fig)
+    print("wrote", OUT / "H11.png")
+
+
 if __name__ == "__main__":
     main()
+    per_thread_figure()
