@@ -431,7 +431,7 @@ class StreamContract:
         stream_ptr = kwargs.get("stream_ptr")
         user_nb = bool(kwargs.get("non_blocking", False))
         be = self.backend
-        sdk = self._sdk_stream() if stream_ptr is None else stream_on_device(stream_ptr, self.device, be, "sdk")
+        sdk = self._sdk_stream() if stream_ptr is None else on_this_thread(stream_on_device(stream_ptr, self.device, be, "sdk"))
         arrays = [a for a in args if not isinstance(a, numbers.Number)]
         for i, a in enumerate(args[1:], 1):
             if a is None or isinstance(a, (str, bytes)):  # (a timestep or a frame index given as text, or left out)

@@ -18,7 +18,7 @@ from . import hooks
 from ._dlpack import DLPACK_CUDA, SimCapsule, capsule_data_key, stream_on_device
 from .errors import FrameworkUnavailableError, StreamsafeError
 from .frameworks import torch_current_stream_handle
-from .streams import LEGACY_HANDLE as LEGACY_DLPACK, Stream, handle_of
+from .streams import LEGACY_HANDLE as LEGACY_DLPACK, Stream, handle_of, on_this_thread
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -106,6 +106,8 @@ class SafeImage:
             consumer = (ledger.known.get(stream) if type(stream) is int else None) or stream_on_device(
                 stream, self._device, ledger.resolved_backend(), "consumer"
             )
+            if consumer.thread:  # a per-thread stream: the import's (and the read's) thread's, whoever named it
+                consumer = on_this_thread(consumer)
         key = capsule_data_key(self._capsule) if hooks.observers or self._escapes else None
         ledger.import_output(self._generation, consumer, escapes=self._escapes, key=key)
         if self._escapes:

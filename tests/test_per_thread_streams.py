@@ -382,3 +382,46 @@ def test_a_declared_consumer_stream_is_the_consumer_threads(sim: ss.SimBackend, 
         assert races > 0
     else:
         assert (wrong, races) == (0, 0)
+
+
+@pytest.mark.parametrize("how", ["current", "stream_ptr"])
+@pytest.mark.parametrize("strategy", FENCED)
+def test_one_per_thread_stream_object_used_by_every_thread(sim: ss.SimBackend, strategy: str, how: str) -> None:
+    """One per-thread stream object for the program (CuPy's global ``cupy.cuda.Stream.ptds``), named in the main
+    thread, made current (or passed as ``stream_ptr=``) in each worker: in each, it is the worker's own
+    stream, so the second worker's run waits for the first's (only the last frame is copied)."""
+    fx = make_hdr(sim)
+    shared = sim.per_thread_stream()
+    c = ss.StreamContract(fx, strategy=strategy)
+    rng = np.random.default_rng(0)
+    datas = [rng.random((3, 16, 16), dtype=np.float32) for _ in range(3)]
+    copies: dict[int, Any] = {}
+
+    def frame(i: int) -> None:
+        with sim.use_stream(shared):
+            assert sim.current_stream() == sim.per_thread_stream() != shared
+            x = sim.empty((3, 16, 16), np.float32, name=f"in{i}")
+            write(sim, x, datas[i], shared, f"write {i}")
+            out = c.run(x, stream_ptr=shared) if how == "stream_ptr" else c.run(x)
+            if i == 2:
+                copies[i] = sim.copy(sim.from_dlpack(out.image, stream=shared), shared, name=f"copy {i}")
+
+    for i in range(3):
+        in_thread(lambda i=i: frame(i))
+    sim.synchronize_device()
+    assert np.array_equal(sim.download(copies[2], sim.legacy_stream()), expected(datas[2]))
+    assert sim.races == []
+
+
+def test_sanitize_mode_replays_another_threads_per_thread_stream_as_that_threads() -> None:
+    """On a GPU, sanitize mode replays what it hears on a model: a producer thread's write on its stream 2
+    (a declared ``input_stream=``), reported from the thread that runs the effect, is that producer's
+    stream there, so the SDK's unfenced read on the runner's own stream 2 is a race."""
+    from streamsafe.sim.mirror import Mirror
+
+    mirror = Mirror(devices=1)
+    producer = in_thread(lambda: ss.Stream(0, 2, StreamKind.PER_THREAD))  # named in the producer thread
+    runner = ss.Stream(0, 2, StreamKind.PER_THREAD)
+    mirror.on_input_write(0x1000, producer, 0)
+    with pytest.raises(ss.RaceError, match="per-thread stream of thread"):
+        mirror.on_launch(runner, "SDK.transfer", [0x1000], [], 0)

@@ -357,7 +357,7 @@ class SimBackend:
     def _per_thread_state(self, device: int) -> _StreamState:
         """The calling thread's per-thread default stream of ``device`` (made on its first use, as CUDA
         makes it when a thread first names handle 2)."""
-        thread = getattr(self._local, "freeing_thread", 0) or _thread_token()
+        thread = getattr(self._local, "acting_thread", 0) or _thread_token()
         state = self._per_thread.get((device, thread))
         if state is None:
             self._check_device(device, "the per-thread stream")
@@ -436,6 +436,19 @@ class SimBackend:
             self._check_device(device, "the legacy stream")  # raises: a device the model does not have
             raise
 
+    @contextlib.contextmanager
+    def acting_as(self, thread: int) -> Iterator[None]:
+        """Inside the block, work this thread issues on a per-thread stream goes to the per-thread stream of
+        ``thread`` (a :func:`~streamsafe.streams.thread_token`; 0: this thread's), as if that thread issued
+        it: what a recorder of another thread's work needs (torch's allocator recording its events in the
+        thread that freed a block; sanitize mode replaying a producer thread's writes)."""
+        saved = getattr(self._local, "acting_thread", 0)
+        self._local.acting_thread = thread
+        try:
+            yield
+        finally:
+            self._local.acting_thread = saved
+
     def per_thread_stream(self, device: int = 0) -> Stream:
         """The calling thread's per-thread default stream of ``device`` (DLPack's ``2``): it does not
         synchronise with other blocking streams (H11), nor with other threads' per-thread streams. As
@@ -466,9 +479,16 @@ class SimBackend:
             return current
 
     def current_stream(self, device: int | None = None) -> Stream:
-        """This thread's current stream (set with :meth:`use_stream`), else the legacy stream."""
+        """This thread's current stream (set with :meth:`use_stream`), else the legacy stream. A per-thread
+        stream made current is this thread's, whichever thread named it (as torch's current stream of
+        handle 2 is, read in each thread)."""
         dev = self.current_device() if device is None else device
-        return self._current().get(dev) or self.legacy_stream(dev)
+        stream = self._current().get(dev)
+        if stream is None:
+            return self.legacy_stream(dev)
+        if stream.thread and stream.thread != _thread_token():
+            return self.per_thread_stream(stream.device)
+        return stream
 
     @contextlib.contextmanager
     def use_stream(self, stream: Stream) -> Iterator[Stream]:
@@ -588,14 +608,11 @@ class SimBackend:
                 if buf.freed:
                     continue  # released by free(): the SDK's memory, never pooled
                 events = []
-                self._local.freeing_thread = thread  # (a per-thread stream here is the freeing thread's)
-                try:
+                with self.acting_as(thread):  # (a per-thread stream here is the freeing thread's)
                     for stream in recorded:
                         event = self._pool.acquire(stream.device)
                         self._record(event, stream)
                         events.append(event)
-                finally:
-                    self._local.freeing_thread = 0
                 key = (_pool_stream(alloc), tuple(buf.data.shape), buf.data.dtype.str)
                 self._free_blocks.setdefault(key, []).append((buf, events))
         finally:

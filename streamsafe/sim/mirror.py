@@ -104,7 +104,8 @@ class Mirror(hooks.Observer):
                 if s.kind is StreamKind.LEGACY:
                     mirror = self.sim.legacy_stream(s.device)
                 elif s.kind is StreamKind.PER_THREAD:
-                    mirror = self.sim.per_thread_stream(s.device)
+                    with self.sim.acting_as(s.thread):  # that thread's, whichever thread reports it
+                        mirror = self.sim.per_thread_stream(s.device)
                 else:
                     mirror = self.sim.create_stream(non_blocking=s.kind is StreamKind.NON_BLOCKING, device=s.device)
                 self._streams[s.key] = mirror
@@ -166,7 +167,8 @@ class Mirror(hooks.Observer):
             read_mirrors = [self.buffer(k, device) for k in reads if k is not None]
             write_mirrors = [self._reallocated(k, device) for k in writes if k is not None]
             self._seen_writes.update(k for k in writes if k is not None)
-        self.sim.launch(self.stream(stream), name, reads=read_mirrors, writes=write_mirrors)
+        with self.sim.acting_as(_thread_of(stream)):
+            self.sim.launch(self.stream(stream), name, reads=read_mirrors, writes=write_mirrors)
 
     def on_host_write(self, key: Any, name: str, device: int) -> None:
         if key is None or isinstance(key, SimBuffer):
@@ -186,12 +188,14 @@ class Mirror(hooks.Observer):
             return  # its producer reports its own writes (a lab, an instrumented kernel): no assumed write
         with self._lock:
             mirror = self._reallocated(key, device)
-        self.sim.launch(self.stream(producer), "producer.write", writes=[mirror])
+        with self.sim.acting_as(_thread_of(producer)):  # (a declared producer thread's stream 2: that thread's)
+            self.sim.launch(self.stream(producer), "producer.write", writes=[mirror])
 
     def on_output_read(self, key: Any, consumer: Any, device: int) -> None:
         if key is None or isinstance(key, SimBuffer) or _is_model(consumer):
             return
-        self.sim.launch(self.stream(consumer), "consumer.copy (import)", reads=[self.buffer(key, device)])
+        with self.sim.acting_as(_thread_of(consumer)):
+            self.sim.launch(self.stream(consumer), "consumer.copy (import)", reads=[self.buffer(key, device)])
 
     # -- what contract.py calls today (thin wrappers over the hooks) --------------------------------
 
@@ -206,6 +210,11 @@ class Mirror(hooks.Observer):
         if isinstance(contract.backend, SimBackend):
             return  # the model already sees the real accesses
         self.on_output_read(capsule_data_key(image._capsule), consumer, consumer.device)
+
+
+def _thread_of(stream: Any) -> int:
+    """The thread whose per-thread stream ``stream`` is (0 for any other stream: the reporting thread's rule)."""
+    return getattr(stream, "thread", 0) or 0
 
 
 def _is_model(stream: Any) -> bool:

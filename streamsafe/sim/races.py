@@ -69,10 +69,15 @@ class Race:
         if self.first.where == "host" or self.second.where == "host":
             waiter = self.second.where if self.first.where == "host" else "the host"
             return f"make {waiter} wait for {self.first.where} (a host wait on an event recorded after {self.first.op!r})"
-        return (
+        fix = (
             f"record an event on {self.first.where} after {self.first.op!r} "
             f"and make {self.second.where} wait on it before {self.second.op!r}"
         )
+        if self.first.where.startswith("per-thread stream of thread") and self.second.where.startswith("per-thread stream of thread"):
+            # two threads' per-thread streams: handle 2 names the issuing thread's, so the record belongs in the first thread
+            fix += (" (record it in the first thread, where 2 names its stream; or, from the second thread, on the legacy "
+                    "stream, which follows every thread's per-thread stream)")
+        return fix
 
     def __str__(self) -> str:
         if self.kind == "stale-view":
