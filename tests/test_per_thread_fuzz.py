@@ -10,7 +10,6 @@ race; without fences (``none``) the same pipelines race.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -20,63 +19,29 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streamsafe as ss
-from streamsafe.testing import TrueHDR
-from streamsafe.testing import _kernels as K
+from _per_thread import in_thread, make_hdr, take_turns, wrong_and_races
 
 SDK_KINDS = ["int 2", "stream 2", "non-blocking", "blocking", "legacy", "current"]
 CONSUMER_KINDS = ["per-thread", "non-blocking", "legacy"]
 THREADINGS = ["one thread", "two taking turns", "a thread per frame"]
 
 
-def expected(data: np.ndarray) -> np.ndarray:
-    return K.tone_map_hdr(np, data, contrast=100, saturation=100, middle_gray=50, luminance=650)
-
-
 def spread(frames: int, step: Callable[[int], None], threading_mode: str) -> None:
+    """``step(frame)`` for every frame: in this thread, in two threads taking turns, or each in a new thread."""
     if threading_mode == "one thread":
         for i in range(frames):
             step(i)
-        return
-    errors: list[BaseException] = []
-    if threading_mode == "a thread per frame":
-        for i in range(frames):
-            t = threading.Thread(target=lambda i=i: _collect(errors, step, i))
-            t.start()
-            t.join()
+    elif threading_mode == "two taking turns":
+        take_turns(frames, step)
     else:
-        turns = [threading.Event() for _ in range(frames + 1)]
-
-        def worker(parity: int) -> None:
-            for i in range(parity, frames, 2):
-                turns[i].wait()
-                try:
-                    if not errors:
-                        _collect(errors, step, i)
-                finally:
-                    turns[i + 1].set()
-
-        threads = [threading.Thread(target=worker, args=(p,)) for p in (0, 1)]
-        for t in threads:
-            t.start()
-        turns[0].set()
-        for t in threads:
-            t.join()
-    if errors:
-        raise errors[0]
-
-
-def _collect(errors: list[BaseException], step: Callable[[int], None], i: int) -> None:
-    try:
-        step(i)
-    except BaseException as e:  # handed to the test's thread
-        errors.append(e)
+        for i in range(frames):
+            in_thread(lambda i=i: step(i))
 
 
 def pipeline(strategy: str, sdk_kind: str, consumer_kind: str, threading_mode: str, every: int, frames: int = 6) -> tuple[int, int]:
     """Returns (wrong frames, races)."""
     sim = ss.SimBackend(scheduler="adversarial")
-    fx = TrueHDR(backend=sim)
-    fx.load()
+    fx = make_hdr(sim)
     sdk: Any = {"int 2": 2, "stream 2": sim.per_thread_stream(), "non-blocking": sim.create_stream(non_blocking=True),
                 "blocking": sim.create_stream(), "legacy": sim.legacy_stream(), "current": None}[sdk_kind]
     c = ss.StreamContract(fx, sdk, strategy=strategy, allow_none=strategy == "none")
@@ -98,9 +63,7 @@ def pipeline(strategy: str, sdk_kind: str, consumer_kind: str, threading_mode: s
 
     spread(frames, step, threading_mode)
     c.close()
-    sim.synchronize_device()
-    wrong = sum(not np.array_equal(sim.download(cp, sim.legacy_stream()), expected(datas[i])) for i, cp in copies.items())
-    return wrong, len(sim.races)
+    return wrong_and_races(sim, ((cp, datas[i]) for i, cp in copies.items()))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 from typing import Any
-from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -22,8 +21,7 @@ import pytest
 import streamsafe as ss
 from streamsafe import ledger as ledger_module, program as program_module
 from streamsafe.streams import StreamKind, implicitly_ordered, issuable, on_this_thread, thread_token
-from streamsafe.testing import TrueHDR
-from streamsafe.testing import _kernels as K
+from _per_thread import expected, in_thread, make_hdr, run_threads, take_turns, wrong_and_races
 
 FENCED = ["auto", "event", "async", "stream", "device"]
 
@@ -31,24 +29,6 @@ FENCED = ["auto", "event", "async", "stream", "device"]
 @pytest.fixture
 def sim() -> ss.SimBackend:
     return ss.SimBackend(scheduler="adversarial")
-
-
-def in_thread(fn: Callable[[], Any]) -> Any:
-    """``fn()`` run in a new thread (joined); its result or its exception."""
-    box: dict[str, Any] = {}
-
-    def body() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # handed back to the test
-            box["error"] = e
-
-    t = threading.Thread(target=body)
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
 
 
 def write(sim: ss.SimBackend, arr: Any, data: np.ndarray, stream: ss.Stream, name: str = "producer.write") -> None:
@@ -136,45 +116,6 @@ def test_issuable_and_on_this_thread(sim: ss.SimBackend) -> None:
 # -- one effect, two threads --------------------------------------------------------------------------------
 
 
-def make_hdr(sim: ss.SimBackend) -> Any:
-    """A loaded ``TrueHDR``: its output is written on the run stream (no conversion on stream 0, which
-    CUDA would order with every per-thread stream)."""
-    fx = TrueHDR(backend=sim)
-    fx.load()
-    return fx
-
-
-def expected(data: np.ndarray) -> np.ndarray:
-    return K.tone_map_hdr(np, data, contrast=100, saturation=100, middle_gray=50, luminance=650)
-
-
-def take_turns(frames: int, step: Callable[[int], None]) -> None:
-    """``step(frame)`` for frames 0, 1, ... alternately in two threads: frame i runs in thread i % 2,
-    after frame i - 1 returned on the host (nothing orders their device work)."""
-    turns = [threading.Event() for _ in range(frames + 1)]
-    errors: list[BaseException] = []
-
-    def worker(parity: int) -> None:
-        for i in range(parity, frames, 2):
-            turns[i].wait()
-            try:
-                if not errors:
-                    step(i)
-            except BaseException as e:
-                errors.append(e)
-            finally:
-                turns[i + 1].set()
-
-    threads = [threading.Thread(target=worker, args=(p,)) for p in (0, 1)]
-    for t in threads:
-        t.start()
-    turns[0].set()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-
-
 def readers_on_per_thread_streams(sim: ss.SimBackend, strategy: str, frames: int = 12) -> tuple[int, int]:
     """Each thread imports and copies the output on its own per-thread stream; the SDK has a stream of its own.
     Returns (wrong frames, races)."""
@@ -193,9 +134,7 @@ def readers_on_per_thread_streams(sim: ss.SimBackend, strategy: str, frames: int
             copies[i] = sim.copy(sim.from_dlpack(out.image, stream=pt), pt, name=f"consumer.copy {i}")
 
     take_turns(frames, step)
-    sim.synchronize_device()
-    wrong = sum(not np.array_equal(sim.download(cp, sim.legacy_stream()), expected(d)) for cp, d in zip(copies, datas))
-    return wrong, len(sim.races)
+    return wrong_and_races(sim, zip(copies, datas))
 
 
 @pytest.mark.parametrize("strategy", FENCED)
@@ -241,9 +180,7 @@ def sdk_on_per_thread_streams(sim: ss.SimBackend, strategy: str, how: str, frame
                 copies[i] = sim.copy(sim.from_dlpack(out.image, stream=consumers[i]), consumers[i], name=f"consumer.copy {i}")
 
     take_turns(frames, step)
-    sim.synchronize_device()
-    wrong = sum(not np.array_equal(sim.download(cp, sim.legacy_stream()), expected(datas[i])) for i, cp in copies.items())
-    return wrong, len(sim.races)
+    return wrong_and_races(sim, ((cp, datas[i]) for i, cp in copies.items()))
 
 
 @pytest.mark.parametrize("how", ["declared", "stream_ptr"])
@@ -310,14 +247,8 @@ def producer_thread_declared_input(sim: ss.SimBackend, strategy: str, frames: in
             copies.append(sim.copy(sim.from_dlpack(out.image, stream=consumer), consumer, name=f"copy {i}"))
             consumed[i].set()
 
-    threads = [threading.Thread(target=producer, name="P"), threading.Thread(target=runner, name="R")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    sim.synchronize_device()
-    wrong = sum(not np.array_equal(sim.download(cp, sim.legacy_stream()), expected(d)) for cp, d in zip(copies, datas))
-    return wrong, len(sim.races)
+    run_threads(P=producer, R=runner)
+    return wrong_and_races(sim, zip(copies, datas))
 
 
 @pytest.mark.parametrize("strategy", [*FENCED, "none"])
@@ -365,14 +296,8 @@ def consumer_thread_declared_consumer(sim: ss.SimBackend, strategy: str, frames:
                 outs[i] = box["c"].run(x)
             produced[i].set()
 
-    threads = [threading.Thread(target=consumer, name="C"), threading.Thread(target=runner, name="R")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    sim.synchronize_device()
-    wrong = sum(not np.array_equal(sim.download(cp, sim.legacy_stream()), expected(d)) for cp, d in zip(copies, datas))
-    return wrong, len(sim.races)
+    run_threads(C=consumer, R=runner)
+    return wrong_and_races(sim, zip(copies, datas))
 
 
 @pytest.mark.parametrize("strategy", [*FENCED, "none"])

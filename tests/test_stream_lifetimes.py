@@ -45,15 +45,21 @@ def frame(sim: ss.SimBackend) -> Any:
     return x
 
 
+def run_on_a_declared_stream(sim: ss.SimBackend, sr: Any) -> tuple[ss.StreamContract, weakref.ref[FrameworkStream]]:
+    """One run of a contract declared with a stream object only the contract holds; the contract, and a
+    weak reference to the object."""
+    holder = FrameworkStream(sim.create_stream(non_blocking=True))
+    c = ss.StreamContract(sr, holder, strategy="event")
+    c.run(frame(sim))
+    return c, weakref.ref(holder)
+
+
 def test_a_contracts_declared_stream_is_held_until_the_next_run_fenced_it() -> None:
     """A contract per clip, dropped without close(): its stream object lives until the next clip's first run."""
     sim = ss.SimBackend()
     sr = make_sr(sim)
-    holder = FrameworkStream(sim.create_stream(non_blocking=True))
-    gone = weakref.ref(holder)
-    c = ss.StreamContract(sr, holder, strategy="event")
-    c.run(frame(sim))
-    del c, holder
+    c, gone = run_on_a_declared_stream(sim, sr)
+    del c
     gc.collect()
     assert gone() is not None, "the previous run's SDK stream must outlive the next run's wait on it"
     c2 = ss.StreamContract(sr, FrameworkStream(sim.create_stream(non_blocking=True)), strategy="event")
@@ -66,13 +72,9 @@ def test_a_contracts_declared_stream_is_held_until_the_next_run_fenced_it() -> N
 
 def test_a_release_lets_the_declared_stream_go() -> None:
     sim = ss.SimBackend()
-    sr = make_sr(sim)
-    holder = FrameworkStream(sim.create_stream(non_blocking=True))
-    gone = weakref.ref(holder)
-    c = ss.StreamContract(sr, holder, strategy="event")
-    c.run(frame(sim))
+    c, gone = run_on_a_declared_stream(sim, make_sr(sim))
     c.synchronize()  # the host waited for the SDK's streams: no later run needs them
-    del c, holder
+    del c
     gc.collect()
     assert gone() is None
 
