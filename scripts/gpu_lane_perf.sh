@@ -147,15 +147,6 @@ if [ "$PART" = close ]; then  # the last check of a session: every GPU test, the
     cat "$L/multi-gpu-bench.txt"; tail -3 "$L/multi-gpu-bench.err"
   fi
 fi
-if [ "$PART" = after ]; then  # the second call of a closing pair: the host costs, then the independent race check (GPU_LANE_CHECK_S)
-  timeout 50 python3 benchmarks/contract_overhead.py --blocks 12 --json "$L/contract_overhead.json" > "$L/contract_overhead.txt" 2>&1
-  grep -E "^(raw effect|contract.run\(\) \+ out|hand, same fences \+ raw capsule import \[)" "$L/contract_overhead.txt"
-  for i in 1 2; do timeout 50 python3 benchmarks/effect_host_cost.py > "$L/effect_host_cost-$i.txt" 2>&1; done
-  grep -H -E "^(Video|True)" "$L"/effect_host_cost-*.txt | cut -c1-150
-  BUDGET_S=${GPU_LANE_CHECK_S:-90} FRAMES=2700 CONTROL_FRAMES=1350 timeout $(( ${GPU_LANE_CHECK_S:-90} + 60 )) \
-    python3 docs/runs/2026-11-30-independent-check/race_check.py > "$L/race_check.txt" 2>&1 || rc=1
-  tail -12 "$L/race_check.txt"
-fi
 if [ "$PART" = native ]; then  # the C extension: every GPU test with it; then each host cost with it and without, alternating
   STREAMSAFE_FUZZ_FRAMES=1000 STREAMSAFE_FUZZ_CONTROL_FRAMES=500 STREAMSAFE_SOAK_FRAMES=1000 STREAMSAFE_MULTI_GPU_SOAK_FRAMES=3000 \
     timeout 300 python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu > "$L/pytest-gpu.txt" 2>&1 || rc=1
@@ -168,11 +159,16 @@ if [ "$PART" = native ]; then  # the C extension: every GPU test with it; then e
   grep -H -E "^(raw effect|contract.run\(\) \+ out|hand, same fences \+ raw capsule import \[)" "$L"/contract_overhead-*.txt | cut -c1-150
   grep -H -E "^(Video|True)" "$L"/effect_host_cost-*.txt | cut -c1-150
 fi
-if [ "$PART" = close ] && [ -n "${GPU_LANE_HOST_COSTS:-}" ]; then  # close, then the host costs (C extension in use)
+if { [ "$PART" = close ] && [ -n "${GPU_LANE_HOST_COSTS:-}" ]; } || [ "$PART" = after ]; then  # the host costs (C extension in use)
   timeout 50 python3 benchmarks/contract_overhead.py --blocks 12 --json "$L/contract_overhead.json" > "$L/contract_overhead.txt" 2>&1
   grep -E "^(raw effect|contract.run\(\) \+ out|hand, same fences \+ raw capsule import \[)" "$L/contract_overhead.txt"
   for i in 1 2; do timeout 50 python3 benchmarks/effect_host_cost.py > "$L/effect_host_cost-$i.txt" 2>&1; done
   grep -H -E "^(Video|True)" "$L"/effect_host_cost-*.txt | cut -c1-150
+fi
+if [ "$PART" = after ]; then  # a second closing call: the host costs above, then the independent race check (GPU_LANE_CHECK_S)
+  BUDGET_S=${GPU_LANE_CHECK_S:-90} FRAMES=2700 CONTROL_FRAMES=1350 timeout $(( ${GPU_LANE_CHECK_S:-90} + 60 )) \
+    python3 docs/runs/2026-11-30-independent-check/race_check.py > "$L/race_check.txt" 2>&1 || rc=1
+  tail -12 "$L/race_check.txt"
 fi
 if [ "$PART" = measure ]; then  # after a hot-path change (second call); GPU_LANE_TESTS: GPU test files to run first
   if [ -n "${GPU_LANE_TESTS:-}" ]; then

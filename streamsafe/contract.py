@@ -183,13 +183,11 @@ class StreamContract:
 
     @property
     def _sdk_fixed(self) -> Stream | None:
-        s = self._declared_sdk
-        return s if s is None or not s.thread else on_this_thread(s)
+        return None if self._declared_sdk is None else on_this_thread(self._declared_sdk)
 
     @property
     def _conversion_spec(self) -> Stream:
-        s = self._declared_conversion
-        return s if not s.thread else on_this_thread(s)
+        return on_this_thread(self._declared_conversion)
 
     @property
     def conversion_stream(self) -> Stream | None:
@@ -821,7 +819,7 @@ def _kept_alive_kind(a: Any) -> bool:
 
 def _is_framework_stream(obj: Any) -> bool:
     """A stream object of torch, CuPy or cuda.core (destroyed when it goes; it holds no effect)."""
-    return type(obj).__module__.partition(".")[0] in ("torch", "cupy", "cuda")
+    return framework_of(obj) in ("torch", "cupy") or (type(obj).__module__ or "").startswith("cuda.")
 
 
 def _restore_counters(stats: dict[str, int], counted: dict[str, int]) -> None:

@@ -534,25 +534,29 @@ class Ledger:
             # lives as long as the context too, but handle 2 names another stream in each thread: never
             # known by its handle (as_stream names it for the thread that asks, with no driver query)
             return
-        declared = self.declared.get(consumer)
-        if declared is not None:  # a contract's declared stream: its object, whoever's current stream it is
-            self.holds[consumer] = declared
+        # a contract's declared stream: its object, whoever's current stream it is; else the framework's
+        # current stream object when it is this stream
+        obj = self.declared.get(consumer)
+        if obj is None:
+            obj = self._current_stream_object(consumer.handle)
+        if obj is not None:
+            self.holds[consumer] = obj
             self.known[consumer.handle] = consumer
-            return
+
+    def _current_stream_object(self, handle: int) -> Any:
+        """CuPy's or torch's current stream object on the effect's device when its handle is ``handle``, else
+        ``None``. Does not block."""
         cupy = sys.modules.get("cupy")  # (None where a program blocked the import)
         if cupy is not None:
             current = cupy.cuda.get_current_stream()
-            if current.ptr == consumer.handle:
-                self.holds[consumer] = current
-                self.known[consumer.handle] = consumer
-                return
+            if current.ptr == handle:
+                return current
         torch = sys.modules.get("torch")
-        if torch is not None:
-            if torch.cuda.is_initialized():
-                current = torch.cuda.current_stream(self.device)
-                if current.cuda_stream == consumer.handle:
-                    self.holds[consumer] = current
-                    self.known[consumer.handle] = consumer
+        if torch is not None and torch.cuda.is_initialized():
+            current = torch.cuda.current_stream(self.device)
+            if current.cuda_stream == handle:
+                return current
+        return None
 
     def _release_holds(self) -> None:
         if self.holds:
