@@ -6,4 +6,4 @@ through ``ctypes`` instead (``streamsafe doctor`` says which it uses).
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("streamsafe._native", ["streamsafe/_native.c"], optional=True)])
+setup(ext_modules=[Extension("streamsafe._native", ["streamsafe/_native.c", "streamsafe/_replay.c"], depends=["streamsafe/_replay.h"], optional=True)])

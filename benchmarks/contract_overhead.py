@@ -17,6 +17,8 @@ stream 0 converts. For each strategy (``event``; ``auto``, which picks ``async``
   (:mod:`streamsafe.bench.hand`: ``hand-sync`` beside ``event``, ``hand`` beside ``auto``);
 * ``contract.run() + out.torch(copy=False) view`` beside ``hand, same fences + raw capsule import``:
   the zero-copy helper, ordered as ``torch.from_dlpack(out.image)`` is, importing a raw capsule;
+* ``contract.run() + out.torch(copy=False) view, Python replay``: the same with the steady-state frame in
+  Python (the C extension's ``replay`` and ``import_output`` switched off for that row's blocks only);
 * ``contract.run() + out.torch() copy`` beside ``hand, same fences + raw capsule import + clone``:
   the copy helper, which asks for the capsule on torch's current stream itself and imports it as a
   raw capsule (no producer object for torch to ask its current stream of).
@@ -35,10 +37,11 @@ every raw sample kept.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -98,6 +101,22 @@ class _Producer:
         return self._capsule
 
 
+@contextlib.contextmanager
+def python_replay() -> Iterator[None]:
+    """The steady-state frame in Python (:meth:`StreamContract._replay` and ``SafeImage.__dlpack__``'s own
+    lines) instead of the C extension's ``replay`` and ``import_output``: the row beside it shows what the
+    C half saves, in one process."""
+    import streamsafe.contract as contract
+    import streamsafe.outputs as outputs
+
+    saved = contract._NATIVE_REPLAY, outputs.native_import
+    contract._NATIVE_REPLAY = outputs.native_import = None
+    try:
+        yield
+    finally:
+        contract._NATIVE_REPLAY, outputs.native_import = saved
+
+
 @dataclass
 class OverheadResult:
     samples_us: dict[str, list[float]] = field(default_factory=dict)
@@ -126,6 +145,9 @@ class OverheadResult:
             )
             out[f"contract + out.torch(copy=False) - hand, same fences + import [{s}] (us)"] = (
                 m(f"contract.run() + out.torch(copy=False) view [{s}]") - m(f"hand, same fences + raw capsule import [{s}]")
+            )
+            out[f"contract + out.torch(copy=False), Python replay - hand, same fences + import [{s}] (us)"] = (
+                m(f"contract.run() + out.torch(copy=False) view, Python replay [{s}]") - m(f"hand, same fences + raw capsule import [{s}]")
             )
             out[f"contract + out.torch() - hand, same fences + import + clone [{s}] (us)"] = (
                 m(f"contract.run() + out.torch() copy [{s}]") - m(f"hand, same fences + raw capsule import + clone [{s}]")
@@ -191,6 +213,7 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
     result = OverheadResult()
     result.environment = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)}
     keep: list[Any] = []
+    python_rows: list[str] = []
     from_dlpack = torch.from_dlpack
 
     raw_fx = PlainNullSuperRes(out_buf)
@@ -217,13 +240,14 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
     fences["raw effect.run()"] = fences["raw capsule import"] = fences["raw run + producer-object import"] = 0
 
     for strategy in ("event", "auto"):
-        fx, fx_import, fx_copy, fx_view = (NullSuperRes(out_buf) for _ in range(4))
+        fx, fx_import, fx_copy, fx_view, fx_py = (NullSuperRes(out_buf) for _ in range(5))
         with torch.cuda.stream(side):
             c = ss.StreamContract(fx, side, strategy=strategy)
             c_import = ss.StreamContract(fx_import, side, strategy=strategy)
             c_copy = ss.StreamContract(fx_copy, side, strategy=strategy)
             c_view = ss.StreamContract(fx_view, side, strategy=strategy)
-        keep += [fx, fx_import, fx_copy, fx_view, c, c_import, c_copy, c_view]
+            c_py = ss.StreamContract(fx_py, side, strategy=strategy)
+        keep += [fx, fx_import, fx_copy, fx_view, fx_py, c, c_import, c_copy, c_view, c_py]
         result.plans[strategy] = str(c.plan)
         import_name = f"import: out.image [{strategy}]"
 
@@ -296,6 +320,8 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
         rows[f"hand, same fences + raw capsule import [{strategy}]"] = hand_same
         rows[f"hand, minimal + raw capsule import [{strategy}]"] = hand_minimal
         rows[f"contract.run() + out.torch(copy=False) view [{strategy}]"] = contract_view
+        rows[f"contract.run() + out.torch(copy=False) view, Python replay [{strategy}]"] = functools.partial(contract_view, c_py)
+        python_rows.append(f"contract.run() + out.torch(copy=False) view, Python replay [{strategy}]")
         rows[f"contract.run() + out.torch() copy [{strategy}]"] = contract_copy
         rows[f"hand, same fences + raw capsule import + clone [{strategy}]"] = functools.partial(hand_same, copy=True)
         fences[f"hand, same fences + raw capsule import + clone [{strategy}]"] = len(before) + len(after) + len(at_import)
@@ -307,7 +333,9 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
         with torch.cuda.stream(side):
             for row, contract, label in ((contract_run, c, "contract.run()"), (contract_import, c_import, "contract.run() + out.image import"),
                                          (contract_copy, c_copy, "contract.run() + out.torch() copy"),
-                                         (contract_view, c_view, "contract.run() + out.torch(copy=False) view")):
+                                         (contract_view, c_view, "contract.run() + out.torch(copy=False) view"),
+                                         (functools.partial(contract_view, c_py), c_py,
+                                          "contract.run() + out.torch(copy=False) view, Python replay")):
                 for _ in range(3):
                     row()
                 start = contract.stats["fences"]
@@ -327,7 +355,8 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
     with torch.cuda.stream(side):
         timers.flush()  # drop the checks' timings
         timers.flushes = 0
-        result.samples_us = interleave(rows, blocks=blocks, per_block=per_block, warmup=warmup, sync=sync)
+        result.samples_us = interleave(rows, blocks=blocks, per_block=per_block, warmup=warmup, sync=sync,
+                                       contexts={name: python_replay for name in python_rows})
     result.import_samples_us = timers.samples
     result.fences_per_frame = fences
     torch.cuda.synchronize()

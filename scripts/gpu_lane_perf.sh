@@ -13,6 +13,7 @@
 #   GPU_LANE_PART=after bash scripts/gpu_lane_perf.sh   # a second closing call: the host costs and the independent race check
 #   GPU_LANE_PART=emulator bash scripts/gpu_lane_perf.sh  # after a change to the emulated SDK: its GPU tests, its host cost, the scenarios it bounds
 #   GPU_LANE_PART=native bash scripts/gpu_lane_perf.sh    # the C extension: every GPU test with it, host costs with it and without (alternating)
+#   GPU_LANE_PART=replay bash scripts/gpu_lane_perf.sh    # the C replay: every GPU test (shorter soaks), the overhead with the Python replay beside it, g-host and server-8
 # GPU_LANE_AB=DIR (any part, first): python_overhead, contract_overhead and effect_host_cost of an older tree's package under DIR beside this one's
 # Everything lands in ONE file, $OUT/lane.tgz (folder lane/). Runs on one GPU too (the two-GPU parts then skip).
 set -uo pipefail
@@ -23,7 +24,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLA_PYTHON_
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,memory.used --format=csv > "$L/gpu-$PART.txt" 2>&1
 python3 -c "import torch, cupy, jax; print('torch', torch.__version__, 'cupy', cupy.__version__, 'jax', jax.__version__, 'gpus', torch.cuda.device_count())" >> "$L/gpu-$PART.txt" 2>&1
 # the C extension (streamsafe._native), built in place for this machine's Python (the tree carries no build of it)
-{ python3 setup.py build_ext --inplace -q || gcc -O2 -shared -fPIC $(python3-config --includes) streamsafe/_native.c \
+{ python3 setup.py build_ext --inplace -q || gcc -O2 -shared -fPIC $(python3-config --includes) streamsafe/_native.c streamsafe/_replay.c \
     -o "streamsafe/_native$(python3-config --extension-suffix)"; } > "$L/build-native-$PART.txt" 2>&1
 python3 -c "from streamsafe import _accel; print('C extension (streamsafe._native):', _accel.native_status())" >> "$L/gpu-$PART.txt" 2>&1
 cat "$L/gpu-$PART.txt"
@@ -158,6 +159,19 @@ if [ "$PART" = native ]; then  # the C extension: every GPU test with it; then e
   done; done
   grep -H -E "^(raw effect|contract.run\(\) \+ out|hand, same fences \+ raw capsule import \[)" "$L"/contract_overhead-*.txt | cut -c1-150
   grep -H -E "^(Video|True)" "$L"/effect_host_cost-*.txt | cut -c1-150
+fi
+if [ "$PART" = replay ]; then  # the steady-state frame in C: every GPU test with it, then its cost beside the Python one's
+  STREAMSAFE_FUZZ_FRAMES=${STREAMSAFE_FUZZ_FRAMES:-600} STREAMSAFE_FUZZ_CONTROL_FRAMES=${STREAMSAFE_FUZZ_CONTROL_FRAMES:-300} \
+  STREAMSAFE_SOAK_FRAMES=${STREAMSAFE_SOAK_FRAMES:-600} STREAMSAFE_MULTI_GPU_SOAK_FRAMES=${STREAMSAFE_MULTI_GPU_SOAK_FRAMES:-2000} \
+    timeout "${GPU_LANE_TEST_TIMEOUT:-280}" python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu > "$L/pytest-gpu.txt" 2>&1 || rc=1
+  grep -E "FAILED|ERROR|passed|failed|soak|fuzz|per-thread|per frame|per clip" "$L/pytest-gpu.txt" | cut -c1-300 | tail -30
+  for i in 1 2; do
+    timeout 70 python3 benchmarks/contract_overhead.py --blocks 12 --json "$L/contract_overhead-$i.json" > "$L/contract_overhead-$i.txt" 2>&1
+  done
+  grep -H -E "^(raw effect|contract.run\(\) \+ out|hand, same fences \+ raw capsule import \[)|torch\(copy=False\)" "$L"/contract_overhead-*.txt | cut -c1-150
+  timeout 120 python3 -m streamsafe bench --backend cuda --scenario g-host,server-8 --frames 200 --warmup 20 --block 20 \
+    --json "$L/bench-replay.json" > "$L/bench-replay.txt" 2>&1 || rc=1
+  grep -E "^(g-host|server)" "$L/bench-replay.txt"
 fi
 if { [ "$PART" = close ] && [ -n "${GPU_LANE_HOST_COSTS:-}" ]; } || [ "$PART" = after ]; then  # the host costs (C extension in use)
   timeout 50 python3 benchmarks/contract_overhead.py --blocks 12 --json "$L/contract_overhead.json" > "$L/contract_overhead.txt" 2>&1

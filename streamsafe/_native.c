@@ -17,6 +17,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "_replay.h"
+
 typedef int (*record_fn)(void *event, void *stream);
 typedef int (*wait_fn)(void *stream, void *event, unsigned int flags);
 typedef int (*ctx_current_fn)(void **ctx);
@@ -251,7 +253,7 @@ PyDoc_STRVAR(capsule_data_doc,
 "capsule_data(capsule) -> int | None: the data pointer of an unconsumed dltensor(_versioned) capsule,\n"
 "read in place; None for anything else, and for a NULL data pointer.");
 
-static PyObject *native_capsule_data(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *native_capsule_data(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (check_args(nargs, 1, "capsule_data")) return NULL;
     DLTensorLayout *t = dltensor_of(args[0]);
     if (t == NULL) Py_RETURN_NONE;
@@ -314,6 +316,9 @@ static PyMethodDef native_methods[] = {
     {"run_fences", (PyCFunction)(void (*)(void))native_run_fences, METH_FASTCALL, run_fences_doc},
     {"capsule_data", (PyCFunction)(void (*)(void))native_capsule_data, METH_FASTCALL, capsule_data_doc},
     {"read_capsule", (PyCFunction)(void (*)(void))native_read_capsule, METH_FASTCALL, read_capsule_doc},
+    {"bind_replay", (PyCFunction)(void (*)(void))native_bind_replay, METH_FASTCALL, bind_replay_doc},
+    {"replay", (PyCFunction)(void (*)(void))native_replay, METH_FASTCALL, replay_doc},
+    {"import_output", (PyCFunction)(void (*)(void))native_import_output, METH_FASTCALL, import_output_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -32,15 +32,16 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from ._env import SANITIZE_MEANING as _SANITIZE_MEANING, env_flag
-from . import guarding, hooks, steady
-from ._dlpack import DLPACK_CPU, DLPACK_CUDA, SimCapsule, check_input_device, require_cuda_input, stream_on_device
+from . import guarding, hooks, outputs, steady
+from ._dlpack import DLPACK_CPU, DLPACK_CUDA, SimCapsule, capsule_data_key, check_input_device, require_cuda_input, stream_on_device
 from .backend import Backend, SimBackend, current_backend
 from .sim import mirror
 from .sim.backend import SimArray, another_models_array
 from .errors import EffectConfigError, EffectStateError, HostArrayError, InputArrayError, MissingCallError, NotAnEffectError, StreamsafeError, UnguardedChangeError
 from .frameworks import framework_of, torch_current_stream_handle
 from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, releases_output, shape_of, tracked_raw_call, tracked_setattr
-from .ledger import Ledger, adopt_ledger, apply_fences, forget_ledger, ledger_of, new_stats, view_owner, views_exist
+from ._accel import native
+from .ledger import _VIEWS, Ledger, _prune_views, adopt_ledger, apply_fences, forget_ledger, ledger_of, new_stats, view_owner, views_exist
 from .occupancy import note_run
 from .outputs import SafeImage, SafeOutput
 from .plan import FencePlan, plan_fences
@@ -138,6 +139,9 @@ class StreamContract:
             if existing is None:
                 forget_ledger(effect, self.ledger)  # (refused: the effect is as it was)
             raise
+        self._native_parts = (self.device, self._input, self.backend, self.ledger, *self.ledger._lock_calls,
+                              self._config_getter, self.stats)
+        """What the C replay (``streamsafe/_replay.c``) reads of the contract, in its order (none changes)."""
         for sink in _CONTRACT_SINKS:
             sink.add(self)
 
@@ -269,7 +273,8 @@ class StreamContract:
         # run counts, whatever its strategy; the flag is set under the effect's lock, in the paths below)
         shared = note_run(self.device) and self.strategy is Strategy.AUTO
         if self._recipes and not hooks.observers:
-            out = self._replay(name, args, kwargs, shared)
+            replay = _NATIVE_REPLAY
+            out = replay(self, name, args, shared) if replay is not None and not kwargs else self._replay(name, args, kwargs, shared)
             if out is not None:
                 return out
         return self._call_planned(name, args, kwargs, shared)
@@ -332,7 +337,11 @@ class StreamContract:
         return tuple(facts)
 
     def _replay(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> SafeOutput | None:
-        """Replay a recorded recipe when this call's facts and the ledger's state match one; else ``None``."""
+        """Replay a recorded recipe when this call's facts and the ledger's state match one; else ``None``.
+
+        The C extension does the same for calls without keywords (``streamsafe/_replay.c``: the same
+        steps in the same order; a change here goes there too, and ``tests/test_native_replay.py``
+        runs the same frames through both)."""
         if self.closed:
             return None
         facts = self._facts(name, args, kwargs, shared)
@@ -958,6 +967,29 @@ def _refresh_torch() -> None:
             raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # an int, no stream object
             _RAW_STREAM = raw if raw is not None else functools.partial(torch_current_stream_handle, torch)
             _TORCH_DEVICE = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
+def _bind_native_replay() -> Callable[..., SafeOutput | None] | None:
+    """:meth:`StreamContract._replay` in C (``streamsafe._native.replay``), given the objects it works
+    with; ``None`` without the C extension (or ``STREAMSAFE_NATIVE=0``): the Python method then. Also
+    gives :mod:`streamsafe.outputs` the import's C half (``import_output``)."""
+    module = native()
+    if module is None or not hasattr(module, "import_output"):  # (a build from before them)
+        return None
+    module.bind_replay({
+        "contract_globals": globals(), "steady": steady, "views": _VIEWS, "local": guarding._local,
+        "raw_cache": guarding._raw_cache, "raw_method": guarding.raw_method, "call_raw": call_raw,
+        "SafeOutput": SafeOutput, "SafeImage": SafeImage, "SimArray": SimArray, "SimBackend": SimBackend,
+        "thread_token": thread_token, "restore_counters": _restore_counters, "hooks": hooks,
+        "SimCapsule": SimCapsule, "capsule_data_key": capsule_data_key, "on_this_thread": on_this_thread,
+        "prune_views": _prune_views,
+    })
+    outputs.native_import = module.import_output
+    return module.replay  # type: ignore[no-any-return]
+
+
+_NATIVE_REPLAY = _bind_native_replay()
+"""The C replay of calls without keywords, or ``None`` (then :meth:`StreamContract._replay` does it)."""
 
 
 def stream_contract(effect: Any, stream: Any = None, strategy: Strategy | StrategyName = "auto", **kwargs: Any) -> StreamContract:

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 __all__ = ["SafeImage", "SafeOutput", "JaxDLPackAdapter"]
 
+native_import: Any = None
+"""``SafeImage.__dlpack__`` in C for a consumer stream the ledger knows (``streamsafe._native.import_output``:
+the capsule, or ``None`` when it did nothing), set by :mod:`streamsafe.contract` where the C extension is built."""
+
 _CONSUMED = (
     "this output's capsule was already imported; a DLPack capsule can be consumed once (H9). "
     "Import it once and keep that copy (out.torch(), out.cupy(), out.jax(), out.numpy() each import once), "
@@ -93,6 +97,10 @@ class SafeImage:
         the consumer. Raises :class:`BufferError` on a second import and
         :class:`~streamsafe.errors.StaleOutputError` if the buffer was reused since.
         """
+        if native_import is not None and not copy and dl_device is None:
+            capsule = native_import(self, stream)  # (the same, in C, for a stream the ledger knows)
+            if capsule is not None:
+                return capsule
         if self._consumed:
             raise BufferError(_CONSUMED)
         ledger = self._ledger
@@ -327,8 +335,9 @@ def _framework(name: str, helper: str, extra: str) -> Any:
 def _torch_import(torch: Any, image: SafeImage) -> Any:
     """``torch.from_dlpack(image)``, with the capsule asked for on torch's current stream of the image's
     device here (a raw stream read, no ``torch.cuda.Stream`` object); torch imports the raw capsule."""
-    handle = torch_current_stream_handle(torch, image._device)
-    return torch.from_dlpack(image.__dlpack__(stream=handle or LEGACY_DLPACK))  # DLPack: 1 names stream 0
+    stream = torch_current_stream_handle(torch, image._device) or LEGACY_DLPACK  # DLPack: 1 names stream 0
+    capsule = native_import(image, stream) if native_import is not None else None
+    return torch.from_dlpack(capsule if capsule is not None else image.__dlpack__(stream=stream))
 
 
 def _torch_copy(torch: Any, image: SafeImage) -> Any:

@@ -82,7 +82,7 @@ class FenceProgram:
     2 names that thread's stream); run from another thread, it issues its fences one by one, each
     as that thread must (:func:`~streamsafe.streams.issuable`)."""
 
-    __slots__ = ("fences", "plan", "_backend", "_device", "_bound", "_counts", "_thread", "__weakref__")
+    __slots__ = ("fences", "plan", "_backend", "_device", "_bound", "_counts", "_thread", "native", "__weakref__")
 
     def __init__(self, backend: Any, device: int, fences: tuple[Fence, ...], plan: Any = None) -> None:
         self.fences = fences
@@ -103,6 +103,8 @@ class FenceProgram:
             for f in fences:
                 counts[f.hazard] = counts.get(f.hazard, 0) + 1
             self._counts = tuple(counts.items())
+        self.native = self.parts()
+        """:meth:`parts`, as the C extension's hot path reads them (``streamsafe/_replay.c``)."""
 
     def __call__(self, stats: dict[str, int]) -> None:
         bound = self._bound
@@ -114,6 +116,11 @@ class FenceProgram:
         bound()
         for name, n in self._counts:
             stats[name] = stats.get(name, 0) + n
+
+    def parts(self) -> tuple[Any, ...]:
+        """(whether it has fences, its bound call or ``None``, the thread it is bound for or ``None``, its
+        counts): what the C replay (``streamsafe/_replay.c``) runs it with. A program never changes once made."""
+        return (bool(self.fences), self._bound, self._thread, self._counts)
 
     @property
     def counts_exactly(self) -> bool:

@@ -185,8 +185,10 @@ def test_a_recipe_that_skips_a_fence_is_caught(monkeypatch: pytest.MonkeyPatch) 
             arr = _fresh(sim, _frame(i), s)
             sim.copy(sim.from_dlpack(c.run(arr).image, stream=other), other)
         assert c._recipes
-        for r in c._recipes:
-            r.before = FenceProgram(sim, 0, ())  # the fences before the run: gone
+        c._recipes = [  # the fences before the run: gone (a recipe never changes once made: new ones)
+            steady.Recipe(r.facts, r.state, r.plan, r.shapes, FenceProgram(sim, 0, ()), r.after, r.protect, r.default_consumer)
+            for r in c._recipes
+        ]
         arr = _fresh(sim, _frame(9), s)
         monkeypatch.setattr(steady, "check_replay", True)
         with pytest.raises(AssertionError, match="differs from the plan"):

@@ -1,0 +1,1016 @@
+/* streamsafe._native.replay: a steady-state frame (StreamContract._replay in streamsafe/contract.py) in C.
+ *
+ * The same steps as the Python method, in the same order, on the same objects: the call's facts, the
+ * recipe whose facts and ledger state match, the effect's lock, the recipe's bound fences, the raw
+ * call, the ledger's update, the input protection, the counters, the output objects. What is rare
+ * (STREAMSAFE_CHECK_REPLAY's check, views of other effects' outputs as inputs, keep-alives, a fence
+ * program that is not bound, input protection) calls the Python method that does it. Anything the
+ * Python method would not replay, this does not replay either: it returns None before it has
+ * changed anything, and the contract plans the call.
+ *
+ * The Python method stays the reference: streamsafe uses it when this is not built or
+ * STREAMSAFE_NATIVE=0, and the tests run the same frames through both (tests/test_native_replay.py).
+ * Nothing here blocks the host or releases the GIL beyond what the calls it makes do (the effect's
+ * run(), a program's fences).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+#include <structmember.h>
+
+#include "_replay.h"
+
+#if PY_VERSION_HEX < 0x030C0000 /* (Python 3.11: the exception as one object, as 3.12's calls give it) */
+static PyObject *PyErr_GetRaisedException(void) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (type == NULL) return NULL;
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL) PyException_SetTraceback(value, tb);
+    Py_DECREF(type);
+    Py_XDECREF(tb);
+    return value;
+}
+
+static void PyErr_SetRaisedException(PyObject *exc) {
+    if (exc == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+}
+#endif
+
+/* ---- what bind_replay() was given --------------------------------------------------------------- */
+
+static int bound_ = 0;
+static PyObject *g_contract_globals; /* streamsafe.contract's globals: _TORCH_TENSOR, _RAW_STREAM, _TORCH_DEVICE */
+static PyObject *g_steady;           /* the module streamsafe.steady: replays, check_replay */
+static PyObject *g_views;            /* streamsafe.ledger._VIEWS */
+static PyObject *g_local;            /* streamsafe.guarding._local */
+static PyObject *g_raw_cache;        /* streamsafe.guarding._raw_cache */
+static PyObject *g_raw_method;       /* streamsafe.guarding.raw_method */
+static PyObject *g_call_raw;         /* streamsafe.guarding.call_raw */
+static PyObject *g_safe_output;      /* streamsafe.outputs.SafeOutput */
+static PyObject *g_safe_image;       /* streamsafe.outputs.SafeImage */
+static PyObject *g_sim_array;        /* streamsafe.sim.backend.SimArray */
+static PyObject *g_sim_backend;      /* streamsafe.backend.SimBackend */
+static PyObject *g_thread_token;     /* streamsafe.streams.thread_token */
+static PyObject *g_restore_counters; /* streamsafe.contract._restore_counters */
+static PyObject *g_hooks;            /* the module streamsafe.hooks: observers */
+static PyObject *g_sim_capsule;      /* streamsafe._dlpack.SimCapsule */
+static PyObject *g_capsule_data_key; /* streamsafe._dlpack.capsule_data_key */
+static PyObject *g_on_this_thread;   /* streamsafe.streams.on_this_thread */
+static PyObject *g_prune_views;      /* streamsafe.ledger._prune_views */
+static PyObject *g_call_kwnames;     /* ("stream_ptr", "non_blocking") */
+
+#define NAMES(X)                                                                                                      \
+    X(_TORCH_TENSOR) X(_RAW_STREAM) X(_TORCH_DEVICE) X(closed) X(device) X(shape) X(get_device) X(buffer) X(backend)  \
+    X(current_stream) X(_recipes) X(_native_parts) X(native) X(_owner) X(_closing_wait) X(_effect) X(effect) X(plan)  \
+    X(escaped) X(input_shapes) X(readers) X(previous_sdk) X(config) X(_shared) X(replays) X(check_replay)             \
+    X(_check_recipe) X(uncount) X(_read_views) X(override) X(raw) X(generation) X(out_stats) X(default_consumer)     \
+    X(_hold_sdk_streams) X(_protect_inputs) X(keepalive) X(prune_keepalive) X(_last_plan) X(image) X(observers)  \
+    X(known) X(data_ptr) X(torch_stream) X(record_stream) X(thread) X(import_programs) X(_import_program) X(outstanding) X(holds) X(_hold) X(_lock_calls) X(view_of)
+
+#define DECLARE(n) static PyObject *s_##n;
+NAMES(DECLARE)
+#undef DECLARE
+
+static int bind_slots(void);
+
+static int intern_names(void) {
+#define INTERN(n)                                                                                                     \
+    if (s_##n == NULL && (s_##n = PyUnicode_InternFromString(#n)) == NULL) return -1;
+    NAMES(INTERN)
+#undef INTERN
+    return 0;
+}
+
+static const char *PARTS[] = {
+    "contract_globals", "steady", "views", "local", "raw_cache", "raw_method", "call_raw", "SafeOutput",
+    "SafeImage", "SimArray", "SimBackend", "thread_token", "restore_counters", "hooks", "SimCapsule",
+    "capsule_data_key", "on_this_thread", "prune_views", NULL,
+};
+
+const char bind_replay_doc[] = (
+"bind_replay(parts: dict) -> None\n\n"
+"The objects replay() works with, by name (streamsafe.contract passes them when it is imported):\n"
+"contract_globals, steady, views, local, raw_cache, raw_method, call_raw, SafeOutput, SafeImage,\n"
+"SimArray, SimBackend, thread_token, restore_counters, hooks, SimCapsule, capsule_data_key,\n"
+"on_this_thread, prune_views. Process-wide.");
+
+PyObject *native_bind_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1 || !PyDict_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "streamsafe._native.bind_replay takes one dict of parts");
+        return NULL;
+    }
+    PyObject *got[sizeof(PARTS) / sizeof(PARTS[0])];
+    for (int i = 0; PARTS[i] != NULL; i++) {
+        got[i] = PyDict_GetItemString(args[0], PARTS[i]); /* borrowed */
+        if (got[i] == NULL) {
+            PyErr_Format(PyExc_KeyError, "streamsafe._native.bind_replay: part %s missing", PARTS[i]);
+            return NULL;
+        }
+    }
+    if (intern_names() < 0) return NULL;
+    if (g_call_kwnames == NULL && (g_call_kwnames = Py_BuildValue("(ss)", "stream_ptr", "non_blocking")) == NULL)
+        return NULL;
+    PyObject **slots[] = {&g_contract_globals, &g_steady, &g_views, &g_local, &g_raw_cache, &g_raw_method,
+                          &g_call_raw, &g_safe_output, &g_safe_image, &g_sim_array, &g_sim_backend,
+                          &g_thread_token, &g_restore_counters, &g_hooks, &g_sim_capsule, &g_capsule_data_key,
+                          &g_on_this_thread, &g_prune_views};
+    for (int i = 0; PARTS[i] != NULL; i++) {
+        Py_INCREF(got[i]);
+        Py_XSETREF(*slots[i], got[i]);
+    }
+    if (!PyDict_Check(g_contract_globals) || !PyDict_Check(g_views) || !PyDict_Check(g_raw_cache)) {
+        PyErr_SetString(PyExc_TypeError, "streamsafe._native.bind_replay: contract_globals, views and raw_cache must be dicts");
+        return NULL;
+    }
+    if (bind_slots() < 0) return NULL;
+    bound_ = 1;
+    Py_RETURN_NONE;
+}
+
+/* ---- small helpers ------------------------------------------------------------------------------ */
+
+/* obj.name (new reference), or NULL with an exception. (Through the object, never its __dict__: reading an
+ * instance's dict from C would make Python's own attribute reads of it slower from then on.) */
+static PyObject *get(PyObject *obj, PyObject *name) { return PyObject_GetAttr(obj, name); }
+
+static int set(PyObject *obj, PyObject *name, PyObject *value) { return PyObject_SetAttr(obj, name, value); }
+
+/* obj.name is truthy: 1, 0, or -1 with an exception */
+static int attr_true(PyObject *obj, PyObject *name) {
+    PyObject *v = get(obj, name);
+    if (v == NULL) return -1;
+    int t = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
+/* obj.name == other: 1, 0, or -1 with an exception */
+static int attr_eq(PyObject *obj, PyObject *name, PyObject *other) {
+    PyObject *v = get(obj, name);
+    if (v == NULL) return -1;
+    int t = PyObject_RichCompareBool(v, other, Py_EQ);
+    Py_DECREF(v);
+    return t;
+}
+
+/* obj.name is other: 1, 0, or -1 */
+static int attr_is(PyObject *obj, PyObject *name, PyObject *other) {
+    PyObject *v = get(obj, name);
+    if (v == NULL) return -1;
+    int t = v == other;
+    Py_DECREF(v);
+    return t;
+}
+
+static PyObject *method2(PyObject *obj, PyObject *name, PyObject *a, PyObject *b) {
+    PyObject *argv[3] = {obj, a, b};
+    return PyObject_VectorcallMethod(name, argv, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+static int call_ok(PyObject *r) { /* a call's result dropped: 0, or -1 when it raised */
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* A tuple attribute of `size` items (new reference), or NULL with a TypeError naming it. */
+static PyObject *parts_of(PyObject *obj, PyObject *name, Py_ssize_t size) {
+    PyObject *parts = get(obj, name);
+    if (parts != NULL && (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != size)) {
+        PyErr_Format(PyExc_TypeError, "streamsafe._native.replay: %R must be a tuple of %zd items (a build older than its "
+                     "Python side? pip install -e . rebuilds it)", name, size);
+        Py_CLEAR(parts);
+    }
+    return parts;
+}
+
+/* An instance of a class with __slots__, its slots filled in place (what its __init__ does, without the call). */
+static PyObject *with_slots(PyObject *type, const Py_ssize_t *offsets, PyObject *const *values, int n) {
+    PyTypeObject *tp = (PyTypeObject *)type;
+    PyObject *obj = tp->tp_alloc(tp, 0);
+    if (obj == NULL) return NULL;
+    for (int i = 0; i < n; i++) *(PyObject **)((char *)obj + offsets[i]) = Py_NewRef(values[i]);
+    return obj;
+}
+
+/* The offset of slot `name` of `type` (a __slots__ member). */
+static int slot_offset(PyObject *type, const char *name, Py_ssize_t *out) {
+    PyObject *d = PyObject_GetAttrString(type, name);
+    if (d == NULL) return -1;
+    int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+    if (ok) *out = ((PyMemberDescrObject *)d)->d_member->offset;
+    Py_DECREF(d);
+    if (!ok) PyErr_Format(PyExc_TypeError, "streamsafe._native.bind_replay: %R.%s is not a __slots__ member", type, name);
+    return ok ? 0 : -1;
+}
+
+/* SafeImage's slots in the order its __init__ sets them, then SafeOutput's */
+static const char *IMAGE_SLOTS[] = {"_effect", "_ledger", "_capsule", "_generation", "_device", "_default_consumer",
+                                    "_consumed", "_escapes", "_consumer"};
+#define IMAGE_NSLOTS 9
+static Py_ssize_t image_offsets[IMAGE_NSLOTS], output_offsets[2];
+
+static int bind_slots(void) {
+    for (int i = 0; i < IMAGE_NSLOTS; i++)
+        if (slot_offset(g_safe_image, IMAGE_SLOTS[i], &image_offsets[i]) < 0) return -1;
+    if (slot_offset(g_safe_output, "raw", &output_offsets[0]) < 0 || slot_offset(g_safe_output, "image", &output_offsets[1]) < 0)
+        return -1;
+    return 0;
+}
+
+/* ---- the contract's and the recipe's parts (StreamContract._native_parts, Recipe.native) ------------- */
+
+enum { C_DEVICE, C_INPUT, C_BACKEND, C_LEDGER, C_ACQUIRE, C_RELEASE, C_CONFIG_GETTER, C_STATS, C_SIZE };
+enum {
+    R_FACTS, R_THREAD, R_READERS, R_ESCAPED, R_PREVIOUS_PLAN, R_PREVIOUS_SDK, R_INPUT_SHAPES, R_LEDGER_CONFIG, R_CONFIG,
+    R_BEFORE, R_BEFORE_HAS, R_BEFORE_BOUND, R_BEFORE_THREAD, R_BEFORE_COUNTS,
+    R_AFTER, R_AFTER_HAS, R_AFTER_BOUND, R_AFTER_THREAD, R_AFTER_COUNTS,
+    R_ARRAYS_ONLY, R_RUN_STREAM, R_RUN_PTR, R_NON_BLOCKING, R_PLAN, R_DEFAULT_CONSUMER, R_SHAPES, R_PROTECT,
+    R_RUN_COUNTS, R_SDK_STREAMS, R_SIZE
+};
+#define P(parts, i) PyTuple_GET_ITEM(parts, i)
+
+/* torch.Tensor once a tensor was seen (borrowed), else NULL */
+static PyObject *torch_tensor(void) {
+    PyObject *tensor = PyDict_GetItem(g_contract_globals, s__TORCH_TENSOR);
+    return tensor == Py_None ? NULL : tensor;
+}
+
+/* ---- the call's facts (StreamContract._facts, for a call without keywords) ----------------------- */
+
+#define MAX_FACTS 64
+
+/* The facts tuple (new reference), Py_None (new reference) when the call must take the general path,
+ * NULL with an exception. */
+static PyObject *facts_of(PyObject *cparts, PyObject *name, PyObject *call_args, PyObject *shared) {
+    PyObject *items[MAX_FACTS];
+    Py_ssize_t n = 0, nargs = PyTuple_GET_SIZE(call_args);
+    PyObject *result = NULL, *current = NULL, *sim = NULL;
+    PyObject *dev = P(cparts, C_DEVICE), *declared = P(cparts, C_INPUT), *backend = P(cparts, C_BACKEND);
+    if (4 + 2 * nargs + 1 > MAX_FACTS) Py_RETURN_NONE;
+    PyObject *tensor = PyDict_GetItemWithError(g_contract_globals, s__TORCH_TENSOR); /* borrowed */
+    if (tensor == NULL && PyErr_Occurred()) return NULL;
+    PyObject *raw_stream = PyDict_GetItemWithError(g_contract_globals, s__RAW_STREAM);
+    if (raw_stream == NULL && PyErr_Occurred()) return NULL;
+    items[n++] = Py_NewRef(name);
+    items[n++] = Py_NewRef(Py_None);
+    items[n++] = Py_NewRef(Py_False);
+    items[n++] = Py_NewRef(shared);
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyObject *a = PyTuple_GET_ITEM(call_args, i);
+        PyTypeObject *kind = Py_TYPE(a);
+        if (tensor != NULL && tensor != Py_None && (PyObject *)kind == tensor) {
+            PyObject *d = PyObject_CallMethodNoArgs(a, s_get_device);
+            if (d == NULL) goto done;
+            int same = PyObject_RichCompareBool(d, dev, Py_EQ);
+            Py_DECREF(d);
+            if (same < 0) goto done;
+            if (!same) goto fallback;
+            if ((items[n] = PyObject_GetAttr(a, s_shape)) == NULL) goto done;
+            n++;
+            if (declared == Py_None) {
+                if (current == NULL) {
+                    if (raw_stream == NULL || raw_stream == Py_None) goto fallback;
+                    if ((current = PyObject_CallOneArg(raw_stream, dev)) == NULL) goto done;
+                }
+                items[n++] = Py_NewRef(current);
+            } else {
+                items[n++] = Py_NewRef(declared);
+            }
+        } else if ((PyObject *)kind == g_sim_array) {
+            PyObject *buffer = PyObject_GetAttr(a, s_buffer);
+            if (buffer == NULL) goto done;
+            int same = attr_eq(buffer, s_device, dev);
+            Py_DECREF(buffer);
+            if (same < 0) goto done;
+            if (!same) goto fallback;
+            Py_XSETREF(sim, PyObject_GetAttr(a, s_backend));
+            if (sim == NULL) goto done;
+            if ((items[n] = PyObject_GetAttr(a, s_shape)) == NULL) goto done;
+            n++;
+            if (declared != Py_None) {
+                items[n++] = Py_NewRef(declared);
+            } else {
+                if ((items[n] = PyObject_CallMethodOneArg(sim, s_current_stream, dev)) == NULL) goto done;
+                n++;
+            }
+        } else if (kind == &PyLong_Type || kind == &PyFloat_Type) {
+            items[n++] = Py_NewRef((PyObject *)kind);
+        } else {
+            goto fallback;
+        }
+    }
+    if (n == 4) goto fallback;
+    if (sim != NULL) {
+        if (sim != backend) goto fallback;
+        if ((items[n] = PyObject_CallMethodOneArg(sim, s_current_stream, dev)) == NULL) goto done;
+        n++;
+    } else {
+        int is_sim = PyObject_IsInstance(backend, g_sim_backend);
+        if (is_sim < 0) goto done;
+        if (is_sim || tensor == NULL || tensor == Py_None) goto fallback;
+        PyObject *torch_device = PyDict_GetItemWithError(g_contract_globals, s__TORCH_DEVICE);
+        if (torch_device == NULL) {
+            if (PyErr_Occurred()) goto done;
+            goto fallback;
+        }
+        PyObject *here = PyObject_CallNoArgs(torch_device);
+        if (here == NULL) goto done;
+        int same = PyObject_RichCompareBool(here, dev, Py_EQ);
+        Py_DECREF(here);
+        if (same < 0) goto done;
+        if (!same) goto fallback;
+        if (current == NULL) {
+            if (raw_stream == NULL || raw_stream == Py_None) goto fallback;
+            if ((current = PyObject_CallOneArg(raw_stream, dev)) == NULL) goto done;
+        }
+        items[n++] = Py_NewRef(current);
+    }
+    if ((result = PyTuple_New(n)) == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(result, i, items[i]);
+    n = 0; /* (the tuple owns them now) */
+    goto done;
+fallback:
+    result = Py_NewRef(Py_None);
+done:
+    for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(items[i]);
+    Py_XDECREF(current);
+    Py_XDECREF(sim);
+    return result;
+}
+
+/* ---- the recipe --------------------------------------------------------------------------------- */
+
+/* Recipe.matches(ledger, config): 1, 0, or -1 with an exception */
+static int recipe_matches(PyObject *rparts, PyObject *ledger, PyObject *config) {
+    int t;
+    PyObject *thread = P(rparts, R_THREAD);
+    if (thread != Py_None) {
+        PyObject *token = PyObject_CallNoArgs(g_thread_token);
+        if (token == NULL) return -1;
+        t = PyObject_RichCompareBool(thread, token, Py_EQ);
+        Py_DECREF(token);
+        if (t <= 0) return t;
+    }
+    if ((t = attr_is(ledger, s_plan, P(rparts, R_PREVIOUS_PLAN))) <= 0) return t;
+    if ((t = attr_is(ledger, s_escaped, P(rparts, R_ESCAPED))) <= 0) return t;
+    if ((t = attr_eq(ledger, s_input_shapes, P(rparts, R_INPUT_SHAPES))) <= 0) return t;
+    /* tuple(ledger.readers) == recipe.readers */
+    PyObject *readers = get(ledger, s_readers), *want = P(rparts, R_READERS);
+    if (readers == NULL) return -1;
+    if (PyDict_CheckExact(readers) && PyTuple_CheckExact(want)) {
+        t = PyDict_GET_SIZE(readers) == PyTuple_GET_SIZE(want);
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *key, *value;
+        while (t == 1 && PyDict_Next(readers, &pos, &key, &value)) {
+            Py_INCREF(key);
+            t = PyObject_RichCompareBool(key, PyTuple_GET_ITEM(want, i++), Py_EQ);
+            Py_DECREF(key);
+        }
+    } else {
+        PyObject *got = PySequence_Tuple(readers);
+        t = got == NULL ? -1 : PyObject_RichCompareBool(got, want, Py_EQ);
+        Py_XDECREF(got);
+    }
+    Py_DECREF(readers);
+    if (t <= 0) return t;
+    if ((t = attr_eq(ledger, s_previous_sdk, P(rparts, R_PREVIOUS_SDK))) <= 0) return t;
+    if ((t = PyObject_RichCompareBool(config, P(rparts, R_CONFIG), Py_EQ)) <= 0) return t;
+    return attr_eq(ledger, s_config, P(rparts, R_LEDGER_CONFIG));
+}
+
+/* ---- fence programs (FenceProgram.__call__) ----------------------------------------------------- */
+
+/* Run a recipe's program (R_BEFORE or R_AFTER, its parts after it): its bound call and its counts when
+ * it has one and is for any thread, else the program's own __call__. 0, or -1 with an exception. */
+static int run_program(PyObject *rparts, int at, PyObject *stats) {
+    PyObject *program = P(rparts, at), *bound = P(rparts, at + 2), *thread = P(rparts, at + 3), *counts = P(rparts, at + 4);
+    if (bound == Py_None || thread != Py_None) return call_ok(PyObject_CallOneArg(program, stats));
+    if (call_ok(PyObject_CallNoArgs(bound)) < 0) return -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(counts); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(counts, i);
+        PyObject *key = PyTuple_GET_ITEM(pair, 0), *n = PyTuple_GET_ITEM(pair, 1);
+        PyObject *old = PyDict_GetItemWithError(stats, key);
+        if (old == NULL && PyErr_Occurred()) return -1;
+        PyObject *sum = old == NULL ? Py_NewRef(n) : PyNumber_Add(old, n);
+        int bad = sum == NULL || PyDict_SetItem(stats, key, sum) < 0;
+        Py_XDECREF(sum);
+        if (bad) return -1;
+    }
+    return 0;
+}
+
+/* ---- the raw call (guarding.call_raw) ----------------------------------------------------------- */
+
+static PyObject *call_effect(PyObject *effect, PyObject *name, PyObject *call_args, PyObject *run_ptr, PyObject *nb) {
+    Py_ssize_t nargs = PyTuple_GET_SIZE(call_args);
+    PyObject *stack[MAX_FACTS + 3];
+    PyObject *overrides = PyObject_GetAttr(g_local, s_override);
+    if (overrides == NULL) return NULL;
+    int some = PyObject_IsTrue(overrides);
+    Py_DECREF(overrides);
+    if (some < 0) return NULL;
+    if (some) { /* a dispatcher reached by super() named the method to run: the Python call sorts that out */
+        stack[0] = effect;
+        stack[1] = name;
+        for (Py_ssize_t i = 0; i < nargs; i++) stack[2 + i] = PyTuple_GET_ITEM(call_args, i);
+        stack[2 + nargs] = run_ptr;
+        stack[3 + nargs] = nb;
+        return PyObject_Vectorcall(g_call_raw, stack, 2 + nargs, g_call_kwnames);
+    }
+    PyObject *cls = (PyObject *)Py_TYPE(effect);
+    PyObject *key = PyTuple_Pack(2, cls, name);
+    if (key == NULL) return NULL;
+    PyObject *method = PyDict_GetItemWithError(g_raw_cache, key);
+    Py_DECREF(key);
+    if (method == NULL && PyErr_Occurred()) return NULL;
+    int usable = method == NULL ? 0 : PyObject_IsTrue(method);
+    if (usable < 0) return NULL;
+    if (usable) {
+        Py_INCREF(method);
+    } else {
+        PyObject *argv[2] = {cls, name};
+        if ((method = PyObject_Vectorcall(g_raw_method, argv, 2, NULL)) == NULL) return NULL;
+    }
+    PyObject *ids = PyObject_GetAttr(g_local, s_raw);
+    if (ids == NULL) {
+        Py_DECREF(method);
+        return NULL;
+    }
+    PyObject *id = PyLong_FromVoidPtr(effect);
+    int inside = id == NULL ? -1 : PySet_Contains(ids, id);
+    if (inside < 0 || (!inside && PySet_Add(ids, id) < 0)) {
+        Py_XDECREF(id);
+        Py_DECREF(ids);
+        Py_DECREF(method);
+        return NULL;
+    }
+    stack[0] = effect;
+    for (Py_ssize_t i = 0; i < nargs; i++) stack[1 + i] = PyTuple_GET_ITEM(call_args, i);
+    stack[1 + nargs] = run_ptr;
+    stack[2 + nargs] = nb;
+    PyObject *raw = PyObject_Vectorcall(method, stack, 1 + nargs, g_call_kwnames);
+    if (!inside) {
+        PyObject *exc = PyErr_GetRaisedException();
+        if (PySet_Discard(ids, id) < 0) {
+            Py_CLEAR(raw);
+            Py_XDECREF(exc);
+        } else {
+            PyErr_SetRaisedException(exc);
+        }
+    }
+    Py_DECREF(id);
+    Py_DECREF(ids);
+    Py_DECREF(method);
+    return raw;
+}
+
+/* ---- the ledger's update (Ledger.after_run) ----------------------------------------------------- */
+
+static PyObject *after_run(PyObject *ledger, PyObject *rparts, PyObject *stats) {
+    PyObject *plan = P(rparts, R_PLAN), *generation = NULL, *old_plan = NULL, *previous = NULL, *readers = NULL;
+    PyObject *one = PyLong_FromLong(1), *old = get(ledger, s_generation);
+    if (one == NULL || old == NULL) goto fail;
+    if ((generation = PyNumber_Add(old, one)) == NULL || set(ledger, s_generation, generation) < 0) goto fail;
+    if ((old_plan = get(ledger, s_plan)) == NULL) goto fail;
+    if ((previous = get(ledger, s_previous_sdk)) == NULL) goto fail;
+    int empty = PyObject_Not(previous);
+    if (empty < 0) goto fail;
+    int new_streams = plan != old_plan || empty;
+    if ((readers = PyDict_New()) == NULL) goto fail;
+    if (set(ledger, s_plan, plan) < 0 || set(ledger, s_out_stats, stats) < 0 ||
+        set(ledger, s_default_consumer, P(rparts, R_DEFAULT_CONSUMER)) < 0 || set(ledger, s_readers, readers) < 0 ||
+        set(ledger, s_escaped, Py_False) < 0 || set(ledger, s_previous_sdk, P(rparts, R_SDK_STREAMS)) < 0 ||
+        set(ledger, s_input_shapes, P(rparts, R_SHAPES)) < 0)
+        goto fail;
+    if (new_streams && call_ok(PyObject_CallMethodNoArgs(ledger, s__hold_sdk_streams)) < 0) goto fail;
+    goto done;
+fail:
+    Py_CLEAR(generation);
+done:
+    Py_XDECREF(one);
+    Py_XDECREF(old);
+    Py_XDECREF(old_plan);
+    Py_XDECREF(previous);
+    Py_XDECREF(readers);
+    return generation;
+}
+
+/* ---- replay ------------------------------------------------------------------------------------- */
+
+/* the effect, as the contract's `effect` property gives it */
+static PyObject *effect_of(PyObject *contract) {
+    PyObject *effect = get(contract, s__effect);
+    if (effect == NULL || effect != Py_None) return effect;
+    Py_DECREF(effect);
+    return PyObject_GetAttr(contract, s_effect);
+}
+
+/* stats[key] += n for each (key, n) of the recipe's run counts */
+static int add_run_counts(PyObject *rparts, PyObject *stats) {
+    PyObject *counts = P(rparts, R_RUN_COUNTS);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(counts); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(counts, i);
+        PyObject *key = PyTuple_GET_ITEM(pair, 0), *n = PyTuple_GET_ITEM(pair, 1);
+        PyObject *old = PyObject_GetItem(stats, key), *sum = NULL;
+        int bad = old == NULL || (sum = PyNumber_Add(old, n)) == NULL || PyObject_SetItem(stats, key, sum) < 0;
+        Py_XDECREF(old);
+        Py_XDECREF(sum);
+        if (bad) return -1;
+    }
+    return 0;
+}
+
+/* the positional arguments that are input arrays (no int or float timestep) */
+static PyObject *arrays_of(PyObject *rparts, PyObject *call_args) {
+    if (P(rparts, R_ARRAYS_ONLY) == Py_True) return Py_NewRef(call_args);
+    Py_ssize_t n = PyTuple_GET_SIZE(call_args), k = 0;
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(call_args, i);
+        if (Py_TYPE(a) != &PyLong_Type && Py_TYPE(a) != &PyFloat_Type) PyTuple_SET_ITEM(out, k++, Py_NewRef(a));
+    }
+    if (_PyTuple_Resize(&out, k) < 0) return NULL;
+    return out;
+}
+
+/* The first recipe (newest first) whose facts are `facts` and, with `ledger` not NULL, whose state matches
+ * (new reference to its parts), Py_None (new reference) when none, NULL with an exception. */
+static PyObject *find_recipe(PyObject *recipes, PyObject *facts, PyObject *ledger, PyObject *config) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(recipes); i++) {
+        PyObject *r = Py_NewRef(PyList_GET_ITEM(recipes, i));
+        PyObject *rparts = parts_of(r, s_native, R_SIZE);
+        Py_DECREF(r);
+        if (rparts == NULL) return NULL;
+        int t = PyObject_RichCompareBool(P(rparts, R_FACTS), facts, Py_EQ);
+        if (t > 0 && ledger != NULL) t = recipe_matches(rparts, ledger, config);
+        if (t > 0) return rparts;
+        Py_DECREF(rparts);
+        if (t < 0) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* StreamContract._read_views(arrays, run_stream): only an input whose memory is a registered view calls the
+ * Python method (for that input); torch tensors and model arrays are looked up here. 0, or -1. */
+static int read_views(PyObject *contract, PyObject *arrays, PyObject *run_stream, PyObject *tensor) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(arrays); i++) {
+        PyObject *a = PyTuple_GET_ITEM(arrays, i), *key;
+        if (tensor != NULL && (PyObject *)Py_TYPE(a) == tensor) key = PyObject_CallMethodNoArgs(a, s_data_ptr);
+        else if ((PyObject *)Py_TYPE(a) == g_sim_array) key = PyObject_GetAttr(a, s_buffer);
+        else return call_ok(method2(contract, s__read_views, arrays, run_stream)); /* (the rest, as Python does) */
+        if (key == NULL) return -1;
+        PyObject *found = PyDict_GetItemWithError(g_views, key);
+        Py_DECREF(key);
+        if (found == NULL && PyErr_Occurred()) return -1;
+        if (found != NULL) {
+            PyObject *one = PyTuple_Pack(1, a);
+            if (one == NULL) return -1;
+            int rc = call_ok(method2(contract, s__read_views, one, run_stream));
+            Py_DECREF(one);
+            if (rc < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+/* StreamContract._protect_inputs(arrays, run_stream): torch tensors on a stream that is not a per-thread
+ * one get record_stream(ledger.torch_stream(run_stream)) here; anything else calls the Python method. */
+static int protect_inputs(PyObject *contract, PyObject *ledger, PyObject *arrays, PyObject *run_stream, PyObject *tensor) {
+    int t = attr_true(run_stream, s_thread);
+    if (t < 0) return -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(arrays) && !t; i++)
+        t = tensor == NULL || (PyObject *)Py_TYPE(PyTuple_GET_ITEM(arrays, i)) != tensor;
+    if (t) return call_ok(method2(contract, s__protect_inputs, arrays, run_stream));
+    PyObject *ts = PyObject_CallMethodOneArg(ledger, s_torch_stream, run_stream);
+    if (ts == NULL) return -1;
+    int rc = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(arrays) && rc == 0; i++)
+        rc = call_ok(PyObject_CallMethodOneArg(PyTuple_GET_ITEM(arrays, i), s_record_stream, ts));
+    Py_DECREF(ts);
+    return rc;
+}
+
+const char replay_doc[] = (
+"replay(contract, name, args, shared) -> SafeOutput | None\n\n"
+"StreamContract._replay(name, args, {}, shared) in C: the frame replayed from the contract's matching\n"
+"recipe, or None (nothing done) when none matches and the contract must plan the call. Blocks the\n"
+"host only where the recipe's fences or the effect's run() do.");
+
+PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyTuple_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "streamsafe._native.replay(contract, name, args: tuple, shared)");
+        return NULL;
+    }
+    if (!bound_) {
+        PyErr_SetString(PyExc_RuntimeError, "streamsafe._native.replay: bind_replay() was not called");
+        return NULL;
+    }
+    PyObject *contract = args[0], *name = args[1], *call_args = args[2], *shared = args[3];
+    PyObject *result = NULL, *cparts = NULL, *facts = NULL, *recipes = NULL, *rparts = NULL, *outer_owner = NULL;
+    PyObject *outer_closing = NULL, *effect = NULL, *config = NULL, *counted = NULL, *arrays = NULL, *raw = NULL;
+    PyObject *generation = NULL, *image = NULL, *safe_image = NULL;
+    int held = 0, t;
+
+    if ((t = attr_true(contract, s_closed)) != 0) return t < 0 ? NULL : Py_NewRef(Py_None);
+    if ((cparts = get(contract, s__native_parts)) == NULL) goto fail;
+    if (!PyTuple_CheckExact(cparts) || PyTuple_GET_SIZE(cparts) != C_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "streamsafe._native.replay: _native_parts is not what this build reads "
+                        "(pip install -e . rebuilds it)");
+        goto fail;
+    }
+    PyObject *ledger = P(cparts, C_LEDGER), *stats = P(cparts, C_STATS);
+    if ((facts = facts_of(cparts, name, call_args, shared)) == NULL) goto fail;
+    if (facts == Py_None) goto nothing;
+    if ((recipes = get(contract, s__recipes)) == NULL) goto fail;
+    if (!PyList_CheckExact(recipes)) goto nothing;
+    if ((rparts = find_recipe(recipes, facts, NULL, NULL)) == NULL) goto fail;
+    if (rparts == Py_None) goto nothing;
+    /* ledger.try_hold() */
+    PyObject *got = PyObject_CallOneArg(P(cparts, C_ACQUIRE), Py_False);
+    if (got == NULL) goto fail;
+    t = PyObject_IsTrue(got);
+    Py_DECREF(got);
+    if (t < 0) goto fail;
+    if (!t) goto nothing; /* another thread holds the effect: the general path waits or raises */
+    held = 1;
+    if ((outer_owner = get(ledger, s__owner)) == NULL || (outer_closing = get(ledger, s__closing_wait)) == NULL)
+        goto fail;
+    {
+        PyObject *me = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+        if (me == NULL) goto fail;
+        t = set(ledger, s__owner, me);
+        Py_DECREF(me);
+        if (t < 0 || set(ledger, s__closing_wait, Py_False) < 0) goto fail;
+    }
+    /* config = self._config() (an attribute that went: the general path copes) */
+    if ((effect = effect_of(contract)) != NULL) config = PyObject_CallOneArg(P(cparts, C_CONFIG_GETTER), effect);
+    if (config == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            goto nothing;
+        }
+        goto fail;
+    }
+    if ((t = attr_true(ledger, s_closed)) != 0) {
+        if (t < 0) goto fail;
+        goto nothing;
+    }
+    if ((t = recipe_matches(rparts, ledger, config)) < 0) goto fail;
+    if (!t) { /* another recipe of the same call may fit this state: the newest first */
+        Py_SETREF(rparts, find_recipe(recipes, facts, ledger, config));
+        if (rparts == NULL) goto fail;
+        if (rparts == Py_None) goto nothing;
+    }
+    if (set(contract, s__shared, shared) < 0) goto fail;
+    {
+        PyObject *count = PyObject_GetAttr(g_steady, s_replays), *more = NULL;
+        PyObject *one = PyLong_FromLong(1);
+        t = count == NULL || one == NULL || (more = PyNumber_Add(count, one)) == NULL ||
+            PyObject_SetAttr(g_steady, s_replays, more) < 0;
+        Py_XDECREF(count);
+        Py_XDECREF(one);
+        Py_XDECREF(more);
+        if (t) goto fail;
+    }
+    if ((t = attr_true(g_steady, s_check_replay)) < 0) goto fail;
+    if (t) { /* STREAMSAFE_CHECK_REPLAY=1: plan the call again; the recipe must say the same */
+        PyObject *recipe = NULL, *kwargs = NULL;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(recipes) && recipe == NULL; i++) {
+            PyObject *r = PyList_GET_ITEM(recipes, i);
+            PyObject *p = PyObject_GetAttr(r, s_native);
+            if (p == NULL) goto fail;
+            if (p == rparts) recipe = Py_NewRef(r);
+            Py_DECREF(p);
+        }
+        if (recipe == NULL || (kwargs = PyDict_New()) == NULL) {
+            Py_XDECREF(recipe);
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "streamsafe._native.replay: the recipe went");
+            goto fail;
+        }
+        PyObject *argv[5] = {contract, recipe, name, call_args, kwargs};
+        t = call_ok(PyObject_VectorcallMethod(s__check_recipe, argv, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL));
+        Py_DECREF(recipe);
+        Py_DECREF(kwargs);
+        if (t < 0) goto fail;
+    }
+    int has_before = P(rparts, R_BEFORE_HAS) == Py_True;
+    if (has_before) {
+        if (P(rparts, R_BEFORE_BOUND) == Py_None && (counted = PyDict_Copy(stats)) == NULL) goto fail; /* host waits, device syncs */
+        if (run_program(rparts, R_BEFORE, stats) < 0) goto fail;
+    }
+    if ((arrays = arrays_of(rparts, call_args)) == NULL) goto fail;
+    if (PyDict_GET_SIZE(g_views) > 0 && read_views(contract, arrays, P(rparts, R_RUN_STREAM), torch_tensor()) < 0) goto fail;
+    raw = call_effect(effect, name, call_args, P(rparts, R_RUN_PTR), P(rparts, R_NON_BLOCKING));
+    if (raw == NULL) { /* refused (a dtype the facts do not hold): the counters as before, as planned calls */
+        PyObject *exc = PyErr_GetRaisedException();
+        PyObject *r;
+        if (counted != NULL) {
+            PyObject *argv[2] = {stats, counted};
+            r = PyObject_Vectorcall(g_restore_counters, argv, 2, NULL);
+        } else if (has_before) {
+            r = PyObject_CallMethodOneArg(P(rparts, R_BEFORE), s_uncount, stats);
+        } else {
+            r = Py_NewRef(Py_None);
+        }
+        if (r == NULL) { /* (that failure is the one to report) */
+            Py_XDECREF(exc);
+            goto fail;
+        }
+        Py_DECREF(r);
+        PyErr_SetRaisedException(exc);
+        goto fail;
+    }
+    if ((generation = after_run(ledger, rparts, stats)) == NULL) goto fail;
+    if (P(rparts, R_PROTECT) == Py_True) {
+        if (P(rparts, R_AFTER_HAS) == Py_True && run_program(rparts, R_AFTER, stats) < 0) goto fail;
+        if (protect_inputs(contract, ledger, arrays, P(rparts, R_RUN_STREAM), torch_tensor()) < 0) goto fail;
+    }
+    if ((t = attr_true(ledger, s_keepalive)) < 0) goto fail;
+    if (t && call_ok(PyObject_CallMethodNoArgs(ledger, s_prune_keepalive)) < 0) goto fail;
+    if (set(contract, s__last_plan, P(rparts, R_PLAN)) < 0 || add_run_counts(rparts, stats) < 0) goto fail;
+    result = Py_None; /* (a marker: the frame ran; the output objects come after the lock is let go) */
+    goto release;
+
+nothing:
+    result = Py_None;
+    goto release;
+fail:
+    result = NULL;
+    Py_CLEAR(raw);
+release:
+    if (held) { /* ledger.let_go(outer), keeping any exception raised before it */
+        PyObject *exc = PyErr_GetRaisedException();
+        int bad = set(ledger, s__owner, outer_owner ? outer_owner : Py_None) < 0 ||
+                  set(ledger, s__closing_wait, outer_closing ? outer_closing : Py_False) < 0 ||
+                  call_ok(PyObject_CallNoArgs(P(cparts, C_RELEASE))) < 0;
+        if (bad) {
+            Py_XDECREF(exc);
+            result = NULL;
+        } else {
+            PyErr_SetRaisedException(exc);
+        }
+    }
+    if (result == Py_None && raw != NULL) { /* SafeOutput(raw, SafeImage(ledger, raw.image, generation, device, consumer, effect)) */
+        result = NULL;
+        if ((image = PyObject_GetAttr(raw, s_image)) != NULL) {
+            PyObject *slots[IMAGE_NSLOTS] = {effect, ledger, image, generation, P(cparts, C_DEVICE),
+                                             P(rparts, R_DEFAULT_CONSUMER), Py_False, Py_True, Py_None};
+            if ((safe_image = with_slots(g_safe_image, image_offsets, slots, IMAGE_NSLOTS)) != NULL) {
+                PyObject *slots2[2] = {raw, safe_image};
+                result = with_slots(g_safe_output, output_offsets, slots2, 2);
+            }
+        }
+    } else if (result == Py_None) {
+        Py_INCREF(result);
+    }
+    Py_XDECREF(cparts);
+    Py_XDECREF(facts);
+    Py_XDECREF(recipes);
+    Py_XDECREF(rparts);
+    Py_XDECREF(outer_owner);
+    Py_XDECREF(outer_closing);
+    Py_XDECREF(effect);
+    Py_XDECREF(config);
+    Py_XDECREF(counted);
+    Py_XDECREF(arrays);
+    Py_XDECREF(raw);
+    Py_XDECREF(generation);
+    Py_XDECREF(image);
+    Py_XDECREF(safe_image);
+    return result;
+}
+
+/* ---- the output's import (SafeImage.__dlpack__, Ledger.import_output) ------------------------------- */
+
+static PyObject *slot_get(PyObject *obj, int i) { return *(PyObject **)((char *)obj + image_offsets[i]); } /* borrowed */
+
+static void slot_set(PyObject *obj, int i, PyObject *value) {
+    PyObject **at = (PyObject **)((char *)obj + image_offsets[i]);
+    Py_XSETREF(*at, Py_NewRef(value));
+}
+
+enum { I_EFFECT, I_LEDGER, I_CAPSULE, I_GENERATION, I_DEVICE, I_DEFAULT_CONSUMER, I_CONSUMED, I_ESCAPES, I_CONSUMER };
+enum { G_HAS, G_BOUND, G_THREAD, G_COUNTS, G_SIZE }; /* FenceProgram.native */
+
+/* Run an import program (FenceProgram.__call__ on the ledger's out_stats). 0, or -1 with an exception. */
+static int run_import_program(PyObject *program, PyObject *stats) {
+    PyObject *parts = parts_of(program, s_native, G_SIZE);
+    if (parts == NULL) return -1;
+    int rc = 0;
+    if (P(parts, G_HAS) != Py_True) {
+        rc = 0;
+    } else if (P(parts, G_BOUND) == Py_None || P(parts, G_THREAD) != Py_None) {
+        rc = call_ok(PyObject_CallOneArg(program, stats));
+    } else if ((rc = call_ok(PyObject_CallNoArgs(P(parts, G_BOUND)))) == 0) {
+        PyObject *counts = P(parts, G_COUNTS);
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(counts) && rc == 0; i++) {
+            PyObject *pair = PyTuple_GET_ITEM(counts, i);
+            PyObject *key = PyTuple_GET_ITEM(pair, 0), *n = PyTuple_GET_ITEM(pair, 1);
+            PyObject *old = PyDict_GetItemWithError(stats, key);
+            if (old == NULL && PyErr_Occurred()) {
+                rc = -1;
+                break;
+            }
+            PyObject *sum = old == NULL ? Py_NewRef(n) : PyNumber_Add(old, n);
+            if (sum == NULL || PyDict_SetItem(stats, key, sum) < 0) rc = -1;
+            Py_XDECREF(sum);
+        }
+    }
+    Py_DECREF(parts);
+    return rc;
+}
+
+/* Ledger._import_held, the effect held: 0, or -1 with an exception; 1 when the output went meanwhile (the
+ * Python call then raises as it should; nothing was done). */
+static int import_held(PyObject *ledger, PyObject *generation, PyObject *consumer, int escapes) {
+    PyObject *now = get(ledger, s_generation);
+    if (now == NULL) return -1;
+    int same = PyObject_RichCompareBool(now, generation, Py_EQ);
+    Py_DECREF(now);
+    if (same <= 0) return same < 0 ? -1 : 1;
+    int rc = -1;
+    PyObject *plan = NULL, *programs = NULL, *program = NULL, *stats = NULL, *readers = NULL, *outstanding = NULL, *holds = NULL;
+    if ((plan = get(ledger, s_plan)) == NULL || (programs = get(ledger, s_import_programs)) == NULL)
+        goto done;
+    program = PyDict_Check(programs) ? PyDict_GetItemWithError(programs, consumer) : NULL;
+    if (program == NULL && PyErr_Occurred()) goto done;
+    Py_XINCREF(program);
+    if (program != NULL) {
+        int t = attr_is(program, s_plan, plan);
+        if (t < 0) goto done;
+        if (!t) Py_CLEAR(program);
+    }
+    if (program == NULL && (program = method2(ledger, s__import_program, plan, consumer)) == NULL) goto done;
+    if ((stats = get(ledger, s_out_stats)) == NULL || run_import_program(program, stats) < 0) goto done;
+    if ((readers = get(ledger, s_readers)) == NULL || PyObject_SetItem(readers, consumer, Py_None) < 0) goto done;
+    if ((outstanding = get(ledger, s_outstanding)) == NULL || PyObject_SetItem(outstanding, consumer, Py_None) < 0)
+        goto done;
+    if (escapes && set(ledger, s_escaped, Py_True) < 0) goto done;
+    if ((holds = get(ledger, s_holds)) == NULL) goto done;
+    int held = PySequence_Contains(holds, consumer);
+    if (held < 0) goto done;
+    if (!held && call_ok(PyObject_CallMethodOneArg(ledger, s__hold, consumer)) < 0) goto done;
+    rc = 0;
+done:
+    Py_XDECREF(plan);
+    Py_XDECREF(programs);
+    Py_XDECREF(program);
+    Py_XDECREF(stats);
+    Py_XDECREF(readers);
+    Py_XDECREF(outstanding);
+    Py_XDECREF(holds);
+    return rc;
+}
+
+const char import_output_doc[] = (
+"import_output(image, stream) -> capsule | None\n\n"
+"SafeImage.__dlpack__(stream=stream) in C for a consumer stream the effect's ledger knows by its handle\n"
+"(or stream None or -1: the default consumer): the consumer ordered after the SDK's writes by the\n"
+"import's bound fences, the reader and the view recorded, the capsule handed out. None (nothing done)\n"
+"for anything else (a consumed or stale output, an unknown stream, observers, another thread holding\n"
+"the effect): the Python method then does it, or raises. Does not block the host.");
+
+PyObject *native_import_output(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "streamsafe._native.import_output(image, stream)");
+        return NULL;
+    }
+    if (!bound_) {
+        PyErr_SetString(PyExc_RuntimeError, "streamsafe._native.import_output: bind_replay() was not called");
+        return NULL;
+    }
+    PyObject *image = args[0], *stream = args[1];
+    if (!Py_IS_TYPE(image, (PyTypeObject *)g_safe_image)) Py_RETURN_NONE;
+    PyObject *observers = PyObject_GetAttr(g_hooks, s_observers);
+    if (observers == NULL) return NULL;
+    int t = PyObject_IsTrue(observers);
+    Py_DECREF(observers);
+    if (t != 0) return t < 0 ? NULL : Py_NewRef(Py_None);
+    if (slot_get(image, I_CONSUMED) != Py_False || slot_get(image, I_LEDGER) == NULL) Py_RETURN_NONE;
+    PyObject *ledger = Py_NewRef(slot_get(image, I_LEDGER)), *generation = Py_NewRef(slot_get(image, I_GENERATION));
+    PyObject *capsule = Py_NewRef(slot_get(image, I_CAPSULE));
+    int escapes = slot_get(image, I_ESCAPES) == Py_True;
+    PyObject *result = NULL, *consumer = NULL, *key = NULL, *calls = NULL, *outer_owner = NULL, *outer_closing = NULL;
+    int held = 0;
+    if (capsule == Py_None) goto nothing; /* (None is this call's "not done") */
+    PyObject *now = get(ledger, s_generation);
+    if (now == NULL) goto fail;
+    t = PyObject_RichCompareBool(now, generation, Py_EQ);
+    Py_DECREF(now);
+    if (t <= 0) {
+        if (t < 0) goto fail;
+        goto nothing;
+    }
+    if (stream == Py_None || (PyLong_CheckExact(stream) && PyLong_AsLong(stream) == -1)) {
+        if (PyErr_Occurred()) PyErr_Clear(); /* (a handle beyond a C long is not -1) */
+        consumer = Py_NewRef(slot_get(image, I_DEFAULT_CONSUMER));
+    } else if (PyLong_CheckExact(stream)) {
+        PyObject *known = get(ledger, s_known);
+        if (known == NULL) goto fail;
+        consumer = PyDict_Check(known) ? PyDict_GetItemWithError(known, stream) : NULL;
+        Py_XINCREF(consumer);
+        Py_DECREF(known);
+        if (consumer == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            goto nothing;
+        }
+        if ((t = attr_true(consumer, s_thread)) < 0) goto fail;
+        if (t) Py_SETREF(consumer, PyObject_CallOneArg(g_on_this_thread, consumer));
+        if (consumer == NULL) goto fail;
+    } else {
+        goto nothing;
+    }
+    if (escapes) {
+        if (Py_IS_TYPE(capsule, (PyTypeObject *)g_sim_capsule)) {
+            key = PyObject_CallOneArg(g_capsule_data_key, capsule);
+        } else {
+            PyObject *argv[1] = {capsule};
+            key = native_capsule_data(NULL, argv, 1);
+        }
+        if (key == NULL) goto fail;
+    } else {
+        key = Py_NewRef(Py_None);
+    }
+    /* ledger.import_output(generation, consumer, escapes=escapes, key=key): the effect held */
+    if ((calls = parts_of(ledger, s__lock_calls, 2)) == NULL) goto fail;
+    PyObject *got = PyObject_CallOneArg(P(calls, 0), Py_False);
+    if (got == NULL) goto fail;
+    t = PyObject_IsTrue(got);
+    Py_DECREF(got);
+    if (t < 0) goto fail;
+    if (!t) goto nothing; /* another thread holds the effect: the Python call waits for it, or raises */
+    held = 1;
+    if ((outer_owner = get(ledger, s__owner)) == NULL ||
+        (outer_closing = get(ledger, s__closing_wait)) == NULL)
+        goto fail;
+    {
+        PyObject *me = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+        if (me == NULL) goto fail;
+        t = set(ledger, s__owner, me);
+        Py_DECREF(me);
+        if (t < 0 || set(ledger, s__closing_wait, Py_False) < 0) goto fail;
+    }
+    if ((t = import_held(ledger, generation, consumer, escapes)) < 0) goto fail;
+    if (t > 0) goto nothing;
+    result = capsule; /* (a marker: imported; the view and the image's state come after the lock is let go) */
+    goto release;
+nothing:
+    result = Py_None;
+    goto release;
+fail:
+    result = NULL;
+release:
+    if (held) {
+        PyObject *exc = PyErr_GetRaisedException();
+        int bad = set(ledger, s__owner, outer_owner ? outer_owner : Py_None) < 0 ||
+                  set(ledger, s__closing_wait, outer_closing ? outer_closing : Py_False) < 0 ||
+                  call_ok(PyObject_CallNoArgs(P(calls, 1))) < 0;
+        if (bad) {
+            Py_XDECREF(exc);
+            result = NULL;
+        } else {
+            PyErr_SetRaisedException(exc);
+        }
+    }
+    if (result == capsule) {
+        /* ledger.add_view(key, generation) when a view escapes */
+        if (escapes && key != Py_None) {
+            PyObject *ref = NULL, *entry = NULL;
+            if (PyDict_GET_SIZE(g_views) > 1024 && call_ok(PyObject_CallNoArgs(g_prune_views)) < 0) result = NULL;
+            else if ((ref = PyWeakref_NewRef(ledger, NULL)) == NULL || (entry = PyTuple_Pack(2, ref, generation)) == NULL ||
+                     PyDict_SetItem(g_views, key, entry) < 0)
+                result = NULL;
+            Py_XDECREF(ref);
+            Py_XDECREF(entry);
+        }
+        if (result != NULL) {
+            slot_set(image, I_CONSUMER, consumer);
+            slot_set(image, I_CONSUMED, Py_True);
+            if (Py_IS_TYPE(capsule, (PyTypeObject *)g_sim_capsule)) { /* on the model: the view is of this run's output */
+                PyObject *ref = PyWeakref_NewRef(ledger, NULL), *of = ref == NULL ? NULL : PyTuple_Pack(2, ref, generation);
+                if (of == NULL || PyObject_SetAttr(capsule, s_view_of, of) < 0) result = NULL;
+                Py_XDECREF(ref);
+                Py_XDECREF(of);
+            }
+        }
+        Py_XINCREF(result);
+    } else if (result == Py_None) {
+        Py_INCREF(result);
+    }
+    Py_XDECREF(ledger);
+    Py_XDECREF(generation);
+    Py_XDECREF(capsule);
+    Py_XDECREF(consumer);
+    Py_XDECREF(key);
+    Py_XDECREF(calls);
+    Py_XDECREF(outer_owner);
+    Py_XDECREF(outer_closing);
+    return result;
+}

@@ -1,0 +1,14 @@
+/* streamsafe._native's steady-state replay (streamsafe/_replay.c), registered by streamsafe/_native.c. */
+#ifndef STREAMSAFE_REPLAY_H
+#define STREAMSAFE_REPLAY_H
+#include <Python.h>
+
+PyObject *native_bind_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *native_import_output(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *native_capsule_data(PyObject *self, PyObject *const *args, Py_ssize_t nargs); /* (in _native.c) */
+extern const char bind_replay_doc[];
+extern const char import_output_doc[];
+extern const char replay_doc[];
+
+#endif

@@ -1,0 +1,237 @@
+"""The C extension's steady-state frame (``streamsafe/_replay.c``: ``replay`` and ``import_output``) against
+the Python one it mirrors (:meth:`StreamContract._replay`, ``SafeImage.__dlpack__``): the same frames
+through both must give the same outputs, races, counters, ledger states and replays."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+import streamsafe.contract as contract_module
+import streamsafe.outputs as outputs_module
+from streamsafe import steady
+from streamsafe.testing import fuzz
+from streamsafe.testing.effects import VideoSuperRes
+
+BUILT = contract_module._NATIVE_REPLAY is not None
+needs_c = pytest.mark.skipif(not BUILT, reason="the C extension is not built here (or STREAMSAFE_NATIVE=0)")
+C_PARTS = (contract_module._NATIVE_REPLAY, outputs_module.native_import)
+
+
+@contextlib.contextmanager
+def frames_in(kind: str) -> Iterator[None]:
+    """Steady-state frames in C (the default where it is built) or in Python, for the block."""
+    saved = contract_module._NATIVE_REPLAY, outputs_module.native_import
+    contract_module._NATIVE_REPLAY, outputs_module.native_import = C_PARTS if kind == "C" else (None, None)
+    try:
+        yield
+    finally:
+        contract_module._NATIVE_REPLAY, outputs_module.native_import = saved
+
+
+def _sr(sim: ss.SimBackend, cls: type = VideoSuperRes) -> Any:
+    sr = cls(backend=sim)
+    sr.output_width = sr.output_height = 32
+    sr.load()
+    return sr
+
+
+def _x(sim: ss.SimBackend, i: int, stream: ss.Stream) -> Any:
+    """A fresh 16x16 input written on ``stream`` (the host does not wait for it)."""
+    arr = sim.empty((3, 16, 16), np.float32, name="frame")
+    sim.launch(stream, "producer.write", lambda: arr.buffer.data.fill(i % 7 / 7), writes=[arr])
+    return arr
+
+
+def _counted(fn: Any) -> tuple[Any, int]:
+    before = steady.replays
+    out = fn()
+    return out, steady.replays - before
+
+
+@needs_c
+@pytest.mark.parametrize("strategy", ["event", "auto", "async", "stream"])
+def test_random_programs_give_the_same_results_with_either(strategy: str) -> None:
+    """40 random pipelines (streams, guards, consumers, size changes, in-place inputs) per strategy, on
+    the adversarial model: the same corrupt frames, races, errors and number of replayed frames."""
+    replayed = 0
+    for program in fuzz.programs(40, seed=7, frames=12):
+        results = {}
+        for kind in ("C", "Python"):
+            with frames_in(kind):
+                result, n = _counted(functools.partial(fuzz.run_model, program, strategy))
+            got = result.to_dict()
+            got.pop("seconds")
+            results[kind] = (got, n)
+        assert results["C"] == results["Python"], program.describe()
+        replayed += results["C"][1]
+    assert replayed > 100, "the programs must replay frames for this to compare anything"
+
+
+def _pipeline(kind: str, strategy: str, frames: int, *, view: bool) -> dict[str, Any]:
+    """A pipeline on the model with the frames in C or Python: what it leaves behind."""
+    sim = ss.SimBackend(scheduler="adversarial")
+    s = sim.create_stream(non_blocking=True)
+    reader = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(_sr(sim), s, strategy=strategy, backend=sim)
+    copies = []
+    with frames_in(kind), sim.use_stream(s):
+        before = steady.replays
+        for i in range(frames):
+            out = c.run(_x(sim, i, s))
+            imported = sim.from_dlpack(out.image, stream=reader if view else s)
+            copies.append(sim.copy(imported, reader if view else s))
+        replays = steady.replays - before
+        image = out.image
+        ledger = c.ledger
+        mine = {"_ledger": ledger, "_effect": c.effect, "_capsule": image._capsule}  # (this pipeline's objects)
+        slots = {name: getattr(image, name) is mine[name] if name in mine else getattr(image, name)
+                 for name in type(image).__slots__}
+        state = (ledger.generation, tuple(ledger.readers), ledger.escaped, ledger.previous_sdk, ledger.input_shapes,
+                 ledger.plan, ledger._owner, ledger._closing_wait)
+    sim.synchronize_device(0)
+    return {
+        "stats": dict(c.stats), "out_stats": dict(ledger.out_stats), "state": state, "slots": slots,
+        "replays": replays, "races": [str(r) for r in sim.races], "data": [y.numpy().tobytes() for y in copies],
+    }
+
+
+@needs_c
+@pytest.mark.parametrize("strategy", ["event", "auto", "async", "device"])
+@pytest.mark.parametrize("view", [False, True])
+def test_a_pipeline_ends_in_the_same_state(strategy: str, view: bool) -> None:
+    c_side = _pipeline("C", strategy, 9, view=view)
+    py_side = _pipeline("Python", strategy, 9, view=view)
+    assert c_side["replays"] >= 6
+    for key in ("stats", "out_stats", "replays", "races", "data"):
+        assert c_side[key] == py_side[key], key
+    # (the streams and plans are each pipeline's own objects: compare what they say)
+    assert repr(c_side["state"]) == repr(py_side["state"])
+    assert repr(c_side["slots"]) == repr(py_side["slots"])
+    assert c_side["races"] == []
+
+
+@needs_c
+def test_the_c_frame_runs_where_it_is_built() -> None:
+    """The C replay and import are the default (the tests above would compare Python with itself otherwise)."""
+    sim = ss.SimBackend()
+    s = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(_sr(sim), s, strategy="event", backend=sim)
+    calls = []
+    real = contract_module._NATIVE_REPLAY
+
+    def spy(*args: Any) -> Any:
+        out = real(*args)
+        calls.append(out is not None)
+        return out
+
+    with sim.use_stream(s):
+        for i in range(6):
+            contract_module._NATIVE_REPLAY = spy
+            try:
+                out = c.run(_x(sim, i, s))
+            finally:
+                contract_module._NATIVE_REPLAY = real
+            sim.copy(sim.from_dlpack(out.image, stream=s), s)
+    assert calls[-3:] == [True] * 3, calls  # (the first frames record recipes, in the states the first runs leave; then C replays)
+
+
+class _Refusing(VideoSuperRes):
+    """Refuses its third and later frames (as the SDK refuses a dtype the facts do not hold)."""
+
+    refuse = False
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        if self.refuse:
+            raise ValueError("refused")
+        return super().run(*args, **kwargs)
+
+
+@needs_c
+@pytest.mark.parametrize("kind", ["C", "Python"])
+def test_a_refused_replay_leaves_counters_ledger_and_lock_as_before(kind: str) -> None:
+    sim = ss.SimBackend()
+    s = sim.create_stream(non_blocking=True)
+    other = sim.create_stream(non_blocking=True)
+    sr = _sr(sim, _Refusing)
+    c = ss.StreamContract(sr, s, strategy="event", backend=sim)
+    with frames_in(kind), sim.use_stream(s):
+        for i in range(3):
+            out = c.run(_x(sim, i, s))
+            sim.copy(sim.from_dlpack(out.image, stream=other), other)  # (a reader: the next run fences it)
+        stats, generation, readers = dict(c.stats), c.ledger.generation, dict(c.ledger.readers)
+        sr.refuse = True
+        before = steady.replays
+        with pytest.raises(ValueError, match="refused"):
+            c.run(_x(sim, 9, s))
+        assert steady.replays == before + 1, "the refused call was a replay"
+    assert dict(c.stats) == stats
+    assert (c.ledger.generation, dict(c.ledger.readers)) == (generation, readers)
+    assert c.ledger._owner is None and c.ledger.try_hold() is not None, "the effect's lock was let go"
+
+
+@needs_c
+def test_a_replay_while_another_thread_holds_the_effect_takes_the_general_path() -> None:
+    """The C replay does nothing when the lock is taken: the general path then raises, as in Python."""
+    sim = ss.SimBackend()
+    s = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(_sr(sim), s, strategy="event", backend=sim)
+    with sim.use_stream(s):
+        for i in range(3):
+            out = c.run(_x(sim, i, s))
+            sim.copy(sim.from_dlpack(out.image, stream=s), s)
+        generation, stats = c.ledger.generation, dict(c.stats)
+        holding, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with c.ledger.using("test"):
+                holding.set()
+                release.wait(10)
+
+        t = threading.Thread(target=hold)
+        t.start()
+        holding.wait(10)
+        try:
+            x = _x(sim, 5, s)
+            assert contract_module._NATIVE_REPLAY(c, "run", (x,), False) is None
+            with pytest.raises(ss.ConcurrentUseError):
+                c.run(x)
+        finally:
+            release.set()
+            t.join()
+    assert (c.ledger.generation, dict(c.stats)) == (generation, stats)
+
+
+@needs_c
+def test_the_c_import_leaves_a_stale_or_consumed_output_to_python() -> None:
+    sim = ss.SimBackend()
+    s = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(_sr(sim), s, strategy="event", backend=sim)
+    with sim.use_stream(s):
+        old = c.run(_x(sim, 0, s))
+        new = c.run(_x(sim, 1, s))
+        assert outputs_module.native_import(old.image, None) is None  # stale: nothing done
+        with pytest.raises(ss.StaleOutputError):
+            old.image.__dlpack__()
+        capsule = outputs_module.native_import(new.image, None)
+        assert capsule is not None and new.image.consumed
+        assert outputs_module.native_import(new.image, None) is None  # consumed: nothing done
+        with pytest.raises(BufferError):
+            new.image.__dlpack__()
+
+
+@needs_c
+def test_bind_replay_names_a_missing_part() -> None:
+    native = contract_module.native()
+    assert native is not None
+    with pytest.raises(KeyError, match="part contract_globals missing"):
+        native.bind_replay({})
+    with pytest.raises(TypeError, match="one dict of parts"):
+        native.bind_replay([])
