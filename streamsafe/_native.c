@@ -319,6 +319,8 @@ static PyMethodDef native_methods[] = {
     {"bind_replay", (PyCFunction)(void (*)(void))native_bind_replay, METH_FASTCALL, bind_replay_doc},
     {"replay", (PyCFunction)(void (*)(void))native_replay, METH_FASTCALL, replay_doc},
     {"import_output", (PyCFunction)(void (*)(void))native_import_output, METH_FASTCALL, import_output_doc},
+    {"bind_occupancy", (PyCFunction)(void (*)(void))native_bind_occupancy, METH_FASTCALL, bind_occupancy_doc},
+    {"note_run", (PyCFunction)(void (*)(void))native_note_run, METH_FASTCALL, note_run_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1014,3 +1014,122 @@ release:
     Py_XDECREF(outer_closing);
     return result;
 }
+
+/* ---- the thread check (streamsafe.occupancy.note_run) ------------------------------------------------ */
+
+static PyObject *o_module, *o_seen, *o_clock, *o_token, *o_current_thread;
+static PyObject *s_WINDOW_S, *s_token, *s_is_alive;
+
+const char bind_occupancy_doc[] = (
+"bind_occupancy(module, seen, clock, token, current_thread) -> None\n\n"
+"What note_run() works with: streamsafe.occupancy (its WINDOW_S), its _seen dict, its clock, the\n"
+"thread-local whose .token is the calling thread's number, threading.current_thread. Process-wide.");
+
+PyObject *native_bind_occupancy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "streamsafe._native.bind_occupancy(module, seen: dict, clock, token, current_thread)");
+        return NULL;
+    }
+    if ((s_WINDOW_S == NULL && (s_WINDOW_S = PyUnicode_InternFromString("WINDOW_S")) == NULL) ||
+        (s_token == NULL && (s_token = PyUnicode_InternFromString("token")) == NULL) ||
+        (s_is_alive == NULL && (s_is_alive = PyUnicode_InternFromString("is_alive")) == NULL))
+        return NULL;
+    PyObject **slots[] = {&o_module, &o_seen, &o_clock, &o_token, &o_current_thread};
+    for (int i = 0; i < 5; i++) Py_XSETREF(*slots[i], Py_NewRef(args[i]));
+    Py_RETURN_NONE;
+}
+
+const char note_run_doc[] = (
+"note_run(device) -> bool\n\n"
+"streamsafe.occupancy.note_run in C: records a guarded run on `device` by this thread; True when another\n"
+"live thread ran a guarded effect there since this thread's previous run (within WINDOW_S seconds).\n"
+"Does not block.");
+
+PyObject *native_note_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "streamsafe._native.note_run(device)");
+        return NULL;
+    }
+    if (o_seen == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "streamsafe._native.note_run: bind_occupancy() was not called");
+        return NULL;
+    }
+    PyObject *device = args[0], *result = NULL, *now = NULL, *threads = NULL, *ident = NULL, *thread = NULL;
+    PyObject *entry = NULL, *items = NULL, *window = NULL;
+    double previous = 0.0;
+    if ((now = PyObject_CallNoArgs(o_clock)) == NULL) return NULL;
+    double t_now = PyFloat_AsDouble(now);
+    if (t_now == -1.0 && PyErr_Occurred()) goto done;
+    threads = PyDict_GetItemWithError(o_seen, device);
+    if (threads == NULL) {
+        if (PyErr_Occurred()) goto done;
+        PyObject *fresh = PyDict_New();
+        if (fresh == NULL) goto done;
+        threads = PyDict_SetDefault(o_seen, device, fresh); /* (borrowed) */
+        Py_DECREF(fresh);
+        if (threads == NULL) goto done;
+    }
+    Py_INCREF(threads);
+    if ((ident = PyObject_GetAttr(o_token, s_token)) == NULL) goto done;
+    PyObject *mine = PyDict_GetItemWithError(threads, ident);
+    if (mine == NULL && PyErr_Occurred()) goto done;
+    if (mine != NULL) {
+        if (!PyTuple_Check(mine) || PyTuple_GET_SIZE(mine) != 2) {
+            PyErr_SetString(PyExc_TypeError, "streamsafe._native.note_run: an entry must be (time, thread)");
+            goto done;
+        }
+        previous = PyFloat_AsDouble(PyTuple_GET_ITEM(mine, 0));
+        if (previous == -1.0 && PyErr_Occurred()) goto done;
+        thread = Py_NewRef(PyTuple_GET_ITEM(mine, 1));
+    } else if ((thread = PyObject_CallNoArgs(o_current_thread)) == NULL) {
+        goto done;
+    }
+    if ((entry = PyTuple_Pack(2, now, thread)) == NULL || PyDict_SetItem(threads, ident, entry) < 0) goto done;
+    if (PyDict_GET_SIZE(threads) == 1) {
+        result = Py_NewRef(Py_False);
+        goto done;
+    }
+    if ((window = PyObject_GetAttr(o_module, s_WINDOW_S)) == NULL) goto done;
+    double t_window = PyFloat_AsDouble(window);
+    if (t_window == -1.0 && PyErr_Occurred()) goto done;
+    if ((items = PyDict_Items(threads)) == NULL) goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        PyObject *other = PyTuple_GET_ITEM(item, 0), *value = PyTuple_GET_ITEM(item, 1);
+        int same = PyObject_RichCompareBool(other, ident, Py_EQ);
+        if (same < 0) goto done;
+        if (same) continue;
+        double last = PyFloat_AsDouble(PyTuple_GET_ITEM(value, 0));
+        if (last == -1.0 && PyErr_Occurred()) goto done;
+        if (t_now - last > t_window) { /* quiet: it no longer counts */
+            if (PyDict_DelItem(threads, other) < 0) {
+                if (!PyErr_ExceptionMatches(PyExc_KeyError)) goto done;
+                PyErr_Clear();
+            }
+        } else if (last >= previous) { /* it ran since this thread's previous run: shared, if it still lives */
+            PyObject *alive = PyObject_CallMethodNoArgs(PyTuple_GET_ITEM(value, 1), s_is_alive);
+            if (alive == NULL) goto done;
+            int yes = PyObject_IsTrue(alive);
+            Py_DECREF(alive);
+            if (yes < 0) goto done;
+            if (yes) {
+                result = Py_NewRef(Py_True);
+                goto done;
+            }
+            if (PyDict_DelItem(threads, other) < 0) {
+                if (!PyErr_ExceptionMatches(PyExc_KeyError)) goto done;
+                PyErr_Clear();
+            }
+        }
+    }
+    result = Py_NewRef(Py_False);
+done:
+    Py_XDECREF(now);
+    Py_XDECREF(threads);
+    Py_XDECREF(ident);
+    Py_XDECREF(thread);
+    Py_XDECREF(entry);
+    Py_XDECREF(items);
+    Py_XDECREF(window);
+    return result;
+}

@@ -42,7 +42,7 @@ from .frameworks import framework_of, torch_current_stream_handle
 from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, releases_output, shape_of, tracked_raw_call, tracked_setattr
 from ._accel import native
 from .ledger import _VIEWS, Ledger, _prune_views, adopt_ledger, apply_fences, forget_ledger, ledger_of, new_stats, view_owner, views_exist
-from .occupancy import note_run
+from . import occupancy
 from .outputs import SafeImage, SafeOutput
 from .plan import FencePlan, plan_fences
 from .strategy import Strategy, StrategyName, as_strategy
@@ -252,7 +252,14 @@ class StreamContract:
 
         ``stream_ptr=`` names the SDK stream for this call. The plan decides ``non_blocking``;
         a caller's ``non_blocking`` is used only by strategy ``none``."""
-        return self._call("run", args, kwargs)
+        # several threads' pipelines interleaving on the device: auto picks event, not async (every guarded
+        # run counts, whatever its strategy; the flag is set under the effect's lock, in the paths below)
+        shared = occupancy.note_run(self.device) and self.strategy is Strategy.AUTO
+        replay = _NATIVE_REPLAY
+        if replay is not None and self._recipes and not kwargs and not hooks.observers:  # (_call's first step, inline)
+            out = replay(self, "run", args, shared)
+            return out if out is not None else self._call_planned("run", args, kwargs, shared)
+        return self._call("run", args, kwargs, shared)
 
     def run_at_timestep(self, *args: Any, **kwargs: Any) -> SafeOutput:
         """``effect.run_at_timestep(...)`` with the plan's fences (see :meth:`run`). An effect without
@@ -263,15 +270,14 @@ class StreamContract:
                 f"{self.effect_name} has no run_at_timestep(): only VideoFrameGeneration interpolates at a timestep; "
                 f"call c.run(...) for {self.effect_name}"
             )
-        return self._call("run_at_timestep", args, kwargs)
+        return self._call("run_at_timestep", args, kwargs, occupancy.note_run(self.device) and self.strategy is Strategy.AUTO)
 
     def _refuse_closed(self, call: str) -> NoReturn:
         raise EffectStateError(self.effect_name, call, "closed", "Create a new effect and contract.")
 
-    def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> SafeOutput:
-        # several threads' pipelines interleaving on the device: auto picks event, not async (every guarded
-        # run counts, whatever its strategy; the flag is set under the effect's lock, in the paths below)
-        shared = note_run(self.device) and self.strategy is Strategy.AUTO
+    def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> SafeOutput:
+        """A guarded call: replayed when it repeats a recipe, else planned. ``shared``: other threads drive
+        guarded effects on the device (:func:`~streamsafe.occupancy.note_run`, which the caller made)."""
         if self._recipes and not hooks.observers:
             replay = _NATIVE_REPLAY
             out = replay(self, name, args, shared) if replay is not None and not kwargs else self._replay(name, args, kwargs, shared)

@@ -2,7 +2,8 @@
 
 Blocking shadow streams are ordered with stream 0, where every pipeline's conversion runs, so
 several async pipelines serialise one another; event fences do not. Each test checks the
-choice and that every frame is right, on the adversarial model.
+choice and that every frame is right, on the adversarial model. Each runs with the C extension's
+``note_run`` (where it is built) and with the Python one it mirrors.
 """
 
 from __future__ import annotations
@@ -17,6 +18,17 @@ import streamsafe as ss
 from streamsafe import occupancy
 from streamsafe.testing import VideoSuperRes
 from streamsafe.testing import _kernels as K
+
+
+_BUILT_NOTE_RUN = occupancy.note_run
+
+
+@pytest.fixture(autouse=True, params=["C", "Python"])
+def _note_run(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test here with either ``note_run``."""
+    if request.param == "C" and _BUILT_NOTE_RUN is occupancy.note_run_python:
+        pytest.skip("the C extension is not built here (or STREAMSAFE_NATIVE=0)")
+    monkeypatch.setattr(occupancy, "note_run", _BUILT_NOTE_RUN if request.param == "C" else occupancy.note_run_python)
 
 
 def _pipeline(sim: ss.SimBackend, device: int = 0, strategy: str = "auto") -> tuple[Any, Any, ss.Stream]:
