@@ -2,8 +2,9 @@
 
 GPU machine:  PYTHONPATH=. python3 benchmarks/profile_bench_step.py [SCENARIO] [ROW ...]
 
-For each row (default ``hand auto``) of SCENARIO (default ``g-host``): the host microseconds per
-step over 1,000 steps (after 100 untimed), then a cProfile of 1,000 more, top functions by own time.
+For each row (default ``hand auto``) of SCENARIO (default ``g-host``), every row's pipeline made first
+(as in the bench): the host microseconds per step, the median of 5 blocks of 200 steps with the rows
+interleaved (after 100 untimed), then a cProfile of 1,000 more, top functions by own time.
 With ``--diff``: then, for the first two rows, each function's own time per step in the second less
 the first (profiled microseconds: inflated by cProfile, but where the gap is), the largest first.
 """
@@ -25,30 +26,40 @@ def main() -> None:
     rows = args[1:] or ["hand", "auto"]
     sc = scenario_by_key(scenario)
     stats: list[pstats.Stats] = []
-    for name in rows:
-        pipe = GpuPipeline(sc, as_row(name))
-        try:
+    pipes = [GpuPipeline(sc, as_row(name)) for name in rows]  # (every row's effect made first, as in the bench)
+    try:
+        for pipe in pipes:
             for i in range(100):
                 pipe.step(i)
             pipe.drain()
             pipe.check()
-            t0 = time.perf_counter()
-            for i in range(100, 1100):
-                pipe.step(i)
-            per_step = (time.perf_counter() - t0) / 1000 * 1e6
-            pipe.drain()
-            pipe.check()
+        # host time per step, the rows interleaved in blocks of 200 steps (a host's phase hits every row alike)
+        per_step: dict[str, list[float]] = {name: [] for name in rows}
+        frame = 100
+        for _ in range(5):
+            for name, pipe in zip(rows, pipes):
+                t0 = time.perf_counter()
+                for i in range(frame, frame + 200):
+                    pipe.step(i)
+                per_step[name].append((time.perf_counter() - t0) / 200 * 1e6)
+                pipe.drain()
+                pipe.check()
+            frame += 200
+        for name, pipe in zip(rows, pipes):
             profile = cProfile.Profile()
             profile.enable()
-            for i in range(1100, 2100):
+            for i in range(frame, frame + 1000):
                 pipe.step(i)
             profile.disable()
             pipe.drain()
             checked, corrupt = pipe.check()
-            print(f"\n== {scenario} / {name}: {per_step:.1f} us per step on the host (corrupt {corrupt}/{checked})")
+            median = sorted(per_step[name])[2]
+            print(f"\n== {scenario} / {name}: {median:.1f} us per step on the host, median of 5 interleaved blocks "
+                  f"{[round(x, 1) for x in per_step[name]]} (corrupt {corrupt}/{checked})")
             pstats.Stats(profile).sort_stats("tottime").print_stats(22)
             stats.append(pstats.Stats(profile))
-        finally:
+    finally:
+        for pipe in pipes:
             pipe.close()
     if "--diff" in sys.argv and len(stats) >= 2:
         _print_diff(rows[0], rows[1], stats[0], stats[1])

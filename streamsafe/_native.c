@@ -205,6 +205,17 @@ static PyObject *native_run_fences(PyObject *self, PyObject *const *args, Py_ssi
     Py_RETURN_NONE;
 }
 
+/* A bound program's steps, for the C replay (streamsafe/_replay.c): run_fences(steps) when `ctx` (0: any) is the
+ * current context, else Py_NotImplemented (new reference: the caller runs the program's Python call instead,
+ * which makes that context current first). */
+PyObject *run_fence_steps(PyObject *steps, PyObject *ctx) {
+    void *want = NULL, *now = NULL;
+    if (as_pointer(ctx, &want)) return NULL;
+    if (want != NULL && (p_ctx_current == NULL || p_ctx_current(&now) != 0 || now != want)) Py_RETURN_NOTIMPLEMENTED;
+    PyObject *argv[1] = {steps};
+    return native_run_fences(NULL, argv, 1);
+}
+
 /* ---- DLPack capsules ------------------------------------------------------------------------ */
 
 typedef struct {

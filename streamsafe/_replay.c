@@ -70,7 +70,7 @@ static PyObject *g_call_kwnames;     /* ("stream_ptr", "non_blocking") */
     X(escaped) X(input_shapes) X(readers) X(previous_sdk) X(config) X(_shared) X(replays) X(check_replay)             \
     X(_check_recipe) X(uncount) X(_read_views) X(override) X(raw) X(generation) X(out_stats) X(default_consumer)     \
     X(_hold_sdk_streams) X(_protect_inputs) X(keepalive) X(prune_keepalive) X(_last_plan) X(image) X(observers)  \
-    X(known) X(data_ptr) X(torch_stream) X(record_stream) X(thread) X(import_programs) X(_import_program) X(outstanding) X(holds) X(_hold) X(_lock_calls) X(view_of)
+    X(known) X(data_ptr) X(torch_stream) X(torch_streams) X(handle) X(record_stream) X(thread) X(import_programs) X(_import_program) X(outstanding) X(holds) X(_hold) X(_lock_calls) X(view_of)
 
 #define DECLARE(n) static PyObject *s_##n;
 NAMES(DECLARE)
@@ -228,11 +228,11 @@ static int bind_slots(void) {
 enum { C_DEVICE, C_INPUT, C_BACKEND, C_LEDGER, C_ACQUIRE, C_RELEASE, C_CONFIG_GETTER, C_STATS, C_SIZE };
 enum {
     R_FACTS, R_THREAD, R_READERS, R_ESCAPED, R_PREVIOUS_PLAN, R_PREVIOUS_SDK, R_INPUT_SHAPES, R_LEDGER_CONFIG, R_CONFIG,
-    R_BEFORE, R_BEFORE_HAS, R_BEFORE_BOUND, R_BEFORE_THREAD, R_BEFORE_COUNTS,
-    R_AFTER, R_AFTER_HAS, R_AFTER_BOUND, R_AFTER_THREAD, R_AFTER_COUNTS,
+    R_BEFORE, R_BEFORE_PARTS, R_AFTER, R_AFTER_PARTS,
     R_ARRAYS_ONLY, R_RUN_STREAM, R_RUN_PTR, R_NON_BLOCKING, R_PLAN, R_DEFAULT_CONSUMER, R_SHAPES, R_PROTECT,
     R_RUN_COUNTS, R_SDK_STREAMS, R_SIZE
 };
+enum { G_HAS, G_BOUND, G_THREAD, G_COUNTS, G_STEPS, G_CTX, G_FAILED, G_SIZE }; /* FenceProgram.native */
 #define P(parts, i) PyTuple_GET_ITEM(parts, i)
 
 /* torch.Tensor once a tensor was seen (borrowed), else NULL */
@@ -386,12 +386,29 @@ static int recipe_matches(PyObject *rparts, PyObject *ledger, PyObject *config) 
 
 /* ---- fence programs (FenceProgram.__call__) ----------------------------------------------------- */
 
-/* Run a recipe's program (R_BEFORE or R_AFTER, its parts after it): its bound call and its counts when
- * it has one and is for any thread, else the program's own __call__. 0, or -1 with an exception. */
-static int run_program(PyObject *rparts, int at, PyObject *stats) {
-    PyObject *program = P(rparts, at), *bound = P(rparts, at + 2), *thread = P(rparts, at + 3), *counts = P(rparts, at + 4);
-    if (bound == Py_None || thread != Py_None) return call_ok(PyObject_CallOneArg(program, stats));
-    if (call_ok(PyObject_CallNoArgs(bound)) < 0) return -1;
+/* Run a program of fences (FenceProgram.__call__) given its parts (FenceProgram.native): its steps in one call
+ * of the C extension when it has them and its context is current, else its bound call, then its counts; the
+ * program's own __call__ when it is not bound or bound for one thread. 0, or -1 with an exception. */
+static int run_program(PyObject *program, PyObject *parts, PyObject *stats) {
+    if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != G_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "streamsafe._native.replay: a program's parts are not what this build reads "
+                        "(pip install -e . rebuilds it)");
+        return -1;
+    }
+    PyObject *bound = P(parts, G_BOUND), *counts = P(parts, G_COUNTS), *steps = P(parts, G_STEPS);
+    if (bound == Py_None || P(parts, G_THREAD) != Py_None) return call_ok(PyObject_CallOneArg(program, stats));
+    PyObject *r = steps == Py_None ? Py_NewRef(Py_NotImplemented) : run_fence_steps(steps, P(parts, G_CTX));
+    if (r == Py_NotImplemented) { /* (no steps, or another context current: the bound call makes it current) */
+        Py_DECREF(r);
+        r = PyObject_CallNoArgs(bound);
+    } else if (r != NULL && r != Py_None) { /* (step, CUresult) of the step that failed: its error */
+        PyObject *raised = PyObject_CallOneArg(P(parts, G_FAILED), r);
+        Py_XDECREF(raised);
+        Py_DECREF(r);
+        r = NULL;
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "streamsafe._native.replay: a fence failed");
+    }
+    if (call_ok(r) < 0) return -1;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(counts); i++) {
         PyObject *pair = PyTuple_GET_ITEM(counts, i);
         PyObject *key = PyTuple_GET_ITEM(pair, 0), *n = PyTuple_GET_ITEM(pair, 1);
@@ -588,8 +605,16 @@ static int protect_inputs(PyObject *contract, PyObject *ledger, PyObject *arrays
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(arrays) && !t; i++)
         t = tensor == NULL || (PyObject *)Py_TYPE(PyTuple_GET_ITEM(arrays, i)) != tensor;
     if (t) return call_ok(method2(contract, s__protect_inputs, arrays, run_stream));
-    PyObject *ts = PyObject_CallMethodOneArg(ledger, s_torch_stream, run_stream);
-    if (ts == NULL) return -1;
+    PyObject *ts = NULL, *streams = PyObject_GetAttr(ledger, s_torch_streams), *handle = NULL;
+    if (streams == NULL || (handle = PyObject_GetAttr(run_stream, s_handle)) == NULL) { /* (ledger.torch_stream's cache) */
+        Py_XDECREF(streams);
+        return -1;
+    }
+    if (PyDict_CheckExact(streams)) ts = Py_XNewRef(PyDict_GetItemWithError(streams, handle));
+    Py_DECREF(streams);
+    Py_DECREF(handle);
+    if (ts == NULL && (PyErr_Occurred() || (ts = PyObject_CallMethodOneArg(ledger, s_torch_stream, run_stream)) == NULL))
+        return -1;
     int rc = 0;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(arrays) && rc == 0; i++)
         rc = call_ok(PyObject_CallMethodOneArg(PyTuple_GET_ITEM(arrays, i), s_record_stream, ts));
@@ -700,10 +725,16 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(kwargs);
         if (t < 0) goto fail;
     }
-    int has_before = P(rparts, R_BEFORE_HAS) == Py_True;
+    PyObject *before_parts = P(rparts, R_BEFORE_PARTS), *after_parts = P(rparts, R_AFTER_PARTS);
+    if (!PyTuple_CheckExact(before_parts) || PyTuple_GET_SIZE(before_parts) != G_SIZE || !PyTuple_CheckExact(after_parts) ||
+        PyTuple_GET_SIZE(after_parts) != G_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "streamsafe._native.replay: a program's parts are not what this build reads");
+        goto fail;
+    }
+    int has_before = P(before_parts, G_HAS) == Py_True;
     if (has_before) {
-        if (P(rparts, R_BEFORE_BOUND) == Py_None && (counted = PyDict_Copy(stats)) == NULL) goto fail; /* host waits, device syncs */
-        if (run_program(rparts, R_BEFORE, stats) < 0) goto fail;
+        if (P(before_parts, G_BOUND) == Py_None && (counted = PyDict_Copy(stats)) == NULL) goto fail; /* host waits, device syncs */
+        if (run_program(P(rparts, R_BEFORE), before_parts, stats) < 0) goto fail;
     }
     if ((arrays = arrays_of(rparts, call_args)) == NULL) goto fail;
     if (PyDict_GET_SIZE(g_views) > 0 && read_views(contract, arrays, P(rparts, R_RUN_STREAM), torch_tensor()) < 0) goto fail;
@@ -729,7 +760,7 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if ((generation = after_run(ledger, rparts, stats)) == NULL) goto fail;
     if (P(rparts, R_PROTECT) == Py_True) {
-        if (P(rparts, R_AFTER_HAS) == Py_True && run_program(rparts, R_AFTER, stats) < 0) goto fail;
+        if (P(after_parts, G_HAS) == Py_True && run_program(P(rparts, R_AFTER), after_parts, stats) < 0) goto fail;
         if (protect_inputs(contract, ledger, arrays, P(rparts, R_RUN_STREAM), torch_tensor()) < 0) goto fail;
     }
     if ((t = attr_true(ledger, s_keepalive)) < 0) goto fail;
@@ -797,32 +828,12 @@ static void slot_set(PyObject *obj, int i, PyObject *value) {
 }
 
 enum { I_EFFECT, I_LEDGER, I_CAPSULE, I_GENERATION, I_DEVICE, I_DEFAULT_CONSUMER, I_CONSUMED, I_ESCAPES, I_CONSUMER };
-enum { G_HAS, G_BOUND, G_THREAD, G_COUNTS, G_SIZE }; /* FenceProgram.native */
 
 /* Run an import program (FenceProgram.__call__ on the ledger's out_stats). 0, or -1 with an exception. */
 static int run_import_program(PyObject *program, PyObject *stats) {
     PyObject *parts = parts_of(program, s_native, G_SIZE);
     if (parts == NULL) return -1;
-    int rc = 0;
-    if (P(parts, G_HAS) != Py_True) {
-        rc = 0;
-    } else if (P(parts, G_BOUND) == Py_None || P(parts, G_THREAD) != Py_None) {
-        rc = call_ok(PyObject_CallOneArg(program, stats));
-    } else if ((rc = call_ok(PyObject_CallNoArgs(P(parts, G_BOUND)))) == 0) {
-        PyObject *counts = P(parts, G_COUNTS);
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(counts) && rc == 0; i++) {
-            PyObject *pair = PyTuple_GET_ITEM(counts, i);
-            PyObject *key = PyTuple_GET_ITEM(pair, 0), *n = PyTuple_GET_ITEM(pair, 1);
-            PyObject *old = PyDict_GetItemWithError(stats, key);
-            if (old == NULL && PyErr_Occurred()) {
-                rc = -1;
-                break;
-            }
-            PyObject *sum = old == NULL ? Py_NewRef(n) : PyNumber_Add(old, n);
-            if (sum == NULL || PyDict_SetItem(stats, key, sum) < 0) rc = -1;
-            Py_XDECREF(sum);
-        }
-    }
+    int rc = P(parts, G_HAS) == Py_True ? run_program(program, parts, stats) : 0;
     Py_DECREF(parts);
     return rc;
 }

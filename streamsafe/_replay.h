@@ -7,6 +7,7 @@ PyObject *native_bind_replay(PyObject *self, PyObject *const *args, Py_ssize_t n
 PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_import_output(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_capsule_data(PyObject *self, PyObject *const *args, Py_ssize_t nargs); /* (in _native.c) */
+PyObject *run_fence_steps(PyObject *steps, PyObject *ctx);                               /* (in _native.c) */
 PyObject *native_bind_occupancy(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_note_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 extern const char bind_occupancy_doc[];

@@ -118,9 +118,12 @@ class FenceProgram:
             stats[name] = stats.get(name, 0) + n
 
     def parts(self) -> tuple[Any, ...]:
-        """(whether it has fences, its bound call or ``None``, the thread it is bound for or ``None``, its
-        counts): what the C replay (``streamsafe/_replay.c``) runs it with. A program never changes once made."""
-        return (bool(self.fences), self._bound, self._thread, self._counts)
+        """What the C replay (``streamsafe/_replay.c``) runs it with: whether it has fences, its bound call or
+        ``None``, the thread it is bound for or ``None``, its counts, and, when the bound call is one call of
+        the C extension's ``run_fences``, that call's steps, the context it needs (0: any) and the call that
+        raises a failed step's error (else ``None, 0, None``). A program never changes once made."""
+        steps = getattr(self._bound, "native_steps", None) or (None, 0, None)
+        return (bool(self.fences), self._bound, self._thread, self._counts, *steps)
 
     @property
     def counts_exactly(self) -> bool:

@@ -80,7 +80,7 @@ class Recipe:
         """The thread it was made in, when it names a per-thread default stream (handle 2 is another
         stream in each thread: such a recipe replays only in its own thread)."""
         self.native = (
-            facts, self.thread, *state, before, *before.native, after, *after.native, self.arrays_only,
+            facts, self.thread, *state, before, before.native, after, after.native, self.arrays_only,
             self.run_stream, self.run_ptr, self.non_blocking, plan, default_consumer, shapes, protect,
             self.run_counts, plan.sdk_streams,
         )

@@ -235,3 +235,95 @@ def test_bind_replay_names_a_missing_part() -> None:
         native.bind_replay({})
     with pytest.raises(TypeError, match="one dict of parts"):
         native.bind_replay([])
+
+
+class BoundSim(ss.SimBackend):
+    """The model with fence programs bound, as on a GPU (the model itself issues them one by one): the bound
+    call issues the same fences through the model. ``steps``: the bound call also carries steps for the C
+    extension's ``run_fences`` (``native_steps``), in context ``ctx``, as ``CudaBackend``'s do."""
+
+    steps: tuple[int, ...] | None = None
+    ctx = 0
+    bound_calls = 0
+
+    def bind_fences(self, pairs: list[tuple[ss.Stream, ss.Stream]], owner: Any) -> Any:
+        def run() -> None:
+            self.bound_calls += 1
+            for waiter, signaller in pairs:
+                self.fence(waiter, signaller)
+
+        if self.steps is not None:
+            run.native_steps = (self.steps, self.ctx, self._failed)  # type: ignore[attr-defined]
+        return run
+
+    @staticmethod
+    def _failed(failed: tuple[int, int]) -> None:
+        raise RuntimeError(f"step {failed[0]} failed with {failed[1]}")
+
+
+def _bound_pipeline(kind: str, strategy: str, frames: int = 8, **settings: Any) -> dict[str, Any]:
+    sim = BoundSim(scheduler="adversarial")
+    for name, value in settings.items():
+        setattr(sim, name, value)
+    s = sim.create_stream(non_blocking=True)
+    reader = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(_sr(sim), s, strategy=strategy, backend=sim)
+    copies = []
+    with frames_in(kind), sim.use_stream(s):
+        before = steady.replays
+        for i in range(frames):
+            copies.append(sim.copy(sim.from_dlpack(c.run(_x(sim, i, s)).image, stream=reader), reader))
+        replays = steady.replays - before
+    sim.synchronize_device(0)
+    return {"stats": dict(c.stats), "out_stats": dict(c.ledger.out_stats), "replays": replays, "bound_calls": sim.bound_calls,
+            "races": [str(r) for r in sim.races], "data": [y.numpy().tobytes() for y in copies]}
+
+
+@needs_c
+@pytest.mark.parametrize("strategy", ["event", "auto", "async"])
+def test_bound_programs_run_and_count_the_same(strategy: str) -> None:
+    """Programs bound as on a GPU: the C replay calls them and adds their counts as FenceProgram does."""
+    c_side, py_side = _bound_pipeline("C", strategy), _bound_pipeline("Python", strategy)
+    assert c_side == py_side
+    assert c_side["replays"] >= 5 and c_side["bound_calls"] >= 5 and c_side["races"] == []
+
+
+@needs_c
+def test_a_bound_programs_steps_run_in_c_in_their_context_only() -> None:
+    """A program with steps for run_fences: the C replay issues them itself when their context is current
+    (the stand-in driver logs them; the bound call is not made), else makes the bound call; a failed step
+    raises the program's error, and the frame counts nothing."""
+    from _fake_driver import Driver
+
+    native = contract_module.native()
+    fake = Driver()
+    saved = native.bound()
+    native.bind(*fake.addresses())
+    try:
+        steps = (0, 0xE1, 0x51, 1, 0x52, 0xE1)
+        here = _bound_pipeline("C", "event", steps=steps, ctx=fake.ctx)
+        assert ("record", 0xE1, 0x51) in fake.log and ("wait", 0x52, 0xE1, 0) in fake.log
+        fake.log.clear()
+        elsewhere = _bound_pipeline("C", "event", steps=steps, ctx=fake.ctx + 1)
+        assert {entry[0] for entry in fake.log} == {"ctx"}, "another context: the bound call, no step"
+        assert elsewhere["bound_calls"] > here["bound_calls"]
+        assert here["stats"] == elsewhere["stats"], "the same counts either way"
+        fake.log.clear()
+        fake.fail["wait"] = 700
+        sim = BoundSim()
+        sim.steps, sim.ctx = steps, fake.ctx
+        s = sim.create_stream(non_blocking=True)
+        reader = sim.create_stream(non_blocking=True)
+        c = ss.StreamContract(_sr(sim), s, strategy="event", backend=sim)
+        with sim.use_stream(s):
+            fake.fail.pop("wait")
+            for i in range(4):
+                sim.copy(sim.from_dlpack(c.run(_x(sim, i, s)).image, stream=reader), reader)
+            fake.fail["wait"] = 700
+            stats, generation = dict(c.stats), c.ledger.generation
+            with pytest.raises(RuntimeError, match="step 1 failed with 700"):
+                c.run(_x(sim, 5, s))
+        assert (dict(c.stats), c.ledger.generation) == (stats, generation)
+        assert c.ledger.try_hold() is not None
+    finally:
+        native.bind(*saved)

@@ -12,6 +12,7 @@ synchronisation after it; this module knows nothing of the model. Every driver e
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -431,6 +432,8 @@ class CudaBackend:
                         _check((err,), name)
 
         if not contexts:
+            if run_fences is not None:
+                run.native_steps = (flat, 0, functools.partial(_raise_failed, d, names))  # type: ignore[attr-defined]
             return run
         if len(contexts) > 1:  # legacy streams of several devices: each fence in its own context
 
@@ -466,10 +469,17 @@ class CudaBackend:
             finally:
                 _check(d.cuCtxPopCurrent(), "cuCtxPopCurrent")
 
+        if run_fences is not None:  # (what the C replay runs itself, in this context only)
+            run_in_context.native_steps = (flat, ctx_int, functools.partial(_raise_failed, d, names))  # type: ignore[attr-defined]
         return run_in_context
 
     def __repr__(self) -> str:
         return f"CudaBackend(devices={self._count})"
+
+
+def _raise_failed(d: Any, names: tuple[str, ...], failed: tuple[int, int]) -> None:
+    """A bound program's step ``failed[0]`` returned ``failed[1]``: the error its Python call raises."""
+    _check((d.CUresult(failed[1]),), names[failed[0]])
 
 
 def _release_events(pool: EventPool[CudaEvent], events: list[CudaEvent]) -> None:
