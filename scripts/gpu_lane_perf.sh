@@ -164,15 +164,17 @@ if [ "$PART" = replay ]; then  # the steady-state frame in C: every GPU test wit
   STREAMSAFE_FUZZ_FRAMES=${STREAMSAFE_FUZZ_FRAMES:-600} STREAMSAFE_FUZZ_CONTROL_FRAMES=${STREAMSAFE_FUZZ_CONTROL_FRAMES:-300} \
   STREAMSAFE_SOAK_FRAMES=${STREAMSAFE_SOAK_FRAMES:-600} STREAMSAFE_MULTI_GPU_SOAK_FRAMES=${STREAMSAFE_MULTI_GPU_SOAK_FRAMES:-2000} \
     timeout "${GPU_LANE_TEST_TIMEOUT:-280}" python3 -m pytest -m gpu -v -s -p no:cacheprovider ${GPU_LANE_TESTS:-tests/gpu} \
-    > "$L/pytest-gpu.txt" 2>&1 || rc=1
-  grep -E "FAILED|ERROR|passed|failed|soak|fuzz|per-thread|per frame|per clip" "$L/pytest-gpu.txt" | cut -c1-300 | tail -30
+    > "$L/pytest-gpu.txt" 2>&1; status=$?
+  echo "pytest exit status $status" >> "$L/pytest-gpu.txt"; [ $status = 0 ] || rc=1
+  grep -E "FAILED|ERROR|passed|failed|soak|fuzz|per-thread|per frame|per clip|exit status" "$L/pytest-gpu.txt" | cut -c1-300 | tail -30
   for i in 1 2; do
     timeout 70 python3 benchmarks/contract_overhead.py --blocks 12 --json "$L/contract_overhead-$i.json" > "$L/contract_overhead-$i.txt" 2>&1
   done
   grep -H -E "^(raw effect|contract.run\(\) \+ out|hand, same fences \+ raw capsule import \[)|torch\(copy=False\)" "$L"/contract_overhead-*.txt | cut -c1-150
   timeout 120 python3 -m streamsafe bench --backend cuda --scenario g-host,server-8 --frames 200 --warmup 20 --block 20 \
-    --json "$L/bench-replay.json" > "$L/bench-replay.txt" 2>&1 || rc=1
-  grep -E "^(g-host|server)" "$L/bench-replay.txt"
+    --json "$L/bench-replay.json" > "$L/bench-replay.txt" 2>&1; status=$?
+  echo "bench exit status $status" >> "$L/bench-replay.txt"; [ $status = 0 ] || rc=1
+  grep -E "^(g-host|server)|exit status" "$L/bench-replay.txt"
   timeout 90 python3 benchmarks/profile_bench_step.py g-host hand auto --diff > "$L/profile_bench_step.txt" 2>&1
   grep -E "^== " "$L/profile_bench_step.txt"; sed -n '/own time per step/,$p' "$L/profile_bench_step.txt" | head -24
 fi

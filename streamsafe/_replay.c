@@ -253,10 +253,14 @@ static PyObject *facts_of(PyObject *cparts, PyObject *name, PyObject *call_args,
     PyObject *result = NULL, *current = NULL, *sim = NULL;
     PyObject *dev = P(cparts, C_DEVICE), *declared = P(cparts, C_INPUT), *backend = P(cparts, C_BACKEND);
     if (4 + 2 * nargs + 1 > MAX_FACTS) Py_RETURN_NONE;
-    PyObject *tensor = PyDict_GetItemWithError(g_contract_globals, s__TORCH_TENSOR); /* borrowed */
+    /* (held for the call: the calls below run Python code, which may rebind the module's globals) */
+    PyObject *tensor = Py_XNewRef(PyDict_GetItemWithError(g_contract_globals, s__TORCH_TENSOR));
     if (tensor == NULL && PyErr_Occurred()) return NULL;
-    PyObject *raw_stream = PyDict_GetItemWithError(g_contract_globals, s__RAW_STREAM);
-    if (raw_stream == NULL && PyErr_Occurred()) return NULL;
+    PyObject *raw_stream = Py_XNewRef(PyDict_GetItemWithError(g_contract_globals, s__RAW_STREAM));
+    if (raw_stream == NULL && PyErr_Occurred()) {
+        Py_XDECREF(tensor);
+        return NULL;
+    }
     items[n++] = Py_NewRef(name);
     items[n++] = Py_NewRef(Py_None);
     items[n++] = Py_NewRef(Py_False);
@@ -319,7 +323,9 @@ static PyObject *facts_of(PyObject *cparts, PyObject *name, PyObject *call_args,
             if (PyErr_Occurred()) goto done;
             goto fallback;
         }
+        Py_INCREF(torch_device);
         PyObject *here = PyObject_CallNoArgs(torch_device);
+        Py_DECREF(torch_device);
         if (here == NULL) goto done;
         int same = PyObject_RichCompareBool(here, dev, Py_EQ);
         Py_DECREF(here);
@@ -341,6 +347,8 @@ done:
     for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(items[i]);
     Py_XDECREF(current);
     Py_XDECREF(sim);
+    Py_XDECREF(tensor);
+    Py_XDECREF(raw_stream);
     return result;
 }
 
