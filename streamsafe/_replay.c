@@ -589,7 +589,13 @@ static int read_views(PyObject *contract, PyObject *arrays, PyObject *run_stream
         PyObject *a = PyTuple_GET_ITEM(arrays, i), *key;
         if (tensor != NULL && (PyObject *)Py_TYPE(a) == tensor) key = PyObject_CallMethodNoArgs(a, s_data_ptr);
         else if ((PyObject *)Py_TYPE(a) == g_sim_array) key = PyObject_GetAttr(a, s_buffer);
-        else return call_ok(method2(contract, s__read_views, arrays, run_stream)); /* (the rest, as Python does) */
+        else { /* (the rest, as Python does; a replayed call's inputs are tensors or model arrays, so never) */
+            PyObject *rest = PyTuple_GetSlice(arrays, i, PyTuple_GET_SIZE(arrays));
+            if (rest == NULL) return -1;
+            int rc = call_ok(method2(contract, s__read_views, rest, run_stream));
+            Py_DECREF(rest);
+            return rc;
+        }
         if (key == NULL) return -1;
         PyObject *found = PyDict_GetItemWithError(g_views, key);
         Py_DECREF(key);
