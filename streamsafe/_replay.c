@@ -65,8 +65,8 @@ static PyObject *g_prune_views;      /* streamsafe.ledger._prune_views */
 static PyObject *g_call_kwnames;     /* ("stream_ptr", "non_blocking") */
 
 #define NAMES(X)                                                                                                      \
-    X(_TORCH_TENSOR) X(_RAW_STREAM) X(_TORCH_DEVICE) X(closed) X(device) X(shape) X(get_device) X(buffer) X(backend)  \
-    X(current_stream) X(_recipes) X(_native_parts) X(native) X(_owner) X(_closing_wait) X(_effect) X(effect) X(plan)  \
+    X(_TORCH_TENSOR) X(_RAW_STREAM) X(_TORCH_DEVICE) X(closed) X(device) X(_input) X(ledger) X(stats) X(_config_getter) X(shape) X(get_device) X(buffer) X(backend)  \
+    X(current_stream) X(_recipes) X(native) X(_owner) X(_closing_wait) X(_effect) X(effect) X(plan)  \
     X(escaped) X(input_shapes) X(readers) X(previous_sdk) X(config) X(_shared) X(replays) X(check_replay)             \
     X(_check_recipe) X(uncount) X(_read_views) X(override) X(raw) X(generation) X(out_stats) X(default_consumer)     \
     X(_hold_sdk_streams) X(_protect_inputs) X(keepalive) X(prune_keepalive) X(_last_plan) X(image) X(observers)  \
@@ -149,11 +149,20 @@ static int attr_true(PyObject *obj, PyObject *name) {
     return t;
 }
 
+/* a == b as Python's `==` decides it (no identity shortcut): 1, 0, or -1 with an exception */
+static int equal(PyObject *a, PyObject *b) {
+    PyObject *r = PyObject_RichCompare(a, b, Py_EQ);
+    if (r == NULL) return -1;
+    int t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return t;
+}
+
 /* obj.name == other: 1, 0, or -1 with an exception */
 static int attr_eq(PyObject *obj, PyObject *name, PyObject *other) {
     PyObject *v = get(obj, name);
     if (v == NULL) return -1;
-    int t = PyObject_RichCompareBool(v, other, Py_EQ);
+    int t = equal(v, other);
     Py_DECREF(v);
     return t;
 }
@@ -223,9 +232,8 @@ static int bind_slots(void) {
     return 0;
 }
 
-/* ---- the contract's and the recipe's parts (StreamContract._native_parts, Recipe.native) ------------- */
+/* ---- the recipe's and the programs' parts (Recipe.native, FenceProgram.native) ------------------------ */
 
-enum { C_DEVICE, C_INPUT, C_BACKEND, C_LEDGER, C_ACQUIRE, C_RELEASE, C_CONFIG_GETTER, C_STATS, C_SIZE };
 enum {
     R_FACTS, R_THREAD, R_READERS, R_ESCAPED, R_PREVIOUS_PLAN, R_PREVIOUS_SDK, R_INPUT_SHAPES, R_LEDGER_CONFIG, R_CONFIG,
     R_BEFORE, R_BEFORE_PARTS, R_AFTER, R_AFTER_PARTS,
@@ -243,24 +251,25 @@ static PyObject *torch_tensor(void) {
 
 /* ---- the call's facts (StreamContract._facts, for a call without keywords) ----------------------- */
 
-#define MAX_FACTS 64
+#define MAX_FACTS 64 /* (facts of calls with more arguments are built in memory of their own) */
 
 /* The facts tuple (new reference), Py_None (new reference) when the call must take the general path,
  * NULL with an exception. */
-static PyObject *facts_of(PyObject *cparts, PyObject *name, PyObject *call_args, PyObject *shared) {
-    PyObject *items[MAX_FACTS];
+static PyObject *facts_of(PyObject *contract, PyObject *dev, PyObject *name, PyObject *call_args, PyObject *shared) {
+    PyObject *small[MAX_FACTS], **items = small;
     Py_ssize_t n = 0, nargs = PyTuple_GET_SIZE(call_args);
-    PyObject *result = NULL, *current = NULL, *sim = NULL;
-    PyObject *dev = P(cparts, C_DEVICE), *declared = P(cparts, C_INPUT), *backend = P(cparts, C_BACKEND);
-    if (4 + 2 * nargs + 1 > MAX_FACTS) Py_RETURN_NONE;
-    /* (held for the call: the calls below run Python code, which may rebind the module's globals) */
-    PyObject *tensor = Py_XNewRef(PyDict_GetItemWithError(g_contract_globals, s__TORCH_TENSOR));
-    if (tensor == NULL && PyErr_Occurred()) return NULL;
-    PyObject *raw_stream = Py_XNewRef(PyDict_GetItemWithError(g_contract_globals, s__RAW_STREAM));
-    if (raw_stream == NULL && PyErr_Occurred()) {
-        Py_XDECREF(tensor);
+    PyObject *result = NULL, *current = NULL, *sim = NULL, *declared = NULL, *backend = NULL;
+    if (4 + 2 * nargs + 1 > MAX_FACTS && (items = PyMem_New(PyObject *, 4 + 2 * nargs + 1)) == NULL)
+        return PyErr_NoMemory();
+    if ((declared = PyObject_GetAttr(contract, s__input)) == NULL || (backend = PyObject_GetAttr(contract, s_backend)) == NULL) {
+        Py_XDECREF(declared);
+        if (items != small) PyMem_Free(items);
         return NULL;
     }
+    /* (held for the call: the calls below run Python code, which may rebind the module's globals) */
+    PyObject *tensor = Py_XNewRef(PyDict_GetItemWithError(g_contract_globals, s__TORCH_TENSOR));
+    PyObject *raw_stream = tensor == NULL && PyErr_Occurred() ? NULL : Py_XNewRef(PyDict_GetItemWithError(g_contract_globals, s__RAW_STREAM));
+    if (PyErr_Occurred()) goto done;
     items[n++] = Py_NewRef(name);
     items[n++] = Py_NewRef(Py_None);
     items[n++] = Py_NewRef(Py_False);
@@ -345,10 +354,13 @@ fallback:
     result = Py_NewRef(Py_None);
 done:
     for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(items[i]);
+    if (items != small) PyMem_Free(items);
     Py_XDECREF(current);
     Py_XDECREF(sim);
     Py_XDECREF(tensor);
     Py_XDECREF(raw_stream);
+    Py_XDECREF(declared);
+    Py_XDECREF(backend);
     return result;
 }
 
@@ -388,7 +400,7 @@ static int recipe_matches(PyObject *rparts, PyObject *ledger, PyObject *config) 
     Py_DECREF(readers);
     if (t <= 0) return t;
     if ((t = attr_eq(ledger, s_previous_sdk, P(rparts, R_PREVIOUS_SDK))) <= 0) return t;
-    if ((t = PyObject_RichCompareBool(config, P(rparts, R_CONFIG), Py_EQ)) <= 0) return t;
+    if ((t = equal(config, P(rparts, R_CONFIG))) <= 0) return t;
     return attr_eq(ledger, s_config, P(rparts, R_LEDGER_CONFIG));
 }
 
@@ -404,7 +416,9 @@ static int run_program(PyObject *program, PyObject *parts, PyObject *stats) {
         return -1;
     }
     PyObject *bound = P(parts, G_BOUND), *counts = P(parts, G_COUNTS), *steps = P(parts, G_STEPS);
-    if (bound == Py_None || P(parts, G_THREAD) != Py_None) return call_ok(PyObject_CallOneArg(program, stats));
+    int heard = 0; /* (an observer registered meanwhile, say while the effect ran: it hears of each fence) */
+    if (bound != Py_None && P(parts, G_THREAD) == Py_None && (heard = attr_true(g_hooks, s_observers)) < 0) return -1;
+    if (bound == Py_None || P(parts, G_THREAD) != Py_None || heard) return call_ok(PyObject_CallOneArg(program, stats));
     PyObject *r = steps == Py_None ? Py_NewRef(Py_NotImplemented) : run_fence_steps(steps, P(parts, G_CTX));
     if (r == Py_NotImplemented) { /* (no steps, or another context current: the bound call makes it current) */
         Py_DECREF(r);
@@ -573,7 +587,7 @@ static PyObject *find_recipe(PyObject *recipes, PyObject *facts, PyObject *ledge
         PyObject *rparts = parts_of(r, s_native, R_SIZE);
         Py_DECREF(r);
         if (rparts == NULL) return NULL;
-        int t = PyObject_RichCompareBool(P(rparts, R_FACTS), facts, Py_EQ);
+        int t = equal(P(rparts, R_FACTS), facts);
         if (t > 0 && ledger != NULL) t = recipe_matches(rparts, ledger, config);
         if (t > 0) return rparts;
         Py_DECREF(rparts);
@@ -652,27 +666,23 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *contract = args[0], *name = args[1], *call_args = args[2], *shared = args[3];
-    PyObject *result = NULL, *cparts = NULL, *facts = NULL, *recipes = NULL, *rparts = NULL, *outer_owner = NULL;
+    PyObject *result = NULL, *device = NULL, *facts = NULL, *recipes = NULL, *rparts = NULL, *outer_owner = NULL;
     PyObject *outer_closing = NULL, *effect = NULL, *config = NULL, *counted = NULL, *arrays = NULL, *raw = NULL;
-    PyObject *generation = NULL, *image = NULL, *safe_image = NULL;
+    PyObject *generation = NULL, *image = NULL, *safe_image = NULL, *ledger = NULL, *calls = NULL, *stats = NULL;
     int held = 0, t;
 
+    /* (the contract's attributes read as the Python method reads them, when it reads them) */
     if ((t = attr_true(contract, s_closed)) != 0) return t < 0 ? NULL : Py_NewRef(Py_None);
-    if ((cparts = get(contract, s__native_parts)) == NULL) goto fail;
-    if (!PyTuple_CheckExact(cparts) || PyTuple_GET_SIZE(cparts) != C_SIZE) {
-        PyErr_SetString(PyExc_TypeError, "streamsafe._native.replay: _native_parts is not what this build reads "
-                        "(pip install -e . rebuilds it)");
-        goto fail;
-    }
-    PyObject *ledger = P(cparts, C_LEDGER), *stats = P(cparts, C_STATS);
-    if ((facts = facts_of(cparts, name, call_args, shared)) == NULL) goto fail;
+    if ((device = PyObject_GetAttr(contract, s_device)) == NULL) return NULL;
+    if ((facts = facts_of(contract, device, name, call_args, shared)) == NULL) goto fail;
     if (facts == Py_None) goto nothing;
     if ((recipes = get(contract, s__recipes)) == NULL) goto fail;
     if (!PyList_CheckExact(recipes)) goto nothing;
     if ((rparts = find_recipe(recipes, facts, NULL, NULL)) == NULL) goto fail;
     if (rparts == Py_None) goto nothing;
     /* ledger.try_hold() */
-    PyObject *got = PyObject_CallOneArg(P(cparts, C_ACQUIRE), Py_False);
+    if ((ledger = PyObject_GetAttr(contract, s_ledger)) == NULL || (calls = parts_of(ledger, s__lock_calls, 2)) == NULL) goto fail;
+    PyObject *got = PyObject_CallOneArg(P(calls, 0), Py_False);
     if (got == NULL) goto fail;
     t = PyObject_IsTrue(got);
     Py_DECREF(got);
@@ -689,7 +699,11 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (t < 0 || set(ledger, s__closing_wait, Py_False) < 0) goto fail;
     }
     /* config = self._config() (an attribute that went: the general path copes) */
-    if ((effect = effect_of(contract)) != NULL) config = PyObject_CallOneArg(P(cparts, C_CONFIG_GETTER), effect);
+    if ((effect = effect_of(contract)) != NULL) {
+        PyObject *getter = PyObject_GetAttr(contract, s__config_getter);
+        config = getter == NULL ? NULL : PyObject_CallOneArg(getter, effect);
+        Py_XDECREF(getter);
+    }
     if (config == NULL) {
         if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
             PyErr_Clear();
@@ -739,6 +753,7 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(kwargs);
         if (t < 0) goto fail;
     }
+    if ((stats = PyObject_GetAttr(contract, s_stats)) == NULL) goto fail;
     PyObject *before_parts = P(rparts, R_BEFORE_PARTS), *after_parts = P(rparts, R_AFTER_PARTS);
     if (!PyTuple_CheckExact(before_parts) || PyTuple_GET_SIZE(before_parts) != G_SIZE || !PyTuple_CheckExact(after_parts) ||
         PyTuple_GET_SIZE(after_parts) != G_SIZE) {
@@ -794,7 +809,7 @@ release:
         PyObject *exc = PyErr_GetRaisedException();
         int bad = set(ledger, s__owner, outer_owner ? outer_owner : Py_None) < 0 ||
                   set(ledger, s__closing_wait, outer_closing ? outer_closing : Py_False) < 0 ||
-                  call_ok(PyObject_CallNoArgs(P(cparts, C_RELEASE))) < 0;
+                  call_ok(PyObject_CallNoArgs(P(calls, 1))) < 0;
         if (bad) {
             Py_XDECREF(exc);
             result = NULL;
@@ -805,7 +820,7 @@ release:
     if (result == Py_None && raw != NULL) { /* SafeOutput(raw, SafeImage(ledger, raw.image, generation, device, consumer, effect)) */
         result = NULL;
         if ((image = PyObject_GetAttr(raw, s_image)) != NULL) {
-            PyObject *slots[IMAGE_NSLOTS] = {effect, ledger, image, generation, P(cparts, C_DEVICE),
+            PyObject *slots[IMAGE_NSLOTS] = {effect, ledger, image, generation, device,
                                              P(rparts, R_DEFAULT_CONSUMER), Py_False, Py_True, Py_None};
             if ((safe_image = with_slots(g_safe_image, image_offsets, slots, IMAGE_NSLOTS)) != NULL) {
                 PyObject *slots2[2] = {raw, safe_image};
@@ -815,7 +830,10 @@ release:
     } else if (result == Py_None) {
         Py_INCREF(result);
     }
-    Py_XDECREF(cparts);
+    Py_XDECREF(device);
+    Py_XDECREF(ledger);
+    Py_XDECREF(calls);
+    Py_XDECREF(stats);
     Py_XDECREF(facts);
     Py_XDECREF(recipes);
     Py_XDECREF(rparts);
@@ -918,7 +936,9 @@ PyObject *native_import_output(PyObject *self, PyObject *const *args, Py_ssize_t
     int t = PyObject_IsTrue(observers);
     Py_DECREF(observers);
     if (t != 0) return t < 0 ? NULL : Py_NewRef(Py_None);
-    if (slot_get(image, I_CONSUMED) != Py_False || slot_get(image, I_LEDGER) == NULL) Py_RETURN_NONE;
+    for (int i = 0; i < IMAGE_NSLOTS; i++) /* (a slot deleted: the Python method raises its AttributeError) */
+        if (slot_get(image, i) == NULL) Py_RETURN_NONE;
+    if (slot_get(image, I_CONSUMED) != Py_False) Py_RETURN_NONE;
     PyObject *ledger = Py_NewRef(slot_get(image, I_LEDGER)), *generation = Py_NewRef(slot_get(image, I_GENERATION));
     PyObject *capsule = Py_NewRef(slot_get(image, I_CAPSULE));
     int escapes = slot_get(image, I_ESCAPES) == Py_True;
@@ -933,8 +953,10 @@ PyObject *native_import_output(PyObject *self, PyObject *const *args, Py_ssize_t
         if (t < 0) goto fail;
         goto nothing;
     }
-    if (stream == Py_None || (PyLong_CheckExact(stream) && PyLong_AsLong(stream) == -1)) {
-        if (PyErr_Occurred()) PyErr_Clear(); /* (a handle beyond a C long is not -1) */
+    int overflow = 0;
+    long value = PyLong_CheckExact(stream) ? PyLong_AsLongAndOverflow(stream, &overflow) : 0; /* (beyond a long: not -1) */
+    if (value == -1 && !overflow && PyErr_Occurred()) goto fail;
+    if (stream == Py_None || (PyLong_CheckExact(stream) && value == -1 && !overflow)) {
         consumer = Py_NewRef(slot_get(image, I_DEFAULT_CONSUMER));
     } else if (PyLong_CheckExact(stream)) {
         PyObject *known = get(ledger, s_known);
@@ -1042,25 +1064,26 @@ release:
 
 /* ---- the thread check (streamsafe.occupancy.note_run) ------------------------------------------------ */
 
-static PyObject *o_module, *o_seen, *o_clock, *o_token, *o_current_thread;
-static PyObject *s_WINDOW_S, *s_token, *s_is_alive;
+static PyObject *o_module, *o_thread_token, *o_token;
+static PyObject *s_WINDOW_S, *s_token, *s_is_alive, *s__seen, *s__clock, *s__get_ident, *s__current_thread;
 
 const char bind_occupancy_doc[] = (
-"bind_occupancy(module, seen, clock, token, current_thread) -> None\n\n"
-"What note_run() works with: streamsafe.occupancy (its WINDOW_S), its _seen dict, its clock, the\n"
-"thread-local whose .token is the calling thread's number, threading.current_thread. Process-wide.");
+"bind_occupancy(module, thread_token, token) -> None\n\n"
+"What note_run() works with: streamsafe.occupancy (its _seen, _clock, _get_ident, _current_thread and\n"
+"WINDOW_S, read at each call as the Python function reads them), streamsafe.streams.thread_token, and the\n"
+"thread-local whose .token it returns (read directly while _get_ident is that function). Process-wide.");
 
 PyObject *native_bind_occupancy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyDict_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "streamsafe._native.bind_occupancy(module, seen: dict, clock, token, current_thread)");
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "streamsafe._native.bind_occupancy(module, thread_token, token)");
         return NULL;
     }
-    if ((s_WINDOW_S == NULL && (s_WINDOW_S = PyUnicode_InternFromString("WINDOW_S")) == NULL) ||
-        (s_token == NULL && (s_token = PyUnicode_InternFromString("token")) == NULL) ||
-        (s_is_alive == NULL && (s_is_alive = PyUnicode_InternFromString("is_alive")) == NULL))
-        return NULL;
-    PyObject **slots[] = {&o_module, &o_seen, &o_clock, &o_token, &o_current_thread};
-    for (int i = 0; i < 5; i++) Py_XSETREF(*slots[i], Py_NewRef(args[i]));
+    const char *names[] = {"WINDOW_S", "token", "is_alive", "_seen", "_clock", "_get_ident", "_current_thread"};
+    PyObject **interned[] = {&s_WINDOW_S, &s_token, &s_is_alive, &s__seen, &s__clock, &s__get_ident, &s__current_thread};
+    for (int i = 0; i < 7; i++)
+        if (*interned[i] == NULL && (*interned[i] = PyUnicode_InternFromString(names[i])) == NULL) return NULL;
+    PyObject **slots[] = {&o_module, &o_thread_token, &o_token};
+    for (int i = 0; i < 3; i++) Py_XSETREF(*slots[i], Py_NewRef(args[i]));
     Py_RETURN_NONE;
 }
 
@@ -1070,44 +1093,64 @@ const char note_run_doc[] = (
 "live thread ran a guarded effect there since this thread's previous run (within WINDOW_S seconds).\n"
 "Does not block.");
 
+/* an entry of _seen: (time, thread), its time as a double; -1 with an exception for anything else */
+static int entry_time(PyObject *entry, double *out) {
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
+        PyErr_SetString(PyExc_TypeError, "streamsafe._native.note_run: an entry of occupancy._seen must be (time, thread)");
+        return -1;
+    }
+    *out = PyFloat_AsDouble(PyTuple_GET_ITEM(entry, 0));
+    return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
 PyObject *native_note_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 1) {
         PyErr_SetString(PyExc_TypeError, "streamsafe._native.note_run(device)");
         return NULL;
     }
-    if (o_seen == NULL) {
+    if (o_module == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "streamsafe._native.note_run: bind_occupancy() was not called");
         return NULL;
     }
-    PyObject *device = args[0], *result = NULL, *now = NULL, *threads = NULL, *ident = NULL, *thread = NULL;
-    PyObject *entry = NULL, *items = NULL, *window = NULL;
-    double previous = 0.0;
-    if ((now = PyObject_CallNoArgs(o_clock)) == NULL) return NULL;
-    double t_now = PyFloat_AsDouble(now);
-    if (t_now == -1.0 && PyErr_Occurred()) goto done;
-    threads = PyDict_GetItemWithError(o_seen, device);
+    PyObject *device = args[0], *result = NULL, *seen = NULL, *clock = NULL, *now = NULL, *threads = NULL, *get_ident = NULL;
+    PyObject *ident = NULL, *thread = NULL, *entry = NULL, *items = NULL, *window = NULL;
+    double previous = 0.0, t_now, t_window;
+    if ((seen = PyObject_GetAttr(o_module, s__seen)) == NULL || (clock = PyObject_GetAttr(o_module, s__clock)) == NULL) goto done;
+    if ((now = PyObject_CallNoArgs(clock)) == NULL) goto done;
+    if ((t_now = PyFloat_AsDouble(now)) == -1.0 && PyErr_Occurred()) goto done;
+    if (!PyDict_CheckExact(seen)) {
+        PyErr_SetString(PyExc_TypeError, "streamsafe._native.note_run: occupancy._seen must be a dict");
+        goto done;
+    }
+    threads = Py_XNewRef(PyDict_GetItemWithError(seen, device));
     if (threads == NULL) {
         if (PyErr_Occurred()) goto done;
         PyObject *fresh = PyDict_New();
         if (fresh == NULL) goto done;
-        threads = PyDict_SetDefault(o_seen, device, fresh); /* (borrowed) */
+        threads = Py_XNewRef(PyDict_SetDefault(seen, device, fresh));
         Py_DECREF(fresh);
         if (threads == NULL) goto done;
     }
-    Py_INCREF(threads);
-    if ((ident = PyObject_GetAttr(o_token, s_token)) == NULL) goto done;
-    PyObject *mine = PyDict_GetItemWithError(threads, ident);
+    if (!PyDict_Check(threads)) {
+        PyErr_SetString(PyExc_TypeError, "streamsafe._native.note_run: occupancy._seen must map devices to dicts");
+        goto done;
+    }
+    if ((get_ident = PyObject_GetAttr(o_module, s__get_ident)) == NULL) goto done;
+    ident = get_ident == o_thread_token ? PyObject_GetAttr(o_token, s_token) : PyObject_CallNoArgs(get_ident);
+    if (ident == NULL) goto done;
+    PyObject *mine = Py_XNewRef(PyDict_GetItemWithError(threads, ident));
     if (mine == NULL && PyErr_Occurred()) goto done;
     if (mine != NULL) {
-        if (!PyTuple_Check(mine) || PyTuple_GET_SIZE(mine) != 2) {
-            PyErr_SetString(PyExc_TypeError, "streamsafe._native.note_run: an entry must be (time, thread)");
-            goto done;
-        }
-        previous = PyFloat_AsDouble(PyTuple_GET_ITEM(mine, 0));
-        if (previous == -1.0 && PyErr_Occurred()) goto done;
-        thread = Py_NewRef(PyTuple_GET_ITEM(mine, 1));
-    } else if ((thread = PyObject_CallNoArgs(o_current_thread)) == NULL) {
-        goto done;
+        int bad = entry_time(mine, &previous) < 0;
+        if (!bad) thread = Py_NewRef(PyTuple_GET_ITEM(mine, 1));
+        Py_DECREF(mine);
+        if (bad) goto done;
+    } else {
+        PyObject *current_thread = PyObject_GetAttr(o_module, s__current_thread);
+        if (current_thread == NULL) goto done;
+        thread = PyObject_CallNoArgs(current_thread);
+        Py_DECREF(current_thread);
+        if (thread == NULL) goto done;
     }
     if ((entry = PyTuple_Pack(2, now, thread)) == NULL || PyDict_SetItem(threads, ident, entry) < 0) goto done;
     if (PyDict_GET_SIZE(threads) == 1) {
@@ -1115,8 +1158,7 @@ PyObject *native_note_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         goto done;
     }
     if ((window = PyObject_GetAttr(o_module, s_WINDOW_S)) == NULL) goto done;
-    double t_window = PyFloat_AsDouble(window);
-    if (t_window == -1.0 && PyErr_Occurred()) goto done;
+    if ((t_window = PyFloat_AsDouble(window)) == -1.0 && PyErr_Occurred()) goto done;
     if ((items = PyDict_Items(threads)) == NULL) goto done;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
         PyObject *item = PyList_GET_ITEM(items, i);
@@ -1124,8 +1166,8 @@ PyObject *native_note_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         int same = PyObject_RichCompareBool(other, ident, Py_EQ);
         if (same < 0) goto done;
         if (same) continue;
-        double last = PyFloat_AsDouble(PyTuple_GET_ITEM(value, 0));
-        if (last == -1.0 && PyErr_Occurred()) goto done;
+        double last;
+        if (entry_time(value, &last) < 0) goto done;
         if (t_now - last > t_window) { /* quiet: it no longer counts */
             if (PyDict_DelItem(threads, other) < 0) {
                 if (!PyErr_ExceptionMatches(PyExc_KeyError)) goto done;
@@ -1149,8 +1191,11 @@ PyObject *native_note_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
     result = Py_NewRef(Py_False);
 done:
+    Py_XDECREF(seen);
+    Py_XDECREF(clock);
     Py_XDECREF(now);
     Py_XDECREF(threads);
+    Py_XDECREF(get_ident);
     Py_XDECREF(ident);
     Py_XDECREF(thread);
     Py_XDECREF(entry);

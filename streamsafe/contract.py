@@ -139,9 +139,6 @@ class StreamContract:
             if existing is None:
                 forget_ledger(effect, self.ledger)  # (refused: the effect is as it was)
             raise
-        self._native_parts = (self.device, self._input, self.backend, self.ledger, *self.ledger._lock_calls,
-                              self._config_getter, self.stats)
-        """What the C replay (``streamsafe/_replay.c``) reads of the contract, in its order (none changes)."""
         for sink in _CONTRACT_SINKS:
             sink.add(self)
 

@@ -67,7 +67,7 @@ def _bind_native() -> None:
     global note_run
     module = native()
     if module is not None and hasattr(module, "note_run"):
-        module.bind_occupancy(sys.modules[__name__], _seen, _clock, _local_token, _current_thread)
+        module.bind_occupancy(sys.modules[__name__], thread_token, _local_token)
         note_run = module.note_run
 
 

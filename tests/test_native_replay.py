@@ -16,13 +16,14 @@ import pytest
 import streamsafe as ss
 import streamsafe.contract as contract_module
 import streamsafe.outputs as outputs_module
-from streamsafe import steady
+from streamsafe import occupancy, steady
 from streamsafe.testing import fuzz
-from streamsafe.testing.effects import VideoSuperRes
+from streamsafe.testing.effects import TrueHDR, VideoSuperRes
 
 BUILT = contract_module._NATIVE_REPLAY is not None
 needs_c = pytest.mark.skipif(not BUILT, reason="the C extension is not built here (or STREAMSAFE_NATIVE=0)")
 C_PARTS = (contract_module._NATIVE_REPLAY, outputs_module.native_import)
+C_NOTE_RUN = occupancy.note_run
 
 
 @contextlib.contextmanager
@@ -327,3 +328,204 @@ def test_a_bound_programs_steps_run_in_c_in_their_context_only() -> None:
         assert c.ledger.try_hold() is not None
     finally:
         native.bind(*saved)
+
+
+# -- a reviewer's findings: each passed with the Python frame and failed with the C one, before its fix --------
+
+
+def _both(fn: Any) -> dict[str, Any]:
+    """``fn()``'s result (or the exception it raised, by type and text) with the frame in C and in Python,
+    the thread check with it."""
+    out = {}
+    for kind in ("C", "Python"):
+        with frames_in(kind), _note_run_in(kind):
+            try:
+                out[kind] = ("returned", fn())
+            except Exception as e:  # noqa: BLE001 (the exception is the result compared)
+                out[kind] = ("raised", type(e).__name__, str(e))
+    return out
+
+
+@contextlib.contextmanager
+def _note_run_in(kind: str) -> Iterator[None]:
+    saved = occupancy.note_run
+    occupancy.note_run = C_NOTE_RUN if kind == "C" else occupancy.note_run_python
+    try:
+        yield
+    finally:
+        occupancy.note_run = saved
+
+
+def _one_output(strategy: str = "event") -> tuple[ss.SimBackend, ss.Stream, Any, Any]:
+    sim = ss.SimBackend()
+    s = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(_sr(sim), s, strategy=strategy, backend=sim)
+    with sim.use_stream(s):
+        out = c.run(_x(sim, 0, s))
+    return sim, s, c, out
+
+
+@needs_c
+@pytest.mark.parametrize("handle", [2**63, 2**64 - 1, -(2**63) - 1, 2**70])
+def test_a_stream_number_beyond_a_c_long_is_not_the_default_consumer(handle: int) -> None:
+    def attempt() -> Any:
+        _, _, c, out = _one_output()
+        try:
+            out.image.__dlpack__(stream=handle)
+            return ("imported", out.image.consumed, len(c.ledger.readers))
+        except Exception as e:  # noqa: BLE001
+            return (type(e).__name__, out.image.consumed, len(c.ledger.readers))
+
+    got = _both(attempt)
+    assert got["C"] == got["Python"]
+    assert got["C"][1][0] != "imported"  # (an invalid handle is refused, the output left as it was)
+
+
+@needs_c
+def test_an_image_with_a_slot_deleted_raises_attribute_error_not_a_crash() -> None:
+    def attempt() -> Any:
+        _, _, _, out = _one_output()
+        del out.image._generation
+        out.image.__dlpack__()
+
+    got = _both(attempt)
+    assert got["C"] == got["Python"] and got["C"][1] == "AttributeError"
+
+
+@needs_c
+@pytest.mark.parametrize("strategy", ["async", "event"])
+def test_an_observer_registered_while_the_effect_runs_hears_the_after_run_fences(strategy: str) -> None:
+    from streamsafe import hooks
+
+    class Registering(VideoSuperRes):
+        observer: Any = None
+
+        def run(self, *args: Any, **kwargs: Any) -> Any:
+            out = super().run(*args, **kwargs)
+            if type(self).observer is not None:
+                hooks.register(type(self).observer)  # (as another thread may while the SDK runs)
+            return out
+
+    class Counting(hooks.Observer):
+        fences = 0
+
+        def on_fence(self, waiter: Any, signaller: Any) -> None:
+            self.fences += 1
+
+    def frame() -> Any:
+        sim = BoundSim()
+        s, reader = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+        c = ss.StreamContract(_sr(sim, Registering), s, strategy=strategy, backend=sim)
+        observer = Counting()
+        try:
+            with sim.use_stream(s):
+                for i in range(5):
+                    sim.from_dlpack(c.run(_x(sim, i, s)).image, stream=reader)
+                calls = sim.bound_calls
+                Registering.observer = observer
+                c.run(_x(sim, 7, s))
+                return (sim.bound_calls - calls, observer.fences, dict(c.stats))
+        finally:
+            Registering.observer = None
+            hooks.unregister(observer)
+
+    got = _both(frame)
+    assert got["C"] == got["Python"]
+
+
+@needs_c
+def test_counters_go_to_the_contracts_stats_as_it_is_now() -> None:
+    def frames() -> Any:
+        sim = ss.SimBackend()
+        s = sim.create_stream(non_blocking=True)
+        c = ss.StreamContract(_sr(sim), s, strategy="event", backend=sim)
+        with sim.use_stream(s):
+            for i in range(4):
+                sim.from_dlpack(c.run(_x(sim, i, s)).image)
+            old, c.stats = c.stats, dict.fromkeys(c.stats, 0)
+            for i in range(4):
+                sim.from_dlpack(c.run(_x(sim, i, s)).image)
+        return (dict(c.stats), dict(old), c.ledger.out_stats is c.stats)
+
+    got = _both(frames)
+    assert got["C"] == got["Python"] and got["C"][1][0]["runs"] == 4
+
+
+@needs_c
+def test_the_thread_check_reads_the_modules_clock_at_each_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    def notes() -> Any:
+        occupancy.forget()
+        now = [100.0]
+        monkeypatch.setattr(occupancy, "_clock", lambda: now[0])
+        started, stop = threading.Event(), threading.Event()
+
+        def other() -> None:
+            occupancy.note_run(0)
+            started.set()
+            stop.wait(5)
+
+        t = threading.Thread(target=other)
+        t.start()
+        started.wait(5)
+        try:
+            first = occupancy.note_run(0)
+            now[0] += 0.5
+            return (first, occupancy.note_run(0), sorted(v[0] for v in occupancy._seen[0].values()))
+        finally:
+            stop.set()
+            t.join()
+            occupancy.forget()
+
+    got = _both(notes)
+    assert got["C"] == got["Python"] and got["C"][1][2] == [100.0, 100.5]
+
+
+@needs_c
+def test_a_config_value_unequal_to_itself_never_replays() -> None:
+    class Unequal:
+        def __eq__(self, other: object) -> bool:
+            return False
+
+        __hash__ = object.__hash__
+
+    token = Unequal()
+
+    class Odd(TrueHDR):  # (its one config attribute is the config itself, not a tuple's item)
+        @property
+        def image_encoding(self) -> Any:  # (a value not equal to itself, as NaN)
+            return token
+
+    def frames() -> Any:
+        sim = ss.SimBackend()
+        s = sim.create_stream(non_blocking=True)
+        hdr = Odd(backend=sim)
+        hdr.load()
+        c = ss.StreamContract(hdr, s, strategy="event", backend=sim)
+        with sim.use_stream(s):
+            before = steady.replays
+            for i in range(6):
+                sim.from_dlpack(c.run(_x(sim, i, s)).image)
+        return (steady.replays - before, dict(c.stats))
+
+    got = _both(frames)
+    assert got["C"] == got["Python"]
+
+
+@needs_c
+def test_a_call_with_many_arguments_replays_as_in_python() -> None:
+    class Many(VideoSuperRes):
+        def run(self, input_array: Any, *extra: Any, **kwargs: Any) -> Any:
+            return super().run(input_array, **kwargs)
+
+    def frames() -> Any:
+        sim = ss.SimBackend()
+        s = sim.create_stream(non_blocking=True)
+        c = ss.StreamContract(_sr(sim, Many), s, strategy="event", backend=sim)
+        with sim.use_stream(s):
+            before = steady.replays
+            for i in range(8):
+                sim.from_dlpack(c.run(_x(sim, i, s), *range(40)).image)
+        return (steady.replays - before, dict(c.stats))
+
+    got = _both(frames)
+    assert got["C"] == got["Python"] and got["C"][1][0] > 0
