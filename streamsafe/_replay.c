@@ -62,6 +62,9 @@ static PyObject *g_sim_capsule;      /* streamsafe._dlpack.SimCapsule */
 static PyObject *g_capsule_data_key; /* streamsafe._dlpack.capsule_data_key */
 static PyObject *g_on_this_thread;   /* streamsafe.streams.on_this_thread */
 static PyObject *g_prune_views;      /* streamsafe.ledger._prune_views */
+static PyObject *g_ledger_module;    /* the module streamsafe.ledger: _get_ident */
+static PyObject *g_get_ident;        /* threading.get_ident */
+static PyObject *s__get_ident_ledger;
 static PyObject *g_call_kwnames;     /* ("stream_ptr", "non_blocking") */
 
 #define NAMES(X)                                                                                                      \
@@ -70,7 +73,7 @@ static PyObject *g_call_kwnames;     /* ("stream_ptr", "non_blocking") */
     X(escaped) X(input_shapes) X(readers) X(previous_sdk) X(config) X(_shared) X(replays) X(check_replay)             \
     X(_check_recipe) X(uncount) X(_read_views) X(override) X(raw) X(generation) X(out_stats) X(default_consumer)     \
     X(_hold_sdk_streams) X(_protect_inputs) X(keepalive) X(prune_keepalive) X(_last_plan) X(image) X(observers)  \
-    X(known) X(data_ptr) X(torch_stream) X(torch_streams) X(handle) X(record_stream) X(thread) X(import_programs) X(_import_program) X(outstanding) X(holds) X(_hold) X(_lock_calls) X(view_of)
+    X(known) X(on_output_read) X(data_ptr) X(torch_stream) X(torch_streams) X(handle) X(record_stream) X(thread) X(import_programs) X(_import_program) X(outstanding) X(holds) X(_hold) X(_lock_calls) X(view_of)
 
 #define DECLARE(n) static PyObject *s_##n;
 NAMES(DECLARE)
@@ -89,7 +92,7 @@ static int intern_names(void) {
 static const char *PARTS[] = {
     "contract_globals", "steady", "views", "local", "raw_cache", "raw_method", "call_raw", "SafeOutput",
     "SafeImage", "SimArray", "SimBackend", "thread_token", "restore_counters", "hooks", "SimCapsule",
-    "capsule_data_key", "on_this_thread", "prune_views", NULL,
+    "capsule_data_key", "on_this_thread", "prune_views", "ledger", "get_ident", NULL,
 };
 
 const char bind_replay_doc[] = (
@@ -97,7 +100,7 @@ const char bind_replay_doc[] = (
 "The objects replay() works with, by name (streamsafe.contract passes them when it is imported):\n"
 "contract_globals, steady, views, local, raw_cache, raw_method, call_raw, SafeOutput, SafeImage,\n"
 "SimArray, SimBackend, thread_token, restore_counters, hooks, SimCapsule, capsule_data_key,\n"
-"on_this_thread, prune_views. Process-wide.");
+"on_this_thread, prune_views, ledger (the module), get_ident (threading's). Process-wide.");
 
 PyObject *native_bind_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 1 || !PyDict_Check(args[0])) {
@@ -113,12 +116,13 @@ PyObject *native_bind_replay(PyObject *self, PyObject *const *args, Py_ssize_t n
         }
     }
     if (intern_names() < 0) return NULL;
+    if (s__get_ident_ledger == NULL && (s__get_ident_ledger = PyUnicode_InternFromString("_get_ident")) == NULL) return NULL;
     if (g_call_kwnames == NULL && (g_call_kwnames = Py_BuildValue("(ss)", "stream_ptr", "non_blocking")) == NULL)
         return NULL;
     PyObject **slots[] = {&g_contract_globals, &g_steady, &g_views, &g_local, &g_raw_cache, &g_raw_method,
                           &g_call_raw, &g_safe_output, &g_safe_image, &g_sim_array, &g_sim_backend,
                           &g_thread_token, &g_restore_counters, &g_hooks, &g_sim_capsule, &g_capsule_data_key,
-                          &g_on_this_thread, &g_prune_views};
+                          &g_on_this_thread, &g_prune_views, &g_ledger_module, &g_get_ident};
     for (int i = 0; PARTS[i] != NULL; i++) {
         Py_INCREF(got[i]);
         Py_XSETREF(*slots[i], got[i]);
@@ -261,8 +265,7 @@ static PyObject *facts_of(PyObject *contract, PyObject *dev, PyObject *name, PyO
     PyObject *result = NULL, *current = NULL, *sim = NULL, *declared = NULL, *backend = NULL;
     if (4 + 2 * nargs + 1 > MAX_FACTS && (items = PyMem_New(PyObject *, 4 + 2 * nargs + 1)) == NULL)
         return PyErr_NoMemory();
-    if ((declared = PyObject_GetAttr(contract, s__input)) == NULL || (backend = PyObject_GetAttr(contract, s_backend)) == NULL) {
-        Py_XDECREF(declared);
+    if ((declared = PyObject_GetAttr(contract, s__input)) == NULL) {
         if (items != small) PyMem_Free(items);
         return NULL;
     }
@@ -319,6 +322,7 @@ static PyObject *facts_of(PyObject *contract, PyObject *dev, PyObject *name, PyO
         }
     }
     if (n == 4) goto fallback;
+    if ((backend = PyObject_GetAttr(contract, s_backend)) == NULL) goto done;
     if (sim != NULL) {
         if (sim != backend) goto fallback;
         if ((items[n] = PyObject_CallMethodOneArg(sim, s_current_stream, dev)) == NULL) goto done;
@@ -446,9 +450,22 @@ static int run_program(PyObject *program, PyObject *parts, PyObject *stats) {
 
 /* ---- the raw call (guarding.call_raw) ----------------------------------------------------------- */
 
+static PyObject *call_effect_with(PyObject **stack, PyObject *effect, PyObject *name, PyObject *call_args,
+                                  PyObject *run_ptr, PyObject *nb);
+
+/* guarding.call_raw(effect, name, *call_args, stream_ptr=run_ptr, non_blocking=nb) */
 static PyObject *call_effect(PyObject *effect, PyObject *name, PyObject *call_args, PyObject *run_ptr, PyObject *nb) {
     Py_ssize_t nargs = PyTuple_GET_SIZE(call_args);
-    PyObject *stack[MAX_FACTS + 3];
+    PyObject *small[MAX_FACTS + 4], **stack = small; /* (the effect or call_raw's two, the arguments, two keywords) */
+    if (nargs + 4 > MAX_FACTS + 4 && (stack = PyMem_New(PyObject *, nargs + 4)) == NULL) return PyErr_NoMemory();
+    PyObject *raw = call_effect_with(stack, effect, name, call_args, run_ptr, nb);
+    if (stack != small) PyMem_Free(stack);
+    return raw;
+}
+
+static PyObject *call_effect_with(PyObject **stack, PyObject *effect, PyObject *name, PyObject *call_args,
+                                  PyObject *run_ptr, PyObject *nb) {
+    Py_ssize_t nargs = PyTuple_GET_SIZE(call_args);
     PyObject *overrides = PyObject_GetAttr(g_local, s_override);
     if (overrides == NULL) return NULL;
     int some = PyObject_IsTrue(overrides);
@@ -465,14 +482,16 @@ static PyObject *call_effect(PyObject *effect, PyObject *name, PyObject *call_ar
     PyObject *cls = (PyObject *)Py_TYPE(effect);
     PyObject *key = PyTuple_Pack(2, cls, name);
     if (key == NULL) return NULL;
-    PyObject *method = PyDict_GetItemWithError(g_raw_cache, key);
+    PyObject *method = Py_XNewRef(PyDict_GetItemWithError(g_raw_cache, key));
     Py_DECREF(key);
     if (method == NULL && PyErr_Occurred()) return NULL;
     int usable = method == NULL ? 0 : PyObject_IsTrue(method);
-    if (usable < 0) return NULL;
-    if (usable) {
-        Py_INCREF(method);
-    } else {
+    if (usable < 0) {
+        Py_DECREF(method);
+        return NULL;
+    }
+    if (!usable) {
+        Py_XDECREF(method);
         PyObject *argv[2] = {cls, name};
         if ((method = PyObject_Vectorcall(g_raw_method, argv, 2, NULL)) == NULL) return NULL;
     }
@@ -542,6 +561,27 @@ done:
 
 /* ---- replay ------------------------------------------------------------------------------------- */
 
+/* The calling thread's ident as the ledger records its holder (streamsafe.ledger._get_ident, read at each
+ * call; while it is threading.get_ident, the same number without the call). New reference, or NULL. */
+static PyObject *holder_ident(void) {
+    PyObject *get_ident = PyObject_GetAttr(g_ledger_module, s__get_ident_ledger);
+    if (get_ident == NULL) return NULL;
+    PyObject *me = get_ident == g_get_ident ? PyLong_FromUnsignedLong(PyThread_get_thread_ident()) : PyObject_CallNoArgs(get_ident);
+    Py_DECREF(get_ident);
+    return me;
+}
+
+/* ledger.try_hold()'s bookkeeping once the lock is taken (Ledger._took(False)): the previous holder into
+ * *owner and *closing (new references); 0, or -1 with an exception */
+static int took(PyObject *ledger, PyObject **owner, PyObject **closing) {
+    if ((*owner = get(ledger, s__owner)) == NULL || (*closing = get(ledger, s__closing_wait)) == NULL) return -1;
+    PyObject *me = holder_ident();
+    if (me == NULL) return -1;
+    int t = set(ledger, s__owner, me);
+    Py_DECREF(me);
+    return t < 0 || set(ledger, s__closing_wait, Py_False) < 0 ? -1 : 0;
+}
+
 /* the effect, as the contract's `effect` property gives it */
 static PyObject *effect_of(PyObject *contract) {
     PyObject *effect = get(contract, s__effect);
@@ -579,17 +619,26 @@ static PyObject *arrays_of(PyObject *rparts, PyObject *call_args) {
     return out;
 }
 
-/* The first recipe (newest first) whose facts are `facts` and, with `ledger` not NULL, whose state matches
- * (new reference to its parts), Py_None (new reference) when none, NULL with an exception. */
-static PyObject *find_recipe(PyObject *recipes, PyObject *facts, PyObject *ledger, PyObject *config) {
+/* The first recipe (newest first) whose facts are `facts` and, with `ledger` not NULL, whose state matches:
+ * its parts (new reference) and the recipe in *recipe (new reference); Py_None (new reference) when none,
+ * NULL with an exception. */
+static PyObject *find_recipe(PyObject *recipes, PyObject *facts, PyObject *ledger, PyObject *config, PyObject **recipe) {
+    Py_CLEAR(*recipe);
+    if (!PyList_CheckExact(recipes)) Py_RETURN_NONE;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(recipes); i++) {
         PyObject *r = Py_NewRef(PyList_GET_ITEM(recipes, i));
         PyObject *rparts = parts_of(r, s_native, R_SIZE);
-        Py_DECREF(r);
-        if (rparts == NULL) return NULL;
+        if (rparts == NULL) {
+            Py_DECREF(r);
+            return NULL;
+        }
         int t = equal(P(rparts, R_FACTS), facts);
         if (t > 0 && ledger != NULL) t = recipe_matches(rparts, ledger, config);
-        if (t > 0) return rparts;
+        if (t > 0) {
+            *recipe = r;
+            return rparts;
+        }
+        Py_DECREF(r);
         Py_DECREF(rparts);
         if (t < 0) return NULL;
     }
@@ -628,6 +677,7 @@ static int read_views(PyObject *contract, PyObject *arrays, PyObject *run_stream
 /* StreamContract._protect_inputs(arrays, run_stream): torch tensors on a stream that is not a per-thread
  * one get record_stream(ledger.torch_stream(run_stream)) here; anything else calls the Python method. */
 static int protect_inputs(PyObject *contract, PyObject *ledger, PyObject *arrays, PyObject *run_stream, PyObject *tensor) {
+    if (PyTuple_GET_SIZE(arrays) == 0) return 0; /* (nothing to protect: the Python loop runs over none) */
     int t = attr_true(run_stream, s_thread);
     if (t < 0) return -1;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(arrays) && !t; i++)
@@ -669,6 +719,7 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *result = NULL, *device = NULL, *facts = NULL, *recipes = NULL, *rparts = NULL, *outer_owner = NULL;
     PyObject *outer_closing = NULL, *effect = NULL, *config = NULL, *counted = NULL, *arrays = NULL, *raw = NULL;
     PyObject *generation = NULL, *image = NULL, *safe_image = NULL, *ledger = NULL, *calls = NULL, *stats = NULL;
+    PyObject *recipe = NULL;
     int held = 0, t;
 
     /* (the contract's attributes read as the Python method reads them, when it reads them) */
@@ -677,8 +728,7 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if ((facts = facts_of(contract, device, name, call_args, shared)) == NULL) goto fail;
     if (facts == Py_None) goto nothing;
     if ((recipes = get(contract, s__recipes)) == NULL) goto fail;
-    if (!PyList_CheckExact(recipes)) goto nothing;
-    if ((rparts = find_recipe(recipes, facts, NULL, NULL)) == NULL) goto fail;
+    if ((rparts = find_recipe(recipes, facts, NULL, NULL, &recipe)) == NULL) goto fail;
     if (rparts == Py_None) goto nothing;
     /* ledger.try_hold() */
     if ((ledger = PyObject_GetAttr(contract, s_ledger)) == NULL || (calls = parts_of(ledger, s__lock_calls, 2)) == NULL) goto fail;
@@ -689,15 +739,7 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (t < 0) goto fail;
     if (!t) goto nothing; /* another thread holds the effect: the general path waits or raises */
     held = 1;
-    if ((outer_owner = get(ledger, s__owner)) == NULL || (outer_closing = get(ledger, s__closing_wait)) == NULL)
-        goto fail;
-    {
-        PyObject *me = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
-        if (me == NULL) goto fail;
-        t = set(ledger, s__owner, me);
-        Py_DECREF(me);
-        if (t < 0 || set(ledger, s__closing_wait, Py_False) < 0) goto fail;
-    }
+    if (took(ledger, &outer_owner, &outer_closing) < 0) goto fail;
     /* config = self._config() (an attribute that went: the general path copes) */
     if ((effect = effect_of(contract)) != NULL) {
         PyObject *getter = PyObject_GetAttr(contract, s__config_getter);
@@ -716,8 +758,10 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto nothing;
     }
     if ((t = recipe_matches(rparts, ledger, config)) < 0) goto fail;
-    if (!t) { /* another recipe of the same call may fit this state: the newest first */
-        Py_SETREF(rparts, find_recipe(recipes, facts, ledger, config));
+    if (!t) { /* another recipe of the same call may fit this state: the newest first, of those it holds now */
+        Py_SETREF(recipes, get(contract, s__recipes));
+        if (recipes == NULL) goto fail;
+        Py_SETREF(rparts, find_recipe(recipes, facts, ledger, config, &recipe));
         if (rparts == NULL) goto fail;
         if (rparts == Py_None) goto nothing;
     }
@@ -734,22 +778,10 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if ((t = attr_true(g_steady, s_check_replay)) < 0) goto fail;
     if (t) { /* STREAMSAFE_CHECK_REPLAY=1: plan the call again; the recipe must say the same */
-        PyObject *recipe = NULL, *kwargs = NULL;
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(recipes) && recipe == NULL; i++) {
-            PyObject *r = PyList_GET_ITEM(recipes, i);
-            PyObject *p = PyObject_GetAttr(r, s_native);
-            if (p == NULL) goto fail;
-            if (p == rparts) recipe = Py_NewRef(r);
-            Py_DECREF(p);
-        }
-        if (recipe == NULL || (kwargs = PyDict_New()) == NULL) {
-            Py_XDECREF(recipe);
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "streamsafe._native.replay: the recipe went");
-            goto fail;
-        }
+        PyObject *kwargs = PyDict_New();
+        if (kwargs == NULL) goto fail;
         PyObject *argv[5] = {contract, recipe, name, call_args, kwargs};
         t = call_ok(PyObject_VectorcallMethod(s__check_recipe, argv, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL));
-        Py_DECREF(recipe);
         Py_DECREF(kwargs);
         if (t < 0) goto fail;
     }
@@ -819,7 +851,11 @@ release:
     }
     if (result == Py_None && raw != NULL) { /* SafeOutput(raw, SafeImage(ledger, raw.image, generation, device, consumer, effect)) */
         result = NULL;
-        if ((image = PyObject_GetAttr(raw, s_image)) != NULL) {
+        /* (the contract's device and effect read again, as the Python method reads them here) */
+        Py_CLEAR(device);
+        Py_CLEAR(effect);
+        if ((image = PyObject_GetAttr(raw, s_image)) != NULL && (device = PyObject_GetAttr(contract, s_device)) != NULL &&
+            (effect = effect_of(contract)) != NULL) {
             PyObject *slots[IMAGE_NSLOTS] = {effect, ledger, image, generation, device,
                                              P(rparts, R_DEFAULT_CONSUMER), Py_False, Py_True, Py_None};
             if ((safe_image = with_slots(g_safe_image, image_offsets, slots, IMAGE_NSLOTS)) != NULL) {
@@ -836,6 +872,7 @@ release:
     Py_XDECREF(stats);
     Py_XDECREF(facts);
     Py_XDECREF(recipes);
+    Py_XDECREF(recipe);
     Py_XDECREF(rparts);
     Py_XDECREF(outer_owner);
     Py_XDECREF(outer_closing);
@@ -872,7 +909,37 @@ static int run_import_program(PyObject *program, PyObject *stats) {
 
 /* Ledger._import_held, the effect held: 0, or -1 with an exception; 1 when the output went meanwhile (the
  * Python call then raises as it should; nothing was done). */
-static int import_held(PyObject *ledger, PyObject *generation, PyObject *consumer, int escapes) {
+/* Ledger._import_held's observers (registered after the import's first check, by another thread): each
+ * hears the read, unless the ledger is the model's. 0, or -1 with an exception. */
+static int notify_read(PyObject *ledger, PyObject *key, PyObject *consumer) {
+    PyObject *observers = PyObject_GetAttr(g_hooks, s_observers), *backend = NULL, *device = NULL;
+    int rc = -1, t = observers == NULL ? -1 : PyObject_IsTrue(observers);
+    if (t <= 0) {
+        rc = t;
+        goto done;
+    }
+    if ((backend = get(ledger, s_backend)) == NULL || (t = PyObject_IsInstance(backend, g_sim_backend)) < 0) goto done;
+    if (t) {
+        rc = 0;
+        goto done;
+    }
+    if ((device = get(ledger, s_device)) == NULL) goto done;
+    PyObject *fast = PySequence_Fast(observers, "hooks.observers must be a sequence");
+    if (fast == NULL) goto done;
+    rc = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast) && rc == 0; i++) {
+        PyObject *argv[4] = {PySequence_Fast_GET_ITEM(fast, i), key, consumer, device};
+        rc = call_ok(PyObject_VectorcallMethod(s_on_output_read, argv, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL));
+    }
+    Py_DECREF(fast);
+done:
+    Py_XDECREF(observers);
+    Py_XDECREF(backend);
+    Py_XDECREF(device);
+    return rc;
+}
+
+static int import_held(PyObject *ledger, PyObject *generation, PyObject *consumer, int escapes, PyObject *key) {
     PyObject *now = get(ledger, s_generation);
     if (now == NULL) return -1;
     int same = PyObject_RichCompareBool(now, generation, Py_EQ);
@@ -892,6 +959,7 @@ static int import_held(PyObject *ledger, PyObject *generation, PyObject *consume
     }
     if (program == NULL && (program = method2(ledger, s__import_program, plan, consumer)) == NULL) goto done;
     if ((stats = get(ledger, s_out_stats)) == NULL || run_import_program(program, stats) < 0) goto done;
+    if (key != Py_None && notify_read(ledger, key, consumer) < 0) goto done; /* (an observer registered meanwhile) */
     if ((readers = get(ledger, s_readers)) == NULL || PyObject_SetItem(readers, consumer, Py_None) < 0) goto done;
     if ((outstanding = get(ledger, s_outstanding)) == NULL || PyObject_SetItem(outstanding, consumer, Py_None) < 0)
         goto done;
@@ -957,7 +1025,8 @@ PyObject *native_import_output(PyObject *self, PyObject *const *args, Py_ssize_t
     long value = PyLong_CheckExact(stream) ? PyLong_AsLongAndOverflow(stream, &overflow) : 0; /* (beyond a long: not -1) */
     if (value == -1 && !overflow && PyErr_Occurred()) goto fail;
     if (stream == Py_None || (PyLong_CheckExact(stream) && value == -1 && !overflow)) {
-        consumer = Py_NewRef(slot_get(image, I_DEFAULT_CONSUMER));
+        consumer = Py_XNewRef(slot_get(image, I_DEFAULT_CONSUMER));
+        if (consumer == NULL) goto nothing; /* (deleted meanwhile: the Python method raises its AttributeError) */
     } else if (PyLong_CheckExact(stream)) {
         PyObject *known = get(ledger, s_known);
         if (known == NULL) goto fail;
@@ -994,17 +1063,8 @@ PyObject *native_import_output(PyObject *self, PyObject *const *args, Py_ssize_t
     if (t < 0) goto fail;
     if (!t) goto nothing; /* another thread holds the effect: the Python call waits for it, or raises */
     held = 1;
-    if ((outer_owner = get(ledger, s__owner)) == NULL ||
-        (outer_closing = get(ledger, s__closing_wait)) == NULL)
-        goto fail;
-    {
-        PyObject *me = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
-        if (me == NULL) goto fail;
-        t = set(ledger, s__owner, me);
-        Py_DECREF(me);
-        if (t < 0 || set(ledger, s__closing_wait, Py_False) < 0) goto fail;
-    }
-    if ((t = import_held(ledger, generation, consumer, escapes)) < 0) goto fail;
+    if (took(ledger, &outer_owner, &outer_closing) < 0) goto fail;
+    if ((t = import_held(ledger, generation, consumer, escapes, key)) < 0) goto fail;
     if (t > 0) goto nothing;
     result = capsule; /* (a marker: imported; the view and the image's state come after the lock is let go) */
     goto release;

@@ -26,6 +26,7 @@ import functools
 import numbers
 import operator
 import sys
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -985,7 +986,7 @@ def _bind_native_replay() -> Callable[..., SafeOutput | None] | None:
         "SafeOutput": SafeOutput, "SafeImage": SafeImage, "SimArray": SimArray, "SimBackend": SimBackend,
         "thread_token": thread_token, "restore_counters": _restore_counters, "hooks": hooks,
         "SimCapsule": SimCapsule, "capsule_data_key": capsule_data_key, "on_this_thread": on_this_thread,
-        "prune_views": _prune_views,
+        "prune_views": _prune_views, "ledger": sys.modules[Ledger.__module__], "get_ident": threading.get_ident,
     })
     outputs.native_import = module.import_output
     return module.replay  # type: ignore[no-any-return]

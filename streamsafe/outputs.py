@@ -299,9 +299,13 @@ def torch_copy(image: SafeImage, stream: Any = None) -> Any:
         raw_current = _RAW_CURRENT if _RAW_CURRENT is not False else _raw_current_stream()
         if raw_current is not None:
             image._escapes = False  # (as _for_copy marks it: read by a copy helper, no view leaves it)
-            capsule = native_import(image, raw_current(image._device) or LEGACY_DLPACK)  # DLPack: 1 names stream 0
-            if capsule is not None:
-                return sys.modules["torch"].from_dlpack(capsule).clone()
+            try:
+                capsule = native_import(image, raw_current(image._device) or LEGACY_DLPACK)  # DLPack: 1 names stream 0
+                if capsule is not None:
+                    return sys.modules["torch"].from_dlpack(capsule).clone()
+            except BaseException:
+                _copy_failed(image)  # (as the steps below: a later import may be a view again)
+                raise
             image._escapes = True  # (nothing done: as it was; the steps below do it, or raise)
     torch = _framework("torch", "out.torch()", "torch")
 

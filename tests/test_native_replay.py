@@ -529,3 +529,136 @@ def test_a_call_with_many_arguments_replays_as_in_python() -> None:
 
     got = _both(frames)
     assert got["C"] == got["Python"] and got["C"][1][0] > 0
+
+
+# -- a second reviewer's findings ------------------------------------------------------------------------------
+
+
+@needs_c
+def test_a_call_with_hundreds_of_arguments_replays_without_overrunning_a_buffer() -> None:
+    class Many(VideoSuperRes):
+        def run(self, input_array: Any, *extra: Any, **kwargs: Any) -> Any:
+            return super().run(input_array, **kwargs)
+
+    def frames() -> Any:
+        sim = ss.SimBackend()
+        s = sim.create_stream(non_blocking=True)
+        c = ss.StreamContract(_sr(sim, Many), s, strategy="event", backend=sim)
+        with sim.use_stream(s):
+            before = steady.replays
+            for i in range(6):
+                sim.from_dlpack(c.run(_x(sim, i, s), *[float(k) for k in range(300)]).image)
+        return (steady.replays - before, dict(c.stats))
+
+    got = _both(frames)
+    assert got["C"] == got["Python"] and got["C"][1][0] > 0
+
+
+@needs_c
+def test_an_image_slot_deleted_during_the_import_raises_attribute_error() -> None:
+    def attempt() -> Any:
+        _, _, _, out = _one_output()
+        image, generation = out.image, out.image._generation
+
+        class Deleting:
+            """A generation whose comparison deletes the image's default consumer (code that runs mid-import)."""
+
+            def __eq__(self, other: object) -> bool:
+                with contextlib.suppress(AttributeError):
+                    del image._default_consumer
+                return other == generation
+
+            def __ne__(self, other: object) -> bool:
+                return not self.__eq__(other)
+
+            __hash__ = None  # type: ignore[assignment]
+
+        image._generation = Deleting()
+        image.__dlpack__()
+
+    got = _both(attempt)
+    assert got["C"] == got["Python"] and got["C"][1] == "AttributeError"
+
+
+@needs_c
+def test_the_second_recipe_search_reads_the_recipes_the_contract_holds_then() -> None:
+    class Hooked(VideoSuperRes):
+        hook: Any = None
+
+        @property
+        def input_height(self) -> Any:  # (read under the effect's lock, with the config)
+            if Hooked.hook is not None:
+                Hooked.hook()
+            return self._in[1]
+
+        @input_height.setter
+        def input_height(self, value: Any) -> None:
+            self._set_in(1, "input_height", value)
+
+    def frames() -> Any:
+        sim = ss.SimBackend()
+        s, r1, r2 = (sim.create_stream(non_blocking=True) for _ in range(3))
+        c = ss.StreamContract(_sr(sim, Hooked), s, strategy="event", backend=sim)
+        log = []
+        with sim.use_stream(s):
+            for i in range(12):
+                if i == 9:
+                    Hooked.hook = lambda: setattr(c, "_recipes", [])  # (the contract's recipes dropped meanwhile)
+                before = steady.replays
+                out = c.run(_x(sim, i, s))
+                Hooked.hook = None
+                sim.from_dlpack(out.image, stream=(r1, r2)[i % 2])
+                log.append(steady.replays - before)
+        return (log, dict(c.stats))
+
+    got = _both(frames)
+    assert got["C"] == got["Python"]
+
+
+@contextlib.contextmanager
+def _torch_stand_in(raw_current: Any) -> Iterator[None]:
+    """A ``torch`` module with what ``out.torch()`` touches (the current stream's handle, ``from_dlpack``),
+    for the block; the real one (if any) and the helpers' cache put back after."""
+    import sys
+    import types
+
+    saved, saved_current = sys.modules.get("torch"), outputs_module._RAW_CURRENT
+    stand_in = types.ModuleType("torch")
+    stand_in._C = types.SimpleNamespace(_cuda_getCurrentRawStream=raw_current)  # type: ignore[attr-defined]
+    stand_in.from_dlpack = lambda capsule: types.SimpleNamespace(clone=lambda: ("copy of", capsule))  # type: ignore[attr-defined]
+    sys.modules["torch"] = stand_in
+    outputs_module._RAW_CURRENT = False
+    try:
+        yield
+    finally:
+        outputs_module._RAW_CURRENT = saved_current
+        if saved is None:
+            sys.modules.pop("torch", None)
+        else:
+            sys.modules["torch"] = saved
+
+
+@needs_c
+def test_a_copy_whose_import_fails_leaves_the_output_importable_as_a_view() -> None:
+    """``out.torch()``'s first lines (the import in C): when the import raises, the output is as a failed copy
+    helper leaves it, so a later zero-copy import is recorded as a view (the next run waits for its reader)."""
+
+    def attempt() -> Any:
+        sim, s, c, out = _one_output()
+        calls = [0]
+
+        def current_stream(device: int) -> int:
+            calls[0] += 1
+            if calls[0] == 1:
+                raise RuntimeError("a transient CUDA error")
+            return -1
+
+        with _torch_stand_in(current_stream), pytest.raises(RuntimeError, match="transient"):
+            outputs_module.torch_copy(out.image)
+        escapes = out.image._escapes
+        with sim.use_stream(s):
+            sim.from_dlpack(out.image, stream=sim.create_stream(non_blocking=True))
+        return (escapes, c.ledger.escaped)
+
+    got = _both(attempt)
+    assert got["C"] == got["Python"] == ("returned", (True, True))
