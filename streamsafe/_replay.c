@@ -16,6 +16,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
+#include <string.h>
 #include <structmember.h>
 
 #include "_replay.h"
@@ -79,7 +80,9 @@ static PyObject *g_call_kwnames;     /* ("stream_ptr", "non_blocking") */
 NAMES(DECLARE)
 #undef DECLARE
 
-static int bind_slots(void);
+#define IMAGE_NSLOTS 9 /* SafeImage's slots; their offsets, and SafeOutput's two, once bound */
+static Py_ssize_t image_offsets[IMAGE_NSLOTS], output_offsets[2];
+static int slot_offsets(PyObject *image_type, PyObject *output_type, Py_ssize_t *image_offs, Py_ssize_t *output_offs);
 
 static int intern_names(void) {
 #define INTERN(n)                                                                                                     \
@@ -119,6 +122,19 @@ PyObject *native_bind_replay(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (s__get_ident_ledger == NULL && (s__get_ident_ledger = PyUnicode_InternFromString("_get_ident")) == NULL) return NULL;
     if (g_call_kwnames == NULL && (g_call_kwnames = Py_BuildValue("(ss)", "stream_ptr", "non_blocking")) == NULL)
         return NULL;
+    /* every part checked, and the slots' offsets found, before anything is swapped in: a bind that raises changes
+     * nothing (a first one that raises leaves replay() refusing to run) */
+    PyObject *globals = got[0], *views = got[2], *raw_cache = got[4], *output_type = got[7], *image_type = got[8];
+    if (!PyDict_Check(globals) || !PyDict_Check(views) || !PyDict_Check(raw_cache)) {
+        PyErr_SetString(PyExc_TypeError, "streamsafe._native.bind_replay: contract_globals, views and raw_cache must be dicts");
+        return NULL;
+    }
+    if (!PyType_Check(image_type) || !PyType_Check(output_type)) {
+        PyErr_SetString(PyExc_TypeError, "streamsafe._native.bind_replay: SafeImage and SafeOutput must be classes");
+        return NULL;
+    }
+    Py_ssize_t image_offs[IMAGE_NSLOTS], output_offs[2];
+    if (slot_offsets(image_type, output_type, image_offs, output_offs) < 0) return NULL;
     PyObject **slots[] = {&g_contract_globals, &g_steady, &g_views, &g_local, &g_raw_cache, &g_raw_method,
                           &g_call_raw, &g_safe_output, &g_safe_image, &g_sim_array, &g_sim_backend,
                           &g_thread_token, &g_restore_counters, &g_hooks, &g_sim_capsule, &g_capsule_data_key,
@@ -127,11 +143,8 @@ PyObject *native_bind_replay(PyObject *self, PyObject *const *args, Py_ssize_t n
         Py_INCREF(got[i]);
         Py_XSETREF(*slots[i], got[i]);
     }
-    if (!PyDict_Check(g_contract_globals) || !PyDict_Check(g_views) || !PyDict_Check(g_raw_cache)) {
-        PyErr_SetString(PyExc_TypeError, "streamsafe._native.bind_replay: contract_globals, views and raw_cache must be dicts");
-        return NULL;
-    }
-    if (bind_slots() < 0) return NULL;
+    memcpy(image_offsets, image_offs, sizeof(image_offs));
+    memcpy(output_offsets, output_offs, sizeof(output_offs));
     bound_ = 1;
     Py_RETURN_NONE;
 }
@@ -222,16 +235,15 @@ static int slot_offset(PyObject *type, const char *name, Py_ssize_t *out) {
     return ok ? 0 : -1;
 }
 
-/* SafeImage's slots in the order its __init__ sets them, then SafeOutput's */
+/* SafeImage's slots in the order its __init__ sets them (IMAGE_NSLOTS, their offsets: at the top) */
 static const char *IMAGE_SLOTS[] = {"_effect", "_ledger", "_capsule", "_generation", "_device", "_default_consumer",
                                     "_consumed", "_escapes", "_consumer"};
-#define IMAGE_NSLOTS 9
-static Py_ssize_t image_offsets[IMAGE_NSLOTS], output_offsets[2];
 
-static int bind_slots(void) {
+/* The offsets of SafeImage's slots (IMAGE_SLOTS' order) and SafeOutput's (raw, image) into the arrays given. */
+static int slot_offsets(PyObject *image_type, PyObject *output_type, Py_ssize_t *image_offs, Py_ssize_t *output_offs) {
     for (int i = 0; i < IMAGE_NSLOTS; i++)
-        if (slot_offset(g_safe_image, IMAGE_SLOTS[i], &image_offsets[i]) < 0) return -1;
-    if (slot_offset(g_safe_output, "raw", &output_offsets[0]) < 0 || slot_offset(g_safe_output, "image", &output_offsets[1]) < 0)
+        if (slot_offset(image_type, IMAGE_SLOTS[i], &image_offs[i]) < 0) return -1;
+    if (slot_offset(output_type, "raw", &output_offs[0]) < 0 || slot_offset(output_type, "image", &output_offs[1]) < 0)
         return -1;
     return 0;
 }

@@ -662,3 +662,41 @@ def test_a_copy_whose_import_fails_leaves_the_output_importable_as_a_view() -> N
 
     got = _both(attempt)
     assert got["C"] == got["Python"] == ("returned", (True, True))
+
+
+# -- a third reviewer's finding ---------------------------------------------------------------------------------
+
+
+@needs_c
+def test_a_bind_that_raises_changes_nothing() -> None:
+    """``bind_replay`` with a wrong part (an image class without the slots it fills) raises, and the frames
+    after it still replay with the parts bound before (before the fix: half-bound, the next frame crashed)."""
+    import streamsafe.outputs as outputs
+
+    class Small:
+        __slots__ = ("_effect", "_ledger", "_capsule")
+
+    native = contract_module.native()
+    parts = {
+        "contract_globals": vars(contract_module), "steady": steady, "views": contract_module._VIEWS,
+        "local": contract_module.guarding._local, "raw_cache": contract_module.guarding._raw_cache,
+        "raw_method": contract_module.guarding.raw_method, "call_raw": contract_module.call_raw,
+        "SafeOutput": outputs.SafeOutput, "SafeImage": Small, "SimArray": contract_module.SimArray,
+        "SimBackend": ss.SimBackend, "thread_token": contract_module.thread_token,
+        "restore_counters": contract_module._restore_counters, "hooks": contract_module.hooks,
+        "SimCapsule": contract_module.SimCapsule, "capsule_data_key": contract_module.capsule_data_key,
+        "on_this_thread": contract_module.on_this_thread, "prune_views": contract_module._prune_views,
+        "ledger": contract_module.sys.modules["streamsafe.ledger"], "get_ident": threading.get_ident,
+    }
+    with pytest.raises(AttributeError, match="_generation"):
+        native.bind_replay(parts)
+    sim = ss.SimBackend()
+    s = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(_sr(sim), s, strategy="event", backend=sim)
+    with sim.use_stream(s):
+        before = steady.replays
+        for i in range(6):
+            out = c.run(_x(sim, i, s))
+            assert type(out.image) is outputs.SafeImage
+            sim.from_dlpack(out.image)
+    assert steady.replays - before >= 3
