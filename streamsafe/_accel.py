@@ -3,7 +3,8 @@
 It makes the hot path's driver calls (event records, stream waits, graph and kernel launches, a
 whole bound fence program in one call) and reads DLPack capsules in place, the same work as the
 ``ctypes`` calls of :mod:`streamsafe.backend._held` and :mod:`streamsafe._dlpack` at a fraction of
-their host cost. It is built by ``pip install`` where a C compiler is present; without one,
+their host cost; and it runs the steady-state frame (``streamsafe/_replay.c``: the replay, the
+output's import and ``auto``'s thread check, the same steps as their Python methods). It is built by ``pip install`` where a C compiler is present; without one,
 streamsafe makes the same calls through ``ctypes``, in the same order.
 ``STREAMSAFE_NATIVE=0`` makes streamsafe ignore it (the switch the benchmarks compare).
 """

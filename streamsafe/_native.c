@@ -12,6 +12,7 @@
  *
  * Optional: when it cannot be built, streamsafe uses the ctypes calls instead (the same calls, in
  * the same order). STREAMSAFE_NATIVE=0 makes streamsafe ignore it (the benchmarks' switch).
+ * The module also holds the steady-state frame (streamsafe/_replay.c), registered below.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -1,17 +1,23 @@
-/* streamsafe._native.replay: a steady-state frame (StreamContract._replay in streamsafe/contract.py) in C.
+/* streamsafe._native's steady-state frame: StreamContract._replay (streamsafe/contract.py) as replay(), the
+ * import of SafeImage.__dlpack__ (streamsafe/outputs.py) as import_output(), and auto's thread check
+ * (streamsafe/occupancy.py) as note_run().
  *
- * The same steps as the Python method, in the same order, on the same objects: the call's facts, the
- * recipe whose facts and ledger state match, the effect's lock, the recipe's bound fences, the raw
- * call, the ledger's update, the input protection, the counters, the output objects. What is rare
- * (STREAMSAFE_CHECK_REPLAY's check, views of other effects' outputs as inputs, keep-alives, a fence
- * program that is not bound, input protection) calls the Python method that does it. Anything the
- * Python method would not replay, this does not replay either: it returns None before it has
- * changed anything, and the contract plans the call.
+ * The same steps as the Python methods, in the same order, on the same objects: the call's facts, the
+ * recipe whose facts and ledger state match, the effect's lock, the recipe's bound fences (their driver
+ * calls issued here, in the program's context), the raw call, the ledger's update, the input protection,
+ * the counters, the output objects; for the import, the consumer stream the ledger knows, the import's
+ * fences, the reader and the view. What is rare (STREAMSAFE_CHECK_REPLAY's check, views of other effects'
+ * outputs as inputs, keep-alives, a fence program that is not bound or is bound for one thread, inputs
+ * that are not torch tensors, a per-thread run stream) calls the Python method that does it. Anything the
+ * Python method would not replay or import, this leaves alone: it returns None before it has changed
+ * anything, and the Python path takes the call. The contract's and the ledger's attributes are read when
+ * the Python reads them; a recipe and a fence program are read from the tuples they keep for it
+ * (Recipe.native, FenceProgram.native), which never change.
  *
- * The Python method stays the reference: streamsafe uses it when this is not built or
- * STREAMSAFE_NATIVE=0, and the tests run the same frames through both (tests/test_native_replay.py).
- * Nothing here blocks the host or releases the GIL beyond what the calls it makes do (the effect's
- * run(), a program's fences).
+ * The Python methods stay the reference: streamsafe uses them when this is not built or
+ * STREAMSAFE_NATIVE=0, and the tests run the same frames through both (tests/test_native_replay.py,
+ * tests/test_occupancy.py, tests/gpu/test_native_replay_gpu.py). Nothing here blocks the host or
+ * releases the GIL beyond what the calls it makes do (the effect's run(), a host wait in a program).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
