@@ -1,0 +1,131 @@
+"""Where g-host's gap between ``hand`` and ``auto`` goes: rows with parts of a frame's work left out.
+
+GPU machine:  PYTHONPATH=. python3 benchmarks/g_host_parts.py [--blocks N]
+
+Bench scenario ``g-host`` (144p -> 288p, no added GPU time: each frame is host work only), every row's
+pipeline made first, the rows timed interleaved in blocks of 200 steps (median host microseconds a step):
+
+* ``hand``: the hand-written fences (``streamsafe.bench.hand``);
+* ``auto``: the contract, its steady-state frame in C;
+* ``auto, Python frame``: the same with the frame in Python (the C extension's replay and import off);
+* ``auto, Python frame, no record_stream``: that, with the input's ``record_stream`` left out (the H12
+  protection the hand row's pooled inputs do not need, and a general library cannot leave out);
+* ``auto, Python frame, no config read``: that, with the read of the effect's output-size and encoding
+  attributes left out (the emulator's are Python properties; the SDK's are C).
+
+The last two rows are for attribution only: they leave out a safety step, so the difference between
+each and ``auto, Python frame`` is what that step costs a frame. Not a test: nothing is checked beyond
+the frames' copies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from contract_overhead import python_replay  # noqa: E402
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--blocks", type=int, default=7)
+    args = parser.parse_args()
+    from streamsafe import contract
+    from streamsafe.bench.harness import as_row
+    from streamsafe.bench.pipelines import GpuPipeline, scenario_by_key
+
+    sc = scenario_by_key("g-host")
+    no_protect = contextlib.contextmanager(lambda: _patched(contract.StreamContract, "_protect_inputs", lambda self, *a, **k: None))
+    no_config = contextlib.contextmanager(lambda: _patched_config())
+    rows: list[tuple[str, str, Callable[[], Any]]] = [
+        ("hand", "hand", _nothing),
+        ("auto", "auto", _nothing),
+        ("auto, Python frame", "auto", python_replay),
+        ("auto, Python frame, no record_stream", "auto", lambda: _chain(python_replay(), no_protect())),
+        ("auto, Python frame, no config read", "auto", lambda: _chain(python_replay(), no_config())),
+    ]
+    pipes = {name: GpuPipeline(sc, as_row(row)) for name, row, _ in rows}
+    frame = 0
+    try:
+        for name, _, ctx in rows:
+            with ctx():
+                for i in range(100):
+                    pipes[name].step(i)
+            pipes[name].drain()
+            pipes[name].check()
+        frame = 100
+        samples: dict[str, list[float]] = {name: [] for name, _, _ in rows}
+        corrupt = dict.fromkeys(samples, 0)
+        for _ in range(args.blocks):
+            for name, _, ctx in rows:
+                pipe = pipes[name]
+                with ctx():
+                    t0 = time.perf_counter()
+                    for i in range(frame, frame + 200):
+                        pipe.step(i)
+                    samples[name].append((time.perf_counter() - t0) / 200 * 1e6)
+                pipe.drain()
+                corrupt[name] += pipe.check()[1]
+            frame += 200
+    finally:
+        for pipe in pipes.values():
+            pipe.close()
+    hand = statistics.median(samples["hand"])
+    print(f"g-host, host us a step, median of {args.blocks} interleaved blocks of 200 steps")
+    for name, xs in samples.items():
+        m = statistics.median(xs)
+        print(f"  {name:<40} {m:8.1f}  (+{m - hand:5.1f} over hand, {hand / m:.2f}x)  corrupt {corrupt[name]}")
+
+
+@contextlib.contextmanager
+def _chain(*contexts: Any) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for c in contexts:
+            stack.enter_context(c)
+        yield
+
+
+def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    saved = owner.__dict__[name]
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)
+
+
+def _patched_config() -> Iterator[None]:
+    """Every contract's config read answers what it answered last, without reading the effect."""
+    from streamsafe import contract
+
+    saved = contract.StreamContract._config
+    memo: dict[int, Any] = {}
+
+    def remembered(self: Any) -> Any:
+        key = id(self)
+        if key not in memo:
+            memo[key] = saved(self)
+        return memo[key]
+
+    contract.StreamContract._config = remembered  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        contract.StreamContract._config = saved  # type: ignore[method-assign]
+
+
+if __name__ == "__main__":
+    main()
