@@ -589,15 +589,38 @@ static PyObject *holder_ident(void) {
     return me;
 }
 
-/* ledger.try_hold()'s bookkeeping once the lock is taken (Ledger._took(False)): the previous holder into
- * *owner and *closing (new references); 0, or -1 with an exception */
-static int took(PyObject *ledger, PyObject **owner, PyObject **closing) {
+/* Ledger.try_hold(): the lock taken without blocking (its calls into *calls), then Ledger._took(False)'s
+ * bookkeeping, the previous holder into *owner and *closing (new references, for let_go). 1: held; 0: another
+ * thread holds the effect; -1 with an exception (*held says whether the lock was taken: let go of it). */
+static int try_hold(PyObject *ledger, PyObject **calls, int *held, PyObject **owner, PyObject **closing) {
+    if ((*calls = parts_of(ledger, s__lock_calls, 2)) == NULL) return -1;
+    PyObject *got = PyObject_CallOneArg(P(*calls, 0), Py_False);
+    if (got == NULL) return -1;
+    int t = PyObject_IsTrue(got);
+    Py_DECREF(got);
+    if (t <= 0) return t;
+    *held = 1;
     if ((*owner = get(ledger, s__owner)) == NULL || (*closing = get(ledger, s__closing_wait)) == NULL) return -1;
     PyObject *me = holder_ident();
     if (me == NULL) return -1;
-    int t = set(ledger, s__owner, me);
+    t = set(ledger, s__owner, me);
     Py_DECREF(me);
-    return t < 0 || set(ledger, s__closing_wait, Py_False) < 0 ? -1 : 0;
+    return t < 0 || set(ledger, s__closing_wait, Py_False) < 0 ? -1 : 1;
+}
+
+/* Ledger.let_go(outer): the previous holder back, the lock released, an exception raised before it kept.
+ * 0, or -1 with the exception let_go raised (the earlier one dropped). */
+static int let_go(PyObject *ledger, PyObject *calls, PyObject *owner, PyObject *closing) {
+    PyObject *exc = PyErr_GetRaisedException();
+    int bad = set(ledger, s__owner, owner ? owner : Py_None) < 0 ||
+              set(ledger, s__closing_wait, closing ? closing : Py_False) < 0 ||
+              call_ok(PyObject_CallNoArgs(P(calls, 1))) < 0;
+    if (bad) {
+        Py_XDECREF(exc);
+        return -1;
+    }
+    PyErr_SetRaisedException(exc);
+    return 0;
 }
 
 /* the effect, as the contract's `effect` property gives it */
@@ -749,15 +772,9 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if ((rparts = find_recipe(recipes, facts, NULL, NULL, &recipe)) == NULL) goto fail;
     if (rparts == Py_None) goto nothing;
     /* ledger.try_hold() */
-    if ((ledger = PyObject_GetAttr(contract, s_ledger)) == NULL || (calls = parts_of(ledger, s__lock_calls, 2)) == NULL) goto fail;
-    PyObject *got = PyObject_CallOneArg(P(calls, 0), Py_False);
-    if (got == NULL) goto fail;
-    t = PyObject_IsTrue(got);
-    Py_DECREF(got);
-    if (t < 0) goto fail;
+    if ((ledger = PyObject_GetAttr(contract, s_ledger)) == NULL) goto fail;
+    if ((t = try_hold(ledger, &calls, &held, &outer_owner, &outer_closing)) < 0) goto fail;
     if (!t) goto nothing; /* another thread holds the effect: the general path waits or raises */
-    held = 1;
-    if (took(ledger, &outer_owner, &outer_closing) < 0) goto fail;
     /* config = self._config() (an attribute that went: the general path copes) */
     if ((effect = effect_of(contract)) != NULL) {
         PyObject *getter = PyObject_GetAttr(contract, s__config_getter);
@@ -855,18 +872,7 @@ fail:
     result = NULL;
     Py_CLEAR(raw);
 release:
-    if (held) { /* ledger.let_go(outer), keeping any exception raised before it */
-        PyObject *exc = PyErr_GetRaisedException();
-        int bad = set(ledger, s__owner, outer_owner ? outer_owner : Py_None) < 0 ||
-                  set(ledger, s__closing_wait, outer_closing ? outer_closing : Py_False) < 0 ||
-                  call_ok(PyObject_CallNoArgs(P(calls, 1))) < 0;
-        if (bad) {
-            Py_XDECREF(exc);
-            result = NULL;
-        } else {
-            PyErr_SetRaisedException(exc);
-        }
-    }
+    if (held && let_go(ledger, calls, outer_owner, outer_closing) < 0) result = NULL;
     if (result == Py_None && raw != NULL) { /* SafeOutput(raw, SafeImage(ledger, raw.image, generation, device, consumer, effect)) */
         result = NULL;
         /* (the contract's device and effect read again, as the Python method reads them here) */
@@ -1073,15 +1079,8 @@ PyObject *native_import_output(PyObject *self, PyObject *const *args, Py_ssize_t
         key = Py_NewRef(Py_None);
     }
     /* ledger.import_output(generation, consumer, escapes=escapes, key=key): the effect held */
-    if ((calls = parts_of(ledger, s__lock_calls, 2)) == NULL) goto fail;
-    PyObject *got = PyObject_CallOneArg(P(calls, 0), Py_False);
-    if (got == NULL) goto fail;
-    t = PyObject_IsTrue(got);
-    Py_DECREF(got);
-    if (t < 0) goto fail;
+    if ((t = try_hold(ledger, &calls, &held, &outer_owner, &outer_closing)) < 0) goto fail;
     if (!t) goto nothing; /* another thread holds the effect: the Python call waits for it, or raises */
-    held = 1;
-    if (took(ledger, &outer_owner, &outer_closing) < 0) goto fail;
     if ((t = import_held(ledger, generation, consumer, escapes, key)) < 0) goto fail;
     if (t > 0) goto nothing;
     result = capsule; /* (a marker: imported; the view and the image's state come after the lock is let go) */
@@ -1092,18 +1091,7 @@ nothing:
 fail:
     result = NULL;
 release:
-    if (held) {
-        PyObject *exc = PyErr_GetRaisedException();
-        int bad = set(ledger, s__owner, outer_owner ? outer_owner : Py_None) < 0 ||
-                  set(ledger, s__closing_wait, outer_closing ? outer_closing : Py_False) < 0 ||
-                  call_ok(PyObject_CallNoArgs(P(calls, 1))) < 0;
-        if (bad) {
-            Py_XDECREF(exc);
-            result = NULL;
-        } else {
-            PyErr_SetRaisedException(exc);
-        }
-    }
+    if (held && let_go(ledger, calls, outer_owner, outer_closing) < 0) result = NULL;
     if (result == capsule) {
         /* ledger.add_view(key, generation) when a view escapes */
         if (escapes && key != Py_None) {

@@ -372,9 +372,8 @@ def _framework(name: str, helper: str, extra: str) -> Any:
 def _torch_import(torch: Any, image: SafeImage) -> Any:
     """``torch.from_dlpack(image)``, with the capsule asked for on torch's current stream of the image's
     device here (a raw stream read, no ``torch.cuda.Stream`` object); torch imports the raw capsule."""
-    stream = torch_current_stream_handle(torch, image._device) or LEGACY_DLPACK  # DLPack: 1 names stream 0
-    capsule = native_import(image, stream) if native_import is not None else None
-    return torch.from_dlpack(capsule if capsule is not None else image.__dlpack__(stream=stream))
+    handle = torch_current_stream_handle(torch, image._device)
+    return torch.from_dlpack(image.__dlpack__(stream=handle or LEGACY_DLPACK))  # DLPack: 1 names stream 0
 
 
 def _torch_copy(torch: Any, image: SafeImage) -> Any:
