@@ -4,7 +4,6 @@ legacy stream orders another thread's per-thread stream (what streamsafe's fence
 from __future__ import annotations
 
 import json
-import threading
 import time
 from typing import Any
 
@@ -13,29 +12,12 @@ import pytest
 
 import streamsafe as ss
 from _lane import lane_output
+from _per_thread import expected, in_thread, take_turns
 from streamsafe import ledger as ledger_module, program as program_module
 from streamsafe.streams import issuable
-from streamsafe.testing import _kernels as K
 
 pytestmark = pytest.mark.gpu
 H = W = 64
-
-
-def _in_thread(fn: Any) -> Any:
-    box: dict[str, Any] = {}
-
-    def body() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:
-            box["error"] = e
-
-    t = threading.Thread(target=body)
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def test_handle_2_is_the_issuing_threads_stream_and_legacy_orders_it(torch_cuda) -> None:  # type: ignore[no-untyped-def]
@@ -62,7 +44,7 @@ def test_handle_2_is_the_issuing_threads_stream_and_legacy_orders_it(torch_cuda)
         time.sleep(0.005)
         return be.query(naive), be.query(fenced), str(issuable(mine))
 
-    naive_done, fenced_done, where = _in_thread(other)
+    naive_done, fenced_done, where = in_thread(other)
     torch.cuda.synchronize()
 
     # the other direction: the legacy stream waits (in another thread) for a 40 ms kernel on a side stream
@@ -70,7 +52,7 @@ def test_handle_2_is_the_issuing_threads_stream_and_legacy_orders_it(torch_cuda)
     with torch.cuda.stream(side):
         torch.cuda._sleep(int(40_000 * cycles))
     side_stream = ss.as_stream(side, backend=be)
-    _in_thread(lambda: be.fence(issuable(mine), side_stream))  # mine is another thread's there: the legacy stream waits
+    in_thread(lambda: be.fence(issuable(mine), side_stream))  # mine is another thread's there: the legacy stream waits
     after = be.acquire_event(0)
     with torch.cuda.stream(per_thread):
         torch.cuda._sleep(10)
@@ -107,38 +89,23 @@ def _two_threads_per_thread_readers(torch: Any, strategy: str, frames: int, seed
     side = torch.cuda.Stream()
     c = ss.StreamContract(fx, side, strategy=strategy, allow_none=strategy == "none")
     datas = [rng.random((3, H, W), dtype=np.float32) for _ in range(8)]
-    wants = [K.tone_map_hdr(np, x, contrast=100, saturation=100, middle_gray=50, luminance=650) for x in datas]
+    wants = [expected(x) for x in datas]
     inputs = [torch.from_numpy(x).cuda() for x in datas]
     delays = rng.integers(300, 3000, size=frames)
     torch.cuda.synchronize()
     copies: list[Any] = [None] * frames
-    turns = [threading.Event() for _ in range(frames + 1)]
-    errors: list[BaseException] = []
 
-    def worker(parity: int) -> None:
-        per_thread = torch.cuda.ExternalStream(2, device=0)
-        for i in range(parity, frames, 2):
-            turns[i].wait()
-            try:
-                with torch.cuda.stream(per_thread):
-                    out = c.run(inputs[i % len(inputs)])
-                    torch.cuda._sleep(int(delays[i] * cycles))  # a late reader
-                    copies[i] = torch.from_dlpack(out.image).clone()
-            except BaseException as e:
-                errors.append(e)
-            finally:
-                turns[i + 1].set()
+    def step(i: int) -> None:  # (in the thread of its turn: 2 is that thread's per-thread stream)
+        with torch.cuda.stream(torch.cuda.ExternalStream(2, device=0)):
+            out = c.run(inputs[i % len(inputs)])
+            torch.cuda._sleep(int(delays[i] * cycles))  # a late reader
+            copies[i] = torch.from_dlpack(out.image).clone()
 
-    threads = [threading.Thread(target=worker, args=(p,)) for p in (0, 1)]
-    for t in threads:
-        t.start()
-    turns[0].set()
-    for t in threads:
-        t.join()
-    torch.cuda.synchronize()
-    c.close()
-    if errors:
-        raise errors[0]
+    try:
+        take_turns(frames, step)
+    finally:
+        torch.cuda.synchronize()
+        c.close()
     return sum(not _hdr_ok(cp.cpu().numpy(), wants[i % len(wants)]) for i, cp in enumerate(copies))
 
 
