@@ -10,7 +10,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["framework_of", "framework_current_stream_handle", "loaded_frameworks", "torch_current_stream_handle"]
+__all__ = [
+    "cupy_external_stream",
+    "framework_of",
+    "framework_current_stream_handle",
+    "loaded_frameworks",
+    "torch_current_stream_handle",
+]
 
 
 def loaded_frameworks() -> list[str]:
@@ -32,6 +38,17 @@ def torch_current_stream_handle(torch: Any, device: int) -> int:
     """torch's current stream pointer on ``device``, without building a Python stream object."""
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     return int(raw(device)) if raw is not None else int(torch.cuda.current_stream(device).cuda_stream)
+
+
+def cupy_external_stream(cupy: Any, stream: Any) -> Any:
+    """A CuPy stream object for ``stream``, a :class:`~streamsafe.Stream` CuPy did not create:
+    ``cupy.cuda.Stream.from_external`` (through the stream's ``__cuda_stream__``) where CuPy has it
+    (14 and later, where ``ExternalStream`` is deprecated), else ``cupy.cuda.ExternalStream`` on the
+    stream's handle and device. Make the stream's device current first. Creates no stream; does not block."""
+    cuda = cupy.cuda
+    if hasattr(cuda.Stream, "from_external"):
+        return cuda.Stream.from_external(stream)
+    return cuda.ExternalStream(stream.handle, stream.device)
 
 
 def framework_current_stream_handle(device: int, framework: str | None = None) -> tuple[int, str] | None:

@@ -136,3 +136,35 @@ def test_implicit_ordering_table(a: StreamKind, b: StreamKind) -> None:
 
 def test_streams_of_different_devices_are_never_ordered() -> None:
     assert not ss.implicitly_ordered(ss.Stream(0, 1, StreamKind.LEGACY), ss.Stream(1, 1, StreamKind.LEGACY))
+
+
+class _FakeCupyStreams:
+    """Just enough of ``cupy.cuda`` for :func:`streamsafe.frameworks.cupy_external_stream`."""
+
+    def __init__(self, from_external: bool) -> None:
+        import types
+
+        self.calls: list[tuple[str, tuple[object, ...]]] = []
+        calls = self.calls
+
+        class Stream:
+            pass
+
+        if from_external:
+            Stream.from_external = staticmethod(lambda s: calls.append(("from_external", (s.__cuda_stream__(),))) or "new")  # type: ignore[attr-defined]
+        self.cuda = types.SimpleNamespace(
+            Stream=Stream, ExternalStream=lambda ptr, device: calls.append(("ExternalStream", (ptr, device))) or "old"
+        )
+
+
+@pytest.mark.parametrize("from_external", [True, False])
+def test_cupy_external_stream_uses_from_external_where_cupy_has_it(sim: ss.SimBackend, from_external: bool) -> None:
+    from streamsafe.frameworks import cupy_external_stream
+
+    s = sim.create_stream(device=1)
+    cupy = _FakeCupyStreams(from_external)
+    got = cupy_external_stream(cupy, s)
+    if from_external:  # CuPy 14 deprecates ExternalStream: the stream protocol instead, never both
+        assert (got, cupy.calls) == ("new", [("from_external", ((0, s.handle),))])
+    else:
+        assert (got, cupy.calls) == ("old", [("ExternalStream", (s.handle, 1))])

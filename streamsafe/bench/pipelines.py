@@ -23,6 +23,7 @@ import numpy as np
 
 from ..backend import SimBackend
 from ..contract import StreamContract
+from ..frameworks import cupy_external_stream
 from ..outputs import SafeImage, torch_copy
 from ..strategy import Strategy
 from ..streams import LEGACY_HANDLE, Stream
@@ -252,7 +253,7 @@ class GpuPipeline:
             if sc.consumer == "cupy":
                 import cupy
 
-                self.cupy_stream = cupy.cuda.ExternalStream(self.side.cuda_stream, device)
+                self.cupy_stream = cupy_external_stream(cupy, self.stream)  # (the device is current here)
             torch.cuda.synchronize(device)
         self.events: list[tuple[Any, Any]] = []
         self.kept: list[tuple[Any, Any]] = []

@@ -22,6 +22,7 @@ from .._dlpack import DLPACK_CUDA, CapsuleTensor, check_input_device, read_capsu
 from ..backend._held import held_calls, stream_handle
 from ..sim import mirror
 from ..backend import Backend, SimBackend, current_backend
+from ..frameworks import cupy_external_stream
 from ..sim.backend import SimArray, another_models_array
 from ..streams import LEGACY_HANDLE, Stream, StreamKind, as_stream
 
@@ -162,10 +163,9 @@ class CupyEngine:
                 cs = cuda.Stream.null
             elif stream.kind is StreamKind.PER_THREAD:
                 cs = cuda.Stream.ptds
-            elif hasattr(cuda.Stream, "from_external"):  # CuPy >= 14
-                cs = cuda.Stream.from_external(stream)
             else:
-                cs = cuda.ExternalStream(stream.handle, self.device)
+                with cuda.Device(self.device):
+                    cs = cupy_external_stream(self._cupy, stream)
             self._streams[stream.handle] = cs
         return cs
 

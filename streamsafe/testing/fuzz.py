@@ -54,6 +54,7 @@ import numpy as np
 import streamsafe as ss
 
 from . import _kernels as K
+from ..frameworks import cupy_external_stream
 from .effects import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
 
 __all__ = [
@@ -1090,18 +1091,16 @@ class GpuRunner:
             with torch.cuda.device(self.device), cupy.cuda.Device(self.device):
                 if kind == "non-blocking":
                     ts = torch.cuda.Stream(self.device)
-                    cs = self._external_cupy(int(ts.cuda_stream), ts)
+                    cs = self._external_cupy(ts)
                 else:
                     cs = cupy.cuda.Stream(non_blocking=False)
                     ts = torch.cuda.ExternalStream(int(cs.ptr), device=self.device)
             pool.append(_GpuStream(kind, ts, cs, ss.as_stream(ts, backend=self.backend), int(ts.cuda_stream)))
         return pool[i]
 
-    def _external_cupy(self, ptr: int, ts: Any) -> Any:
-        cuda = self.cupy.cuda
-        if hasattr(cuda.Stream, "from_external"):  # CuPy >= 14
-            return cuda.Stream.from_external(ss.as_stream(ts, backend=self.backend))
-        return cuda.ExternalStream(ptr, self.device)
+    def _external_cupy(self, ts: Any) -> Any:
+        with self.cupy.cuda.Device(self.device):
+            return cupy_external_stream(self.cupy, ss.as_stream(ts, backend=self.backend))
 
     def bank(self, framework: str, encoding: str, h: int, w: int) -> list[Any]:
         """``BANK`` device copies of the input frames of this size, written once (never again)."""
