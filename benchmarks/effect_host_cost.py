@@ -146,21 +146,26 @@ def in_frame(runs: int = 4000, per_block: int = 16) -> dict[str, Any]:
     from _timers import OwnTimers, patch_all
 
     import streamsafe as ss
-    from streamsafe.testing import ImageEncoding, TrueHDR, VideoSuperRes
+    from streamsafe.testing import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
     from streamsafe.testing import _engines, effects
 
     be = ss.CudaBackend()
     side = torch.cuda.Stream()
     x = torch.rand(3, 540, 960, device="cuda")
+    y = torch.rand(3, 540, 960, device="cuda")
     results: dict[str, Any] = {}
+    vfg = VideoFrameGeneration(backend=be, launch_mode="graph")
+    vfg.input_width, vfg.input_height = 960, 540
     for kind, fx in (("VideoSuperRes RGB8 540p->1080p", VideoSuperRes(backend=be, launch_mode="graph", image_encoding=ImageEncoding.RGB8)),
-                     ("TrueHDR 540p", TrueHDR(backend=be, launch_mode="graph"))):
+                     ("TrueHDR 540p", TrueHDR(backend=be, launch_mode="graph")),
+                     ("VideoFrameGeneration 540p", vfg)):
         if isinstance(fx, VideoSuperRes):
             fx.output_width, fx.output_height = 1920, 1080
         fx.load()
+        args, kwargs = ((x, y), {"frame_index": 1}) if fx is vfg else ((x,), {})
 
-        def frame(fx: Any = fx) -> None:
-            fx.run(x, stream_ptr=side.cuda_stream, non_blocking=True)
+        def frame(fx: Any = fx, args: Any = args, kwargs: Any = kwargs) -> Any:
+            return fx.run(*args, stream_ptr=side.cuda_stream, non_blocking=True, **kwargs)
 
         for _ in range(20):
             frame()
@@ -196,8 +201,10 @@ def in_frame(runs: int = 4000, per_block: int = 16) -> dict[str, Any]:
             (eng, "_on_device", "the device check (_on_device)"),
             (fx, "_mark_own_work", "the SDK's own-work events (_mark_own_work, cuEventRecord)"),
             (eng, "export", "the output's export (export)"),
-            (effects, type(fx.run(x, stream_ptr=side.cuda_stream, non_blocking=True)).__name__, "the output object"),
+            (effects, type(frame()).__name__, "the output object"),
         ]
+        if fx is vfg:
+            sites.append((fx, "_generate", "run()'s own lines"))
         if isinstance(fx, VideoSuperRes):
             sites.append((fx, "_check_scale", "checks (_check_ready, _check_image, _check_scale)"))
         torch.cuda.synchronize()
