@@ -14,6 +14,8 @@
 #   GPU_LANE_PART=emulator bash scripts/gpu_lane_perf.sh  # after a change to the emulated SDK: its GPU tests, its host cost, the scenarios it bounds
 #   GPU_LANE_PART=native bash scripts/gpu_lane_perf.sh    # the C extension: every GPU test with it, host costs with it and without (alternating)
 #   GPU_LANE_PART=replay bash scripts/gpu_lane_perf.sh    # the C replay: every GPU test (shorter soaks), the overhead with the Python replay beside it, g-host and server-8
+#   GPU_LANE_PART=split bash scripts/gpu_lane_perf.sh     # where g-host's gap goes, part by part; the emulator's steps; GPU tests (CuPy deprecations counted); the C frame's sections
+#   GPU_LANE_PART=sections bash scripts/gpu_lane_perf.sh  # the C frame's sections alone (a build with section timers)
 # GPU_LANE_AB=DIR (any part, first): python_overhead, contract_overhead and effect_host_cost of an older tree's package under DIR beside this one's
 # Everything lands in ONE file, $OUT/lane.tgz (folder lane/). Runs on one GPU too (the two-GPU parts then skip).
 set -uo pipefail
@@ -204,6 +206,26 @@ if [ "$PART" = measure ]; then  # after a hot-path change (second call); GPU_LAN
     grep -E "^g-host" "$L/bench-g-host-again.txt"
     timeout 90 python3 benchmarks/effect_host_cost.py --profile --json "$L/effect_host_cost.json" > "$L/effect_host_cost.txt" 2>&1; head -8 "$L/effect_host_cost.txt"
   fi
+fi
+if [ "$PART" = split ]; then  # g-host's step split by part (hand, auto, the Python frame), and the emulated SDK's steps
+  for i in 1 2; do timeout 90 python3 benchmarks/g_host_parts.py --split > "$L/g_host_split-$i.txt" 2>&1 || rc=1; cat "$L/g_host_split-$i.txt"; done
+  timeout 120 python3 benchmarks/effect_host_cost.py --in-frame --json "$L/effect_in_frame.json" > "$L/effect_in_frame.txt" 2>&1 || rc=1
+  cat "$L/effect_in_frame.txt"
+  STREAMSAFE_FUZZ_FRAMES=1000 STREAMSAFE_FUZZ_CONTROL_FRAMES=300 STREAMSAFE_SOAK_FRAMES=1000 STREAMSAFE_MULTI_GPU_SOAK_FRAMES=2000 \
+    timeout 280 python3 -m pytest -m gpu -v -s -p no:cacheprovider -W always::DeprecationWarning tests/gpu > "$L/pytest-gpu.txt" 2>&1; status=$?
+  echo "pytest exit status $status" >> "$L/pytest-gpu.txt"; [ $status = 0 ] || rc=1
+  grep -E "FAILED|ERROR|passed|failed|exit status" "$L/pytest-gpu.txt" | tail -12
+  echo "ExternalStream deprecation warnings: $(grep -c 'ExternalStream is deprecated' "$L/pytest-gpu.txt")"
+  timeout 60 python3 benchmarks/g_host_parts.py --blocks 5 > "$L/g_host_parts.txt" 2>&1 || rc=1; cat "$L/g_host_parts.txt"
+fi
+if [ "$PART" = split ] || [ "$PART" = sections ]; then  # the C frame's sections in g-host (a build with timers, then the normal one again)
+  so="streamsafe/_native$(python3-config --extension-suffix)"
+  gcc -O2 -shared -fPIC -DSTREAMSAFE_FRAME_PROFILE $(python3-config --includes) streamsafe/_native.c streamsafe/_replay.c -o "$so" \
+    > "$L/build-sections.txt" 2>&1 || rc=1
+  for row in auto event; do
+    timeout 60 python3 benchmarks/frame_sections.py g-host --row $row > "$L/frame_sections-$row.txt" 2>&1 || rc=1; cat "$L/frame_sections-$row.txt"
+  done
+  gcc -O2 -shared -fPIC $(python3-config --includes) streamsafe/_native.c streamsafe/_replay.c -o "$so" >> "$L/build-sections.txt" 2>&1 || rc=1
 fi
 tar czf "$OUT/lane.tgz" -C "$OUT" lane && rm -rf "$L"
 exit $rc

@@ -333,6 +333,9 @@ static PyMethodDef native_methods[] = {
     {"import_output", (PyCFunction)(void (*)(void))native_import_output, METH_FASTCALL, import_output_doc},
     {"bind_occupancy", (PyCFunction)(void (*)(void))native_bind_occupancy, METH_FASTCALL, bind_occupancy_doc},
     {"note_run", (PyCFunction)(void (*)(void))native_note_run, METH_FASTCALL, note_run_doc},
+#ifdef STREAMSAFE_FRAME_PROFILE
+    {"frame_profile", (PyCFunction)(void (*)(void))native_frame_profile, METH_FASTCALL, frame_profile_doc},
+#endif
     {NULL, NULL, 0, NULL},
 };
 

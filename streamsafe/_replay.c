@@ -27,6 +27,52 @@
 
 #include "_replay.h"
 
+/* Section timers for explaining a benchmark (never in a normal build): compiled in with
+ * -DSTREAMSAFE_FRAME_PROFILE, read and reset by frame_profile() (benchmarks/frame_sections.py). One
+ * thread's frames at a time: the clock is one static. */
+#ifdef STREAMSAFE_FRAME_PROFILE
+#include <time.h>
+enum {
+    S_FACTS, S_RECIPE, S_HOLD, S_CONFIG, S_MATCH, S_COUNT, S_BEFORE, S_ARRAYS, S_EFFECT, S_AFTER_RUN, S_AFTER_FENCES,
+    S_PROTECT, S_TAIL, S_LET_GO, S_OUTPUT, I_ENTRY, I_CONSUMER_STREAM, I_HOLD, I_HELD, I_LET_GO, I_STATE, N_SECTIONS
+};
+static const char *SECTION_NAMES[N_SECTIONS] = {
+    "replay: closed check, device, the call's facts", "replay: the recipe found by its facts",
+    "replay: the effect's lock taken", "replay: the config read", "replay: the recipe's ledger state checked",
+    "replay: counters (_shared, replays, check_replay, stats)", "replay: the fences before the run",
+    "replay: the inputs, views read", "replay: the effect's run()", "replay: the ledger after the run",
+    "replay: the fences after the run", "replay: the inputs protected (record_stream)",
+    "replay: keep-alives, the last plan, run counts", "replay: the lock let go", "replay: SafeOutput, SafeImage made",
+    "import: checks (hooks, slots, generation)", "import: the consumer stream", "import: the effect's lock taken",
+    "import: the ledger's import (fences, reader)", "import: the lock let go", "import: the image's state"};
+static unsigned long long section_ns[N_SECTIONS], section_calls[N_SECTIONS];
+static struct timespec section_t;
+static void section_start(void) { clock_gettime(CLOCK_MONOTONIC, &section_t); }
+static void section_end(int i) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    section_ns[i] += (unsigned long long)((now.tv_sec - section_t.tv_sec) * 1000000000LL + (now.tv_nsec - section_t.tv_nsec));
+    section_calls[i]++;
+    section_t = now;
+}
+#define SECTION_START() section_start()
+#define SECTION(i) section_end(i)
+const char frame_profile_doc[] = "frame_profile() -> {section: (ns, calls)}: the section timers since the last call, then zeroed.";
+PyObject *native_frame_profile(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *out = PyDict_New();
+    for (int i = 0; out != NULL && i < N_SECTIONS; i++) {
+        PyObject *v = Py_BuildValue("(KK)", section_ns[i], section_calls[i]);
+        if (v == NULL || PyDict_SetItemString(out, SECTION_NAMES[i], v) < 0) Py_CLEAR(out);
+        Py_XDECREF(v);
+        section_ns[i] = section_calls[i] = 0;
+    }
+    return out;
+}
+#else
+#define SECTION_START()
+#define SECTION(i)
+#endif
+
 #if PY_VERSION_HEX < 0x030C0000 /* (Python 3.11: the exception as one object, as 3.12's calls give it) */
 static PyObject *PyErr_GetRaisedException(void) {
     PyObject *type, *value, *tb;
@@ -756,6 +802,7 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "streamsafe._native.replay: bind_replay() was not called");
         return NULL;
     }
+    SECTION_START();
     PyObject *contract = args[0], *name = args[1], *call_args = args[2], *shared = args[3];
     PyObject *result = NULL, *device = NULL, *facts = NULL, *recipes = NULL, *rparts = NULL, *outer_owner = NULL;
     PyObject *outer_closing = NULL, *effect = NULL, *config = NULL, *counted = NULL, *arrays = NULL, *raw = NULL;
@@ -768,13 +815,16 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if ((device = PyObject_GetAttr(contract, s_device)) == NULL) return NULL;
     if ((facts = facts_of(contract, device, name, call_args, shared)) == NULL) goto fail;
     if (facts == Py_None) goto nothing;
+    SECTION(S_FACTS);
     if ((recipes = get(contract, s__recipes)) == NULL) goto fail;
     if ((rparts = find_recipe(recipes, facts, NULL, NULL, &recipe)) == NULL) goto fail;
     if (rparts == Py_None) goto nothing;
+    SECTION(S_RECIPE);
     /* ledger.try_hold() */
     if ((ledger = PyObject_GetAttr(contract, s_ledger)) == NULL) goto fail;
     if ((t = try_hold(ledger, &calls, &held, &outer_owner, &outer_closing)) < 0) goto fail;
     if (!t) goto nothing; /* another thread holds the effect: the general path waits or raises */
+    SECTION(S_HOLD);
     /* config = self._config() (an attribute that went: the general path copes) */
     if ((effect = effect_of(contract)) != NULL) {
         PyObject *getter = PyObject_GetAttr(contract, s__config_getter);
@@ -788,6 +838,7 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         goto fail;
     }
+    SECTION(S_CONFIG);
     if ((t = attr_true(ledger, s_closed)) != 0) {
         if (t < 0) goto fail;
         goto nothing;
@@ -800,6 +851,7 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (rparts == NULL) goto fail;
         if (rparts == Py_None) goto nothing;
     }
+    SECTION(S_MATCH);
     if (set(contract, s__shared, shared) < 0) goto fail;
     {
         PyObject *count = PyObject_GetAttr(g_steady, s_replays), *more = NULL;
@@ -828,13 +880,17 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto fail;
     }
     int has_before = P(before_parts, G_HAS) == Py_True;
+    SECTION(S_COUNT);
     if (has_before) {
         if (P(before_parts, G_BOUND) == Py_None && (counted = PyDict_Copy(stats)) == NULL) goto fail; /* host waits, device syncs */
         if (run_program(P(rparts, R_BEFORE), before_parts, stats) < 0) goto fail;
     }
+    SECTION(S_BEFORE);
     if ((arrays = arrays_of(rparts, call_args)) == NULL) goto fail;
     if (PyDict_GET_SIZE(g_views) > 0 && read_views(contract, arrays, P(rparts, R_RUN_STREAM), torch_tensor()) < 0) goto fail;
+    SECTION(S_ARRAYS);
     raw = call_effect(effect, name, call_args, P(rparts, R_RUN_PTR), P(rparts, R_NON_BLOCKING));
+    SECTION(S_EFFECT);
     if (raw == NULL) { /* refused (a dtype the facts do not hold): the counters as before, as planned calls */
         PyObject *exc = PyErr_GetRaisedException();
         PyObject *r;
@@ -855,13 +911,17 @@ PyObject *native_replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto fail;
     }
     if ((generation = after_run(ledger, rparts, stats)) == NULL) goto fail;
+    SECTION(S_AFTER_RUN);
     if (P(rparts, R_PROTECT) == Py_True) {
         if (P(after_parts, G_HAS) == Py_True && run_program(P(rparts, R_AFTER), after_parts, stats) < 0) goto fail;
+        SECTION(S_AFTER_FENCES);
         if (protect_inputs(contract, ledger, arrays, P(rparts, R_RUN_STREAM), torch_tensor()) < 0) goto fail;
+        SECTION(S_PROTECT);
     }
     if ((t = attr_true(ledger, s_keepalive)) < 0) goto fail;
     if (t && call_ok(PyObject_CallMethodNoArgs(ledger, s_prune_keepalive)) < 0) goto fail;
     if (set(contract, s__last_plan, P(rparts, R_PLAN)) < 0 || add_run_counts(rparts, stats) < 0) goto fail;
+    SECTION(S_TAIL);
     result = Py_None; /* (a marker: the frame ran; the output objects come after the lock is let go) */
     goto release;
 
@@ -873,6 +933,7 @@ fail:
     Py_CLEAR(raw);
 release:
     if (held && let_go(ledger, calls, outer_owner, outer_closing) < 0) result = NULL;
+    SECTION(S_LET_GO);
     if (result == Py_None && raw != NULL) { /* SafeOutput(raw, SafeImage(ledger, raw.image, generation, device, consumer, effect)) */
         result = NULL;
         /* (the contract's device and effect read again, as the Python method reads them here) */
@@ -887,6 +948,7 @@ release:
                 result = with_slots(g_safe_output, output_offsets, slots2, 2);
             }
         }
+        SECTION(S_OUTPUT);
     } else if (result == Py_None) {
         Py_INCREF(result);
     }
@@ -1021,6 +1083,7 @@ PyObject *native_import_output(PyObject *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_RuntimeError, "streamsafe._native.import_output: bind_replay() was not called");
         return NULL;
     }
+    SECTION_START();
     PyObject *image = args[0], *stream = args[1];
     if (!Py_IS_TYPE(image, (PyTypeObject *)g_safe_image)) Py_RETURN_NONE;
     PyObject *observers = PyObject_GetAttr(g_hooks, s_observers);
@@ -1045,6 +1108,7 @@ PyObject *native_import_output(PyObject *self, PyObject *const *args, Py_ssize_t
         if (t < 0) goto fail;
         goto nothing;
     }
+    SECTION(I_ENTRY);
     int overflow = 0;
     long value = PyLong_CheckExact(stream) ? PyLong_AsLongAndOverflow(stream, &overflow) : 0; /* (beyond a long: not -1) */
     if (value == -1 && !overflow && PyErr_Occurred()) goto fail;
@@ -1078,11 +1142,14 @@ PyObject *native_import_output(PyObject *self, PyObject *const *args, Py_ssize_t
     } else {
         key = Py_NewRef(Py_None);
     }
+    SECTION(I_CONSUMER_STREAM);
     /* ledger.import_output(generation, consumer, escapes=escapes, key=key): the effect held */
     if ((t = try_hold(ledger, &calls, &held, &outer_owner, &outer_closing)) < 0) goto fail;
     if (!t) goto nothing; /* another thread holds the effect: the Python call waits for it, or raises */
+    SECTION(I_HOLD);
     if ((t = import_held(ledger, generation, consumer, escapes, key)) < 0) goto fail;
     if (t > 0) goto nothing;
+    SECTION(I_HELD);
     result = capsule; /* (a marker: imported; the view and the image's state come after the lock is let go) */
     goto release;
 nothing:
@@ -1092,6 +1159,7 @@ fail:
     result = NULL;
 release:
     if (held && let_go(ledger, calls, outer_owner, outer_closing) < 0) result = NULL;
+    SECTION(I_LET_GO);
     if (result == capsule) {
         /* ledger.add_view(key, generation) when a view escapes */
         if (escapes && key != Py_None) {
@@ -1114,6 +1182,7 @@ release:
             }
         }
         Py_XINCREF(result);
+        SECTION(I_STATE);
     } else if (result == Py_None) {
         Py_INCREF(result);
     }

@@ -15,5 +15,9 @@ extern const char note_run_doc[];
 extern const char bind_replay_doc[];
 extern const char import_output_doc[];
 extern const char replay_doc[];
+#ifdef STREAMSAFE_FRAME_PROFILE
+PyObject *native_frame_profile(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+extern const char frame_profile_doc[];
+#endif
 
 #endif

@@ -205,3 +205,24 @@ def test_a_versioned_capsule_of_an_unknown_major_version_is_not_read(major: int)
         assert _read_with(None, capsule) == (None, None)
     finally:
         version.value = 1  # (numpy's deleter frees it as version 1)
+
+
+def test_the_frame_section_timers_add_up_on_the_model(tmp_path: pytest.TempPathFactory) -> None:
+    """``benchmarks/frame_sections.py`` with the extension built with ``-DSTREAMSAFE_FRAME_PROFILE``: every
+    section of the C replay is timed once a frame, and the normal build has no timers at all."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    include = sysconfig.get_paths()["include"]
+    if cc is None or not os.path.exists(os.path.join(include, "Python.h")):
+        pytest.skip("needs a C compiler and Python's headers")
+    assert not hasattr(native, "frame_profile")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    pkg = os.path.join(str(tmp_path), "streamsafe")
+    shutil.copytree(os.path.join(root, "streamsafe"), pkg, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    so = os.path.join(pkg, "_native" + sysconfig.get_config_var("EXT_SUFFIX"))
+    subprocess.run([cc, "-O1", "-shared", "-fPIC", "-DSTREAMSAFE_FRAME_PROFILE", f"-I{include}", os.path.join(pkg, "_native.c"),
+                    os.path.join(pkg, "_replay.c"), "-o", so], check=True)
+    out = subprocess.run([sys.executable, os.path.join(root, "benchmarks", "frame_sections.py"), "--sim", "--blocks", "2"],
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if line.startswith("  replay: ")]
+    assert len(lines) == 15 and all(line.endswith("(1.0 a step)") for line in lines), out.stdout
