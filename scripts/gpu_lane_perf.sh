@@ -142,6 +142,7 @@ if [ "$PART" = close ]; then  # the last check of a session: every GPU test, the
   STREAMSAFE_SOAK_FRAMES=${STREAMSAFE_SOAK_FRAMES:-1000} STREAMSAFE_MULTI_GPU_SOAK_FRAMES=${STREAMSAFE_MULTI_GPU_SOAK_FRAMES:-3000} \
     timeout "${GPU_LANE_TEST_TIMEOUT:-330}" python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu > "$L/pytest-gpu.txt" 2>&1 || rc=1
   grep -E "FAILED|ERROR|passed|failed|soak|fuzz|per-thread|per frame|per clip" "$L/pytest-gpu.txt" | cut -c1-400 | tail -40
+  echo "ExternalStream deprecation warnings: $(grep -c 'ExternalStream is deprecated' "$L/pytest-gpu.txt")"
   timeout 120 python3 -m streamsafe bench --backend cuda --scenario c,c-gpu,g-host,server-8 --frames 200 --warmup 20 --block 20 \
     --json "$L/bench-close.json" > "$L/bench-close.txt" 2>&1 || rc=1
   grep -E "^(c|g-host|server)" "$L/bench-close.txt"
