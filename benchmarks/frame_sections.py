@@ -4,7 +4,7 @@ Needs the extension built with its section timers (never in a normal build):
 
     gcc -O2 -shared -fPIC -DSTREAMSAFE_FRAME_PROFILE $(python3-config --includes) streamsafe/_native.c \
         streamsafe/_replay.c -o streamsafe/_native$(python3-config --extension-suffix)
-    PYTHONPATH=. python3 benchmarks/frame_sections.py [SCENARIO] [--row auto] [--blocks 7]
+    PYTHONPATH=. python3 benchmarks/frame_sections.py [SCENARIO] [--row auto] [--blocks 7] [--json PATH]
 
 and the normal build again after it (the same line without ``-DSTREAMSAFE_FRAME_PROFILE``).
 
@@ -18,6 +18,7 @@ they add up to the C calls' whole time; a clock read costs about 20-30 ns and la
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 
@@ -28,6 +29,7 @@ def main() -> None:
     parser.add_argument("--row", default="auto")
     parser.add_argument("--blocks", type=int, default=7)
     parser.add_argument("--sim", action="store_true", help="on the model (checks the timers; its costs mean nothing)")
+    parser.add_argument("--json", help="every block's sections, host us a call, and their medians, to this file")
     args = parser.parse_args()
     from streamsafe import _native  # type: ignore[attr-defined]
 
@@ -69,6 +71,11 @@ def main() -> None:
         print(f"  {name:<62} {m:7.2f}  ({calls[name]:.1f} a step)")
     for part, us in total.items():
         print(f"  {part + ', every section, a step':<62} {us:7.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"scenario": args.scenario, "row": args.row, "model": args.sim, "unit": "host us a call",
+                       "blocks_us": per_call, "calls_a_step": calls,
+                       "medians_us": {name: statistics.median(xs) for name, xs in per_call.items()}}, f, indent=1)
 
 
 if __name__ == "__main__":

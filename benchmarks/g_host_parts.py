@@ -1,6 +1,6 @@
 """Where g-host's gap between ``hand`` and ``auto`` goes: rows with parts of a frame's work left out.
 
-GPU machine:  PYTHONPATH=. python3 benchmarks/g_host_parts.py [--blocks N] [--split]
+GPU machine:  PYTHONPATH=. python3 benchmarks/g_host_parts.py [--blocks N] [--split [--json PATH]]
 
 Bench scenario ``g-host`` (144p -> 288p, no added GPU time: each frame is host work only), every row's
 pipeline made first, the rows timed interleaved in blocks of 200 steps (median host microseconds a step):
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import statistics
 import sys
 import time
@@ -50,9 +51,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=7)
     parser.add_argument("--split", action="store_true", help="time the parts of a step directly (see above)")
+    parser.add_argument("--json", help="with --split: every block's parts, host us a step, to this file")
     args = parser.parse_args()
     if args.split:
-        split(args.blocks)
+        split(args.blocks, args.json)
         return
     from streamsafe import contract
     from streamsafe.bench.harness import as_row
@@ -104,7 +106,7 @@ def main() -> None:
 _PARTS = ("step", "runner", "effect run", "consumer")
 
 
-def split(blocks: int) -> None:
+def split(blocks: int, json_path: str | None = None) -> None:
     """Each row's step split by a timing wrapper around its parts (the wrappers' own cost lands in every
     row alike: about the same few hundred nanoseconds per wrapped call)."""
     from streamsafe.bench.harness import as_row
@@ -169,11 +171,16 @@ def split(blocks: int) -> None:
             cls.run = saved  # type: ignore[method-assign]
     print(f"g-host, host us a step split by part, median of {blocks} interleaved blocks of 200 steps")
     print(f"  {'row':<22} {'step':>8} {'loop':>8} {'frame':>8} {'effect':>8} {'consumer':>9}")
+    medians: dict[str, dict[str, float]] = {}
     for name, parts in samples.items():
         m = {part: statistics.median(xs) for part, xs in parts.items()}
-        loop = statistics.median(s - r for s, r in zip(parts["step"], parts["runner"]))
-        own = statistics.median(r - e - c for r, e, c in zip(parts["runner"], parts["effect run"], parts["consumer"]))
-        print(f"  {name:<22} {m['step']:8.1f} {loop:8.1f} {own:8.1f} {m['effect run']:8.1f} {m['consumer']:9.1f}")
+        m["loop"] = statistics.median(s - r for s, r in zip(parts["step"], parts["runner"]))
+        m["frame"] = statistics.median(r - e - c for r, e, c in zip(parts["runner"], parts["effect run"], parts["consumer"]))
+        medians[name] = m
+        print(f"  {name:<22} {m['step']:8.1f} {m['loop']:8.1f} {m['frame']:8.1f} {m['effect run']:8.1f} {m['consumer']:9.1f}")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"scenario": "g-host", "unit": "host us a step", "blocks_us": samples, "medians_us": medians}, f, indent=1)
     print("loop: the bench's step less the runner; frame: the runner less the effect's run and the consumer "
           "(fences, checks, bookkeeping); effect: its own run(); consumer: the import and the copy")
 

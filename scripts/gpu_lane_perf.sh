@@ -16,6 +16,7 @@
 #   GPU_LANE_PART=replay bash scripts/gpu_lane_perf.sh    # the C replay: every GPU test (shorter soaks), the overhead with the Python replay beside it, g-host and server-8
 #   GPU_LANE_PART=split bash scripts/gpu_lane_perf.sh     # where g-host's gap goes, part by part; the emulator's steps; GPU tests (CuPy deprecations counted); the C frame's sections
 #   GPU_LANE_PART=sections bash scripts/gpu_lane_perf.sh  # the C frame's sections alone (a build with section timers)
+#   GPU_LANE_PART=headline bash scripts/gpu_lane_perf.sh  # the docs' figures: the bench (every scenario, chart, raw JSON), g-host split and sections (JSON)
 # GPU_LANE_AB=DIR (any part, first): python_overhead, contract_overhead and effect_host_cost of an older tree's package under DIR beside this one's
 # Everything lands in ONE file, $OUT/lane.tgz (folder lane/). Runs on one GPU too (the two-GPU parts then skip).
 set -uo pipefail
@@ -219,12 +220,20 @@ if [ "$PART" = split ]; then  # g-host's step split by part (hand, auto, the Pyt
   echo "ExternalStream deprecation warnings: $(grep -c 'ExternalStream is deprecated' "$L/pytest-gpu.txt")"
   timeout 60 python3 benchmarks/g_host_parts.py --blocks 5 > "$L/g_host_parts.txt" 2>&1 || rc=1; cat "$L/g_host_parts.txt"
 fi
-if [ "$PART" = split ] || [ "$PART" = sections ]; then  # the C frame's sections in g-host (a build with timers, then the normal one again)
+if [ "$PART" = headline ]; then  # the bench for docs/bench/ (table, chart, raw samples) and g-host's split for its figure
+  timeout 360 python3 -m streamsafe bench --backend cuda --frames 200 --warmup 20 --block 20 --json "$L/bench.json" --png "$L/bench.png" \
+    > "$L/bench.txt" 2> "$L/bench.err"; status=$?
+  echo "bench exit status $status" >> "$L/bench.txt"; [ $status = 0 ] || rc=1
+  cat "$L/bench.txt"; tail -3 "$L/bench.err"
+  timeout 90 python3 benchmarks/g_host_parts.py --split --json "$L/g_host_split.json" > "$L/g_host_split.txt" 2>&1 || rc=1; cat "$L/g_host_split.txt"
+fi
+if [ "$PART" = split ] || [ "$PART" = sections ] || [ "$PART" = headline ]; then  # the C frame's sections in g-host (a build with timers, then the normal one again)
   so="streamsafe/_native$(python3-config --extension-suffix)"
   gcc -O2 -shared -fPIC -DSTREAMSAFE_FRAME_PROFILE $(python3-config --includes) streamsafe/_native.c streamsafe/_replay.c -o "$so" \
     > "$L/build-sections.txt" 2>&1 || rc=1
   for row in auto event; do
-    timeout 60 python3 benchmarks/frame_sections.py g-host --row $row > "$L/frame_sections-$row.txt" 2>&1 || rc=1; cat "$L/frame_sections-$row.txt"
+    timeout 60 python3 benchmarks/frame_sections.py g-host --row $row --json "$L/frame_sections-$row.json" > "$L/frame_sections-$row.txt" 2>&1 || rc=1
+    cat "$L/frame_sections-$row.txt"
   done
   gcc -O2 -shared -fPIC $(python3-config --includes) streamsafe/_native.c streamsafe/_replay.c -o "$so" >> "$L/build-sections.txt" 2>&1 || rc=1
 fi

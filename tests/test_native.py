@@ -221,7 +221,7 @@ def test_the_frame_section_timers_add_up_on_the_model(tmp_path: pytest.TempPathF
     so = os.path.join(pkg, "_native" + sysconfig.get_config_var("EXT_SUFFIX"))
     subprocess.run([cc, "-O1", "-shared", "-fPIC", "-DSTREAMSAFE_FRAME_PROFILE", f"-I{include}", os.path.join(pkg, "_native.c"),
                     os.path.join(pkg, "_replay.c"), "-o", so], check=True)
-    out = subprocess.run([sys.executable, os.path.join(root, "benchmarks", "frame_sections.py"), "--sim", "--blocks", "2"],
+    out = subprocess.run([sys.executable, os.path.join(root, "benchmarks", "frame_sections.py"), "--sim", "--blocks", "2", "--json", str(tmp_path / "sections.json")],
                          env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     lines = [line for line in out.stdout.splitlines() if line.startswith("  replay: ")]
