@@ -463,7 +463,7 @@ def count_corrupt(torch: Any, pairs: list[tuple[Any, Any]], consumer: str) -> in
     corrupt = 0
     for got, ref in pairs:
         if consumer == "jax":
-            got = torch.from_numpy(_as_signed(np.asarray(got))).cuda(ref.device)
+            got = torch.from_numpy(_as_signed(np.array(got))).cuda(ref.device)  # (a copy: JAX gives a read-only view)
         elif consumer == "cupy":
             got = torch.from_dlpack(got)
         if got.dtype == torch.uint32:
