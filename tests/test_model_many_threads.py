@@ -7,6 +7,8 @@ model leaves it out, so the thousandth request costs what the first did instead 
 thousand dead threads' streams (``benchmarks/model_threads.py`` measures it). These tests check that
 leaving them out changes nothing the model says: the same races, data, clocks and execution order
 as joining every stream, on random programs over several threads' streams; and that it is left out.
+The argument needs every clock entry of a stream to come from that stream's own operations, so a
+model refuses another model's events (a reviewer's counterexample waited on one).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -174,3 +177,51 @@ def test_a_legacy_operation_joins_only_streams_with_new_work() -> None:
     sim.launch(legacy, "second legacy work", lambda: None, writes=[x])
     sim.synchronize_device()
     assert sim.races == []
+
+
+@pytest.mark.parametrize("call", ["record", "wait", "query", "poll", "synchronize_event", "release_event"])
+def test_another_models_event_is_refused_and_changes_nothing(call: str) -> None:
+    """An event's clock counts its own model's operations, under keys every model shares (the legacy
+    stream, the first created stream, a thread's per-thread stream): waited on in another model it would
+    tell that model's legacy stream it had seen work it has not, and the legacy stream would then leave
+    that stream out and run before its write (a reviewer's reproducer). Each call refuses it instead,
+    with nothing issued."""
+    a = ss.SimBackend()
+    sa = a.create_stream()
+    for i in range(3):
+        a.launch(sa, f"a{i}", None)
+    foreign = a.create_event()
+    a.record(foreign, sa)
+    b = ss.SimBackend(scheduler=ss.AdversarialScheduler())
+    sb = b.create_stream()
+    assert sb.key == sa.key  # (the keys that collide)
+    legacy = b.legacy_stream()
+    before = (b._state(legacy).seq, b._state(sb).seq, repr(b._host_clock))
+    calls = {
+        "record": lambda: b.record(foreign, sb),
+        "wait": lambda: b.wait(legacy, foreign),
+        "query": lambda: b.query(foreign),
+        "poll": lambda: b.poll(foreign),
+        "synchronize_event": lambda: b.synchronize_event(foreign),
+        "release_event": lambda: b.release_event(foreign),
+    }
+    with pytest.raises(ValueError, match=rf"{call}: SimEvent.* is not an event of this SimBackend \(another model made it\).*"
+                                         r"create_event\(\) or acquire_event\(\)"):
+        calls[call]()
+    assert (b._state(legacy).seq, b._state(sb).seq, repr(b._host_clock)) == before
+    # the program the reviewer wrote, with b's own event: the legacy read runs after the write
+    x = b.array(np.zeros(2), name="x")
+    own = b.create_event()
+    b.record(own, sb)
+    b.wait(legacy, own)
+    b.launch(sb, "write x", lambda: x.buffer.data.fill(7.0), writes=[x])
+    out = np.zeros(2)
+    b.launch(legacy, "read x", lambda: np.copyto(out, x.buffer.data), reads=[x])
+    b.synchronize_device()
+    assert out.tolist() == [7.0, 7.0] and b.races == []
+
+
+def test_a_hand_made_event_is_refused() -> None:
+    sim = ss.SimBackend()
+    with pytest.raises(ValueError, match=r"is not an event of this SimBackend \(no model\)"):
+        sim.wait(sim.legacy_stream(), sim_backend.SimEvent(0))

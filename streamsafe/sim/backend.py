@@ -141,14 +141,16 @@ class Op:
 
 
 class SimEvent:
-    """An event in the model: remembers its latest record (an :class:`Op`) and that record's clock."""
+    """An event in the model: remembers its latest record (an :class:`Op`) and that record's clock, and
+    the model it belongs to (another model's event is refused: its clock would name this model's streams)."""
 
-    __slots__ = ("device", "record_op", "clock", "__weakref__")
+    __slots__ = ("device", "record_op", "clock", "_model", "__weakref__")
 
-    def __init__(self, device: int) -> None:
+    def __init__(self, device: int, model: SimBackend | None = None) -> None:
         self.device = device
         self.record_op: Op | None = None
         self.clock = VectorClock()
+        self._model = weakref.ref(model) if model is not None else None
 
     def __repr__(self) -> str:
         return f"SimEvent(device={self.device}, record={self.record_op!r})"
@@ -331,7 +333,7 @@ class SimBackend:
         self._host_clock = VectorClock()
         self._stream_pool: dict[tuple[int, bool], list[Stream]] = {}
         self._unordered: list[tuple[int, Op]] = []  # (earlier op's index, later op) of reported races
-        self._pool: EventPool[SimEvent] = EventPool(SimEvent, lambda e: None, max_free_events)
+        self._pool: EventPool[SimEvent] = EventPool(lambda device: SimEvent(device, self), lambda e: None, max_free_events)
         self._released: collections.deque[tuple[SimBuffer, Stream, set[Stream], int]] = collections.deque()
         self._draining = False
         self._free_blocks: dict[_PoolKey, list[_FreeBlock]] = {}
@@ -1054,6 +1056,7 @@ class SimBackend:
 
     @_entry
     def release_event(self, event: SimEvent) -> None:
+        self._own_event(event, "release_event")
         self._pool.release(event.device, event)
 
     def pool_stats(self, device: int = 0) -> EventPoolStats:
@@ -1063,7 +1066,18 @@ class SimBackend:
         """A fresh, never-recorded event (outside the pool)."""
         dev = self.current_device() if device is None else device
         self._check_device(dev)
-        return SimEvent(dev)
+        return SimEvent(dev, self)
+
+    def _own_event(self, event: SimEvent, call: str) -> None:
+        """Refuse another model's event (or a hand-made one): its record's clock counts operations of
+        that model's streams, which have the same keys here, and would order this model's work wrongly."""
+        model = event._model() if type(event) is SimEvent and event._model is not None else None
+        if model is not self:
+            raise ValueError(
+                f"{call}: {event!r} is not an event of this SimBackend ({'another model' if model is not None else 'no model'}"
+                f"{' made it' if model is not None else ''}): a model orders only its own events. Make events with this "
+                "model's create_event() or acquire_event()."
+            )
 
     def record(self, event: SimEvent, stream: Stream) -> None:
         """Record ``event`` on ``stream``; a later wait sees this record. Does not block."""
@@ -1073,6 +1087,7 @@ class SimBackend:
             self._record(event, stream)
 
     def _record(self, event: SimEvent, stream: Stream) -> None:
+        self._own_event(event, "record")
         if event.device != stream.device:
             raise DeviceMismatchError("event", event, event.device, stream.device, "Record an event of the stream's device.")
         op = self._issue(stream, "event record", None)
@@ -1081,6 +1096,7 @@ class SimBackend:
 
     def wait(self, stream: Stream, event: SimEvent) -> None:
         """Make later work on ``stream`` wait for ``event``'s latest record (none: no wait). Does not block."""
+        self._own_event(event, "wait")
         with self._lock:
             if self._released and not self._draining:
                 self._drain_released()
@@ -1091,6 +1107,7 @@ class SimBackend:
         """True when ``event``'s latest record has run (a never-recorded event is complete). Does not block.
 
         True makes the host know that work complete (a host fence, as on a GPU)."""
+        self._own_event(event, "query")
         if self._completed(event):
             self._host_join(event.clock)
             return True
@@ -1102,6 +1119,7 @@ class SimBackend:
         for bookkeeping a program draws no conclusion from (streamsafe's keep-alive list, an allocator's
         free blocks), so a race the program has stays reported whichever order the scheduler chose.
         Does not block."""
+        self._own_event(event, "poll")
         return self._completed(event)
 
     def _completed(self, event: SimEvent) -> bool:
@@ -1111,6 +1129,7 @@ class SimBackend:
     @_entry
     def synchronize_event(self, event: SimEvent) -> None:
         """Block the host until ``event``'s latest record has run."""
+        self._own_event(event, "synchronize_event")
         op = event.record_op
         if op is not None:
             self._run_until(lambda: op.done)
