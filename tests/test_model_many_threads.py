@@ -205,7 +205,7 @@ def test_another_models_event_is_refused_and_changes_nothing(call: str) -> None:
         "synchronize_event": lambda: b.synchronize_event(foreign),
         "release_event": lambda: b.release_event(foreign),
     }
-    with pytest.raises(ValueError, match=rf"{call}: SimEvent.* is not an event of this SimBackend \(another model made it\).*"
+    with pytest.raises(ss.errors.ArgumentError, match=rf"{call}: SimEvent.* is not an event of this SimBackend \(another model made it\).*"
                                          r"create_event\(\) or acquire_event\(\)"):
         calls[call]()
     assert (b._state(legacy).seq, b._state(sb).seq, repr(b._host_clock)) == before
@@ -223,5 +223,5 @@ def test_another_models_event_is_refused_and_changes_nothing(call: str) -> None:
 
 def test_a_hand_made_event_is_refused() -> None:
     sim = ss.SimBackend()
-    with pytest.raises(ValueError, match=r"is not an event of this SimBackend \(no model\)"):
+    with pytest.raises(ValueError, match=r"is not an event of this SimBackend \(no model made it\)"):
         sim.wait(sim.legacy_stream(), sim_backend.SimEvent(0))

@@ -1073,10 +1073,10 @@ class SimBackend:
         that model's streams, which have the same keys here, and would order this model's work wrongly."""
         model = event._model() if type(event) is SimEvent and event._model is not None else None
         if model is not self:
-            raise ValueError(
-                f"{call}: {event!r} is not an event of this SimBackend ({'another model' if model is not None else 'no model'}"
-                f"{' made it' if model is not None else ''}): a model orders only its own events. Make events with this "
-                "model's create_event() or acquire_event()."
+            whose = "another model made it" if model is not None else "no model made it"
+            raise ArgumentError(
+                f"{call}: {event!r} is not an event of this SimBackend ({whose}): a model orders only its own "
+                "events. Make events with this model's create_event() or acquire_event()."
             )
 
     def record(self, event: SimEvent, stream: Stream) -> None:
