@@ -164,6 +164,10 @@ class _StreamState:
     last: Op | None = None
     where: str = ""
     key: tuple[int, ...] = (0, 0)
+    index: int = 0
+    """Its place among its device's streams (the order the legacy stream joins them in)."""
+    legacy_peer: bool = False
+    """The legacy stream of its device is implicitly ordered after its work (a blocking or per-thread stream)."""
 
 
 class _Lease:
@@ -326,6 +330,8 @@ class SimBackend:
         self._streams: dict[tuple[int, ...], _StreamState] = {}
         self._by_handle: dict[int, dict[int, _StreamState]] = {}  # handle -> device -> state (no key tuple per lookup)
         self._by_device: dict[int, list[_StreamState]] = {dev: [] for dev in range(devices)}
+        self._unseen: dict[int, dict[int, _StreamState]] = {dev: {} for dev in range(devices)}
+        """Per device, by index: the legacy stream's peers with work issued since its last operation."""
         self._legacy: dict[int, _StreamState] = {}
         self._pending: dict[int, Op] = {}  # by issue number, in issue order
         self._ready: dict[int, Op] = {}  # the pending operations whose dependencies have all run
@@ -352,9 +358,12 @@ class SimBackend:
             self._per_thread[(state.stream.device, state.stream.thread)] = state
         else:
             self._by_handle.setdefault(state.stream.handle, {})[state.stream.device] = state
+        state.index = len(self._by_device[state.stream.device])
         self._by_device[state.stream.device].append(state)
         if state.stream.kind is StreamKind.LEGACY:
             self._legacy[state.stream.device] = state
+        else:
+            state.legacy_peer = implicitly_ordered(self._legacy[state.stream.device].stream, state.stream)
 
     def _per_thread_state(self, device: int) -> _StreamState:
         """The calling thread's per-thread default stream of ``device`` (made on its first use, as CUDA
@@ -845,6 +854,10 @@ class SimBackend:
         state.seq += 1
         clock = state.clock.joined_and_advanced(self._host_clock, extra, state.key, state.seq)
         state.clock = clock
+        if state.legacy_peer:
+            self._unseen[state.stream.device][state.index] = state
+        elif state.stream.kind is StreamKind.LEGACY:
+            self._unseen[state.stream.device].clear()  # (each one joined now, or known already)
         return Op(next(self._counter), name, state.key, state.where, state.seq, clock, deps, reads, writes, fn, state.stream.device)
 
     def _implicit_deps(self, state: _StreamState, deps: tuple[Op, ...]) -> tuple[tuple[Op, ...], list[VectorClock] | None]:
@@ -876,10 +889,13 @@ class SimBackend:
         if stream.kind is StreamKind.LEGACY:
             # A peer with no work since the legacy stream last learnt of its last operation adds nothing: the
             # legacy stream's clock holds that operation's clock, and its last operation waits for it. (Exact,
-            # and what keeps a thread-per-request program from slowing as its threads' streams pile up.)
+            # and what keeps a thread-per-request program from slowing as its threads' streams pile up.) Only
+            # a peer that has issued since the legacy stream's last operation can have such work (_unseen).
+            unseen = self._unseen[stream.device]
+            if not unseen:
+                return ()
             known = state.clock._entries
-            return [o for o in self._by_device[stream.device]
-                    if o.seq > known.get(o.key, 0) and o is not state and implicitly_ordered(stream, o.stream)]
+            return [o for _, o in sorted(unseen.items()) if o.seq > known.get(o.key, 0)]
         legacy = self._legacy[stream.device]
         return (legacy,) if implicitly_ordered(stream, legacy.stream) else ()
 
