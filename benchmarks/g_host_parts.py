@@ -71,15 +71,8 @@ def main() -> None:
         ("auto, Python frame, no config read", "auto", lambda: _chain(python_replay(), no_config())),
     ]
     pipes = {name: GpuPipeline(sc, as_row(row)) for name, row, _ in rows}
-    frame = 0
     try:
-        for name, _, ctx in rows:
-            with ctx():
-                for i in range(100):
-                    pipes[name].step(i)
-            pipes[name].drain()
-            pipes[name].check()
-        frame = 100
+        frame = _warm_up(pipes, rows)
         samples: dict[str, list[float]] = {name: [] for name, _, _ in rows}
         corrupt = dict.fromkeys(samples, 0)
         for _ in range(args.blocks):
@@ -141,13 +134,7 @@ def split(blocks: int, json_path: str | None = None) -> None:
                 raise RuntimeError("the effect's run() is not the timed one: the split would be wrong")
             pipe._consume = timed(pipe._consume, "consumer")  # type: ignore[method-assign]
             pipe.runner.run = timed(pipe.runner.run, "runner")  # type: ignore[method-assign]
-        for name, _, ctx in rows:
-            with ctx():
-                for i in range(100):
-                    pipes[name].step(i)
-            pipes[name].drain()
-            pipes[name].check()
-        frame = 100
+        frame = _warm_up(pipes, rows)
         samples: dict[str, dict[str, list[float]]] = {name: {part: [] for part in _PARTS} for name, _, _ in rows}
         for _ in range(blocks):
             for name, _, ctx in rows:
@@ -183,6 +170,17 @@ def split(blocks: int, json_path: str | None = None) -> None:
             json.dump({"scenario": "g-host", "unit": "host us a step", "blocks_us": samples, "medians_us": medians}, f, indent=1)
     print("loop: the bench's step less the runner; frame: the runner less the effect's run and the consumer "
           "(fences, checks, bookkeeping); effect: its own run(); consumer: the import and the copy")
+
+
+def _warm_up(pipes: dict[str, Any], rows: list[tuple[str, str, Callable[[], Any]]]) -> int:
+    """100 untimed steps of each row's pipeline in its context, checked; returns the next frame number."""
+    for name, _, ctx in rows:
+        with ctx():
+            for i in range(100):
+                pipes[name].step(i)
+        pipes[name].drain()
+        pipes[name].check()
+    return 100
 
 
 @contextlib.contextmanager

@@ -76,9 +76,10 @@ def test_random_programs_give_the_same_results_with_either(strategy: str) -> Non
     assert replayed > 100, "the programs must replay frames for this to compare anything"
 
 
-def _pipeline(kind: str, strategy: str, frames: int, *, view: bool) -> dict[str, Any]:
-    """A pipeline on the model with the frames in C or Python: what it leaves behind."""
-    sim = ss.SimBackend(scheduler="adversarial")
+def _frames(sim: Any, kind: str, strategy: str, frames: int, *, view: bool) -> tuple[Any, Any, list[Any], int]:
+    """``frames`` guarded frames on ``sim`` with the frames in C or Python, each output imported on a reader
+    stream (``view``) or on the SDK stream and copied there: the contract, the last output, the copies and
+    how many frames replayed."""
     s = sim.create_stream(non_blocking=True)
     reader = sim.create_stream(non_blocking=True)
     c = ss.StreamContract(_sr(sim), s, strategy=strategy, backend=sim)
@@ -90,13 +91,20 @@ def _pipeline(kind: str, strategy: str, frames: int, *, view: bool) -> dict[str,
             imported = sim.from_dlpack(out.image, stream=reader if view else s)
             copies.append(sim.copy(imported, reader if view else s))
         replays = steady.replays - before
-        image = out.image
-        ledger = c.ledger
-        mine = {"_ledger": ledger, "_effect": c.effect, "_capsule": image._capsule}  # (this pipeline's objects)
-        slots = {name: getattr(image, name) is mine[name] if name in mine else getattr(image, name)
-                 for name in type(image).__slots__}
-        state = (ledger.generation, tuple(ledger.readers), ledger.escaped, ledger.previous_sdk, ledger.input_shapes,
-                 ledger.plan, ledger._owner, ledger._closing_wait)
+    return c, out, copies, replays
+
+
+def _pipeline(kind: str, strategy: str, frames: int, *, view: bool) -> dict[str, Any]:
+    """A pipeline on the model with the frames in C or Python: what it leaves behind."""
+    sim = ss.SimBackend(scheduler="adversarial")
+    c, out, copies, replays = _frames(sim, kind, strategy, frames, view=view)
+    image = out.image
+    ledger = c.ledger
+    mine = {"_ledger": ledger, "_effect": c.effect, "_capsule": image._capsule}  # (this pipeline's objects)
+    slots = {name: getattr(image, name) is mine[name] if name in mine else getattr(image, name)
+             for name in type(image).__slots__}
+    state = (ledger.generation, tuple(ledger.readers), ledger.escaped, ledger.previous_sdk, ledger.input_shapes,
+             ledger.plan, ledger._owner, ledger._closing_wait)
     sim.synchronize_device(0)
     return {
         "stats": dict(c.stats), "out_stats": dict(ledger.out_stats), "state": state, "slots": slots,
@@ -266,15 +274,7 @@ def _bound_pipeline(kind: str, strategy: str, frames: int = 8, **settings: Any) 
     sim = BoundSim(scheduler="adversarial")
     for name, value in settings.items():
         setattr(sim, name, value)
-    s = sim.create_stream(non_blocking=True)
-    reader = sim.create_stream(non_blocking=True)
-    c = ss.StreamContract(_sr(sim), s, strategy=strategy, backend=sim)
-    copies = []
-    with frames_in(kind), sim.use_stream(s):
-        before = steady.replays
-        for i in range(frames):
-            copies.append(sim.copy(sim.from_dlpack(c.run(_x(sim, i, s)).image, stream=reader), reader))
-        replays = steady.replays - before
+    c, _, copies, replays = _frames(sim, kind, strategy, frames, view=True)
     sim.synchronize_device(0)
     return {"stats": dict(c.stats), "out_stats": dict(c.ledger.out_stats), "replays": replays, "bound_calls": sim.bound_calls,
             "races": [str(r) for r in sim.races], "data": [y.numpy().tobytes() for y in copies]}

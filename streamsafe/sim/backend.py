@@ -884,32 +884,26 @@ class SimBackend:
     def _implicit_peers(self, state: _StreamState) -> Iterable[_StreamState]:
         """The other streams of the device whose earlier work CUDA orders ``state``'s next work after."""
         stream = state.stream
-        if stream.kind is StreamKind.NON_BLOCKING:
+        if stream.kind is not StreamKind.LEGACY:
+            return (self._legacy[stream.device],) if state.legacy_peer else ()  # (the order is mutual)
+        # A peer with no work since the legacy stream last learnt of its last operation adds nothing: the
+        # legacy stream's clock holds that operation's clock, and its last operation waits for it. (Exact,
+        # and what keeps a thread-per-request program from slowing as its threads' streams pile up.) Only
+        # a peer that has issued since the legacy stream's last operation can have such work (_unseen).
+        unseen = self._unseen[stream.device]
+        if not unseen:
             return ()
-        if stream.kind is StreamKind.LEGACY:
-            # A peer with no work since the legacy stream last learnt of its last operation adds nothing: the
-            # legacy stream's clock holds that operation's clock, and its last operation waits for it. (Exact,
-            # and what keeps a thread-per-request program from slowing as its threads' streams pile up.) Only
-            # a peer that has issued since the legacy stream's last operation can have such work (_unseen).
-            unseen = self._unseen[stream.device]
-            if not unseen:
-                return ()
-            known = state.clock._entries
-            return [o for _, o in sorted(unseen.items()) if o.seq > known.get(o.key, 0)]
-        legacy = self._legacy[stream.device]
-        return (legacy,) if implicitly_ordered(stream, legacy.stream) else ()
+        known = state.clock._entries
+        return [o for _, o in sorted(unseen.items()) if o.seq > known.get(o.key, 0)]
 
     def _every_implicit_peer(self, state: _StreamState) -> Iterable[_StreamState]:
         """:meth:`_implicit_peers` without leaving out the streams with nothing new: what the model joined
         before (the reference ``tests/test_model_many_threads.py`` compares against, and
         ``benchmarks/model_threads.py`` times)."""
         stream = state.stream
-        if stream.kind is StreamKind.NON_BLOCKING:
-            return ()
-        if stream.kind is StreamKind.LEGACY:
-            return [o for o in self._by_device[stream.device] if o is not state and implicitly_ordered(stream, o.stream)]
-        legacy = self._legacy[stream.device]
-        return (legacy,) if implicitly_ordered(stream, legacy.stream) else ()
+        if stream.kind is not StreamKind.LEGACY:
+            return (self._legacy[stream.device],) if state.legacy_peer else ()
+        return [o for o in self._by_device[stream.device] if o is not state and implicitly_ordered(stream, o.stream)]
 
     # -- happens-before ------------------------------------------------------------------------------
 
