@@ -12,6 +12,7 @@
 #   GPU_LANE_HOST_COSTS=1 (with close): then the contract's and the emulator's host costs
 #   GPU_LANE_PART=after bash scripts/gpu_lane_perf.sh   # a second closing call: the host costs and the independent race check
 #   GPU_LANE_PART=emulator bash scripts/gpu_lane_perf.sh  # after a change to the emulated SDK: its GPU tests, its host cost, the scenarios it bounds
+#     (GPU_LANE_EMU_TESTS: which GPU test files; the default three take about 200 s)
 #   GPU_LANE_PART=native bash scripts/gpu_lane_perf.sh    # the C extension: every GPU test with it, host costs with it and without (alternating)
 #   GPU_LANE_PART=replay bash scripts/gpu_lane_perf.sh    # the C replay: every GPU test (shorter soaks), the overhead with the Python replay beside it, g-host and server-8
 #   GPU_LANE_PART=split bash scripts/gpu_lane_perf.sh     # where g-host's gap goes, part by part; the emulator's steps; GPU tests (CuPy deprecations counted); the C frame's sections
@@ -119,10 +120,11 @@ if [ -n "${GPU_LANE_AB:-}" ]; then  # any part: an older tree's package under GP
 fi
 if [ "$PART" = emulator ]; then  # after a change to the emulated SDK: its GPU tests, its host cost, the scenarios it bounds
   STREAMSAFE_SOAK_FRAMES=${STREAMSAFE_SOAK_FRAMES:-1000} timeout 200 python3 -m pytest -m gpu -v -s -p no:cacheprovider \
-    tests/gpu/test_cuda_backend.py tests/gpu/test_testing_gpu.py tests/gpu/test_contract_gpu.py > "$L/pytest-emulator.txt" 2>&1 || rc=1
+    ${GPU_LANE_EMU_TESTS:-tests/gpu/test_cuda_backend.py tests/gpu/test_testing_gpu.py tests/gpu/test_contract_gpu.py} > "$L/pytest-emulator.txt" 2>&1 || rc=1
   grep -E "FAILED|ERROR|passed|failed|Error" "$L/pytest-emulator.txt" | tail -24
-  timeout 90 python3 benchmarks/effect_host_cost.py --profile --json "$L/effect_host_cost.json" > "$L/effect_host_cost.txt" 2>&1
-  head -40 "$L/effect_host_cost.txt" | cut -c1-150
+  timeout 120 python3 benchmarks/effect_host_cost.py --in-frame --json "$L/effect_in_frame.json" > "$L/effect_in_frame.txt" 2>&1 || rc=1
+  head -64 "$L/effect_in_frame.txt" | cut -c1-150
+  timeout 60 python3 benchmarks/effect_host_cost.py --calls > "$L/effect_calls.txt" 2>&1; cat "$L/effect_calls.txt" | cut -c1-150
   timeout 150 python3 -m streamsafe bench --backend cuda --scenario g-host,server-8,c,c-gpu --frames 100 --warmup 20 --block 20 \
     --json "$L/bench-emulator.json" > "$L/bench-emulator.txt" 2>&1 || rc=1
   grep -E "^(c|g-host|server)" "$L/bench-emulator.txt"

@@ -147,21 +147,32 @@ static PyObject *native_graph_launch(PyObject *self, PyObject *const *args, Py_s
 }
 
 PyDoc_STRVAR(launch_copy_doc,
-"launch_copy(function, blocks, threads, src, dst, nbytes, stream) -> CUresult\n\n"
-"cuLaunchKernel of a copy kernel taking (src, dst, nbytes) as three 64-bit arguments, on a 1-D grid.\n"
-"The driver copies the arguments during the call. Does not block.");
+"launch_copy(function, blocks, threads, src, dst, nbytes, stream[, src1, dst1, nbytes1]) -> CUresult\n\n"
+"cuLaunchKernel of a copy kernel taking (src, dst, nbytes) as three 64-bit arguments, on a 1-D grid;\n"
+"with a second triple, of a kernel taking both triples (six arguments) on a grid of ``blocks`` x 2,\n"
+"row y copying pair y. The driver copies the arguments during the call. Does not block.");
 
 static PyObject *native_launch_copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    void *function, *stream, *src, *dst, *nbytes;
+    void *function, *stream, *v[6];
     unsigned int blocks, threads;
-    if (check_args(nargs, 7, "launch_copy") || require_bound((void *)p_launch_kernel, "launch_copy")) return NULL;
+    if (nargs != 7 && nargs != 10) {
+        PyErr_Format(PyExc_TypeError, "streamsafe._native.launch_copy takes 7 or 10 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (require_bound((void *)p_launch_kernel, "launch_copy")) return NULL;
     if (as_pointer(args[0], &function) || as_uint(args[1], &blocks) || as_uint(args[2], &threads) ||
-        as_pointer(args[3], &src) || as_pointer(args[4], &dst) || as_pointer(args[5], &nbytes) ||
+        as_pointer(args[3], &v[0]) || as_pointer(args[4], &v[1]) || as_pointer(args[5], &v[2]) ||
         as_pointer(args[6], &stream))
         return NULL;
-    uint64_t values[3] = {(uint64_t)(uintptr_t)src, (uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)nbytes};
-    void *params[3] = {&values[0], &values[1], &values[2]};
-    return PyLong_FromLong(p_launch_kernel(function, blocks, 1, 1, threads, 1, 1, 0, stream, params, NULL));
+    unsigned int pairs = nargs == 10 ? 2 : 1;
+    if (pairs == 2 && (as_pointer(args[7], &v[3]) || as_pointer(args[8], &v[4]) || as_pointer(args[9], &v[5]))) return NULL;
+    uint64_t values[6];
+    void *params[6];
+    for (unsigned int i = 0; i < 3 * pairs; i++) {
+        values[i] = (uint64_t)(uintptr_t)v[i];
+        params[i] = &values[i];
+    }
+    return PyLong_FromLong(p_launch_kernel(function, blocks, pairs, 1, threads, 1, 1, 0, stream, params, NULL));
 }
 
 /* ---- fence programs ------------------------------------------------------------------------- */

@@ -31,7 +31,8 @@ class Driver:
 
         def launch(f: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: int, params: object,
                    extra: object) -> int:
-            values = tuple(ctypes.c_uint64.from_address(params[i]).value for i in range(3))  # type: ignore[index]
+            # the copy kernels take three 64-bit arguments per pair, one pair per grid row
+            values = tuple(ctypes.c_uint64.from_address(params[i]).value for i in range(3 * gy))  # type: ignore[index]
             self.log.append(("launch", f, (gx, gy, gz), (bx, by, bz), shared, stream, values, extra))
             return result("launch")
 

@@ -116,12 +116,14 @@ def test_single_calls_pass_their_arguments_and_results(driver: Driver) -> None:
     assert native.graph_launch(0x6A, 1) == 0
     assert native.ctx_current() == 0x5000
     assert native.launch_copy(0xF0, 12, 256, 0x1000, 0x2000, 4096, 2) == 0
+    assert native.launch_copy(0xF2, 7, 128, 0x1000, 0x2000, 4096, 3, 0x5000, 0x6000, 8192) == 0
     assert driver.log == [
         ("record", 0xE1, 0x51),
         ("wait", 0x52, 0xE1, 0),
         ("graph", 0x6A, 1),
         ("ctx",),
         ("launch", 0xF0, (12, 1, 1), (256, 1, 1), 0, 2, (0x1000, 0x2000, 4096), None),
+        ("launch", 0xF2, (7, 2, 1), (128, 1, 1), 0, 3, (0x1000, 0x2000, 4096, 0x5000, 0x6000, 8192), None),
     ]
     driver.fail.update(record=400, wait=700, graph=1, ctx=201, launch=719)
     assert native.event_record(1, 2) == 400
@@ -129,6 +131,9 @@ def test_single_calls_pass_their_arguments_and_results(driver: Driver) -> None:
     assert native.graph_launch(1, 2) == 1
     assert native.ctx_current() is None
     assert native.launch_copy(1, 1, 1, 0, 0, 0, 0) == 719
+    assert native.launch_copy(1, 1, 1, 0, 0, 0, 0, 0, 0, 0) == 719
+    with pytest.raises(TypeError, match="takes 7 or 10 arguments"):
+        native.launch_copy(1, 1, 1, 0, 0, 0, 0, 0)
 
 
 def test_handles_take_the_full_64_bits(driver: Driver) -> None:

@@ -26,7 +26,7 @@ from ..frameworks import cupy_external_stream
 from ..sim.backend import SimArray, another_models_array
 from ..streams import LEGACY_HANDLE, Stream, StreamKind, as_stream
 
-__all__ = ["Engine", "SimEngine", "CupyEngine", "TakenInput", "engine_for", "spin_cycles_per_us"]
+__all__ = ["Engine", "SimEngine", "CupyEngine", "CapturedGraph", "TakenInput", "engine_for", "spin_cycles_per_us"]
 
 KernelFn = Callable[[Any, Sequence[Any], Sequence[Any]], None]
 """``fn(xp, reads, writes)``: reads the arrays in ``reads``, writes into ``writes`` in place."""
@@ -140,10 +140,6 @@ class CupyEngine:
         self._by_ptr: dict[int, Stream] = {}
         self._copy_launcher: _CopyLauncher | None = None
         self._get_device = cupy.cuda.runtime.getDevice
-        from ..backend.cuda import CudaBackend
-
-        self._raw_events = isinstance(backend, CudaBackend)
-        """Whether the backend's events carry a driver handle (:meth:`record_own`'s direct records)."""
         with cupy.cuda.Device(device):
             self._spin = _spin_kernel()
             self._release_stream = cupy.cuda.Stream(non_blocking=True)
@@ -207,38 +203,46 @@ class CupyEngine:
 
     supports_graphs = True
 
-    def copy(self, stream: Stream, src: Any, dst: Any) -> None:
-        """``dst[...] = src`` on ``stream``: one copy kernel launched with the GIL held where the driver's
-        entry points were found (as a C++ SDK's ``run()`` enqueues its work; a device-to-device
-        ``cuMemcpyAsync`` costs the host several times as much), else one device-to-device copy; a
-        CuPy kernel for an input that is not C-contiguous. Does not block the host."""
-        if type(src) is TakenInput:
-            contiguous, src_ptr, nbytes, same = src.contiguous, src.ptr, src.nbytes, src.dtype == dst.dtype
-        else:
-            contiguous, same = src.flags.c_contiguous, src.dtype == dst.dtype
-            src_ptr, nbytes = (src.data.ptr, src.nbytes) if contiguous else (0, 0)
-        if not (contiguous and same and nbytes == dst.nbytes):
-            self.launch(stream, "copy", lambda xp, r, w: w[0].__setitem__(Ellipsis, r[0]), [self.as_array(src)], [dst])
+    def copy_inputs(self, stream: Stream, srcs: Sequence[Any], dsts: Sequence[Any]) -> None:
+        """``dsts[i][...] = srcs[i]`` on ``stream``, for each input of a run: one copy kernel launched with
+        the GIL held where the driver's entry points were found (as a C++ SDK's ``run()`` enqueues its
+        work; a device-to-device ``cuMemcpyAsync`` costs the host several times as much), one launch for
+        two inputs; else one device-to-device copy each; a CuPy kernel for an input that is not
+        C-contiguous. Does not block the host."""
+        flat: list[int] = []  # (src, dst, nbytes) of each input the copy kernel takes
+        for src, dst in zip(srcs, dsts):
+            if type(src) is TakenInput:
+                contiguous, src_ptr, nbytes, same = src.contiguous, src.ptr, src.nbytes, src.dtype == dst.dtype
+            else:
+                contiguous, same = src.flags.c_contiguous, src.dtype == dst.dtype
+                src_ptr, nbytes = (src.data.ptr, src.nbytes) if contiguous else (0, 0)
+            if contiguous and same and nbytes == dst.nbytes:
+                flat += (src_ptr, dst.data.ptr, nbytes)
+            else:
+                self.launch(stream, "copy", lambda xp, r, w: w[0].__setitem__(Ellipsis, r[0]), [self.as_array(src)], [dst])
+        if not flat:
             return
         held = held_calls()
         if held is None:
-            self._cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src_ptr, nbytes, 3, stream.ptr)  # 3: device to device
+            for i in range(0, len(flat), 3):
+                self._cupy.cuda.runtime.memcpyAsync(flat[i + 1], flat[i], flat[i + 2], 3, stream.ptr)  # 3: device to device
             return
         launcher = self._copy_launcher
         if launcher is None:
             launcher = self._copy_launcher = _CopyLauncher(self._cupy, self.device, held.cuLaunchKernel, held.native)
         if self._get_device() == self.device:  # (inline: the check costs more as a call of its own)
-            err = launcher(src_ptr, dst.data.ptr, nbytes, stream_handle(stream))
+            err = launcher(flat, stream_handle(stream))
         else:
             with self._cupy.cuda.Device(self.device):
-                err = launcher(src_ptr, dst.data.ptr, nbytes, stream_handle(stream))
+                err = launcher(flat, stream_handle(stream))
         if err:
             raise RuntimeError(f"cuLaunchKernel (the emulator's input copy) failed with CUresult {err}")
 
-    def capture(self, stages: Callable[[Stream], None]) -> Any:
+    def capture(self, stages: Callable[[Stream], None]) -> CapturedGraph:
         """Run ``stages(stream)`` under CUDA stream capture on a private stream and return the
-        instantiated graph (with the memory its temporaries took, held as long as the graph).
-        Blocks the host only for the capture itself (no GPU work runs)."""
+        instantiated graph, which ends in a record of its own event (the SDK's own work done, at no
+        driver call of its own per launch), with the memory its temporaries took, held as long as the
+        graph. Blocks the host only for the capture itself (no GPU work runs)."""
         from cuda.bindings import driver as d
 
         cupy = self._cupy
@@ -251,32 +255,36 @@ class CupyEngine:
             return mem
 
         with cupy.cuda.Device(self.device):
+            event = _ok(d.cuEventCreate(int(d.CUevent_flags.CU_EVENT_DISABLE_TIMING)), "cuEventCreate")
             cap = cupy.cuda.Stream(non_blocking=True)
             stream = Stream(self.device, int(cap.ptr), StreamKind.NON_BLOCKING, self.backend)
             self._streams[stream.handle] = cap
             mode = d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-            _ok(d.cuStreamBeginCapture(d.CUstream(cap.ptr), mode), "cuStreamBeginCapture")
+            cu = d.CUstream(cap.ptr)
+            _ok(d.cuStreamBeginCapture(cu, mode), "cuStreamBeginCapture")
             graph = None
             try:
                 with cupy.cuda.using_allocator(hold):
                     stages(stream)
+                # an event record node: each launch records the event when its own work is done
+                _ok(d.cuEventRecordWithFlags(event, cu, int(d.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL)), "cuEventRecordWithFlags")
             finally:
-                err, graph = d.cuStreamEndCapture(d.CUstream(cap.ptr))
+                err, graph = d.cuStreamEndCapture(cu)
             _ok((err,), "cuStreamEndCapture")
             exe = _ok(d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
             self._streams.pop(stream.handle, None)
-        return (exe, graph, keep, cap, int(exe))
+        return CapturedGraph(exe, graph, event, keep, cap)
 
-    def launch_graph(self, graph: Any, stream: Stream) -> None:
+    def launch_graph(self, graph: CapturedGraph, stream: Stream) -> None:
         """Launch a captured graph on ``stream`` (one driver call, with the GIL held where the driver's
         entry points were found). Does not block the host."""
         held = held_calls()
         if held is not None:
             if self._get_device() == self.device:
-                err = held.cuGraphLaunch(graph[4], stream_handle(stream))
+                err = held.cuGraphLaunch(graph.handle, stream_handle(stream))
             else:
                 with self._cupy.cuda.Device(self.device):
-                    err = held.cuGraphLaunch(graph[4], stream_handle(stream))
+                    err = held.cuGraphLaunch(graph.handle, stream_handle(stream))
             if err:
                 raise RuntimeError(f"cuGraphLaunch failed with CUresult {err}")
             return
@@ -285,22 +293,7 @@ class CupyEngine:
         cu = self._cu_streams.get(stream.handle)
         if cu is None:
             cu = self._cu_streams[stream.handle] = d.CUstream(stream_handle(stream))
-        _ok(self._on_device(d.cuGraphLaunch, graph[0], cu), "cuGraphLaunch")
-
-    def record_own(self, events: Sequence[Any], streams: Sequence[Stream]) -> None:
-        """Record ``events[i]`` on ``streams[i]`` (graph mode, right after its launches on those streams:
-        no observers, the device current): one driver call each, with the GIL kept where the driver's
-        entry points were found, else the backend's ``record``. Does not block the host."""
-        held = held_calls() if self._raw_events else None
-        if held is None or self._get_device() != self.device:
-            for event, stream in zip(events, streams):
-                self.backend.record(event, stream)
-            return
-        record = held.cuEventRecord
-        for event, stream in zip(events, streams):
-            err = record(event.handle_int, stream_handle(stream))
-            if err:
-                raise RuntimeError(f"cuEventRecord (the emulator's own-work event) failed with CUresult {err}")
+        _ok(self._on_device(d.cuGraphLaunch, graph.exe, cu), "cuGraphLaunch")
 
     def stream_cached(self, stream_ptr: int) -> Stream:
         """:meth:`stream`, remembered by pointer (graph mode: no driver query per run; the bench's
@@ -375,6 +368,36 @@ class CupyEngine:
             return array.toDlpack()
 
 
+class CapturedGraph:
+    """An instantiated CUDA graph of the emulated SDK's stages (:meth:`CupyEngine.capture`), ending in a
+    record of its own ``event``. The graph, its executable and the event are destroyed when this object
+    goes; the driver frees them once launches still in flight complete."""
+
+    __slots__ = ("exe", "graph", "event", "keep", "stream", "handle")
+
+    def __init__(self, exe: Any, graph: Any, event: Any, keep: list[Any], stream: Any) -> None:
+        self.exe, self.graph, self.event, self.keep, self.stream = exe, graph, event, keep, stream
+        self.handle = int(exe)
+        """The executable's handle, as ``cuGraphLaunch`` takes it."""
+
+    def wait(self) -> None:
+        """Block the host until this graph's latest launch is done (its last node records ``event``),
+        not for anyone else's work. Orders nothing on the device."""
+        from cuda.bindings import driver as d
+
+        _ok(d.cuEventSynchronize(self.event), "cuEventSynchronize")
+
+    def __del__(self) -> None:
+        try:
+            from cuda.bindings import driver as d
+
+            d.cuGraphExecDestroy(self.exe)
+            d.cuGraphDestroy(self.graph)
+            d.cuEventDestroy(self.event)
+        except Exception:  # (at interpreter exit the driver's bindings may be gone: the process frees them)
+            pass
+
+
 class TakenInput:
     """An input the emulated SDK took with ``__dlpack__()``, read from its capsule in place: what graph
     mode needs (address, shape, dtype). The capsule keeps the producer's memory alive; an eager stage
@@ -437,7 +460,7 @@ def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> bo
 
 
 _COPY_SOURCE = r"""
-extern "C" __global__ void streamsafe_copy(const unsigned char* src, unsigned char* dst, unsigned long long n) {
+__device__ void streamsafe_copy_bytes(const unsigned char* src, unsigned char* dst, unsigned long long n) {
     unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
     if ((((unsigned long long)src | (unsigned long long)dst | n) & 15ull) == 0) {
@@ -448,41 +471,77 @@ extern "C" __global__ void streamsafe_copy(const unsigned char* src, unsigned ch
         for (unsigned long long k = i; k < n; k += step) dst[k] = src[k];
     }
 }
+
+extern "C" __global__ void streamsafe_copy(const unsigned char* src, unsigned char* dst, unsigned long long n) {
+    streamsafe_copy_bytes(src, dst, n);
+}
+
+extern "C" __global__ void streamsafe_copy2(const unsigned char* src0, unsigned char* dst0, unsigned long long n0,
+                                            const unsigned char* src1, unsigned char* dst1, unsigned long long n1) {
+    if (blockIdx.y == 0) streamsafe_copy_bytes(src0, dst0, n0);
+    else streamsafe_copy_bytes(src1, dst1, n1);
+}
 """
 
 
 class _CopyLauncher:
-    """One copy kernel launched with ``cuLaunchKernel``: by the C extension's ``launch_copy`` where it is
-    built, else through ``ctypes`` with prebuilt argument slots (the driver copies the arguments at the
-    call, so the slots are free again when it returns)."""
+    """The inputs' copy kernels launched with ``cuLaunchKernel``: one input with ``streamsafe_copy``, two
+    with ``streamsafe_copy2`` (one grid row each); by the C extension's ``launch_copy`` where it is built,
+    else through ``ctypes`` with prebuilt argument slots (the driver copies the arguments at the call, so
+    the slots are free again when it returns)."""
 
     def __init__(self, cupy: Any, device: int, launch: Any, native: Any = None) -> None:
         with cupy.cuda.Device(device):
-            self._function = ctypes.c_void_p(int(cupy.RawKernel(_COPY_SOURCE, "streamsafe_copy").kernel.ptr))
+            one, two = cupy.RawKernel(_COPY_SOURCE, "streamsafe_copy"), cupy.RawKernel(_COPY_SOURCE, "streamsafe_copy2")
+            self._functions = (int(one.kernel.ptr), int(two.kernel.ptr))
+        self._keep = (one, two)
+        self._c_functions = (ctypes.c_void_p(self._functions[0]), ctypes.c_void_p(self._functions[1]))
         self._launch = launch
         self._native = native.launch_copy if native is not None else None
-        self._function_int = int(self._function.value or 0)
-        self._args = (ctypes.c_uint64 * 3)()
+        self._args = (ctypes.c_uint64 * 6)()
         base = ctypes.addressof(self._args)
-        self._params = (ctypes.c_void_p * 3)(base, base + 8, base + 16)
-        self._one, self._threads, self._shared = ctypes.c_uint(1), ctypes.c_uint(256), ctypes.c_uint(0)
-        self._blocks: dict[tuple[int, bool], tuple[int, Any]] = {}
-        """The grid for a copy of ``(nbytes, 16-byte aligned)``: its block count, as an int and as ``ctypes``' argument."""
+        self._params = (ctypes.c_void_p * 6)(*(base + 8 * i for i in range(6)))
+        self._one, self._two, self._threads, self._shared = ctypes.c_uint(1), ctypes.c_uint(2), ctypes.c_uint(256), ctypes.c_uint(0)
+        self._blocks: dict[tuple[int, bool], int] = {}
+        """The grid's width for a copy of ``(nbytes, 16-byte aligned)``."""
 
-    def __call__(self, src: int, dst: int, nbytes: int, stream: int) -> int:
+    def _width(self, src: int, dst: int, nbytes: int) -> int:
         wide = not ((src | dst | nbytes) & 15)
         blocks = self._blocks.get((nbytes, wide))
         if blocks is None:
             units = nbytes >> 4 if wide else nbytes
-            count = max(1, min((units + 255) // 256, 2048))
-            blocks = self._blocks[(nbytes, wide)] = (count, ctypes.c_uint(count))
+            blocks = self._blocks[(nbytes, wide)] = max(1, min((units + 255) // 256, 2048))
+        return blocks
+
+    def __call__(self, flat: Sequence[int], stream: int) -> int:
+        """Copy each ``(src, dst, nbytes)`` of ``flat`` (three ints per input) on ``stream``, two inputs a
+        launch; the first failing launch's CUresult, else 0."""
+        if len(flat) == 3:
+            return self._launch_one(flat, self._width(flat[0], flat[1], flat[2]), stream)
+        for at in range(0, len(flat), 6):
+            pair = flat[at:at + 6]
+            blocks = self._width(pair[0], pair[1], pair[2])
+            if len(pair) == 6:
+                blocks = max(blocks, self._width(pair[3], pair[4], pair[5]))
+            err = self._launch_one(pair, blocks, stream)
+            if err:
+                return err
+        return 0
+
+    def _launch_one(self, pair: Sequence[int], blocks: int, stream: int) -> int:
+        """One launch: ``pair`` holds one input's three ints, or two inputs' six."""
         native = self._native
         if native is not None:
-            return int(native(self._function_int, blocks[0], 256, src, dst, nbytes, stream))
+            if len(pair) == 6:
+                return int(native(self._functions[1], blocks, 256, pair[0], pair[1], pair[2], stream, pair[3], pair[4], pair[5]))
+            return int(native(self._functions[0], blocks, 256, pair[0], pair[1], pair[2], stream))
+        two = len(pair) == 6
         args = self._args
-        args[0], args[1], args[2] = src, dst, nbytes
+        for i, value in enumerate(pair):
+            args[i] = value
         one = self._one
-        return int(self._launch(self._function, blocks[1], one, one, self._threads, one, one, self._shared, stream, self._params, None))
+        return int(self._launch(self._c_functions[two], ctypes.c_uint(blocks), self._two if two else one, one, self._threads,
+                                one, one, self._shared, stream, self._params, None))
 
 
 def _ok(result: Any, call: str) -> Any:

@@ -201,6 +201,9 @@ class _Effect:
         self._output_key: tuple[tuple[int, ...], str] | None = None
         self._internal: dict[str, tuple[Any, tuple[int, ...], str]] = {}
         self._own_work: list[Any] = []  # events after the SDK's own last stages
+        self._own_graphs: tuple[Any, ...] = ()
+        """The graphs of the last graph-mode run (``None`` for one it had not): each ends in a record of
+        its own event."""
         self._output_runs = _OutputRuns(type(self).__name__)
         """The output's run count, which the model's views of it carry (H7 without streamsafe's guard too)."""
         self.latency_us = latency_us  # type: ignore[assignment]
@@ -313,7 +316,7 @@ class _Effect:
             return
         self._release_output("close")
         self._wait_own_work()
-        self._graph_memos = ()  # (the output's release cleared them; the internal buffers go next)
+        self._drop_graphs()  # (the output's release cleared the memos; the internal buffers go next)
         for name in list(self._internal):
             buf = self._internal.pop(name)[0]
             self.engine.release(buf, f"{self._name}.release {name}")
@@ -403,15 +406,27 @@ class _Effect:
             be.synchronize_event(event)
             be.release_event(event)
         self._own_work = []
+        for graph in self._own_graphs:
+            if graph is not None:
+                graph.wait()
+        self._own_graphs = ()
 
-    def _mark_own_work(self, streams: Sequence[Any], graphed: bool = False) -> None:
+    def _drop_graphs(self) -> None:
+        """Forget every captured graph, once its latest launch is done (the host waits for the SDK's own
+        work only): the memory its temporaries hold goes back to the pool, and the driver's objects go."""
+        for graphs in self._graphs.values():
+            for graph in graphs:
+                if graph is not None:
+                    graph.wait()
+        self._graphs.clear()
+        self._graph_memos = ()
+        self._own_graphs = ()
+
+    def _mark_own_work(self, streams: Sequence[Any]) -> None:
         """Record where the SDK's own work ends on each of ``streams`` (the events it holds are
-        recorded again when there are as many; pool traffic only when the count changes).
-        ``graphed``: from graph mode, where the engine records them with one driver call each."""
+        recorded again when there are as many; pool traffic only when the count changes). Graph
+        mode has no such call: its graphs end in records of their own events."""
         if len(self._own_work) == len(streams):
-            if graphed:
-                self.engine.record_own(self._own_work, streams)  # type: ignore[attr-defined]
-                return
             be = self.engine.backend
             for event, stream in zip(self._own_work, streams):
                 be.record(event, stream)
@@ -465,7 +480,7 @@ class _Effect:
         staged = []
         for i, arr in enumerate(inputs):
             shape, dtype = eng.shape_dtype(arr)
-            buf = self._internal_buffer(f"input{i}", shape, dtype)
+            buf = self._internal_buffer(_INPUT_NAMES[i], shape, dtype)
             eng.delay(s, self._latency["transfer"])
             eng.launch(s, f"{self._name}.transfer", _copy, [eng.as_array(arr)], [buf])
             staged.append(buf)
@@ -500,16 +515,16 @@ class _Effect:
         self, inputs: Sequence[Any], infer: Any, out_shape: tuple[int, ...], s: Any, non_blocking: bool, key: Any
     ) -> Any:
         """The stages of :meth:`_run_stages` with the emulator's host cost cut to a few driver calls:
-        each input copied with one device-to-device copy, then two graphs captured once per key and
-        buffers (delay + inference on the SDK stream; delay + conversion on stream 0). The same
-        streams, the same host wait, the same order; the input is read before the transfer delay."""
+        the inputs copied by one kernel launch, then two graphs captured once per key and buffers
+        (delay + inference on the SDK stream; delay + conversion on stream 0), each ending in a record
+        of its own event. The same streams, the same host wait, the same order; the inputs are read
+        before the transfer delay."""
         eng: Any = self.engine
         staged = []
         for i, arr in enumerate(inputs):
             shape, dtype = eng.shape_dtype(arr)
-            buf = self._internal_buffer(f"input{i}", shape, dtype)
-            eng.copy(s, arr, buf)
-            staged.append(buf)
+            staged.append(self._internal_buffer(_INPUT_NAMES[i], shape, dtype))
+        eng.copy_inputs(s, inputs, staged)
         rgb8 = self._has_rgb8_conversion and self._encoding is ImageEncoding.RGB8
         result = self._internal_buffer("rgb8 result", out_shape, np.uint8) if rgb8 else None
         out = self._output_buffer(out_shape, np.float32 if rgb8 else np.uint32)
@@ -527,11 +542,8 @@ class _Effect:
         if not non_blocking:
             eng.host_wait(s)
         if graphs[1] is not None:
-            legacy = eng.stream_cached(0)
-            eng.launch_graph(graphs[1], legacy)
-            self._mark_own_work([s, legacy] if s != legacy else [s], graphed=True)
-        else:
-            self._mark_own_work([s], graphed=True)
+            eng.launch_graph(graphs[1], eng.stream_cached(0))
+        self._own_graphs = graphs
         self.runs += 1
         return eng.export(out)
 
@@ -549,7 +561,7 @@ class _Effect:
         if graphs is not None:
             return graphs  # type: ignore[no-any-return]
         if len(self._graphs) > 16:
-            self._graphs.clear()
+            self._drop_graphs()
 
         def inference(c: Any) -> None:
             eng.delay(c, infer_us)
@@ -575,6 +587,9 @@ class _Effect:
 
 _MEMOS = 4
 """Graph-mode runs an emulated effect remembers by the identity of their buffers (see ``_run_graphed``)."""
+
+_INPUT_NAMES = ("input0", "input1")
+"""The staging buffers' names, by input position (``_run_stages`` uses the same)."""
 
 
 class _OutputRuns:
@@ -884,15 +899,15 @@ class VideoFrameGeneration(_Effect):
         hw_prev = self._check_image("previous", prev, self._encoding)
         hw_cur = self._check_image("current", cur, self._encoding)
         want = (self._in[1], self._in[0])
-        for what, hw in (("previous", hw_prev), ("current", hw_cur)):
-            if hw != want:
-                raise EffectConfigError(
-                    self._name,
-                    what,
-                    f"{hw[1]}x{hw[0]}",
-                    f"does not match input_width x input_height = {want[1]}x{want[0]}; frame generation does not "
-                    "scale: pass two frames of that size, or set input_width and input_height to theirs",
-                )
+        if hw_prev != want or hw_cur != want:
+            what, hw = ("previous", hw_prev) if hw_prev != want else ("current", hw_cur)
+            raise EffectConfigError(
+                self._name,
+                what,
+                f"{hw[1]}x{hw[0]}",
+                f"does not match input_width x input_height = {want[1]}x{want[0]}; frame generation does not "
+                "scale: pass two frames of that size, or set input_width and input_height to theirs",
+            )
         rgb10 = self._encoding is ImageEncoding.RGB10A2
         detect = self.automatic_shot_change_detection_enabled
 

@@ -214,7 +214,10 @@ def test_graph_launch_mode_gives_the_eager_frames(torch_cuda, cuda_backend, kind
                 x = torch.randint(0, 2**30, (64, 96), device="cuda", dtype=torch.int32, generator=g).view(torch.uint32)
             else:
                 x = torch.rand(3, 64, 96, device="cuda", generator=g)
-            yield ((x, x), {"frame_index": 1}) if kind == "vfg" else ((x,), {})
+            if kind == "vfg":  # two different frames: the copy of two inputs is one launch in graph mode
+                yield (x, torch.rand(3, 64, 96, device="cuda", generator=g)), {"frame_index": 1}
+            else:
+                yield (x,), {}
 
     eager, graph = _frames_of_both_modes(torch_cuda, cuda_backend, kind, calls)
     assert len(graph) == 5 and not torch_cuda.equal(graph[0], graph[1])
@@ -301,6 +304,108 @@ def test_graph_mode_reads_any_input_layout(torch_cuda, cuda_backend, layout: str
         torch.cuda.synchronize()
         fx.close()
     assert torch.equal(frames["graph"], frames["eager"])
+
+
+@pytest.mark.parametrize("path", ["native", "ctypes"])
+def test_the_input_copy_kernels_copy_one_and_two_inputs_of_any_size(torch_cuda, path: str) -> None:  # type: ignore[no-untyped-def]
+    """The emulator's input copy (one launch for one input, one for two, 16-byte words where everything is
+    aligned, bytes otherwise), by the C extension and by ``ctypes``: every destination byte is its own
+    source's, and the bytes after it are untouched."""
+    cupy = pytest.importorskip("cupy")
+    torch = torch_cuda
+    from streamsafe.backend._held import held_calls
+    from streamsafe.testing._engines import _CopyLauncher
+
+    held = held_calls()
+    if held is None or (path == "native" and held.native is None):
+        pytest.skip(f"no {path} driver entry points here")
+    launcher = _CopyLauncher(cupy, 0, held.cuLaunchKernel, held.native if path == "native" else None)
+    stream = torch.cuda.Stream()
+    g = torch.Generator(device="cuda").manual_seed(3)
+    for sizes in ([4096], [73_332], [4096, 4096], [4096, 73_331], [1, 6_220_800], [6_220_800, 17]):
+        srcs = [torch.randint(0, 256, (n + 1,), device="cuda", dtype=torch.uint8, generator=g) for n in sizes]
+        dsts = [torch.zeros(n + 16, device="cuda", dtype=torch.uint8) for n in sizes]
+        offset = 1 if sizes[0] == 73_332 else 0  # an unaligned source
+        flat = []
+        for n, src, dst in zip(sizes, srcs, dsts):
+            flat += [src.data_ptr() + offset, dst.data_ptr(), n]
+        torch.cuda.synchronize()
+        assert launcher(flat, stream.cuda_stream) == 0
+        stream.synchronize()
+        for n, src, dst in zip(sizes, srcs, dsts):
+            assert torch.equal(dst[:n], src[offset:offset + n]), sizes
+            assert not dst[n:].any(), sizes
+
+
+def test_graph_mode_copies_a_strided_and_a_contiguous_input_together(torch_cuda, cuda_backend) -> None:  # type: ignore[no-untyped-def]
+    """``VideoFrameGeneration`` in graph mode with one input contiguous (the copy kernel) and one not (a
+    CuPy copy), in either order: the frames the eager mode gives."""
+    pytest.importorskip("cupy")
+    torch = torch_cuda
+    from streamsafe.testing import VideoFrameGeneration
+
+    g = torch.Generator(device="cuda").manual_seed(11)
+    a = torch.rand(3, 64, 96, device="cuda", generator=g)
+    b = torch.rand(3, 96, 64, device="cuda", generator=g).transpose(1, 2)
+    for pair in ((a, b), (b, a)):
+        frames = {}
+        for mode, args in (("graph", pair), ("eager", tuple(x.contiguous() for x in pair))):
+            fx = VideoFrameGeneration(backend=cuda_backend, launch_mode=mode, latency_us=0)
+            fx.input_width, fx.input_height = 96, 64
+            fx.load()
+            for _ in range(3):  # the first run of a key is eager; the next ones replay the graphs
+                out = fx.run(*args, frame_index=1)
+            frames[mode] = torch.from_dlpack(out.image).clone()
+            torch.cuda.synchronize()
+            fx.close()
+        assert torch.equal(frames["graph"], frames["eager"])
+
+
+def test_graph_mode_close_waits_for_the_graphs_own_work_and_many_keys_drop_theirs(torch_cuda, cuda_backend) -> None:  # type: ignore[no-untyped-def]
+    """Graph mode's own-work markers are event records inside its graphs: ``close()`` returns only once the
+    last run's graphs are done (before it, their events are pending behind a long conversion), and past 16
+    graph sets the effect waits for them and lets them go, with every frame still right."""
+    cupy = pytest.importorskip("cupy")
+    torch = torch_cuda
+    from cuda.bindings import driver as d
+
+    from streamsafe.testing import TrueHDR, VideoSuperRes
+
+    fx = VideoSuperRes(backend=cuda_backend, launch_mode="graph", latency_us={"conversion": 50_000})
+    fx.output_width, fx.output_height = 192, 128
+    fx.load()
+    x = torch.rand(3, 64, 96, device="cuda")
+    for _ in range(2):
+        fx.run(x, non_blocking=True)
+    torch.cuda.synchronize()
+    fx.run(x, non_blocking=True)  # the graphs' replay: 50 ms of conversion on stream 0
+    graphs = [g for g in fx._own_graphs if g is not None]
+    assert len(graphs) == 2
+    pending = [d.cuEventQuery(g.event)[0] for g in graphs]
+    fx.close()
+    done = [d.cuEventQuery(g.event)[0] for g in graphs]
+    assert d.CUresult.CUDA_ERROR_NOT_READY in pending, pending
+    assert done == [d.CUresult.CUDA_SUCCESS] * 2, done
+    del graphs
+
+    fx = TrueHDR(backend=cuda_backend, launch_mode="graph", latency_us=0)
+    ref = TrueHDR(backend=cuda_backend, latency_us=0)
+    for effect in (fx, ref):
+        effect.load()
+    g = torch.Generator(device="cuda").manual_seed(5)
+    frames = [torch.rand(3, 64, 96, device="cuda", generator=g) for _ in range(20)]
+    kept = []
+    for k in list(range(20)) * 2:  # 20 keys (contrast values): the 18th set drops the 17 before it
+        fx.contrast = ref.contrast = 80 + k
+        got = torch.from_dlpack(fx.run(frames[k]).image).clone()
+        want = torch.from_dlpack(ref.run(frames[k]).image).clone()
+        assert torch.equal(got, want), k
+        kept.append(len(fx._graphs))
+    assert max(kept) == 17 and min(kept[17:]) < 17, kept
+    torch.cuda.synchronize()
+    fx.close()
+    ref.close()
+    assert not fx._graphs and cupy is not None
 
 
 def test_graph_mode_refuses_host_arrays_as_the_eager_mode_does(torch_cuda, cuda_backend) -> None:  # type: ignore[no-untyped-def]
