@@ -5,6 +5,7 @@
 #   GPU_LANE_PART=final bash scripts/gpu_lane_perf.sh   # after a plan change: the GPU tests, the overhead and the bench again
 #   GPU_LANE_PART=probe bash scripts/gpu_lane_perf.sh   # host costs only: the bindings, the overhead, the emulator, the host-bound bench
 #   GPU_LANE_PART=smoke bash scripts/gpu_lane_perf.sh   # after a small change: backend, emulator and contract GPU tests, doctor
+#     (GPU_LANE_TESTS: other test files; GPU_LANE_TEST_TIMEOUT: their time limit in seconds, default 240)
 #   GPU_LANE_PART=verify bash scripts/gpu_lane_perf.sh  # after a hot-path change: every GPU test, the overhead, g-host's profile
 #   GPU_LANE_PART=measure bash scripts/gpu_lane_perf.sh # then: the bench (every scenario), g-host again, the emulator's cost
 #   GPU_LANE_PART=lanes bash scripts/gpu_lane_perf.sh   # after a change to the bench's pipelines: two-GPU tests and bench, a few scenarios
@@ -84,7 +85,7 @@ fi
 if [ "$PART" = smoke ]; then  # GPU_LANE_TESTS: other test files; GPU_LANE_OVERHEAD=1, GPU_LANE_BINDINGS=1: the contract overhead, the fence bindings too
   TESTS=${GPU_LANE_TESTS:-tests/gpu/test_cuda_backend.py tests/gpu/test_testing_gpu.py tests/gpu/test_contract_gpu.py}
   # shellcheck disable=SC2086
-  STREAMSAFE_SOAK_FRAMES=${STREAMSAFE_SOAK_FRAMES:-1000} timeout 240 python3 -m pytest -m gpu -v -s -p no:cacheprovider $TESTS \
+  STREAMSAFE_SOAK_FRAMES=${STREAMSAFE_SOAK_FRAMES:-1000} timeout "${GPU_LANE_TEST_TIMEOUT:-240}" python3 -m pytest -m gpu -v -s -p no:cacheprovider $TESTS \
     > "$L/pytest-smoke.txt" 2>&1 || rc=1
   grep -E "FAILED|ERROR|passed|failed|soak|fuzz|bound program|out.torch" "$L/pytest-smoke.txt" | tail -24
   python3 -m streamsafe doctor > "$L/doctor.txt" 2>&1 || rc=1; tail -4 "$L/doctor.txt"
@@ -106,6 +107,8 @@ if [ "$PART" = verify ]; then  # after a hot-path change (first of two calls)
   timeout 90 python3 benchmarks/profile_bench_step.py g-host hand auto > "$L/profile_bench_step.txt" 2>&1; grep -A14 "^==" "$L/profile_bench_step.txt" | cut -c1-150
 fi
 if [ -n "${GPU_LANE_AB:-}" ]; then  # any part: an older tree's package under GPU_LANE_AB (untracked), side by side with this one
+  # its C extension built in place too, so both trees run their own (GPU_LANE_AB_ROUNDS: the emulator's rounds, default 2)
+  (cd "$GPU_LANE_AB" && python3 setup.py build_ext --inplace -q) > "$L/build-native-ab.txt" 2>&1 || echo "the older tree's extension did not build" >> "$L/build-native-ab.txt"
   for i in 1 2; do for tree in "$GPU_LANE_AB" .; do for s in event auto; do
     echo "$tree $(PYTHONPATH=$PWD/$tree timeout 30 python3 benchmarks/python_overhead.py $s)"
   done; done; done > "$L/python_overhead-ab.txt" 2>&1; cat "$L/python_overhead-ab.txt"
@@ -113,7 +116,7 @@ if [ -n "${GPU_LANE_AB:-}" ]; then  # any part: an older tree's package under GP
     PYTHONPATH=$PWD/$tree timeout 60 python3 benchmarks/contract_overhead.py --blocks 12 > "$L/contract_overhead-$(basename "$(realpath "$tree")").txt" 2>&1
   done
   grep -H -E "^(raw effect|contract|hand)" "$L"/contract_overhead-*.txt | cut -c1-140
-  for i in 1 2; do for tree in "$GPU_LANE_AB" .; do
+  for i in $(seq 1 "${GPU_LANE_AB_ROUNDS:-2}"); do for tree in "$GPU_LANE_AB" .; do
     PYTHONPATH=$PWD/$tree timeout 60 python3 benchmarks/effect_host_cost.py > "$L/effect_host_cost-$i-$(basename "$(realpath "$tree")").txt" 2>&1
   done; done
   grep -H -E "^(Video|True)" "$L"/effect_host_cost-*.txt | cut -c1-140
