@@ -192,6 +192,7 @@ def in_frame(runs: int = 4000, per_block: int = 16) -> dict[str, Any]:
             (_engines, "_numpy_dtype", "reading the capsule (read_capsule, _numpy_dtype)"),
             (fx, "_run_stages", "_run_stages' own lines"),
             (fx, "_run_graphed", "_run_graphed's own lines (the graph key)"),
+            (fx, "_stage_graphed", "_run_graphed's own lines (the graph key)"),
             (eng, "shape_dtype", "buffer look-ups (shape_dtype, _internal_buffer, _output_buffer)"),
             (fx, "_internal_buffer", "buffer look-ups (shape_dtype, _internal_buffer, _output_buffer)"),
             (fx, "_output_buffer", "buffer look-ups (shape_dtype, _internal_buffer, _output_buffer)"),

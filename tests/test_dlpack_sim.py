@@ -112,22 +112,27 @@ def test_read_capsule_reads_a_tensor_in_place_and_leaves_the_capsule_importable(
 def test_the_emulators_input_layout_rules() -> None:
     """What graph mode copies with its own kernel (C-contiguous, NumPy dtypes) and what it leaves to CuPy."""
     from streamsafe._dlpack import CapsuleTensor
-    from streamsafe.testing._engines import TakenInput, _c_contiguous, _numpy_dtype
+    from streamsafe.testing._engines import _LAYOUTS, TakenInput, _c_contiguous, _layout, _numpy_dtype
 
     assert _c_contiguous((3, 4, 5), None) and _c_contiguous((3, 4, 5), (20, 5, 1))
     assert _c_contiguous((3, 1, 5), (5, 99, 1))  # a dimension of size 1 may have any stride
     assert not _c_contiguous((3, 4, 5), (1, 3, 12)) and not _c_contiguous((3, 4, 5), (40, 10, 2))
     assert _c_contiguous((3, 0, 5), (7, 7, 7))  # empty
     for code, bits, want in ((2, 32, np.float32), (1, 32, np.uint32), (0, 8, np.int8), (6, 8, np.bool_), (2, 16, np.float16)):
-        assert _numpy_dtype(CapsuleTensor(0, 2, 0, (1,), None, code, bits, 1)) == np.dtype(want)
-    assert _numpy_dtype(CapsuleTensor(0, 2, 0, (1,), None, 4, 16, 1)) is None  # bfloat16
-    assert _numpy_dtype(CapsuleTensor(0, 2, 0, (1,), None, 2, 32, 4)) is None  # a vector type
+        assert _numpy_dtype(code, bits, 1) == np.dtype(want)
+    assert _numpy_dtype(4, 16, 1) is None  # bfloat16
+    assert _numpy_dtype(2, 32, 4) is None  # a vector type
     for code, bits in ((2, 8), (6, 16), (6, 32), (0, 128), (1, 256), (2, 24), (2, 128)):  # no NumPy type (CuPy decides)
-        assert _numpy_dtype(CapsuleTensor(0, 2, 0, (1,), None, code, bits, 1)) is None, (code, bits)
-    taken = TakenInput(object(), CapsuleTensor(0x1000, 2, 0, (3, 4, 5), (1, 3, 12), 2, 32, 1), np.dtype(np.float32))
-    assert (taken.nbytes, taken.contiguous, taken.shape) == (240, False, (3, 4, 5))
+        assert _numpy_dtype(code, bits, 1) is None, (code, bits)
+
+    def taken(ptr: int, strides: tuple[int, ...] | None, bits: int) -> TakenInput:
+        tensor = CapsuleTensor(ptr, 2, 0, (3, 4, 5), strides, 2, bits, 1)
+        return TakenInput(object(), ptr, tensor.shape, _layout(tensor))
+
+    t = taken(0x1000, (1, 3, 12), 32)
+    assert (t.nbytes, t.contiguous, t.shape, t.dtype, t.ptr) == (240, False, (3, 4, 5), np.dtype(np.float32), 0x1000)
     # layouts are remembered by shape, strides and dtype: another of any of them is worked out anew
-    compact = TakenInput(object(), CapsuleTensor(0x2000, 2, 0, (3, 4, 5), None, 2, 32, 1), np.dtype(np.float32))
-    half = TakenInput(object(), CapsuleTensor(0x3000, 2, 0, (3, 4, 5), (1, 3, 12), 2, 16, 1), np.dtype(np.float16))
-    again = TakenInput(object(), CapsuleTensor(0x4000, 2, 0, (3, 4, 5), (1, 3, 12), 2, 32, 1), np.dtype(np.float32))
+    compact, half, again = taken(0x2000, None, 32), taken(0x3000, (1, 3, 12), 16), taken(0x4000, (1, 3, 12), 32)
     assert [(t.nbytes, t.contiguous) for t in (compact, half, again)] == [(240, True), (120, False), (240, False)]
+    assert _LAYOUTS[((3, 4, 5), (1, 3, 12), 2, 16, 1)] == (np.dtype(np.float16), 120, False)  # (shape, strides, code, bits, lanes)
+    assert _layout(CapsuleTensor(0, 2, 0, (2, 2), None, 4, 16, 1))[0] is None  # bfloat16: left to CuPy

@@ -321,14 +321,18 @@ class CupyEngine:
             require_cuda_input(what, obj, self.device)  # a host array, or another device's: the same error as ever
             raise
         tensor = read_capsule(capsule)
-        if tensor is None or tensor.device_type != DLPACK_CUDA or tensor.device_id != self.device:
+        if tensor is None:  # a capsule that cannot be read in place: CuPy imports it now (or refuses it)
             require_cuda_input(what, obj, self.device)
-            if tensor is not None:
-                check_input_device(what, obj, tensor.device_type, tensor.device_id, self.device)
-        dtype = _numpy_dtype(tensor) if tensor is not None else None
-        if tensor is None or dtype is None:  # an unusual capsule or dtype: CuPy imports it now
             return self._on_device(self._import, capsule)
-        return TakenInput(capsule, tensor, dtype)
+        if tensor[1] != DLPACK_CUDA or tensor[2] != self.device:  # (device_type, device_id)
+            require_cuda_input(what, obj, self.device)
+            check_input_device(what, obj, tensor.device_type, tensor.device_id, self.device)
+        layout = _LAYOUTS.get(tensor[3:])  # (shape, strides, code, bits, lanes)
+        if layout is None:
+            layout = _layout(tensor)
+        if layout[0] is None:  # a dtype NumPy lacks: CuPy imports it now
+            return self._on_device(self._import, capsule)
+        return TakenInput(capsule, tensor[0], tensor[3], layout)
 
     def as_array(self, taken: Any) -> Any:
         """The CuPy array of an input :meth:`take` gave (imported once, zero-copy)."""
@@ -405,45 +409,41 @@ class TakenInput:
 
     __slots__ = ("capsule", "ptr", "shape", "dtype", "nbytes", "contiguous", "array")
 
-    def __init__(self, capsule: Any, tensor: CapsuleTensor, dtype: np.dtype[Any]) -> None:
+    def __init__(self, capsule: Any, ptr: int, shape: tuple[int, ...], layout: tuple[Any, int, bool]) -> None:
         self.capsule = capsule
-        self.ptr = tensor.ptr
-        self.shape = tensor.shape
-        self.dtype = dtype
-        self.nbytes, self.contiguous = _layout(tensor.shape, tensor.strides, dtype)
+        self.ptr = ptr
+        self.shape = shape
+        self.dtype, self.nbytes, self.contiguous = layout
         self.array: Any = None
 
 
 _DL_KINDS = {0: ("i", (8, 16, 32, 64)), 1: ("u", (8, 16, 32, 64)), 2: ("f", (16, 32, 64)), 6: ("b", (8,))}
 """DLPack type codes NumPy shares, with the widths it has for each (its float128 is not IEEE's)."""
-_DTYPES: dict[tuple[int, int, int], np.dtype[Any] | None] = {}
 
 
-def _numpy_dtype(tensor: CapsuleTensor) -> np.dtype[Any] | None:
+def _numpy_dtype(code: int, bits: int, lanes: int) -> np.dtype[Any] | None:
     """The NumPy dtype of a DLPack ``(code, bits, lanes)``; ``None`` for one NumPy lacks (bfloat16, an
     8-bit float, complex, vectors: CuPy's own import decides about those)."""
-    key = (tensor.code, tensor.bits, tensor.lanes)
-    if key not in _DTYPES:
-        kind = _DL_KINDS.get(tensor.code)
-        ok = kind is not None and tensor.lanes == 1 and tensor.bits in kind[1]
-        _DTYPES[key] = np.dtype(f"{kind[0]}{tensor.bits // 8}") if ok and kind is not None else None
-    return _DTYPES[key]
+    kind = _DL_KINDS.get(code)
+    if kind is None or lanes != 1 or bits not in kind[1]:
+        return None
+    return np.dtype(f"{kind[0]}{bits // 8}")
 
 
-_LAYOUTS: dict[tuple[Any, ...], tuple[int, bool]] = {}
+_LAYOUTS: dict[tuple[Any, ...], tuple[Any, int, bool]] = {}
+"""``(dtype or None, nbytes, C-contiguous)`` of an input by its capsule's ``(shape, strides, code, bits,
+lanes)``, remembered (a video's frames repeat their layout)."""
 
 
-def _layout(shape: tuple[int, ...], strides: tuple[int, ...] | None, dtype: np.dtype[Any]) -> tuple[int, bool]:
-    """``(nbytes, C-contiguous)`` of an input, remembered (a video's frames repeat their layout)."""
-    key = (shape, strides, dtype)
-    found = _LAYOUTS.get(key)
-    if found is None:
-        if len(_LAYOUTS) > 256:
-            _LAYOUTS.clear()
-        count = 1
-        for n in shape:
-            count *= n
-        found = _LAYOUTS[key] = (count * dtype.itemsize, _c_contiguous(shape, strides))
+def _layout(tensor: CapsuleTensor) -> tuple[Any, int, bool]:
+    """``(NumPy dtype or None, nbytes, C-contiguous)`` of an input's capsule, remembered in ``_LAYOUTS``."""
+    if len(_LAYOUTS) > 256:
+        _LAYOUTS.clear()
+    dtype = _numpy_dtype(tensor.code, tensor.bits, tensor.lanes)
+    count = 1
+    for n in tensor.shape:
+        count *= n
+    found = _LAYOUTS[tensor[3:]] = (dtype, count * dtype.itemsize if dtype is not None else 0, _c_contiguous(tensor.shape, tensor.strides))
     return found
 
 

@@ -68,7 +68,7 @@ from .._dlpack import SimCapsule
 from ..backend import Backend
 from ..errors import EffectConfigError, EffectStateError
 from . import _kernels as K
-from ._engines import Engine, engine_for
+from ._engines import Engine, TakenInput, engine_for
 
 __all__ = [
     "ImageEncoding",
@@ -205,6 +205,10 @@ class _Effect:
         """The graphs of the last graph-mode run (``None`` for one it had not): each ends in a record of
         its own event."""
         self._output_runs = _OutputRuns(type(self).__name__)
+        self._steady: tuple[Any, ...] | None = None
+        """The last graph-mode run's key, input layouts, staging buffers, output and graphs: a run with
+        the same key and layouts reuses them with no look-up. Cleared by anything that changes a buffer,
+        a latency or the encoding."""
         """The output's run count, which the model's views of it carry (H7 without streamsafe's guard too)."""
         self.latency_us = latency_us  # type: ignore[assignment]
         self.runs = 0
@@ -237,6 +241,7 @@ class _Effect:
         if value != self._encoding:
             self._release_output("encoding change")
         self._encoding = value
+        self._steady = None
 
     def _check_encoding(self, value: Any) -> _Encoding:
         try:
@@ -263,6 +268,7 @@ class _Effect:
                 self._name, "latency_us", value, f"stages are {', '.join(STAGES)}; values >= 0 microseconds"
             )
         self._latency = {stage: float(value.get(stage, 0.0)) for stage in STAGES}
+        self._steady = None
 
     @property
     def launch_mode(self) -> str:
@@ -347,7 +353,7 @@ class _Effect:
         return self.engine.take(obj, what)
 
     def _check_image(self, what: str, array: Any, encoding: _Encoding) -> tuple[int, int]:
-        shape, dtype = self.engine.shape_dtype(array)
+        shape, dtype = (array.shape, array.dtype) if type(array) is TakenInput else self.engine.shape_dtype(array)
         if encoding is ImageEncoding.RGB8:
             if len(shape) != 3 or shape[0] != 3 or dtype != np.float32:
                 raise EffectConfigError(
@@ -382,6 +388,7 @@ class _Effect:
         held = self._internal.get(name)
         if held is not None and held[1:] == key:
             return held[0]
+        self._steady = None
         if held is not None:
             self._wait_own_work()
             self._graph_memos = ()  # (they hold the buffers of the last graph-mode runs: let a released one go)
@@ -395,6 +402,7 @@ class _Effect:
         if self._output is not None and self._output_key == key:
             return self._output
         self._release_output("output-size change")
+        self._steady = None
         self._output = self.engine.empty(shape, dtype, f"{self._name} output")
         self._output_key = key
         return self._output
@@ -421,6 +429,7 @@ class _Effect:
         self._graphs.clear()
         self._graph_memos = ()
         self._own_graphs = ()
+        self._steady = None
 
     def _mark_own_work(self, streams: Sequence[Any]) -> None:
         """Record where the SDK's own work ends on each of ``streams`` (the events it holds are
@@ -444,6 +453,7 @@ class _Effect:
         if self._output is not None:
             self._wait_own_work()
             self._graph_memos = ()
+            self._steady = None
             self.engine.release(self._output, f"{self._name}.release output ({why})")
             self._output = None
             self._output_key = None
@@ -520,6 +530,27 @@ class _Effect:
         of its own event. The same streams, the same host wait, the same order; the inputs are read
         before the transfer delay."""
         eng: Any = self.engine
+        steady = self._steady
+        if steady is not None and steady[0] == key and _same_layouts(steady[1], inputs):
+            staged, out, graphs = steady[2], steady[3], steady[4]  # nothing changed since: the same buffers and graphs
+            eng.copy_inputs(s, inputs, staged)
+        else:
+            staged, out, graphs = self._stage_graphed(inputs, infer, out_shape, s, key)
+            layouts = tuple((a.shape, a.dtype) if type(a) is TakenInput else None for a in inputs)
+            self._steady = (key, layouts, staged, out, graphs) if None not in layouts else None
+        eng.launch_graph(graphs[0], s)
+        if not non_blocking:
+            eng.host_wait(s)
+        if graphs[1] is not None:
+            eng.launch_graph(graphs[1], eng.stream_cached(0))
+        self._own_graphs = graphs
+        self.runs += 1
+        return eng.export(out)
+
+    def _stage_graphed(self, inputs: Sequence[Any], infer: Any, out_shape: tuple[int, ...], s: Any, key: Any) -> tuple[Any, Any, Any]:
+        """:meth:`_run_graphed`'s buffers and graphs, looked up (or made) and the inputs copied:
+        ``(staging buffers, output, graphs)``."""
+        eng: Any = self.engine
         staged = []
         for i, arr in enumerate(inputs):
             shape, dtype = eng.shape_dtype(arr)
@@ -538,14 +569,7 @@ class _Effect:
         else:
             graphs = self._graphs_for(key, rgb8, staged, result, out, infer_us, convert_us, infer)
             self._graph_memos = ((key, out, result, rgb8, infer_us, convert_us, tuple(staged), graphs), *self._graph_memos[:_MEMOS - 1])
-        eng.launch_graph(graphs[0], s)
-        if not non_blocking:
-            eng.host_wait(s)
-        if graphs[1] is not None:
-            eng.launch_graph(graphs[1], eng.stream_cached(0))
-        self._own_graphs = graphs
-        self.runs += 1
-        return eng.export(out)
+        return staged, out, graphs
 
     def _graphs_for(
         self, key: Any, rgb8: bool, staged: list[Any], result: Any, out: Any, infer_us: float, convert_us: float, infer: Any
@@ -601,6 +625,16 @@ class _OutputRuns:
     def __init__(self, name: str) -> None:
         self.name = name
         self.generation = 0
+
+
+def _same_layouts(kept: tuple[Any, ...], inputs: Sequence[Any]) -> bool:
+    """Whether ``inputs`` are taken inputs of the shapes and dtypes in ``kept``, in order."""
+    if len(kept) != len(inputs):
+        return False
+    for (shape, dtype), a in zip(kept, inputs):
+        if type(a) is not TakenInput or a.shape != shape or not (a.dtype is dtype or a.dtype == dtype):
+            return False
+    return True
 
 
 def _same_objects(kept: tuple[Any, ...], now: list[Any]) -> bool:
