@@ -205,11 +205,11 @@ class _Effect:
         """The graphs of the last graph-mode run (``None`` for one it had not): each ends in a record of
         its own event."""
         self._output_runs = _OutputRuns(type(self).__name__)
+        """The output's run count, which the model's views of it carry (H7 without streamsafe's guard too)."""
         self._steady: tuple[Any, ...] | None = None
         """The last graph-mode run's key, input layouts, staging buffers, output and graphs: a run with
         the same key and layouts reuses them with no look-up. Cleared by anything that changes a buffer,
         a latency or the encoding."""
-        """The output's run count, which the model's views of it carry (H7 without streamsafe's guard too)."""
         self.latency_us = latency_us  # type: ignore[assignment]
         self.runs = 0
         self.launch_mode = launch_mode
