@@ -13,7 +13,7 @@
 #   GPU_LANE_HOST_COSTS=1 (with close): then the contract's and the emulator's host costs
 #   GPU_LANE_PART=after bash scripts/gpu_lane_perf.sh   # a second closing call: the host costs and the independent race check
 #   GPU_LANE_PART=emulator bash scripts/gpu_lane_perf.sh  # after a change to the emulated SDK: its GPU tests, its host cost, the scenarios it bounds
-#     (GPU_LANE_EMU_TESTS: which GPU test files; the default three take about 200 s)
+#     (GPU_LANE_EMU_TESTS: which GPU test files; the default three take about 200 s, GPU_LANE_TEST_TIMEOUT their limit)
 #   GPU_LANE_PART=native bash scripts/gpu_lane_perf.sh    # the C extension: every GPU test with it, host costs with it and without (alternating)
 #   GPU_LANE_PART=replay bash scripts/gpu_lane_perf.sh    # the C replay: every GPU test (shorter soaks), the overhead with the Python replay beside it, g-host and server-8
 #   GPU_LANE_PART=split bash scripts/gpu_lane_perf.sh     # where g-host's gap goes, part by part; the emulator's steps; GPU tests (CuPy deprecations counted); the C frame's sections
@@ -122,7 +122,7 @@ if [ -n "${GPU_LANE_AB:-}" ]; then  # any part: an older tree's package under GP
   grep -H -E "^(Video|True)" "$L"/effect_host_cost-*.txt | cut -c1-140
 fi
 if [ "$PART" = emulator ]; then  # after a change to the emulated SDK: its GPU tests, its host cost, the scenarios it bounds
-  STREAMSAFE_SOAK_FRAMES=${STREAMSAFE_SOAK_FRAMES:-1000} timeout 200 python3 -m pytest -m gpu -v -s -p no:cacheprovider \
+  STREAMSAFE_SOAK_FRAMES=${STREAMSAFE_SOAK_FRAMES:-1000} timeout "${GPU_LANE_TEST_TIMEOUT:-200}" python3 -m pytest -m gpu -v -s -p no:cacheprovider \
     ${GPU_LANE_EMU_TESTS:-tests/gpu/test_cuda_backend.py tests/gpu/test_testing_gpu.py tests/gpu/test_contract_gpu.py} > "$L/pytest-emulator.txt" 2>&1 || rc=1
   grep -E "FAILED|ERROR|passed|failed|Error" "$L/pytest-emulator.txt" | tail -24
   timeout 120 python3 benchmarks/effect_host_cost.py --in-frame --json "$L/effect_in_frame.json" > "$L/effect_in_frame.txt" 2>&1 || rc=1

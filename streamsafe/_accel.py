@@ -20,6 +20,9 @@ __all__ = ["native", "native_status"]
 
 _NATIVE: ModuleType | None | bool = False
 _WHY = ""
+ABI = 2
+"""The C extension's call shapes this package expects (``STREAMSAFE_NATIVE_ABI`` in ``streamsafe/_native.c``):
+a build of older sources is not used."""
 
 
 def native() -> ModuleType | None:
@@ -35,6 +38,13 @@ def native() -> ModuleType | None:
             except ImportError as e:
                 why = "no build of it for this Python" if isinstance(e, ModuleNotFoundError) else str(e)
                 _NATIVE, _WHY = None, f"not built ({why}); the same calls go through ctypes. Reinstall with a C compiler present (pip install -e .) to build it"
+            else:
+                abi = getattr(_NATIVE, "ABI", 1)
+                if abi != ABI:
+                    _NATIVE, _WHY = None, (
+                        f"not used: its build is of other sources (ABI {abi}, this package's {ABI}); the same calls go "
+                        "through ctypes. Rebuild it (pip install -e .) to use it"
+                    )
     return _NATIVE  # type: ignore[return-value]
 
 

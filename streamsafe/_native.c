@@ -356,4 +356,12 @@ static struct PyModuleDef native_module = {
     native_methods,
 };
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&native_module); }
+/* The calls' shapes this source has (streamsafe/_accel.py refuses a build of older sources: a stale build's calls
+ * would take other arguments). 2: launch_copy takes a second input's three arguments. */
+#define STREAMSAFE_NATIVE_ABI 2
+
+PyMODINIT_FUNC PyInit__native(void) {
+    PyObject *m = PyModule_Create(&native_module);
+    if (m != NULL && PyModule_AddIntConstant(m, "ABI", STREAMSAFE_NATIVE_ABI) < 0) Py_CLEAR(m);
+    return m;
+}

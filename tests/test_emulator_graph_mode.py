@@ -192,3 +192,93 @@ def test_an_input_not_read_in_place_takes_the_look_up_path_every_run() -> None:
     fx.run(frame(), non_blocking=True)
     fx.run(frame(), non_blocking=True)
     assert fx._steady is None and len(kinds(eng.log, "capture")) == 2
+
+
+# -- the engine's captures, on a stand-in driver ----------------------------------------------------
+
+
+@pytest.fixture
+def driver(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """A stand-in ``cuda.bindings.driver`` for :meth:`CupyEngine.capture`: counts the driver objects alive."""
+    import sys
+    import types
+
+    import cuda.bindings
+
+    live = {"event": 0, "graph": 0, "exe": 0}
+
+    def make(kind: str) -> int:
+        live[kind] += 1
+        return 100 + sum(live.values())
+
+    def destroy(kind: str) -> Any:
+        def call(handle: int) -> tuple[int]:
+            live[kind] -= 1
+            return (0,)
+        return call
+
+    d = types.ModuleType("cuda.bindings.driver")
+    d.CUevent_flags = types.SimpleNamespace(CU_EVENT_DISABLE_TIMING=2)  # type: ignore[attr-defined]
+    d.CUevent_record_flags = types.SimpleNamespace(CU_EVENT_RECORD_EXTERNAL=1)  # type: ignore[attr-defined]
+    d.CUstreamCaptureMode = types.SimpleNamespace(CU_STREAM_CAPTURE_MODE_RELAXED=2)  # type: ignore[attr-defined]
+    d.CUstream = lambda ptr: ptr  # type: ignore[attr-defined]
+    d.cuEventCreate = lambda flags: (0, make("event"))  # type: ignore[attr-defined]
+    d.cuStreamBeginCapture = lambda stream, mode: (0,)  # type: ignore[attr-defined]
+    d.cuEventRecordWithFlags = lambda event, stream, flags: (0,)  # type: ignore[attr-defined]
+    d.cuStreamEndCapture = lambda stream: (0, make("graph"))  # type: ignore[attr-defined]
+    d.cuGraphInstantiate = lambda graph, flags: (0, make("exe"))  # type: ignore[attr-defined]
+    d.cuGraphExecDestroy, d.cuGraphDestroy, d.cuEventDestroy = destroy("exe"), destroy("graph"), destroy("event")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", d)
+    monkeypatch.setattr(cuda.bindings, "driver", d, raising=False)
+    return live
+
+
+def capture_engine() -> engines.CupyEngine:
+    """A CuPy engine on a stand-in CuPy (devices, streams, the pool: nothing runs)."""
+    import contextlib
+    import types
+
+    cupy = types.SimpleNamespace(
+        get_default_memory_pool=lambda: types.SimpleNamespace(malloc=lambda n: object()),
+        cuda=types.SimpleNamespace(Device=lambda i: contextlib.nullcontext(), Stream=lambda non_blocking: types.SimpleNamespace(ptr=0x77),
+                                   using_allocator=lambda allocator: contextlib.nullcontext()),
+    )
+    engine = object.__new__(engines.CupyEngine)
+    engine._cupy, engine.device, engine._streams, engine.backend = cupy, 0, {}, None
+    return engine
+
+
+def test_a_captured_graph_and_its_event_go_with_it_and_a_failed_capture_leaves_nothing(driver: dict[str, int]) -> None:
+    engine = capture_engine()
+    graph = engine.capture(lambda stream: None)
+    assert driver == {"event": 1, "graph": 1, "exe": 1} and not engine._streams
+    del graph
+    assert driver == {"event": 0, "graph": 0, "exe": 0}
+
+    def fails(stream: Any) -> None:
+        raise RuntimeError("a stage's kernel did not compile")
+
+    with pytest.raises(RuntimeError, match="did not compile"):
+        engine.capture(fails)
+    assert driver == {"event": 0, "graph": 0, "exe": 0} and not engine._streams
+
+
+def test_a_run_that_fails_after_its_first_launch_is_waited_for_before_a_release() -> None:
+    """The host wait of a blocking run raises after the first graph launched: that graph is still the
+    last run's own work, waited for before the next size's release."""
+    fx, eng = graph_mode(TrueHDR(launch_mode="graph"))
+    fx._graph_warm.add(("hdr", 100, 100, 50, 650))
+    fx._graph_warm.add(("hdr", 90, 100, 50, 650))
+    fx.run(frame(), non_blocking=True, stream_ptr=7)
+    fx.contrast = 90
+
+    def fails(stream: Any) -> None:
+        raise RuntimeError("the host wait failed")
+
+    eng.host_wait = fails  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="host wait failed"):
+        fx.run(frame(), stream_ptr=9)
+    eng.log.clear()
+    fx.run(frame(16, 24), non_blocking=True)  # another size: the old buffers are released
+    first_release = next(i for i, e in enumerate(eng.log) if e[0] == "release")
+    assert ("wait", 1) in eng.log[:first_release], eng.log

@@ -183,6 +183,24 @@ def test_calls_before_bind_raise_and_say_how_to_fix() -> None:
         native.event_record(1)
 
 
+def test_a_build_of_other_sources_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stale build (an ABI other than this package's: its calls take other arguments) is refused, and
+    doctor's line says why and how to rebuild; this build's ABI is the package's."""
+    import importlib
+    import types
+
+    assert native.ABI == _accel.ABI
+    for stale in (types.ModuleType("streamsafe._native"), types.SimpleNamespace(ABI=_accel.ABI + 1)):
+        monkeypatch.setattr(_accel, "_NATIVE", False)
+        monkeypatch.setattr(importlib, "import_module", lambda name, stale=stale: stale)
+        assert _accel.native() is None
+        got = getattr(stale, "ABI", 1)
+        assert _accel.native_status() == (
+            f"not used: its build is of other sources (ABI {got}, this package's {_accel.ABI}); the same calls go "
+            "through ctypes. Rebuild it (pip install -e .) to use it"
+        )
+
+
 def test_the_switch_turns_it_off_and_doctor_says_so() -> None:
     code = "from streamsafe import _accel; print(_accel.native() is None, _accel.native_status())"
     env = {**os.environ, "STREAMSAFE_NATIVE": "0"}

@@ -264,15 +264,22 @@ class CupyEngine:
             _ok(d.cuStreamBeginCapture(cu, mode), "cuStreamBeginCapture")
             graph = None
             try:
-                with cupy.cuda.using_allocator(hold):
-                    stages(stream)
-                # an event record node: each launch records the event when its own work is done
-                _ok(d.cuEventRecordWithFlags(event, cu, int(d.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL)), "cuEventRecordWithFlags")
+                try:
+                    with cupy.cuda.using_allocator(hold):
+                        stages(stream)
+                    # an event record node: each launch records the event when its own work is done
+                    _ok(d.cuEventRecordWithFlags(event, cu, int(d.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL)), "cuEventRecordWithFlags")
+                finally:
+                    err, graph = d.cuStreamEndCapture(cu)
+                _ok((err,), "cuStreamEndCapture")
+                exe = _ok(d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+            except BaseException:  # nothing was captured: the event and a captured graph go now
+                if graph is not None and int(graph):
+                    d.cuGraphDestroy(graph)
+                d.cuEventDestroy(event)
+                raise
             finally:
-                err, graph = d.cuStreamEndCapture(cu)
-            _ok((err,), "cuStreamEndCapture")
-            exe = _ok(d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-            self._streams.pop(stream.handle, None)
+                self._streams.pop(stream.handle, None)
         return CapturedGraph(exe, graph, event, keep, cap)
 
     def launch_graph(self, graph: CapturedGraph, stream: Stream) -> None:

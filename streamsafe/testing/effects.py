@@ -538,12 +538,12 @@ class _Effect:
             staged, out, graphs = self._stage_graphed(inputs, infer, out_shape, s, key)
             layouts = tuple((a.shape, a.dtype) if type(a) is TakenInput else None for a in inputs)
             self._steady = (key, layouts, staged, out, graphs) if None not in layouts else None
+        self._own_graphs = graphs  # (before the launches: a release after a failure below waits for what did launch)
         eng.launch_graph(graphs[0], s)
         if not non_blocking:
             eng.host_wait(s)
         if graphs[1] is not None:
             eng.launch_graph(graphs[1], eng.stream_cached(0))
-        self._own_graphs = graphs
         self.runs += 1
         return eng.export(out)
 
