@@ -212,23 +212,22 @@ class CupyEngine:
         flat: list[int] = []  # (src, dst, nbytes) of each input the copy kernel takes
         for src, dst in zip(srcs, dsts):
             if type(src) is TakenInput:
-                contiguous, src_ptr, nbytes, same = src.contiguous, src.ptr, src.nbytes, src.dtype == dst.dtype
-            else:
-                contiguous, same = src.flags.c_contiguous, src.dtype == dst.dtype
-                src_ptr, nbytes = (src.data.ptr, src.nbytes) if contiguous else (0, 0)
-            if contiguous and same and nbytes == dst.nbytes:
-                flat += (src_ptr, dst.data.ptr, nbytes)
-            else:
-                self.launch(stream, "copy", lambda xp, r, w: w[0].__setitem__(Ellipsis, r[0]), [self.as_array(src)], [dst])
+                if src.contiguous and src.nbytes == dst.nbytes and src.dtype == dst.dtype:
+                    flat += (src.ptr, dst.data.ptr, src.nbytes)
+                    continue
+            elif src.flags.c_contiguous and src.nbytes == dst.nbytes and src.dtype == dst.dtype:
+                flat += (src.data.ptr, dst.data.ptr, src.nbytes)
+                continue
+            self.launch(stream, "copy", lambda xp, r, w: w[0].__setitem__(Ellipsis, r[0]), [self.as_array(src)], [dst])
         if not flat:
-            return
-        held = held_calls()
-        if held is None:
-            for i in range(0, len(flat), 3):
-                self._cupy.cuda.runtime.memcpyAsync(flat[i + 1], flat[i], flat[i + 2], 3, stream.ptr)  # 3: device to device
             return
         launcher = self._copy_launcher
         if launcher is None:
+            held = held_calls()
+            if held is None:
+                for i in range(0, len(flat), 3):
+                    self._cupy.cuda.runtime.memcpyAsync(flat[i + 1], flat[i], flat[i + 2], 3, stream.ptr)  # 3: device to device
+                return
             launcher = self._copy_launcher = _CopyLauncher(self._cupy, self.device, held.cuLaunchKernel, held.native)
         if self._get_device() == self.device:  # (inline: the check costs more as a call of its own)
             err = launcher(flat, stream_handle(stream))
@@ -509,27 +508,29 @@ class _CopyLauncher:
         base = ctypes.addressof(self._args)
         self._params = (ctypes.c_void_p * 6)(*(base + 8 * i for i in range(6)))
         self._one, self._two, self._threads, self._shared = ctypes.c_uint(1), ctypes.c_uint(2), ctypes.c_uint(256), ctypes.c_uint(0)
-        self._blocks: dict[tuple[int, bool], int] = {}
-        """The grid's width for a copy of ``(nbytes, 16-byte aligned)``."""
+        self._blocks: dict[int, int] = {}
+        """The grid's width for a copy of ``nbytes`` (16-byte words a thread; the kernel's grid-stride
+        loops cover any size and alignment with any width)."""
 
-    def _width(self, src: int, dst: int, nbytes: int) -> int:
-        wide = not ((src | dst | nbytes) & 15)
-        blocks = self._blocks.get((nbytes, wide))
+    def _width(self, nbytes: int) -> int:
+        blocks = self._blocks.get(nbytes)
         if blocks is None:
-            units = nbytes >> 4 if wide else nbytes
-            blocks = self._blocks[(nbytes, wide)] = max(1, min((units + 255) // 256, 2048))
+            blocks = self._blocks[nbytes] = max(1, min(((nbytes >> 4) + 255) // 256, 2048))
         return blocks
 
     def __call__(self, flat: Sequence[int], stream: int) -> int:
         """Copy each ``(src, dst, nbytes)`` of ``flat`` (three ints per input) on ``stream``, two inputs a
         launch; the first failing launch's CUresult, else 0."""
-        if len(flat) == 3:
-            return self._launch_one(flat, self._width(flat[0], flat[1], flat[2]), stream)
+        native = self._native
+        if native is not None:  # (the usual one and two inputs, inline: these calls are the copy's host cost)
+            if len(flat) == 3:
+                return native(self._functions[0], self._width(flat[2]), 256, flat[0], flat[1], flat[2], stream)  # type: ignore[no-any-return]
+            if len(flat) == 6:
+                return native(self._functions[1], max(self._width(flat[2]), self._width(flat[5])), 256,  # type: ignore[no-any-return]
+                              flat[0], flat[1], flat[2], stream, flat[3], flat[4], flat[5])
         for at in range(0, len(flat), 6):
             pair = flat[at:at + 6]
-            blocks = self._width(pair[0], pair[1], pair[2])
-            if len(pair) == 6:
-                blocks = max(blocks, self._width(pair[3], pair[4], pair[5]))
+            blocks = self._width(pair[2]) if len(pair) == 3 else max(self._width(pair[2]), self._width(pair[5]))
             err = self._launch_one(pair, blocks, stream)
             if err:
                 return err
