@@ -371,3 +371,28 @@ def test_stream_ptr_must_be_an_int_handle_as_the_sdk_takes_it(value: Any) -> Non
         hdr.run(sim.array(np.full((3, 36, 64), 0.5, np.float32)), stream_ptr=s if value == "stream" else value)
     assert hdr.runs == 0
     hdr.run(sim.array(np.full((3, 36, 64), 0.5, np.float32)), stream_ptr=np.int64(s.ptr))  # a NumPy integer is an int
+
+
+def test_an_eager_run_that_fails_after_launching_leaves_its_work_to_be_waited_for() -> None:
+    """A blocking run whose host wait fails after the SDK's stages launched: what launched is still the
+    SDK's own work, which the next release waits for (an event on the SDK stream); a run refused before
+    anything launched marks nothing."""
+    sim = ss.SimBackend(scheduler="in-order")
+    sr = sr_effect(sim)
+    s = sim.create_stream()
+
+    def fails(stream: Any) -> None:
+        raise RuntimeError("the host wait failed")
+
+    sr.engine.host_wait = fails  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="host wait failed"):
+        sr.run(sim.array(rgb(), stream=s), stream_ptr=s.handle)
+    assert len(sr._own_work) == 1
+    sr._wait_own_work()  # a host wait for the marked work: nothing of the SDK's is pending after it
+    assert sr._own_work == []
+
+    fresh = sr_effect(sim)
+    fresh.engine.as_array = lambda a: (_ for _ in ()).throw(RuntimeError("no import"))  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="no import"):
+        fresh.run(sim.array(rgb(), stream=s), stream_ptr=s.handle)
+    assert fresh._own_work == []

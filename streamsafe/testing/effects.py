@@ -487,31 +487,36 @@ class _Effect:
                 return self._run_graphed(inputs, infer, out_shape, eng.stream_cached(stream_ptr), non_blocking, graph_key)  # type: ignore[attr-defined]
             self._graph_warm.add(graph_key)  # the first run of a key is eager: kernels compiled, memory pooled
         s = eng.stream(stream_ptr)
-        staged = []
-        for i, arr in enumerate(inputs):
-            shape, dtype = eng.shape_dtype(arr)
-            buf = self._internal_buffer(_INPUT_NAMES[i], shape, dtype)
-            eng.delay(s, self._latency["transfer"])
-            eng.launch(s, f"{self._name}.transfer", _copy, [eng.as_array(arr)], [buf])
-            staged.append(buf)
-        eng.delay(s, self._latency["inference"])
+        staged: list[Any] = []
         rgb8 = self._has_rgb8_conversion and self._encoding is ImageEncoding.RGB8
-        if rgb8:
-            result = self._internal_buffer("rgb8 result", out_shape, np.uint8)
-            eng.launch(s, f"{self._name}.inference", lambda xp, r, w: _to_rgb8_into(xp, infer(xp, r), w[0]), staged, [result])
-            if not non_blocking:
-                eng.host_wait(s)
-            out = self._output_buffer(out_shape, np.float32)
-            legacy = eng.legacy()
-            eng.delay(legacy, self._latency["conversion"])
-            eng.launch(legacy, f"{self._name}.conversion", lambda xp, r, w: K.from_rgb8(xp, r[0], w[0]), [result], [out])
-            self._mark_own_work([s, legacy] if s != legacy else [s])
-        else:
-            out = self._output_buffer(out_shape, np.uint32)
-            eng.launch(s, f"{self._name}.inference", lambda xp, r, w: _assign(w[0], infer(xp, r)), staged, [out])
-            if not non_blocking:
-                eng.host_wait(s)
-            self._mark_own_work([s])
+        try:
+            for i, arr in enumerate(inputs):
+                shape, dtype = eng.shape_dtype(arr)
+                buf = self._internal_buffer(_INPUT_NAMES[i], shape, dtype)
+                eng.delay(s, self._latency["transfer"])
+                eng.launch(s, f"{self._name}.transfer", _copy, [eng.as_array(arr)], [buf])
+                staged.append(buf)  # (from here on, the SDK stream has work of the SDK's own)
+            eng.delay(s, self._latency["inference"])
+            if rgb8:
+                result = self._internal_buffer("rgb8 result", out_shape, np.uint8)
+                eng.launch(s, f"{self._name}.inference", lambda xp, r, w: _to_rgb8_into(xp, infer(xp, r), w[0]), staged, [result])
+                if not non_blocking:
+                    eng.host_wait(s)
+                out = self._output_buffer(out_shape, np.float32)
+                legacy = eng.legacy()
+                eng.delay(legacy, self._latency["conversion"])
+                eng.launch(legacy, f"{self._name}.conversion", lambda xp, r, w: K.from_rgb8(xp, r[0], w[0]), [result], [out])
+                self._mark_own_work([s, legacy] if s != legacy else [s])
+            else:
+                out = self._output_buffer(out_shape, np.uint32)
+                eng.launch(s, f"{self._name}.inference", lambda xp, r, w: _assign(w[0], infer(xp, r)), staged, [out])
+                if not non_blocking:
+                    eng.host_wait(s)
+                self._mark_own_work([s])
+        except BaseException:
+            if staged:  # what did launch on the SDK stream is the SDK's own work: a release waits for it
+                self._mark_own_work([s])
+            raise
         self.runs += 1
         capsule = eng.export(out)
         if type(capsule) is SimCapsule:  # on the model: a view of it is of this run's output (H7 once the next run writes)
