@@ -502,7 +502,7 @@ class _CopyLauncher:
             self._functions = (int(one.kernel.ptr), int(two.kernel.ptr))
         self._keep = (one, two)
         self._c_functions = (ctypes.c_void_p(self._functions[0]), ctypes.c_void_p(self._functions[1]))
-        self._launch = launch
+        self._launch_kernel = launch
         self._native = native.launch_copy if native is not None else None
         self._args = (ctypes.c_uint64 * 6)()
         base = ctypes.addressof(self._args)
@@ -521,35 +521,29 @@ class _CopyLauncher:
     def __call__(self, flat: Sequence[int], stream: int) -> int:
         """Copy each ``(src, dst, nbytes)`` of ``flat`` (three ints per input) on ``stream``, two inputs a
         launch; the first failing launch's CUresult, else 0."""
-        native = self._native
-        if native is not None:  # (the usual one and two inputs, inline: these calls are the copy's host cost)
-            if len(flat) == 3:
-                return native(self._functions[0], self._width(flat[2]), 256, flat[0], flat[1], flat[2], stream)  # type: ignore[no-any-return]
-            if len(flat) == 6:
-                return native(self._functions[1], max(self._width(flat[2]), self._width(flat[5])), 256,  # type: ignore[no-any-return]
-                              flat[0], flat[1], flat[2], stream, flat[3], flat[4], flat[5])
+        if len(flat) <= 6:  # (the usual one or two inputs: one launch, no slicing)
+            return self._launch(flat, stream)
         for at in range(0, len(flat), 6):
-            pair = flat[at:at + 6]
-            blocks = self._width(pair[2]) if len(pair) == 3 else max(self._width(pair[2]), self._width(pair[5]))
-            err = self._launch_one(pair, blocks, stream)
+            err = self._launch(flat[at:at + 6], stream)
             if err:
                 return err
         return 0
 
-    def _launch_one(self, pair: Sequence[int], blocks: int, stream: int) -> int:
+    def _launch(self, pair: Sequence[int], stream: int) -> int:
         """One launch: ``pair`` holds one input's three ints, or two inputs' six."""
+        two = len(pair) == 6
+        blocks = max(self._width(pair[2]), self._width(pair[5])) if two else self._width(pair[2])
         native = self._native
         if native is not None:
-            if len(pair) == 6:
-                return int(native(self._functions[1], blocks, 256, pair[0], pair[1], pair[2], stream, pair[3], pair[4], pair[5]))
-            return int(native(self._functions[0], blocks, 256, pair[0], pair[1], pair[2], stream))
-        two = len(pair) == 6
+            if two:
+                return native(self._functions[1], blocks, 256, pair[0], pair[1], pair[2], stream, pair[3], pair[4], pair[5])  # type: ignore[no-any-return]
+            return native(self._functions[0], blocks, 256, pair[0], pair[1], pair[2], stream)  # type: ignore[no-any-return]
         args = self._args
         for i, value in enumerate(pair):
             args[i] = value
         one = self._one
-        return int(self._launch(self._c_functions[two], ctypes.c_uint(blocks), self._two if two else one, one, self._threads,
-                                one, one, self._shared, stream, self._params, None))
+        return int(self._launch_kernel(self._c_functions[two], ctypes.c_uint(blocks), self._two if two else one, one, self._threads,
+                                       one, one, self._shared, stream, self._params, None))
 
 
 def _ok(result: Any, call: str) -> Any:
