@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -492,3 +493,53 @@ def test_the_report_says_when_autos_plan_changed_between_runs() -> None:
     text = format_report(RunReport(["p.py"], 0, "auto", False, True, [effect(4), effect(0), effect(10)]))
     assert text.count("strategy auto -> async (its last run's plan): the host never waits") == 3
     assert text.count("auto's plan changed between runs") == 1 and "in 4 of 10 the SDK waited on the host" in text
+
+
+# -- a program that ends with os._exit() ---------------------------------------------------------------
+
+_RUNS_THEN = textwrap.dedent(
+    """
+    import os, sys, threading
+    import numpy as np, nvvfx, streamsafe as ss
+    sim = ss.current_backend()
+    sr = nvvfx.VideoSuperRes(); sr.output_width = sr.output_height = 32; sr.load()
+    for _ in range(3):
+        sr.run(sim.array(np.zeros((3, 16, 16), np.float32)))
+    print("ran 3")
+    """
+)
+
+
+@pytest.mark.parametrize("ending,status", [
+    ("os._exit(5)", 5),
+    ("threading.Thread(target=os._exit, args=(7,)).start()\nthreading.Event().wait()", 7),  # from another thread
+])
+def test_a_program_ending_with_os_exit_gets_its_report_and_its_status(tmp_path: Path, ending: str, status: int) -> None:
+    """``os._exit`` skips the runner's return: the report is made inside it, and the status is the program's
+    (before, the program ended with no report at all). Its unflushed output still comes out."""
+    path = tmp_path / "p.py"
+    path.write_text(_RUNS_THEN + ending + "\n")
+    report = tmp_path / "r.json"
+    done = run_cli("--fake-nvvfx", "--report", str(report), str(path))
+    assert done.returncode == status, done.stdout + done.stderr
+    assert "ran 3" in done.stdout and "3 run(s)" in done.stderr and f"program exit status: {status}" in done.stderr
+    data = json.loads(report.read_text())
+    assert data["exit_status"] == status and [e["runs"] for e in data["effects"]] == [3]
+
+
+def test_os_exit_after_a_race_found_exits_3(tmp_path: Path) -> None:
+    path = tmp_path / "p.py"
+    path.write_text(PROGRAM.replace("sys.exit(1 if corrupt else 0)", "os._exit(0)").replace("import sys\n", "import os, sys\n", 1))
+    done = run_cli("--fake-nvvfx", "--sanitize", str(path), "other-stream")
+    assert done.returncode == 3 and "race(s) found" in done.stderr and "program exit status: 0" in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_ending_with_os_exit_makes_no_report(tmp_path: Path) -> None:
+    """multiprocessing's forked children end with os._exit: the report is the parent's alone, made once."""
+    path = tmp_path / "p.py"
+    path.write_text(_RUNS_THEN + "pid = os.fork()\nif pid == 0:\n    os._exit(9)\n"
+                    "_, code = os.waitpid(pid, 0)\nprint('child status', os.waitstatus_to_exitcode(code))\n")
+    done = run_cli("--fake-nvvfx", str(path))
+    assert done.returncode == 0 and "child status 9" in done.stdout, done.stdout + done.stderr
+    assert done.stderr.count("effect(s) guarded") == 1 and "program exit status: 0" in done.stderr, done.stderr

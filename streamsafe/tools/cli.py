@@ -280,7 +280,7 @@ class _BenchProgress:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .runner import RACE_EXIT_STATUS, format_report, run_program
+    from .runner import RACE_EXIT_STATUS, RunReport, format_report, run_program
     from ..strategy import Strategy
 
     if args.module is None and not args.program:
@@ -299,22 +299,28 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"{target}: no such file" if not os.path.isdir(target) else f"{target}: a folder without __main__.py")
     if args.report:
         _check_writable(args.report, "--report")
-    try:
+
+    def emit(report: RunReport) -> int:
+        """The report on stderr (and ``--report``'s JSON); returns the command's exit status."""
+        sys.stdout.flush()
+        print(format_report(report), file=sys.stderr)
+        if args.report:
+            with open(args.report, "w") as f:
+                f.write(report.to_json() + "\n")
+        if report.races and report.exit_status == 0:
+            return RACE_EXIT_STATUS
+        return report.exit_status
+
+    try:  # (a program that ends with os._exit() gets the same report there)
         report = run_program(target, rest, module=args.module is not None, strategy=args.strategy,
-                             sanitize=args.sanitize, fake_nvvfx=args.fake_nvvfx, exiting=getattr(args, "exiting", False))
+                             sanitize=args.sanitize, fake_nvvfx=args.fake_nvvfx, exiting=getattr(args, "exiting", False),
+                             on_hard_exit=emit)
     except ImportError as e:
         if "nvvfx" in str(e) and not args.fake_nvvfx:
             raise UsageError(f"cannot import nvvfx ({e}); install NVIDIA's nvvfx, or pass --fake-nvvfx "
                              "to run on streamsafe's emulation") from None
         raise
-    sys.stdout.flush()
-    print(format_report(report), file=sys.stderr)
-    if args.report:
-        with open(args.report, "w") as f:
-            f.write(report.to_json() + "\n")
-    if report.races and report.exit_status == 0:
-        return RACE_EXIT_STATUS
-    return report.exit_status
+    return emit(report)
 
 
 def build_parser() -> argparse.ArgumentParser:

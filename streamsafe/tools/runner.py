@@ -19,7 +19,8 @@ import threading
 import traceback
 import weakref
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
 
 from ..class_guard import ClassGuard, guard
 from ..strategy import as_strategy
@@ -166,6 +167,7 @@ def run_program(
     sanitize: bool = False,
     fake_nvvfx: bool = False,
     exiting: bool = False,
+    on_hard_exit: Callable[[RunReport], int] | None = None,
 ) -> RunReport:
     """Run ``target`` (a script path, or a module name when ``module``) with ``args`` as its
     ``sys.argv[1:]``, every nvvfx effect guarded. Blocks until the program ends; returns the report.
@@ -174,7 +176,12 @@ def run_program(
     module returns, the interpreter's shutdown of threads runs here, as it would at exit (threading's
     exit hooks, such as a thread pool's, then every non-daemon thread is waited for), so threads the
     program leaves running stay guarded and counted. Without it, threads still running after the main
-    module are not waited for. A program that ends with ``os._exit()`` gets no report.
+    module are not waited for.
+
+    ``on_hard_exit`` (what ``streamsafe run`` passes): a program that ends the process with
+    ``os._exit(n)``, from any thread, gets its report there: the call is given the report (exit status
+    ``n``) and the process ends with the status it returns. A child that ``fork()`` made and that
+    ends with ``os._exit`` (as ``multiprocessing``'s do) gets none: the report is the parent's.
 
     Raises ``ImportError`` when ``nvvfx`` cannot be imported and ``fake_nvvfx`` is false."""
     from .. import hooks
@@ -212,8 +219,23 @@ def run_program(
     # every race any model finds while the program runs: the mirror's (real GPU calls), the fake nvvfx
     # model's, and those of models the program makes itself
     races_scope: Any = collecting_races() if sanitize else contextlib.nullcontext([])
+    found: list[Any] = []  # (the races scope's list, once it is open)
+
+    def report_of(status: int, made: ContractTally) -> RunReport:
+        report = RunReport([target, *args], status, strategy, sanitize, fake_nvvfx)
+        report.effects = made.reports()
+        if sanitize:
+            races = list(found[0]) if found else []
+            report.races = [str(r) for r in races]
+            report.race_details = [_race_details(r) for r in races]
+        return report
+
+    hard_exit = contextlib.nullcontext() if on_hard_exit is None else _reporting_hard_exit(report_of, on_hard_exit)
     try:
-        with races_scope as races, ContractTally() as made, model_scope:
+        with races_scope as races, ContractTally() as made, model_scope, hard_exit as tally_slot:
+            found.append(races)
+            if tally_slot is not None:
+                tally_slot.append(made)
             try:
                 sys.argv = [target, *args]
                 if module:
@@ -244,12 +266,45 @@ def run_program(
             from ..testing.fake_nvvfx import uninstall_fake_nvvfx
 
             uninstall_fake_nvvfx()
-    report = RunReport([target, *args], status, strategy, sanitize, fake_nvvfx)
-    report.effects = made.reports()
-    if sanitize:
-        report.races = [str(r) for r in races]
-        report.race_details = [_race_details(r) for r in races]
-    return report
+    return report_of(status, made)
+
+
+@contextlib.contextmanager
+def _reporting_hard_exit(
+    report_of: Callable[[int, ContractTally], RunReport], on_hard_exit: Callable[[RunReport], int]
+) -> Iterator[list[ContractTally]]:
+    """While open, ``os._exit(n)`` in this process first hands the run's report (status ``n``) to
+    ``on_hard_exit``, then ends the process with the status that returns. Yields the slot the caller
+    puts the tally in. A second thread's ``os._exit`` blocks until the first's report is out (the process
+    then ends); a fork's child, and a call made while reporting, go straight to ``os._exit``."""
+    real_exit = os._exit
+    pid = os.getpid()
+    slot: list[ContractTally] = []
+    one_report = threading.Lock()  # another thread's os._exit waits for the first report (which ends the process)
+    reporter: list[int] = []
+
+    def _exit(status: int) -> NoReturn:
+        if not isinstance(status, int) or os.getpid() != pid or not slot or threading.get_ident() in reporter:
+            real_exit(status)  # (a wrong argument raises TypeError here, as os._exit does)
+        with one_report:
+            reporter.append(threading.get_ident())
+            final = status
+            try:
+                final = on_hard_exit(report_of(status, slot[0]))
+            except BaseException:  # the report failed: say so, still end as the program asked
+                traceback.print_exc()
+            finally:
+                for stream in (sys.stdout, sys.stderr):
+                    with contextlib.suppress(BaseException):
+                        stream.flush()
+                real_exit(final)
+
+    os._exit = _exit
+    try:
+        yield slot
+    finally:
+        if os._exit is _exit:  # (a program that put its own there keeps it)
+            os._exit = real_exit
 
 
 def _status_of(error: BaseException) -> int:
