@@ -19,6 +19,8 @@
 #   GPU_LANE_PART=split bash scripts/gpu_lane_perf.sh     # where g-host's gap goes, part by part; the emulator's steps; GPU tests (CuPy deprecations counted); the C frame's sections
 #   GPU_LANE_PART=sections bash scripts/gpu_lane_perf.sh  # the C frame's sections alone (a build with section timers)
 #   GPU_LANE_PART=headline bash scripts/gpu_lane_perf.sh  # the docs' figures: the bench (every scenario, chart, raw JSON), g-host split and sections (JSON)
+#   GPU_LANE_PART=closing bash scripts/gpu_lane_perf.sh   # with headline, a session's last check: every GPU test (shorter soaks), the
+#     host-cost figure's data (JSON), the contract's overhead, then the independent race check (GPU_LANE_CHECK_S)
 # GPU_LANE_AB=DIR (any part, first): python_overhead, contract_overhead and effect_host_cost of an older tree's package under DIR beside this one's
 # Everything lands in ONE file, $OUT/lane.tgz (folder lane/). Runs on one GPU too (the two-GPU parts then skip).
 set -uo pipefail
@@ -194,6 +196,22 @@ if { [ "$PART" = close ] && [ -n "${GPU_LANE_HOST_COSTS:-}" ]; } || [ "$PART" = 
   grep -H -E "^(Video|True)" "$L"/effect_host_cost-*.txt | cut -c1-150
 fi
 if [ "$PART" = after ]; then  # a second closing call: the host costs above, then the independent race check (GPU_LANE_CHECK_S)
+  BUDGET_S=${GPU_LANE_CHECK_S:-90} FRAMES=2700 CONTROL_FRAMES=1350 timeout $(( ${GPU_LANE_CHECK_S:-90} + 60 )) \
+    python3 docs/runs/2026-11-30-independent-check/race_check.py > "$L/race_check.txt" 2>&1 || rc=1
+  tail -12 "$L/race_check.txt"
+fi
+if [ "$PART" = closing ]; then  # a session's last check, beside headline: the GPU tests, the host-cost figure's JSON, the race check
+  STREAMSAFE_FUZZ_FRAMES=${STREAMSAFE_FUZZ_FRAMES:-600} STREAMSAFE_FUZZ_CONTROL_FRAMES=${STREAMSAFE_FUZZ_CONTROL_FRAMES:-300} \
+  STREAMSAFE_SOAK_FRAMES=${STREAMSAFE_SOAK_FRAMES:-300} STREAMSAFE_MULTI_GPU_SOAK_FRAMES=${STREAMSAFE_MULTI_GPU_SOAK_FRAMES:-2000} \
+    timeout "${GPU_LANE_TEST_TIMEOUT:-280}" python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu > "$L/pytest-gpu.txt" 2>&1; status=$?
+  echo "pytest exit status $status" >> "$L/pytest-gpu.txt"; [ $status = 0 ] || rc=1
+  grep -E "FAILED|ERROR|passed|failed|exit status" "$L/pytest-gpu.txt" | tail -12
+  timeout 60 python3 benchmarks/hot_path_parts.py auto event --json "$L/hot_path_parts.json" > "$L/hot_path_parts.txt" 2>&1 || rc=1
+  cat "$L/hot_path_parts.txt" | cut -c1-150
+  timeout 60 python3 benchmarks/effect_host_cost.py --calls --json "$L/effect_calls.json" > "$L/effect_calls.txt" 2>&1 || rc=1
+  cat "$L/effect_calls.txt" | cut -c1-150
+  timeout 60 python3 benchmarks/contract_overhead.py --blocks 12 --json "$L/contract_overhead.json" > "$L/contract_overhead.txt" 2>&1 || rc=1
+  grep -E "^(raw effect|contract.run\(\) \+ out|hand, same fences \+ raw capsule import \[)|torch\(copy=False\)" "$L/contract_overhead.txt" | cut -c1-150
   BUDGET_S=${GPU_LANE_CHECK_S:-90} FRAMES=2700 CONTROL_FRAMES=1350 timeout $(( ${GPU_LANE_CHECK_S:-90} + 60 )) \
     python3 docs/runs/2026-11-30-independent-check/race_check.py > "$L/race_check.txt" 2>&1 || rc=1
   tail -12 "$L/race_check.txt"
