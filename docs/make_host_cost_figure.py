@@ -93,8 +93,8 @@ def _effect_bars(ax: object, effect_json: Path) -> None:
 
 
 def main() -> None:
-    parts = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "runs/2026-11-30-figures/hot_path_parts.json"
-    effect = Path(sys.argv[2]) if len(sys.argv) > 2 else HERE / "runs/2026-11-30-figures/effect_calls.json"
+    parts = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "runs/2026-11-30-closing-check/hot_path_parts.json"
+    effect = Path(sys.argv[2]) if len(sys.argv) > 2 else HERE / "runs/2026-11-30-closing-check/effect_calls.json"
     dst = Path(sys.argv[3]) if len(sys.argv) > 3 else HERE / "bench/host-cost-h200.png"
     fig, (a, b) = plt.subplots(1, 2, figsize=(14, 5.2), gridspec_kw={"width_ratios": [1, 1.2]})
     _frame_bars(a, parts)
