@@ -589,3 +589,98 @@ def test_hot_path_parts_runs_on_the_stub(in_frame: bool) -> None:
     for part in ("fence programs (bound driver calls)", "capsule key (capsule_data_key)", "ledger update (after_run)"):
         assert part in done.stdout
     assert ("in frame:" in done.stdout) is in_frame
+
+
+# -- a saved run, read again ------------------------------------------------------------------------------
+
+
+def _saved_run() -> Any:
+    """A timed run as a GPU gives it: a hand row, an unsafe row that corrupted frames, a server scenario."""
+    from streamsafe.bench import BenchResult, Samples
+
+    def cell(scenario: str, strategy: str, wall: float, corrupt: int = 0) -> Samples:
+        return Samples(scenario, strategy, frames=40, block_wall_s=[0.4 * wall, 0.6 * wall], block_frames=[20, 20],
+                       block_cpu_s=[0.3 * wall, 0.5 * wall], latency_ms=[1.0 + i / 40 for i in range(40)],
+                       fences=80, host_waits=40 if strategy == "event" else 0, runs=40, checked=40, corrupt=corrupt)
+
+    walls = {"none": 0.03, "auto": 0.045, "event": 0.05, "device": 0.09, "hand": 0.044, "hand-sync": 0.06}
+    samples = {(sc, st): cell(sc, st, w * (2 if sc == "server-2" else 1), corrupt=7 if st == "none" else 0)
+               for sc in ("a", "server-2") for st, w in walls.items()}
+    return BenchResult(backend="cuda", timed=True, scenarios=["a", "server-2"], strategies=list(walls), frames=40,
+                       warmup=20, block=20, samples=samples, order=list(samples), environment={"gpu": "NVIDIA H200"})
+
+
+def test_a_saved_run_reads_back_as_it_was(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from streamsafe.bench import write_json
+    from streamsafe.bench.report import read_json
+
+    result = _saved_run()
+    path = tmp_path / "run.json"
+    write_json(result, str(path))
+    again = read_json(str(path))
+    assert format_table(again) == format_table(result) and to_json(again) == json.loads(path.read_text())
+    assert again.hand_ratio("a", "auto") == pytest.approx(0.044 / 0.045) and again.best_hand("a") == "hand"
+
+
+def test_bench_from_json_prints_and_charts_a_saved_run_without_running(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    from streamsafe.bench import write_json
+
+    saved = tmp_path / "run.json"
+    write_json(_saved_run(), str(saved))
+    again = tmp_path / "again.json"
+    assert main(["bench", "--from-json", str(saved), "--scenario", "server-2", "--strategy", "auto,hand",
+                 "--json", str(again)]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split()[:2] for line in out.splitlines() if line.startswith(("a ", "server-2 "))]
+    assert rows == [["server-2", "auto"], ["server-2", "hand"]], out
+    assert {(c["scenario"], c["strategy"]) for c in json.loads(again.read_text())["cells"]} == {("server-2", "auto"), ("server-2", "hand")}
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--frames", "40"], "--frames set how a run goes, and --from-json runs nothing"),
+    (["--backend", "cuda", "--block", "5"], "--block, --backend set how a run goes"),
+    (["--scenario", "g-host"], "unknown scenario in that run 'g-host'; choose from a, server-2 or all"),
+    (["--strategy", "stream"], "unknown strategy in that run 'stream'"),
+])
+def test_bench_from_json_refuses_what_it_cannot_do(tmp_path, capsys: pytest.CaptureFixture[str], args: list[str], says: str) -> None:  # type: ignore[no-untyped-def]
+    from streamsafe.bench import write_json
+
+    saved = tmp_path / "run.json"
+    write_json(_saved_run(), str(saved))
+    assert main(["bench", "--from-json", str(saved), *args]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_bench_from_json_names_a_file_that_is_no_run(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    other = tmp_path / "other.json"
+    other.write_text('{"cells": []}')
+    assert main(["bench", "--from-json", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert f"{other} is not a file that `streamsafe bench --json` wrote" in err and "KeyError" in err
+    assert main(["bench", "--from-json", str(tmp_path / "missing.json")]) == 2
+    assert "No such file" in capsys.readouterr().err
+
+
+def test_the_chart_draws_each_strategy_over_the_hand_row() -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from streamsafe.bench.report import _bars
+
+    result = _saved_run()
+    fig, ax = plt.subplots()
+    _bars(ax, result, ["a"], result.strategies)
+    heights = [p.get_height() for p in ax.patches]
+    assert heights == pytest.approx([result.hand_ratio("a", s) for s in result.strategies])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a\nhand 909/s"]  # (40 frames in 0.044 s)
+    plt.close(fig)
+
+
+def test_the_chart_file_is_written(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "bench.png"
+    assert write_png(_saved_run(), str(path)) is None
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -6,9 +6,9 @@ import json
 import math
 from typing import Any
 
-from .harness import HAND_ROWS, UNSAFE_ROWS, BenchResult
+from .harness import HAND_ROWS, UNSAFE_ROWS, BenchResult, Samples
 
-__all__ = ["format_table", "to_json", "write_json", "write_png", "progress_bar"]
+__all__ = ["format_table", "to_json", "read_json", "write_json", "write_png", "progress_bar"]
 
 
 def _f(x: float, digits: int = 2) -> str:
@@ -129,8 +129,43 @@ def write_json(result: BenchResult, path: str) -> None:
         json.dump(_clean(to_json(result)), f, indent=1)
 
 
+_SAMPLE_LISTS = ("block_wall_s", "block_cpu_s", "block_frames", "latency_ms")
+_SAMPLE_COUNTS = ("runs", "fences", "host_waits", "corrupt", "checked")
+
+
+def read_json(path: str) -> BenchResult:
+    """The run a ``--json`` file holds (written by :func:`write_json`), to print or chart again.
+
+    Raises ``ValueError`` naming the file and what is missing when it is not such a file."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        config = data["config"]
+        samples: dict[tuple[str, str], Samples] = {}
+        for cell in data["cells"]:
+            raw, summary = cell["samples"], cell["summary"]
+            s = Samples(cell["scenario"], cell["strategy"])
+            for k in _SAMPLE_LISTS:
+                setattr(s, k, list(raw[k]))
+            for k in _SAMPLE_COUNTS:
+                setattr(s, k, int(summary[k]))
+            s.frames = sum(s.block_frames)
+            samples[(s.scenario, s.strategy)] = s
+        return BenchResult(
+            backend=data["backend"], timed=bool(data["timed"]), scenarios=list(config["scenarios"]),
+            strategies=list(config["strategies"]), frames=int(config["frames"]), warmup=int(config["warmup"]),
+            block=int(config["block"]), samples=samples, order=[(a, b) for a, b in data.get("order", [])],
+            environment=dict(data.get("environment") or {}),
+        )
+    except (KeyError, TypeError, ValueError) as e:  # (json's decode error is a ValueError)
+        raise ValueError(f"{path} is not a file that `streamsafe bench --json` wrote ({type(e).__name__}: {e}); "
+                         "give the JSON of a bench run") from None
+
+
 def write_png(result: BenchResult, path: str) -> str | None:
-    """A grouped bar chart of frames/s per strategy per scenario, the hand-written floor marked.
+    """A grouped bar chart per scenario of each strategy's frames/s over the faster hand-written row's
+    (1.0: as fast as the hand-written fences), so every scenario reads on one scale; each scenario's
+    label gives that row's frames/s. The video server has its own panel.
 
     Returns why nothing was written (no matplotlib, or the model: no times), else ``None``.
     """
@@ -151,13 +186,14 @@ def write_png(result: BenchResult, path: str) -> str | None:
                              gridspec_kw={"width_ratios": widths})
     for ax, scenarios in zip(axes[0], groups):
         _bars(ax, result, scenarios, strategies)
-    axes[0][0].set_ylabel("frames/s (higher is better)")
+    axes[0][0].set_ylabel("frames/s over the faster hand-written row's")
     if len(groups) > 1:
-        axes[0][1].set_ylabel("aggregate frames/s, all effects")
+        axes[0][1].set_ylabel("aggregate frames/s over the hand-written rows'")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncols=min(8, len(strategies)), fontsize=8)
-    fig.suptitle(f"streamsafe bench, {result.environment.get('gpu', result.backend)} "
-                 "(dashed: the faster hand-written row; hatched: unsafe, no fences; red x: corrupted frames)", fontsize=10)
+    fig.suptitle(f"streamsafe bench, {result.environment.get('gpu', result.backend)}: frames/s per strategy over the "
+                 "faster hand-written row (dashed, 1.0; its frames/s under each scenario); hatched: unsafe, no fences; "
+                 "red x: corrupted frames", fontsize=10)
     fig.tight_layout(rect=(0, 0.07, 1, 0.96))
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -172,18 +208,21 @@ def _bars(ax: Any, result: BenchResult, scenarios: list[str], strategies: list[s
     width = 0.8 / len(strategies)
     for j, strategy in enumerate(strategies):
         xs = [i + (j - (len(strategies) - 1) / 2) * width for i in range(len(scenarios))]
-        ys = [result.samples[(sc, strategy)].fps if (sc, strategy) in result.samples else 0.0 for sc in scenarios]
+        ys = [result.hand_ratio(sc, strategy) if (sc, strategy) in result.samples else math.nan for sc in scenarios]
+        ys = [0.0 if y != y else y for y in ys]  # (no hand row, or no such cell: no bar)
         bars = ax.bar(xs, ys, width, label=_label(strategy), color=_COLORS.get(strategy, None),
                       hatch="//" if strategy in UNSAFE_ROWS else None)
         for bar, sc in zip(bars, scenarios):
             if (sc, strategy) in result.samples and result.get(sc, strategy).corrupt:
                 ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), "x", ha="center", va="bottom", color="red", fontsize=9)
-    for i, sc in enumerate(scenarios):
+    ax.axhline(1.0, color="black", linestyle="dashed", linewidth=1)
+    labels = []
+    for sc in scenarios:
         best = result.best_hand(sc)
-        if best is not None:
-            ax.hlines(result.get(sc, best).fps, i - 0.45, i + 0.45, colors="black", linestyles="dashed", linewidth=1)
+        labels.append(sc if best is None else f"{sc}\n{best} {result.get(sc, best).fps:,.0f}/s")
     ax.set_xticks(range(len(scenarios)))
-    ax.set_xticklabels(scenarios)
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylim(0, max(1.25, *(b.get_height() for b in ax.patches)) * 1.08)
 
 
 def progress_bar(stream: Any) -> Any:

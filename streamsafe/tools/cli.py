@@ -204,15 +204,16 @@ def _hazards(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from ..bench import SCENARIOS, gpu_factory, run_bench, sim_factory, write_json, write_png
-    from ..bench.report import format_table
+    from ..bench import SCENARIOS, gpu_factory, run_bench, sim_factory
     from .hazards import STRATEGIES
 
-    scenarios = _choose(args.scenario, [s.key for s in SCENARIOS], "scenario")
-    strategies = _choose(args.strategy, STRATEGIES, "strategy")
     for path, option in ((args.json, "--json"), (args.png, "--png")):
         if path:
             _check_writable(path, option)
+    if args.from_json:
+        return _bench_again(args)
+    scenarios = _choose(args.scenario, [s.key for s in SCENARIOS], "scenario")
+    strategies = _choose(args.strategy, STRATEGIES, "strategy")
     backend = _resolve_backend(args.backend)
     from .doctor import collect
 
@@ -247,6 +248,15 @@ def _bench(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.close()
+    _bench_outputs(result, args)
+    return 0
+
+
+def _bench_outputs(result: Any, args: argparse.Namespace) -> None:
+    """The table on stdout, then the ``--json`` and ``--png`` files asked for."""
+    from ..bench import write_json, write_png
+    from ..bench.report import format_table
+
     print(format_table(result))
     if args.json:
         write_json(result, args.json)
@@ -254,6 +264,28 @@ def _bench(args: argparse.Namespace) -> int:
     if args.png:
         why = write_png(result, args.png)
         print(f"chart not written: {why}" if why else f"wrote the chart to {args.png}", file=sys.stderr)
+
+
+def _bench_again(args: argparse.Namespace) -> int:
+    """``--from-json``: a saved run's table (and chart, JSON) again, its cells chosen with ``--scenario`` and
+    ``--strategy``; nothing runs."""
+    from ..bench.report import read_json
+
+    running = [o for o, v in (("--frames", args.frames), ("--warmup", args.warmup), ("--block", args.block),
+                              ("--backend", None if args.backend == "auto" else args.backend)) if v is not None]
+    if running:
+        raise UsageError(f"{', '.join(running)} set how a run goes, and --from-json runs nothing: drop "
+                         f"{'it' if len(running) == 1 else 'them'}, or drop --from-json to run the bench")
+    try:
+        result = read_json(args.from_json)
+    except OSError as e:
+        raise UsageError(f"--from-json {args.from_json}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    result.scenarios = _choose(args.scenario, result.scenarios, "scenario in that run")
+    result.strategies = _choose(args.strategy, result.strategies, "strategy in that run")
+    result.samples = {k: v for k, v in result.samples.items() if k[0] in result.scenarios and k[1] in result.strategies}
+    _bench_outputs(result, args)
     return 0
 
 
@@ -370,7 +402,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--warmup", type=int, help="untimed frames first (default 20 on cuda, 2 on sim)")
     bench.add_argument("--block", type=_positive, help="frames per interleaved block (default 20 on cuda, 4 on sim)")
     bench.add_argument("--json", metavar="PATH", help="write environment, summary and every raw sample")
-    bench.add_argument("--png", metavar="PATH", help="write a frames/s chart (needs matplotlib)")
+    bench.add_argument("--png", metavar="PATH", help="write a chart of each strategy's frames/s over the hand-written "
+                                                     "rows' (needs matplotlib)")
+    bench.add_argument("--from-json", metavar="PATH", help="run nothing: print the table of a run that --json saved "
+                                                           "(and write --png, --json from it; --scenario and --strategy "
+                                                           "choose its cells)")
     bench.add_argument("--quiet", action="store_true", help="no progress bar (there is none when stderr is not a terminal)")
     bench.set_defaults(func=_bench)
     run = sub.add_parser(
