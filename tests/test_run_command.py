@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -527,11 +528,25 @@ def test_a_program_ending_with_os_exit_gets_its_report_and_its_status(tmp_path: 
     assert data["exit_status"] == status and [e["runs"] for e in data["effects"]] == [3]
 
 
-def test_os_exit_after_a_race_found_exits_3(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ending,status", [("os._exit(0)", 0), ("os._exit(np.int64(0))", 0), ("os._exit(256)", 256),
+                                           ("os._exit(False)", 0)])
+def test_os_exit_after_a_race_found_exits_3(tmp_path: Path, ending: str, status: int) -> None:
+    """Any status the system reads as success (NumPy's integers, bools and multiples of 256 too)."""
     path = tmp_path / "p.py"
-    path.write_text(PROGRAM.replace("sys.exit(1 if corrupt else 0)", "os._exit(0)").replace("import sys\n", "import os, sys\n", 1))
+    path.write_text(PROGRAM.replace("sys.exit(1 if corrupt else 0)", ending).replace("import sys\n", "import os, sys\n", 1))
     done = run_cli("--fake-nvvfx", "--sanitize", str(path), "other-stream")
-    assert done.returncode == 3 and "race(s) found" in done.stderr and "program exit status: 0" in done.stderr, done.stderr
+    assert done.returncode == 3 and "race(s) found" in done.stderr, done.stderr
+    assert done.stderr.count("effect(s) guarded") == 1 and f"program exit status: {status}\n" in done.stderr
+
+
+def test_os_exit_after_a_race_exits_3_when_the_report_file_cannot_be_written(tmp_path: Path) -> None:
+    path = tmp_path / "p.py"
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    path.write_text(PROGRAM.replace("sys.exit(1 if corrupt else 0)", f"os.rmdir({str(gone)!r}); os._exit(0)")
+                    .replace("import sys\n", "import os, sys\n", 1))
+    done = run_cli("--fake-nvvfx", "--sanitize", "--report", str(gone / "r.json"), str(path), "other-stream")
+    assert done.returncode == 3 and "race(s) found" in done.stderr and "FileNotFoundError" in done.stderr, done.stderr
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -543,3 +558,80 @@ def test_a_forked_child_ending_with_os_exit_makes_no_report(tmp_path: Path) -> N
     done = run_cli("--fake-nvvfx", str(path))
     assert done.returncode == 0 and "child status 9" in done.stdout, done.stdout + done.stderr
     assert done.stderr.count("effect(s) guarded") == 1 and "program exit status: 0" in done.stderr, done.stderr
+    assert "the program forked 1 process(es): their runs are not counted here" in done.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_parent_that_forks_and_leaves_reports_once_and_says_it_forked(tmp_path: Path) -> None:
+    """The daemon pattern: the parent ends with os._exit at once, the child goes on. One report (the parent's),
+    which says its children's runs are not in it; the child's own end makes none."""
+    path = tmp_path / "p.py"
+    marker = tmp_path / "child-done"
+    path.write_text(_RUNS_THEN + "if os.fork() > 0:\n    os._exit(0)\n"
+                    f"sr.run(sim.array(np.zeros((3, 16, 16), np.float32)))\nopen({str(marker)!r}, 'w').close()\n")
+    report = tmp_path / "r.json"
+    done = run_cli("--fake-nvvfx", "--report", str(report), str(path))
+    for _ in range(200):  # (the child outlives the command)
+        if marker.exists():
+            break
+        time.sleep(0.02)
+    time.sleep(0.2)
+    assert done.returncode == 0 and done.stderr.count("effect(s) guarded") == 1, done.stderr
+    data = json.loads(report.read_text())
+    assert data["forked_children"] == 1 and [e["runs"] for e in data["effects"]] == [3]
+
+
+def test_os_exit_kept_by_the_program_after_the_run_ends_makes_no_second_report(tmp_path: Path) -> None:
+    """atexit.register(os._exit, 0) keeps the wrapper; by the time it runs the report is out."""
+    path = tmp_path / "p.py"
+    path.write_text(_RUNS_THEN + "import atexit\natexit.register(os._exit, 0)\n")
+    done = run_cli("--fake-nvvfx", str(path))
+    assert done.returncode == 0 and done.stderr.count("effect(s) guarded") == 1, done.stderr
+
+
+def test_a_process_that_ran_a_program_in_process_exits_as_it_asks(tmp_path: Path) -> None:
+    """main(["run", ...]) called in-process: the program's own wrapper of os._exit keeps streamsafe's, and the
+    host's later os._exit(0) must neither report the old run again nor change the host's status."""
+    program = tmp_path / "p.py"
+    program.write_text(_RUNS_THEN + "_orig = os._exit\nos._exit = lambda n: _orig(n)\n")
+    host = tmp_path / "host.py"
+    host.write_text("import os, sys\nfrom streamsafe.tools.cli import main\n"
+                    f"print('main returned', main(['run', '--fake-nvvfx', {str(program)!r}]), flush=True)\nos._exit(0)\n")
+    done = subprocess.run([sys.executable, str(host)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "main returned 0" in done.stdout, done.stdout + done.stderr
+    assert done.stderr.count("effect(s) guarded") == 1, done.stderr
+
+
+def test_os_exit_on_the_thread_that_holds_the_tallys_lock_still_ends(tmp_path: Path) -> None:
+    """A signal handler that calls os._exit while its thread counts a contract (the tally's lock held): the
+    report waits at most a second for that lock, then is made without it."""
+    path = tmp_path / "p.py"
+    path.write_text(_RUNS_THEN + "from streamsafe import contract\nwith contract._CONTRACT_SINKS[-1]._lock:\n    os._exit(4)\n")
+    done = run_cli("--fake-nvvfx", str(path))
+    assert done.returncode == 4 and "3 run(s)" in done.stderr and "program exit status: 4" in done.stderr, done.stderr
+
+
+def test_out_of_range_and_wrong_arguments_raise_as_os_exit_does(tmp_path: Path) -> None:
+    """OverflowError and TypeError with no report: the program catches them and goes on, to one report."""
+    path = tmp_path / "p.py"
+    path.write_text(_RUNS_THEN + "for bad in [(2**31,), ('3',), (), (1, 2)]:\n    try:\n        os._exit(*bad)\n"
+                    "    except (OverflowError, TypeError) as e:\n        print('refused', type(e).__name__, flush=True)\n"
+                    "os._exit(5)\n")
+    done = run_cli("--fake-nvvfx", str(path))
+    assert done.returncode == 5 and done.stdout.count("refused") == 4 and "refused OverflowError" in done.stdout, done.stdout
+    assert done.stderr.count("effect(s) guarded") == 1 and "program exit status: 5" in done.stderr, done.stderr
+
+
+def test_a_daemon_threads_os_exit_as_the_program_ends_gives_one_whole_report(tmp_path: Path) -> None:
+    """A watchdog's os._exit racing the run's own end: whichever comes first reports; the other waits for it,
+    so there is one report and the JSON file is whole."""
+    path = tmp_path / "p.py"
+    path.write_text(_RUNS_THEN + "import time\ngo = threading.Event()\n"
+                    "threading.Thread(target=lambda: (go.wait(), os._exit(5)), daemon=True).start()\n"
+                    "go.set(); time.sleep(0.001)\n")
+    report = tmp_path / "r.json"
+    for _ in range(3):
+        done = run_cli("--fake-nvvfx", "--report", str(report), str(path))
+        assert done.returncode == 5 and done.stderr.count("effect(s) guarded") == 1, done.stderr
+        status = json.loads(report.read_text())["exit_status"]
+        assert status in (0, 5) and f"program exit status: {status}" in done.stderr

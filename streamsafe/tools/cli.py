@@ -8,10 +8,12 @@ a trace file that cannot be written), reported on one line without a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -312,7 +314,7 @@ class _BenchProgress:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .runner import RACE_EXIT_STATUS, RunReport, format_report, run_program
+    from .runner import RunReport, command_status, format_report, run_program
     from ..strategy import Strategy
 
     if args.module is None and not args.program:
@@ -332,27 +334,49 @@ def _run(args: argparse.Namespace) -> int:
     if args.report:
         _check_writable(args.report, "--report")
 
-    def emit(report: RunReport) -> int:
-        """The report on stderr (and ``--report``'s JSON); returns the command's exit status."""
-        sys.stdout.flush()
-        print(format_report(report), file=sys.stderr)
-        if args.report:
-            with open(args.report, "w") as f:
-                f.write(report.to_json() + "\n")
-        if report.races and report.exit_status == 0:
-            return RACE_EXIT_STATUS
-        return report.exit_status
+    def emit(report: RunReport) -> None:
+        """The report on stderr, and ``--report``'s JSON (written whole or not at all)."""
+        with contextlib.suppress(ValueError, OSError):  # (a program that closed its stdout)
+            sys.stdout.flush()
+        try:
+            print(format_report(report), file=sys.stderr)
+        finally:
+            if args.report:
+                _write_whole(args.report, report.to_json() + "\n")
 
-    try:  # (a program that ends with os._exit() gets the same report there)
+    try:  # (the report comes from run_program: at the end, or inside the program's os._exit())
         report = run_program(target, rest, module=args.module is not None, strategy=args.strategy,
                              sanitize=args.sanitize, fake_nvvfx=args.fake_nvvfx, exiting=getattr(args, "exiting", False),
-                             on_hard_exit=emit)
+                             report_to=emit)
     except ImportError as e:
         if "nvvfx" in str(e) and not args.fake_nvvfx:
             raise UsageError(f"cannot import nvvfx ({e}); install NVIDIA's nvvfx, or pass --fake-nvvfx "
                              "to run on streamsafe's emulation") from None
         raise
-    return emit(report)
+    return command_status(report)
+
+
+def _write_whole(path: str, text: str) -> None:
+    """``text`` into ``path`` through a file beside it renamed over it: a reader, or a process that
+    ends meanwhile, sees the old file or the new one, never half of one. (Where no file can be made
+    beside it, ``path`` is written in place.)"""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".streamsafe-report-", dir=os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        with open(path, "w") as f:
+            f.write(text)
+        return
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # (the mode a plain open() gives, not mkstemp's 0600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def build_parser() -> argparse.ArgumentParser:

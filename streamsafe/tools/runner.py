@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
 import runpy
 import sys
@@ -19,13 +20,13 @@ import threading
 import traceback
 import weakref
 from dataclasses import asdict, dataclass, field
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from ..class_guard import ClassGuard, guard
 from ..strategy import as_strategy
 
-__all__ = ["EffectReport", "RunReport", "run_program", "format_report"]
+__all__ = ["EffectReport", "RunReport", "run_program", "command_status", "format_report"]
 
 RACE_EXIT_STATUS = 3
 """The exit status of ``streamsafe run --sanitize`` when the program exited 0 but races were found."""
@@ -60,6 +61,9 @@ class RunReport:
     """Each race found (``sanitize``), as one line for people."""
     race_details: list[dict[str, Any]] = field(default_factory=list)
     """The same races, structured: ``buffer``, ``kind``, ``first`` and ``second`` (``op``, ``access``, ``where``), ``fix``."""
+    forked_children: int = 0
+    """Processes the program made with ``fork()`` (``multiprocessing``'s fork start method among them):
+    they make no report, so their runs are in none."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -142,9 +146,15 @@ class ContractTally:
                 entry = self._effects[key] = (weakref.ref(ledger), _EffectTally(contract), contract.strategy.value)
             entry[1].add(contract)
 
-    def reports(self) -> list[EffectReport]:
-        with self._lock:
+    def reports(self, wait: float | None = None) -> list[EffectReport]:
+        """One report per effect. Blocks while another thread counts a contract: at most ``wait`` seconds,
+        if given, then reads without the lock (a signal handler on the thread that holds it)."""
+        held = self._lock.acquire(timeout=-1 if wait is None else wait)
+        try:
             return [tally.report(first) for _, tally, first in [*self._gone, *self._effects.values()]]
+        finally:
+            if held:
+                self._lock.release()
 
     def __enter__(self) -> ContractTally:
         from .. import contract
@@ -167,7 +177,7 @@ def run_program(
     sanitize: bool = False,
     fake_nvvfx: bool = False,
     exiting: bool = False,
-    on_hard_exit: Callable[[RunReport], int] | None = None,
+    report_to: Callable[[RunReport], None] | None = None,
 ) -> RunReport:
     """Run ``target`` (a script path, or a module name when ``module``) with ``args`` as its
     ``sys.argv[1:]``, every nvvfx effect guarded. Blocks until the program ends; returns the report.
@@ -178,10 +188,11 @@ def run_program(
     program leaves running stay guarded and counted. Without it, threads still running after the main
     module are not waited for.
 
-    ``on_hard_exit`` (what ``streamsafe run`` passes): a program that ends the process with
-    ``os._exit(n)``, from any thread, gets its report there: the call is given the report (exit status
-    ``n``) and the process ends with the status it returns. A child that ``fork()`` made and that
-    ends with ``os._exit`` (as ``multiprocessing``'s do) gets none: the report is the parent's.
+    ``report_to`` (what ``streamsafe run`` passes): the run's one report is handed to it, by the
+    process the run started in: after the run's clean-up, or, when the program ends the process with
+    ``os._exit(n)`` from any thread, inside that call (exit status ``n``; the process then ends with
+    :func:`command_status` of the report). A child made by ``fork()`` hands over none, however it
+    ends; the report counts those children (``forked_children``), whose runs it does not hold.
 
     Raises ``ImportError`` when ``nvvfx`` cannot be imported and ``fake_nvvfx`` is false."""
     from .. import hooks
@@ -221,90 +232,159 @@ def run_program(
     races_scope: Any = collecting_races() if sanitize else contextlib.nullcontext([])
     found: list[Any] = []  # (the races scope's list, once it is open)
 
-    def report_of(status: int, made: ContractTally) -> RunReport:
+    hard_exit = _HardExit(report_to) if report_to is not None else None
+
+    def report_of(status: int, made: ContractTally, wait: float | None = None) -> RunReport:
         report = RunReport([target, *args], status, strategy, sanitize, fake_nvvfx)
-        report.effects = made.reports()
+        report.effects = made.reports(wait)
         if sanitize:
             races = list(found[0]) if found else []
             report.races = [str(r) for r in races]
             report.race_details = [_race_details(r) for r in races]
+        report.forked_children = hard_exit.forks if hard_exit is not None else 0
         return report
 
-    hard_exit = contextlib.nullcontext() if on_hard_exit is None else _reporting_hard_exit(report_of, on_hard_exit)
-    try:
-        with races_scope as races, ContractTally() as made, model_scope, hard_exit as tally_slot:
-            found.append(races)
-            if tally_slot is not None:
-                tally_slot.append(made)
-            try:
-                sys.argv = [target, *args]
-                if module:
-                    sys.path.insert(0, os.getcwd())  # as `python -m` does: modules of the current directory import
-                    runpy.run_module(target, run_name="__main__", alter_sys=True)
-                elif os.path.isdir(target):  # a folder with __main__.py, as `python appdir` runs it
-                    runpy.run_path(target, run_name="__main__")
-                else:
-                    sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
-                    runpy.run_path(target, run_name="__main__")
-            except BaseException as e:  # the program's end: its error shown at once, as Python shows it
-                status = _status_of(e)
-            if exiting:
+    with hard_exit if hard_exit is not None else contextlib.nullcontext():
+        try:
+            with races_scope as races, ContractTally() as made, model_scope:
+                found.append(races)
+                if hard_exit is not None:
+                    hard_exit.start(lambda status, wait: report_of(status, made, wait))
                 try:
-                    _shut_down_threads(threads_before)  # as the interpreter does before it exits
-                except BaseException:  # (Ctrl-C there, a hook's error): Python reports it, keeps the status
-                    print("Exception ignored in: <module 'threading'>", file=sys.stderr)
-                    traceback.print_exc()
-    finally:
-        sys.argv = argv
-        if path0 is not None and sys.path and sys.path[0] != path0:
-            sys.path.pop(0)
-        cg.undo()
-        if model is not None:
-            hooks.unregister(model)
-        if faked and not exiting:  # main() called in-process leaves sys.modules as it found it (as the
-            # process's end, the program's atexit handlers still run after this and may import nvvfx)
-            from ..testing.fake_nvvfx import uninstall_fake_nvvfx
+                    sys.argv = [target, *args]
+                    if module:
+                        sys.path.insert(0, os.getcwd())  # as `python -m` does: modules of the current directory import
+                        runpy.run_module(target, run_name="__main__", alter_sys=True)
+                    elif os.path.isdir(target):  # a folder with __main__.py, as `python appdir` runs it
+                        runpy.run_path(target, run_name="__main__")
+                    else:
+                        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+                        runpy.run_path(target, run_name="__main__")
+                except BaseException as e:  # the program's end: its error shown at once, as Python shows it
+                    status = _status_of(e)
+                if exiting:
+                    try:
+                        _shut_down_threads(threads_before)  # as the interpreter does before it exits
+                    except BaseException:  # (Ctrl-C there, a hook's error): Python reports it, keeps the status
+                        print("Exception ignored in: <module 'threading'>", file=sys.stderr)
+                        traceback.print_exc()
+        finally:
+            sys.argv = argv
+            if path0 is not None and sys.path and sys.path[0] != path0:
+                sys.path.pop(0)
+            cg.undo()
+            if model is not None:
+                hooks.unregister(model)
+            if faked and not exiting:  # main() called in-process leaves sys.modules as it found it (as the
+                # process's end, the program's atexit handlers still run after this and may import nvvfx)
+                from ..testing.fake_nvvfx import uninstall_fake_nvvfx
 
-            uninstall_fake_nvvfx()
-    return report_of(status, made)
+                uninstall_fake_nvvfx()
+        report = report_of(status, made)
+        if hard_exit is not None:
+            hard_exit.report_once(report)  # (an os._exit meanwhile waits for it, then ends the process)
+    return report
 
 
-@contextlib.contextmanager
-def _reporting_hard_exit(
-    report_of: Callable[[int, ContractTally], RunReport], on_hard_exit: Callable[[RunReport], int]
-) -> Iterator[list[ContractTally]]:
-    """While open, ``os._exit(n)`` in this process first hands the run's report (status ``n``) to
-    ``on_hard_exit``, then ends the process with the status that returns. Yields the slot the caller
-    puts the tally in. A second thread's ``os._exit`` blocks until the first's report is out (the process
-    then ends); a fork's child, and a call made while reporting, go straight to ``os._exit``."""
-    real_exit = os._exit
-    pid = os.getpid()
-    slot: list[ContractTally] = []
-    one_report = threading.Lock()  # another thread's os._exit waits for the first report (which ends the process)
-    reporter: list[int] = []
+def command_status(report: RunReport) -> int:
+    """The exit status of ``streamsafe run``: the program's, or :data:`RACE_EXIT_STATUS` when sanitize
+    found a race and the program's status reads as success (0, or a multiple of 256, which the
+    system keeps as 0)."""
+    if report.races and report.exit_status % 256 == 0:
+        return RACE_EXIT_STATUS
+    return report.exit_status
 
-    def _exit(status: int) -> NoReturn:
-        if not isinstance(status, int) or os.getpid() != pid or not slot or threading.get_ident() in reporter:
-            real_exit(status)  # (a wrong argument raises TypeError here, as os._exit does)
-        with one_report:
-            reporter.append(threading.get_ident())
-            final = status
+
+_C_INT = range(-(2**31), 2**31)
+
+
+class _HardExit:
+    """While open, ``os._exit(n)`` in this process hands the run's report (status ``n``) to ``report_to``
+    first, then ends the process with :func:`command_status` of it. One report per run: the first of
+    an ``os._exit`` and the run's own end makes it, and the other waits for it (an ``os._exit`` then
+    ends the process with its own status). Goes straight to the real ``os._exit`` for: a fork's child,
+    a call made while reporting (a signal handler on the reporting thread), an argument the real one
+    refuses (it raises as it does), and any call once the run is over (a reference the program kept,
+    such as ``atexit.register(os._exit, 0)``)."""
+
+    def __init__(self, report_to: Callable[[RunReport], None]) -> None:
+        self.report_to = report_to
+        self.report_of: Callable[[int, float | None], RunReport] | None = None
+        self.pid = os.getpid()
+        self.forks = 0
+        """Children ``fork()`` made in this process while the run went on."""
+        self.real_exit = os._exit
+        self.active = False
+        self.done = False
+        self.reporter: int | None = None
+        self.one_report = threading.Lock()
+
+    def __enter__(self) -> _HardExit:
+        self.active = True
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_parent=lambda: _HardExit._forked(ref))  # (never unregistered: weak)
+        os._exit = self._exit  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.active = False
+        if os._exit == self._exit:  # (a program that put its own there keeps it)
+            os._exit = self.real_exit
+
+    @staticmethod
+    def _forked(ref: weakref.ref[_HardExit]) -> None:
+        me = ref()
+        if me is not None and me.active:
+            me.forks += 1
+
+    def start(self, report_of: Callable[[int, float | None], RunReport]) -> None:
+        """The program starts: from now on ``os._exit`` reports with ``report_of(status, wait)``."""
+        self.report_of = report_of
+
+    def report_once(self, report: RunReport) -> None:
+        """The run's own end: hand ``report`` over unless an ``os._exit`` did, or this is a fork's child.
+        Blocks while an ``os._exit`` is reporting (which then ends the process)."""
+        if os.getpid() != self.pid:
+            return
+        with self.one_report:
+            if self.done:
+                return
+            self.reporter = threading.get_ident()
             try:
-                final = on_hard_exit(report_of(status, slot[0]))
+                self.report_to(report)
+            finally:
+                self.done, self.reporter = True, None
+
+    def _exit(self, *args: Any, **kwargs: Any) -> NoReturn:
+        real = self.real_exit
+        if len(args) != 1 or kwargs:
+            real(*args, **kwargs)  # (raises the real one's TypeError)
+        try:
+            code = operator.index(args[0])
+        except TypeError:
+            real(args[0])  # (raises TypeError, as the real one does)
+        if code not in _C_INT:
+            real(args[0])  # (raises OverflowError, as the real one does: the program may go on)
+        if (not self.active or self.report_of is None or os.getpid() != self.pid
+                or self.reporter == threading.get_ident()):
+            real(code)
+        with self.one_report:  # (a report under way, another thread's or the run's end, finishes first)
+            if self.done:
+                real(code)
+            self.reporter = threading.get_ident()
+            final = code
+            try:
+                report = self.report_of(code, 1.0)  # (a lock held by a thread this call interrupted: 1 s)
+                final = command_status(report)
+                self.report_to(report)
             except BaseException:  # the report failed: say so, still end as the program asked
-                traceback.print_exc()
+                with contextlib.suppress(BaseException):
+                    traceback.print_exc()
             finally:
                 for stream in (sys.stdout, sys.stderr):
                     with contextlib.suppress(BaseException):
                         stream.flush()
-                real_exit(final)
-
-    os._exit = _exit
-    try:
-        yield slot
-    finally:
-        if os._exit is _exit:  # (a program that put its own there keeps it)
-            os._exit = real_exit
+                real(final)
 
 
 def _status_of(error: BaseException) -> int:
@@ -384,5 +464,7 @@ def format_report(report: RunReport) -> str:
                 lines.append(f"    ... and {len(report.races) - 10} more")
         else:
             lines.append("  sanitize: no race found")
+    if report.forked_children:
+        lines.append(f"  the program forked {report.forked_children} process(es): their runs are not counted here")
     lines.append(f"  program exit status: {report.exit_status}")
     return "\n".join(lines)
