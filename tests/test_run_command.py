@@ -635,3 +635,26 @@ def test_a_daemon_threads_os_exit_as_the_program_ends_gives_one_whole_report(tmp
         assert done.returncode == 5 and done.stderr.count("effect(s) guarded") == 1, done.stderr
         status = json.loads(report.read_text())["exit_status"]
         assert status in (0, 5) and f"program exit status: {status}" in done.stderr
+
+
+def test_the_report_file_keeps_its_mode_and_a_new_one_gets_open_s(tmp_path: Path) -> None:
+    """The report is written beside its file and renamed over it: the file's mode stays, a new one gets the
+    mode a plain open() gives (not the temporary file's 0600)."""
+    path = tmp_path / "p.py"
+    path.write_text(_RUNS_THEN)
+    report = tmp_path / "r.json"
+    assert run_cli("--fake-nvvfx", "--report", str(report), str(path)).returncode == 0
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert report.stat().st_mode & 0o777 == 0o666 & ~umask
+    report.chmod(0o640)
+    assert run_cli("--fake-nvvfx", "--report", str(report), str(path)).returncode == 0
+    assert report.stat().st_mode & 0o777 == 0o640 and json.loads(report.read_text())["effects"][0]["runs"] == 3
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".streamsafe-report-")] == []
+
+
+def test_a_program_that_closed_its_stdout_still_gets_its_report(tmp_path: Path) -> None:
+    path = tmp_path / "p.py"
+    path.write_text(_RUNS_THEN + "sys.stdout.close()\n")
+    done = run_cli("--fake-nvvfx", str(path))
+    assert done.returncode == 0 and "3 run(s)" in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -367,9 +367,7 @@ def _write_whole(path: str, text: str) -> None:
             f.write(text)
         return
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # (the mode a plain open() gives, not mkstemp's 0600)
+        os.fchmod(fd, _new_file_mode(path))  # (the mode the file has, or a plain open() gives; not mkstemp's 0600)
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -377,6 +375,17 @@ def _write_whole(path: str, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _new_file_mode(path: str) -> int:
+    """The mode ``path`` has, else what ``open(path, "w")`` would give it: 0o666 less the process's umask
+    (read from ``/proc``, since setting it to read it would race the program's threads; 0o022 elsewhere)."""
+    with contextlib.suppress(OSError):
+        return os.stat(path).st_mode & 0o7777
+    umask = 0o022
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as f:
+        umask = next((int(line.split()[1], 8) for line in f if line.startswith("Umask:")), umask)
+    return 0o666 & ~umask
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -494,7 +503,8 @@ def entry() -> int:
     into a reader that stops early (``streamsafe doctor | head``) ends the command quietly, status 1."""
     try:
         status = main(exiting=True)
-        sys.stdout.flush()
+        with contextlib.suppress(ValueError):  # (a program run by streamsafe run closed it: as Python, no error)
+            sys.stdout.flush()
         return status
     except BrokenPipeError:
         if not _stdout_broken():

@@ -19,8 +19,8 @@ import sys
 import threading
 import traceback
 import weakref
-from dataclasses import asdict, dataclass, field
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import Any, NoReturn
 
 from ..class_guard import ClassGuard, guard
