@@ -632,8 +632,9 @@ def test_bench_from_json_prints_and_charts_a_saved_run_without_running(tmp_path,
                  "--json", str(again)]) == 0
     out = capsys.readouterr().out
     rows = [line.split()[:2] for line in out.splitlines() if line.startswith(("a ", "server-2 "))]
-    assert rows == [["server-2", "auto"], ["server-2", "hand"]], out
-    assert {(c["scenario"], c["strategy"]) for c in json.loads(again.read_text())["cells"]} == {("server-2", "auto"), ("server-2", "hand")}
+    assert rows == [["server-2", "auto"], ["server-2", "hand"], ["server-2", "hand-sync"]], out  # (hand rows kept)
+    assert {(c["scenario"], c["strategy"]) for c in json.loads(again.read_text())["cells"]} == {
+        ("server-2", "auto"), ("server-2", "hand"), ("server-2", "hand-sync")}
 
 
 @pytest.mark.parametrize("args,says", [
@@ -656,9 +657,75 @@ def test_bench_from_json_names_a_file_that_is_no_run(tmp_path, capsys: pytest.Ca
     other.write_text('{"cells": []}')
     assert main(["bench", "--from-json", str(other)]) == 2
     err = capsys.readouterr().err
-    assert f"{other} is not a file that `streamsafe bench --json` wrote" in err and "KeyError" in err
+    assert f"{other} is not a file that `streamsafe bench --json` wrote: the file has no 'config'" in err
+    assert "give the JSON of a bench run (streamsafe bench --json FILE)" in err
     assert main(["bench", "--from-json", str(tmp_path / "missing.json")]) == 2
     assert "No such file" in capsys.readouterr().err
+    other.write_text('{"summary": {}, "raw": []}')
+    assert main(["bench", "--from-json", str(other)]) == 2
+    assert "it is the JSON of the two-GPU bench" in capsys.readouterr().err
+
+
+def _mangled(tmp_path, change) -> str:  # type: ignore[no-untyped-def]
+    from streamsafe.bench import write_json
+
+    path = tmp_path / "run.json"
+    write_json(_saved_run(), str(path))
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def _cell(data: dict[str, Any], scenario: str, strategy: str) -> dict[str, Any]:
+    return next(c for c in data["cells"] if (c["scenario"], c["strategy"]) == (scenario, strategy))
+
+
+@pytest.mark.parametrize("change,says", [
+    (lambda d: _cell(d, "a", "hand")["samples"]["block_wall_s"].__setitem__(0, None),
+     "cell 4 (a / hand)'s samples.block_wall_s[0] is None, not a number"),
+    (lambda d: _cell(d, "a", "auto")["samples"]["latency_ms"].__setitem__(3, "1.0"),
+     "cell 1 (a / auto)'s samples.latency_ms[3] is '1.0', not a number"),
+    (lambda d: _cell(d, "a", "auto")["samples"]["block_frames"].__setitem__(0, 20.5),
+     "samples.block_frames[0] is 20.5, not a whole number"),
+    (lambda d: _cell(d, "a", "auto")["samples"].pop("latency_ms"), "cell 1 (a / auto)'s samples has no 'latency_ms'"),
+    (lambda d: d.__setitem__("timed", "false"), "'timed' is 'false', not true or false"),
+    (lambda d: d["config"].__setitem__("frames", None), "'config.frames' is None, not a whole number"),
+    (lambda d: d["config"].__setitem__("scenarios", []), "'config.scenarios' is [], not a list of names"),
+    (lambda d: d["cells"].append(d["cells"][0]), "cell 12 (a / none) comes twice"),
+    (lambda d: d.__setitem__("order", [["a"]]), "'order' is not a list of [scenario, strategy] pairs"),
+    (lambda d: _cell(d, "a", "auto")["samples"]["block_cpu_s"].pop(), "samples have 2 blocks of frames but 2 wall times and 1 CPU times"),
+])
+def test_read_json_names_the_field_and_the_rule(tmp_path, change, says: str) -> None:  # type: ignore[no-untyped-def]
+    from streamsafe.bench.report import read_json
+
+    with pytest.raises(ValueError) as e:
+        read_json(_mangled(tmp_path, change))
+    assert says in str(e.value) and "is not a file that `streamsafe bench --json` wrote" in str(e.value)
+
+
+def test_bench_from_json_keeps_the_hand_rows_and_refuses_a_choice_that_matches_nothing(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    """--strategy auto keeps the hand rows (as a run does: x hand is over them); no match is an error."""
+    saved = _mangled(tmp_path, lambda d: None)
+    again = tmp_path / "again.json"
+    assert main(["bench", "--from-json", saved, "--strategy", "auto", "--scenario", "a", "--json", str(again)]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("a ")]
+    assert [r[1] for r in rows] == ["auto", "hand", "hand-sync"] and rows[0][9] == "0.98"
+    data = json.loads(again.read_text())
+    assert data["order"] == [[a, b] for a, b in data["order"] if a == "a" and b in ("auto", "hand", "hand-sync")]
+    assert len(data["order"]) == 3 and data["config"]["strategies"] == ["auto", "hand", "hand-sync"]
+    empty = _mangled(tmp_path, lambda d: d["cells"].clear())
+    assert main(["bench", "--from-json", empty]) == 2
+    assert "that run has no cell of scenario a, server-2 and strategy none, auto, event, device, hand, hand-sync; it has none" in capsys.readouterr().err
+
+
+def test_a_hand_row_with_no_frames_in_its_time_gives_no_ratio() -> None:
+    result = _saved_run()
+    for row in ("hand", "hand-sync"):
+        hand = result.get("a", row)
+        hand.block_frames, hand.frames = [0, 0], 0
+    assert result.hand_ratio("a", "auto") != result.hand_ratio("a", "auto")  # (NaN: no division by zero)
 
 
 def test_the_chart_draws_each_strategy_over_the_hand_row() -> None:

@@ -180,7 +180,7 @@ class BenchResult:
     def ratio(self, scenario: str, strategy: str, to: str) -> float:
         """frames/s of ``strategy`` over frames/s of ``to`` in ``scenario`` (NaN if either is missing)."""
         a, b = self.samples.get((scenario, strategy)), self.samples.get((scenario, to))
-        if a is None or b is None or not self.timed:
+        if a is None or b is None or not self.timed or not b.fps:  # (NaN: no frames; 0: none in its time)
             return float("nan")
         return a.fps / b.fps
 

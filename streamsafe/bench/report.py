@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
+from dataclasses import replace
 from typing import Any
 
 from .harness import HAND_ROWS, UNSAFE_ROWS, BenchResult, Samples
 
-__all__ = ["format_table", "to_json", "read_json", "write_json", "write_png", "progress_bar"]
+__all__ = ["format_table", "to_json", "read_json", "chosen_cells", "write_json", "write_png", "progress_bar"]
 
 
 def _f(x: float, digits: int = 2) -> str:
@@ -129,37 +131,104 @@ def write_json(result: BenchResult, path: str) -> None:
         json.dump(_clean(to_json(result)), f, indent=1)
 
 
-_SAMPLE_LISTS = ("block_wall_s", "block_cpu_s", "block_frames", "latency_ms")
+_SAMPLE_LISTS = {"block_wall_s": float, "block_cpu_s": float, "block_frames": int, "latency_ms": float}
 _SAMPLE_COUNTS = ("runs", "fences", "host_waits", "corrupt", "checked")
+
+
+class _NotARun(ValueError):
+    """What makes a file no ``--json`` of ``streamsafe bench``: the field and the rule it breaks."""
+
+
+def _field(obj: Any, key: str, where: str) -> Any:
+    if not isinstance(obj, dict) or key not in obj:
+        raise _NotARun(f"{where} has no {key!r}")
+    return obj[key]
+
+
+def _number(value: Any, kind: type, where: str) -> Any:
+    """``value`` as an int or a float, else why not: JSON's null, a bool, a string or a fraction of a count."""
+    ok = (isinstance(value, int) and not isinstance(value, bool)) or (kind is float and isinstance(value, float))
+    if not ok:
+        raise _NotARun(f"{where} is {value!r}, not {'a whole number' if kind is int else 'a number'}")
+    return kind(value)
 
 
 def read_json(path: str) -> BenchResult:
     """The run a ``--json`` file holds (written by :func:`write_json`), to print or chart again.
 
-    Raises ``ValueError`` naming the file and what is missing when it is not such a file."""
+    Raises ``ValueError`` naming the file, the field and the rule it breaks when it is not such a file."""
     try:
         with open(path) as f:
             data = json.load(f)
-        config = data["config"]
+    except ValueError as e:  # (not JSON, or not text)
+        raise ValueError(f"{path} is not JSON ({e}); give the file that `streamsafe bench --json` wrote") from None
+    try:
+        if isinstance(data, dict) and "summary" in data and "raw" in data and "cells" not in data:
+            raise _NotARun("it is the JSON of the two-GPU bench (python -m streamsafe.bench.multi_gpu), which this "
+                           "command does not read")
+        config = _field(data, "config", "the file")
+        timed = _field(data, "timed", "the file")
+        if not isinstance(timed, bool):
+            raise _NotARun(f"'timed' is {timed!r}, not true or false")
+        scenarios, strategies = (_field(config, k, "'config'") for k in ("scenarios", "strategies"))
+        for name, names in (("scenarios", scenarios), ("strategies", strategies)):
+            if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+                raise _NotARun(f"'config.{name}' is {names!r}, not a list of names")
         samples: dict[tuple[str, str], Samples] = {}
-        for cell in data["cells"]:
-            raw, summary = cell["samples"], cell["summary"]
-            s = Samples(cell["scenario"], cell["strategy"])
-            for k in _SAMPLE_LISTS:
-                setattr(s, k, list(raw[k]))
-            for k in _SAMPLE_COUNTS:
-                setattr(s, k, int(summary[k]))
+        cells = _field(data, "cells", "the file")
+        if not isinstance(cells, list):
+            raise _NotARun(f"'cells' is {type(cells).__name__}, not a list")
+        for i, cell in enumerate(cells):
+            where = f"cell {i}"
+            scenario, strategy = _field(cell, "scenario", where), _field(cell, "strategy", where)
+            where = f"cell {i} ({scenario} / {strategy})"
+            if (scenario, strategy) in samples:
+                raise _NotARun(f"{where} comes twice")
+            if scenario not in scenarios or strategy not in strategies:
+                raise _NotARun(f"{where} is not among 'config.scenarios' and 'config.strategies'")
+            raw, summary = _field(cell, "samples", where), _field(cell, "summary", where)
+            s = Samples(scenario, strategy)
+            for key, kind in _SAMPLE_LISTS.items():
+                values = _field(raw, key, f"{where}'s samples")
+                if not isinstance(values, list):
+                    raise _NotARun(f"{where}'s samples.{key} is {values!r}, not a list")
+                setattr(s, key, [_number(v, kind, f"{where}'s samples.{key}[{j}]") for j, v in enumerate(values)])
+            for key in _SAMPLE_COUNTS:
+                setattr(s, key, _number(_field(summary, key, f"{where}'s summary"), int, f"{where}'s summary.{key}"))
+            if len(s.block_wall_s) != len(s.block_frames) or len(s.block_cpu_s) != len(s.block_frames):
+                raise _NotARun(f"{where}'s samples have {len(s.block_frames)} blocks of frames but "
+                               f"{len(s.block_wall_s)} wall times and {len(s.block_cpu_s)} CPU times")
             s.frames = sum(s.block_frames)
-            samples[(s.scenario, s.strategy)] = s
+            samples[(scenario, strategy)] = s
+        order = data.get("order", [])
+        if not isinstance(order, list) or not all(isinstance(o, list) and len(o) == 2 for o in order):
+            raise _NotARun("'order' is not a list of [scenario, strategy] pairs")
+        counts = {k: _number(_field(config, k, "'config'"), int, f"'config.{k}'") for k in ("frames", "warmup", "block")}
+        environment = data.get("environment") or {}
+        if not isinstance(environment, dict):
+            raise _NotARun(f"'environment' is {type(environment).__name__}, not an object")
         return BenchResult(
-            backend=data["backend"], timed=bool(data["timed"]), scenarios=list(config["scenarios"]),
-            strategies=list(config["strategies"]), frames=int(config["frames"]), warmup=int(config["warmup"]),
-            block=int(config["block"]), samples=samples, order=[(a, b) for a, b in data.get("order", [])],
-            environment=dict(data.get("environment") or {}),
+            backend=str(_field(data, "backend", "the file")), timed=timed, scenarios=list(scenarios),
+            strategies=list(strategies), frames=counts["frames"], warmup=counts["warmup"], block=counts["block"],
+            samples=samples, order=[(a, b) for a, b in order], environment=dict(environment),
         )
-    except (KeyError, TypeError, ValueError) as e:  # (json's decode error is a ValueError)
-        raise ValueError(f"{path} is not a file that `streamsafe bench --json` wrote ({type(e).__name__}: {e}); "
-                         "give the JSON of a bench run") from None
+    except _NotARun as e:
+        raise ValueError(f"{path} is not a file that `streamsafe bench --json` wrote: {e}; give the JSON of a "
+                         "bench run (streamsafe bench --json FILE)") from None
+
+
+def chosen_cells(result: BenchResult, scenarios: list[str], strategies: list[str]) -> BenchResult:
+    """``result`` with only these scenarios and strategies, and the hand-written rows of those
+    scenarios (a bench run always has them: ``x hand`` is over them). Raises ``ValueError`` when no
+    cell is left."""
+    keep = [s for s in result.strategies if s in strategies or s in HAND_ROWS]
+    cells = {k: v for k, v in result.samples.items() if k[0] in scenarios and k[1] in keep}
+    if not any(k[1] in strategies for k in cells):
+        raise ValueError(f"that run has no cell of scenario {', '.join(scenarios)} and strategy {', '.join(strategies)}; "
+                         f"it has {', '.join(sorted({f'{a}/{b}' for a, b in result.samples})) or 'none'}")
+    return replace(result, scenarios=[s for s in result.scenarios if s in scenarios],
+                   strategies=[s for s in keep if any(k[1] == s for k in cells)], samples=cells,
+                   order=[o for o in result.order if o in cells])
 
 
 def write_png(result: BenchResult, path: str) -> str | None:
@@ -186,14 +255,15 @@ def write_png(result: BenchResult, path: str) -> str | None:
                              gridspec_kw={"width_ratios": widths})
     for ax, scenarios in zip(axes[0], groups):
         _bars(ax, result, scenarios, strategies)
-    axes[0][0].set_ylabel("frames/s over the faster hand-written row's")
-    if len(groups) > 1:
-        axes[0][1].set_ylabel("aggregate frames/s over the hand-written rows'")
+    for ax, scenarios in zip(axes[0], groups):
+        server = scenarios[0].startswith("server-")
+        ax.set_ylabel(f"{'aggregate ' if server else ''}frames/s over the faster hand-written row's")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncols=min(8, len(strategies)), fontsize=8)
-    fig.suptitle(f"streamsafe bench, {result.environment.get('gpu', result.backend)}: frames/s per strategy over the "
-                 "faster hand-written row (dashed, 1.0; its frames/s under each scenario); hatched: unsafe, no fences; "
-                 "red x: corrupted frames", fontsize=10)
+    title = (f"streamsafe bench, {result.environment.get('gpu', result.backend)}: frames/s per strategy over the "
+             "faster hand-written row (dashed, 1.0; its frames/s under each scenario); hatched: unsafe, no fences; "
+             "red x: corrupted frames")
+    fig.suptitle(textwrap.fill(title, width=max(30, int(9.5 * fig.get_figwidth()))), fontsize=10)
     fig.tight_layout(rect=(0, 0.07, 1, 0.96))
     fig.savefig(path, dpi=110)
     plt.close(fig)

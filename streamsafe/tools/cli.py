@@ -12,6 +12,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -76,13 +77,17 @@ def _check_writable(path: str, option: str) -> None:
     if not os.path.isdir(parent):
         raise UsageError(f"{option} {path}: directory {parent} does not exist")
     existed = os.path.exists(path)
+    if existed and not os.path.isfile(path):  # (a device or a pipe: opening it may block or end a reader)
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"{option} {path}: cannot write it (permission denied)")
+        return
     try:
         with open(path, "a"):
             pass
     except OSError as e:
         raise UsageError(f"{option} {path}: cannot write it ({e.strerror or e})") from None
     if not existed:
-        os.unlink(path)
+        os.unlink(os.path.realpath(path))  # (through a link to a new file: the file made, not the link)
 
 
 def _bar(total: int, desc: str) -> Any:
@@ -271,7 +276,7 @@ def _bench_outputs(result: Any, args: argparse.Namespace) -> None:
 def _bench_again(args: argparse.Namespace) -> int:
     """``--from-json``: a saved run's table (and chart, JSON) again, its cells chosen with ``--scenario`` and
     ``--strategy``; nothing runs."""
-    from ..bench.report import read_json
+    from ..bench.report import chosen_cells, read_json
 
     running = [o for o, v in (("--frames", args.frames), ("--warmup", args.warmup), ("--block", args.block),
                               ("--backend", None if args.backend == "auto" else args.backend)) if v is not None]
@@ -284,9 +289,12 @@ def _bench_again(args: argparse.Namespace) -> int:
         raise UsageError(f"--from-json {args.from_json}: {e.strerror or e}") from None
     except ValueError as e:
         raise UsageError(str(e)) from None
-    result.scenarios = _choose(args.scenario, result.scenarios, "scenario in that run")
-    result.strategies = _choose(args.strategy, result.strategies, "strategy in that run")
-    result.samples = {k: v for k, v in result.samples.items() if k[0] in result.scenarios and k[1] in result.strategies}
+    scenarios = _choose(args.scenario, result.scenarios, "scenario in that run")
+    strategies = _choose(args.strategy, result.strategies, "strategy in that run")
+    try:
+        result = chosen_cells(result, scenarios, strategies)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     _bench_outputs(result, args)
     return 0
 
@@ -333,16 +341,28 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"{target}: no such file" if not os.path.isdir(target) else f"{target}: a folder without __main__.py")
     if args.report:
         _check_writable(args.report, "--report")
+        args.report = os.path.abspath(args.report)  # (the program may change the working directory)
+    err = sys.stderr  # (the program may close or replace its own)
 
     def emit(report: RunReport) -> None:
-        """The report on stderr, and ``--report``'s JSON (written whole or not at all)."""
+        """The report on the command's stderr, and ``--report``'s JSON (a regular file written whole).
+        A report file that cannot be written is said in one line; the exit status stays."""
         with contextlib.suppress(ValueError, OSError):  # (a program that closed its stdout)
             sys.stdout.flush()
+        text = format_report(report) + "\n"
         try:
-            print(format_report(report), file=sys.stderr)
-        finally:
-            if args.report:
+            err.write(text)
+            err.flush()
+        except (ValueError, OSError):  # (closed: the process's stderr itself)
+            with contextlib.suppress(OSError):
+                os.write(2, text.encode())
+        if args.report:
+            try:
                 _write_whole(args.report, report.to_json() + "\n")
+            except OSError as e:
+                with contextlib.suppress(ValueError, OSError):
+                    os.write(2, f"streamsafe run: --report {args.report}: cannot write it ({e.strerror or e}); "
+                                "the report is above\n".encode())
 
     try:  # (the report comes from run_program: at the end, or inside the program's os._exit())
         report = run_program(target, rest, module=args.module is not None, strategy=args.strategy,
@@ -357,24 +377,34 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _write_whole(path: str, text: str) -> None:
-    """``text`` into ``path`` through a file beside it renamed over it: a reader, or a process that
-    ends meanwhile, sees the old file or the new one, never half of one. (Where no file can be made
-    beside it, ``path`` is written in place.)"""
+    """``text`` into ``path``. A regular file (or a new one) is written beside itself and renamed over
+    itself: a reader, or a process that ends meanwhile, sees the old file or the new one, never half of
+    one. A symbolic link is followed (the link stays); a device or a pipe (``/dev/stdout``) is written
+    in place, as is a file where no file can be made beside it."""
+    real = os.path.realpath(path)
+    with contextlib.suppress(OSError):
+        if not stat.S_ISREG(os.stat(real).st_mode):
+            with open(real, "w") as f:
+                f.write(text)
+            return
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".streamsafe-report-", dir=os.path.dirname(os.path.abspath(path)))
+        fd, tmp = tempfile.mkstemp(prefix=".streamsafe-report-", dir=os.path.dirname(real))
     except OSError:
-        with open(path, "w") as f:
+        with open(real, "w") as f:
             f.write(text)
         return
     try:
-        os.fchmod(fd, _new_file_mode(path))  # (the mode the file has, or a plain open() gives; not mkstemp's 0600)
+        os.fchmod(fd, _new_file_mode(real))  # (the mode the file has, or a plain open() gives; not mkstemp's 0600)
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        os.replace(tmp, path)
+        os.replace(tmp, real)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise
+        if not isinstance(sys.exc_info()[1], OSError):
+            raise
+        with open(real, "w") as f:  # (a folder that lets us make files but not replace this one: in place)
+            f.write(text)
 
 
 def _new_file_mode(path: str) -> int:

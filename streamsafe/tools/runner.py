@@ -11,6 +11,7 @@ strategy chosen and why, and (with ``sanitize``) the races found.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import operator
 import os
@@ -20,7 +21,7 @@ import threading
 import traceback
 import weakref
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NoReturn
 
 from ..class_guard import ClassGuard, guard
@@ -232,7 +233,7 @@ def run_program(
     races_scope: Any = collecting_races() if sanitize else contextlib.nullcontext([])
     found: list[Any] = []  # (the races scope's list, once it is open)
 
-    hard_exit = _HardExit(report_to) if report_to is not None else None
+    hard_exit = _HardExit(report_to, keep=exiting) if report_to is not None else None
 
     def report_of(status: int, made: ContractTally, wait: float | None = None) -> RunReport:
         report = RunReport([target, *args], status, strategy, sanitize, fake_nvvfx)
@@ -280,7 +281,8 @@ def run_program(
                 from ..testing.fake_nvvfx import uninstall_fake_nvvfx
 
                 uninstall_fake_nvvfx()
-        report = report_of(status, made)
+        # (a fork's child makes no report: no wait for a lock another thread held at the fork)
+        report = report_of(status, made, None if hard_exit is None or os.getpid() == hard_exit.pid else 0.0)
         if hard_exit is not None:
             hard_exit.report_once(report)  # (an os._exit meanwhile waits for it, then ends the process)
     return report
@@ -301,22 +303,27 @@ _C_INT = range(-(2**31), 2**31)
 class _HardExit:
     """While open, ``os._exit(n)`` in this process hands the run's report (status ``n``) to ``report_to``
     first, then ends the process with :func:`command_status` of it. One report per run: the first of
-    an ``os._exit`` and the run's own end makes it, and the other waits for it (an ``os._exit`` then
-    ends the process with its own status). Goes straight to the real ``os._exit`` for: a fork's child,
-    a call made while reporting (a signal handler on the reporting thread), an argument the real one
-    refuses (it raises as it does), and any call once the run is over (a reference the program kept,
-    such as ``atexit.register(os._exit, 0)``)."""
+    an ``os._exit`` and the run's own end makes it; the other waits for it, and an ``os._exit`` after
+    the report ends the process with :func:`command_status` of its own status against that report
+    (an ``atexit`` handler's ``os._exit(0)`` after a race: 3). Goes straight to the real ``os._exit``
+    for: a fork's child, a call on a thread that is reporting or waiting to (a signal handler there:
+    the report is cut short, the process never hangs), an argument the real one refuses (it raises as
+    it does), and, when ``keep`` is false (the process goes on after the run), any call once the run is
+    over. With ``keep`` (the process ends after the report) the wrapper stays until the process ends."""
 
-    def __init__(self, report_to: Callable[[RunReport], None]) -> None:
+    def __init__(self, report_to: Callable[[RunReport], None], keep: bool) -> None:
         self.report_to = report_to
+        self.keep = keep
         self.report_of: Callable[[int, float | None], RunReport] | None = None
         self.pid = os.getpid()
         self.forks = 0
         """Children ``fork()`` made in this process while the run went on."""
         self.real_exit = os._exit
         self.active = False
-        self.done = False
-        self.reporter: int | None = None
+        self.reported: RunReport | None = None
+        """The report handed over (then every later ``os._exit`` waits for nothing)."""
+        self.inside: set[int] = set()
+        """Threads reporting, or waiting to: a second ``os._exit`` on one of them goes straight out."""
         self.one_report = threading.Lock()
 
     def __enter__(self) -> _HardExit:
@@ -327,9 +334,15 @@ class _HardExit:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.keep and self.reported is not None and os.getpid() == self.pid:
+            return  # (the process ends after the report: an atexit handler's os._exit still gets its status)
         self.active = False
         if os._exit == self._exit:  # (a program that put its own there keeps it)
             os._exit = self.real_exit
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # ``os._exit`` pickled (a spawned process's target, say): the child's own os module's
+        return (importlib.import_module, ("os",))
 
     @staticmethod
     def _forked(ref: weakref.ref[_HardExit]) -> None:
@@ -346,17 +359,20 @@ class _HardExit:
         Blocks while an ``os._exit`` is reporting (which then ends the process)."""
         if os.getpid() != self.pid:
             return
-        with self.one_report:
-            if self.done:
-                return
-            self.reporter = threading.get_ident()
-            try:
-                self.report_to(report)
-            finally:
-                self.done, self.reporter = True, None
+        me = threading.get_ident()
+        self.inside.add(me)
+        try:
+            with self.one_report:
+                if self.reported is None:
+                    self.reported = report  # (first: a signal's os._exit meanwhile goes out with its status)
+                    self.report_to(report)
+        finally:
+            self.inside.discard(me)
 
     def _exit(self, *args: Any, **kwargs: Any) -> NoReturn:
         real = self.real_exit
+        if not args and list(kwargs) == ["status"]:
+            args, kwargs = (kwargs["status"],), {}
         if len(args) != 1 or kwargs:
             real(*args, **kwargs)  # (raises the real one's TypeError)
         try:
@@ -365,26 +381,30 @@ class _HardExit:
             real(args[0])  # (raises TypeError, as the real one does)
         if code not in _C_INT:
             real(args[0])  # (raises OverflowError, as the real one does: the program may go on)
-        if (not self.active or self.report_of is None or os.getpid() != self.pid
-                or self.reporter == threading.get_ident()):
+        me = threading.get_ident()
+        if not self.active or self.report_of is None or os.getpid() != self.pid or me in self.inside:
             real(code)
-        with self.one_report:  # (a report under way, another thread's or the run's end, finishes first)
-            if self.done:
-                real(code)
-            self.reporter = threading.get_ident()
-            final = code
-            try:
-                report = self.report_of(code, 1.0)  # (a lock held by a thread this call interrupted: 1 s)
-                final = command_status(report)
-                self.report_to(report)
-            except BaseException:  # the report failed: say so, still end as the program asked
-                with contextlib.suppress(BaseException):
-                    traceback.print_exc()
-            finally:
-                for stream in (sys.stdout, sys.stderr):
+        self.inside.add(me)
+        try:
+            with self.one_report:  # (a report under way, another thread's or the run's end, finishes first)
+                if self.reported is not None:
+                    real(command_status(replace(self.reported, exit_status=code)))
+                final = code
+                try:
+                    report = self.report_of(code, 1.0)  # (a lock held by a thread this call interrupted: 1 s)
+                    final = command_status(report)
+                    self.reported = report
+                    self.report_to(report)
+                except BaseException:  # the report failed: say so, still end as the program asked
                     with contextlib.suppress(BaseException):
-                        stream.flush()
-                real(final)
+                        traceback.print_exc()
+                finally:
+                    for stream in (sys.stdout, sys.stderr):
+                        with contextlib.suppress(BaseException):
+                            stream.flush()
+                    real(final)
+        finally:  # (only when the real os._exit raised: a stand-in a test put there)
+            self.inside.discard(me)
 
 
 def _status_of(error: BaseException) -> int:
