@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import hooks
 from ._dlpack import DLPACK_CUDA, SimCapsule, capsule_data_key, stream_on_device
-from .errors import FrameworkUnavailableError, StreamsafeError
+from .errors import DeviceMismatchError, FrameworkUnavailableError, StreamsafeError
 from .frameworks import torch_current_stream_handle
 from .streams import LEGACY_HANDLE as LEGACY_DLPACK, Stream, handle_of, on_this_thread
 
@@ -399,11 +399,22 @@ class JaxDLPackAdapter:
     Never blocks the host; it orders exactly what the wrapped object's ``__dlpack__`` orders.
     """
 
-    def __init__(self, capsule: Any, device_id: int = 0) -> None:
+    def __init__(self, capsule: Any, device_id: int | None = None) -> None:
+        """``device_id``: the CUDA device the capsule's memory is on. A contract's output knows its own
+        (then a different ``device_id`` raises :class:`DeviceMismatchError`); a raw capsule's is taken as
+        given, 0 when not (the vendor's default)."""
         if isinstance(capsule, SafeOutput):
             capsule = capsule.image
+        if isinstance(capsule, SafeImage):
+            device = capsule.__dlpack_device__()[1]
+            if device_id is not None and int(device_id) != device:
+                raise DeviceMismatchError(
+                    f"JaxDLPackAdapter(device_id={int(device_id)}): the output", capsule, device, int(device_id),
+                    f"Leave device_id out (the output says its device) or pass device_id={device}.",
+                )
+            device_id = device
         self._capsule = capsule
-        self._device_id = int(device_id)
+        self._device_id = 0 if device_id is None else int(device_id)
         self._used = False
 
     def __dlpack__(

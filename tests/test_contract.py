@@ -360,6 +360,22 @@ def test_jax_adapter_protocol() -> None:
         adapter.__dlpack__()
     with pytest.raises(BufferError, match="copy=False"):
         ss.JaxDLPackAdapter(capsule).__dlpack__(copy=True)
+    assert ss.JaxDLPackAdapter(capsule).__dlpack_device__() == (2, 0)  # (a raw capsule: the vendor's default)
+
+
+def test_jax_adapter_takes_a_contract_outputs_own_device() -> None:
+    """An output on device 1 given to the adapter with its default device_id: before, the adapter said
+    device 0 and JAX would have read device 1's memory as device 0's, unfenced (found by a review helper)."""
+    sim = ss.SimBackend(scheduler="adversarial", devices=2)
+    with sim.device(1):
+        sr = make_sr(sim, device=1)
+        out = ss.StreamContract(sr, sim.create_stream(non_blocking=True)).run(sim.array(np.zeros((3, 16, 16), np.float32), device=1))
+    assert ss.JaxDLPackAdapter(out.image).__dlpack_device__() == (2, 1)
+    assert ss.JaxDLPackAdapter(out, device_id=1).__dlpack_device__() == (2, 1)
+    with pytest.raises(ss.DeviceMismatchError) as e:
+        ss.JaxDLPackAdapter(out.image, device_id=0)
+    assert "is on CUDA device 1, but device 0 is required. Leave device_id out" in str(e.value)
+    assert sim.from_dlpack(out.image).buffer.device == 1  # (the refused adapter consumed nothing)
 
 
 @pytest.mark.parametrize("helper,framework", [("torch", "torch"), ("cupy", "cupy"), ("jax", "jax"), ("view", "torch")])
