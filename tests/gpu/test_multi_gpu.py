@@ -296,3 +296,41 @@ def test_copy_helpers_take_streams_of_the_outputs_gpu_and_refuse_the_other(two_g
             out.cupy(other)
         assert np.array_equal(out.torch().cpu().numpy(), want)
     c.close()
+
+
+def test_jax_adapter_on_the_second_gpu_imports_the_outputs_own_device(two_gpus) -> None:  # type: ignore[no-untyped-def]
+    """The vendor's JAX adapter with its default device_id, given an output of GPU 1: it says device 1,
+    JAX imports it there, fenced, and every frame matches the output streamsafe copies with torch
+    (before, the adapter said device 0 for GPU 1's memory)."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+
+    import streamsafe as ss
+    from streamsafe.testing import VideoSuperRes
+
+    torch = two_gpus
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    if len(gpus) < 2:
+        pytest.skip(f"needs 2 GPUs in JAX; it sees {len(gpus)}")
+    be = ss.CudaBackend()
+    sr = VideoSuperRes(backend=be, device=1, latency_us={"inference": 300, "conversion": 300})
+    sr.output_width, sr.output_height = 64, 64
+    sr.load()
+    side = torch.cuda.Stream(device=1)
+    c = ss.StreamContract(sr, side)
+    bad = 0
+    with torch.cuda.device(1):
+        for i in range(20):
+            x = torch.rand(3, 32, 32, device="cuda:1", generator=torch.Generator("cuda:1").manual_seed(i))
+            want = c.run(x).torch().cpu().numpy()  # (the reference: the same input's output, copied by torch)
+            adapter = ss.JaxDLPackAdapter(c.run(x).image)
+            assert adapter.__dlpack_device__() == (2, 1)
+            view = jax.dlpack.from_dlpack(adapter, copy=False)
+            assert view.devices() == {gpus[1]}
+            got = np.asarray(jnp.array(view, copy=True).block_until_ready())
+            bad += not np.array_equal(got, want)
+        with pytest.raises(ss.DeviceMismatchError, match="pass device_id=1"):
+            ss.JaxDLPackAdapter(c.run(x).image, device_id=0)
+    c.close()
+    assert bad == 0
