@@ -310,7 +310,8 @@ def test_jax_adapter_on_the_second_gpu_imports_the_outputs_own_device(two_gpus) 
     from streamsafe.testing import VideoSuperRes
 
     torch = two_gpus
-    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    with _restores_torch_device(torch):  # (JAX's start-up leaves the thread's current CUDA device at its last GPU)
+        gpus = [d for d in jax.devices() if d.platform == "gpu"]
     if len(gpus) < 2:
         pytest.skip(f"needs 2 GPUs in JAX; it sees {len(gpus)}")
     be = ss.CudaBackend()
@@ -320,6 +321,7 @@ def test_jax_adapter_on_the_second_gpu_imports_the_outputs_own_device(two_gpus) 
     side = torch.cuda.Stream(device=1)
     c = ss.StreamContract(sr, side)
     bad = 0
+    before = torch.cuda.current_device()
     with torch.cuda.device(1):
         for i in range(20):
             x = torch.rand(3, 32, 32, device="cuda:1", generator=torch.Generator("cuda:1").manual_seed(i))
@@ -333,4 +335,15 @@ def test_jax_adapter_on_the_second_gpu_imports_the_outputs_own_device(two_gpus) 
         with pytest.raises(ss.DeviceMismatchError, match="pass device_id=1"):
             ss.JaxDLPackAdapter(c.run(x).image, device_id=0)
     c.close()
-    assert bad == 0
+    assert bad == 0 and torch.cuda.current_device() == before
+
+
+@contextmanager
+def _restores_torch_device(torch: Any) -> Iterator[None]:
+    """JAX's start-up (its first ``jax.devices()``) makes its last GPU the thread's current CUDA device,
+    and the tests after this one make streams and tensors without naming a device: set torch's back."""
+    device = torch.cuda.current_device()
+    try:
+        yield
+    finally:
+        torch.cuda.set_device(device)
