@@ -398,13 +398,16 @@ def _write_whole(path: str, text: str) -> None:
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, real)
+        return
+    except OSError:  # (a folder that lets us make files but not replace this one: written in place below)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if not isinstance(sys.exc_info()[1], OSError):
-            raise
-        with open(real, "w") as f:  # (a folder that lets us make files but not replace this one: in place)
-            f.write(text)
+        raise
+    with open(real, "w") as f:
+        f.write(text)
 
 
 def _new_file_mode(path: str) -> int:
