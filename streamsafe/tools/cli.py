@@ -379,14 +379,19 @@ def _run(args: argparse.Namespace) -> int:
 def _write_whole(path: str, text: str) -> None:
     """``text`` into ``path``. A regular file (or a new one) is written beside itself and renamed over
     itself: a reader, or a process that ends meanwhile, sees the old file or the new one, never half of
-    one. A symbolic link is followed (the link stays); a device or a pipe (``/dev/stdout``) is written
-    in place, as is a file where no file can be made beside it."""
-    real = os.path.realpath(path)
-    with contextlib.suppress(OSError):
-        if not stat.S_ISREG(os.stat(real).st_mode):
-            with open(real, "w") as f:
-                f.write(text)
-            return
+    one. A symbolic link is followed (the link stays). Anything else, and any path under ``/dev`` or
+    ``/proc`` (``/dev/stdout``, whatever it leads to), is appended to in place; a file where no file can
+    be made beside it is written in place."""
+    given = os.path.abspath(path)
+    try:
+        special = not stat.S_ISREG(os.stat(given).st_mode)
+    except OSError:  # (not there yet: a new file)
+        special = False
+    if special or given.startswith(("/dev/", "/proc/")):
+        with open(given, "a") as f:  # (appended: /dev/stdout sent to a file holds the program's output too)
+            f.write(text)
+        return
+    real = os.path.realpath(given)
     try:
         fd, tmp = tempfile.mkstemp(prefix=".streamsafe-report-", dir=os.path.dirname(real))
     except OSError:
@@ -394,8 +399,8 @@ def _write_whole(path: str, text: str) -> None:
             f.write(text)
         return
     try:
-        os.fchmod(fd, _new_file_mode(real))  # (the mode the file has, or a plain open() gives; not mkstemp's 0600)
         with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), _new_file_mode(real))  # (the file's mode, or a plain open()'s; not mkstemp's 0600)
             f.write(text)
         os.replace(tmp, real)
         return

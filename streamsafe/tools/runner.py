@@ -63,8 +63,9 @@ class RunReport:
     race_details: list[dict[str, Any]] = field(default_factory=list)
     """The same races, structured: ``buffer``, ``kind``, ``first`` and ``second`` (``op``, ``access``, ``where``), ``fix``."""
     forked_children: int = 0
-    """Processes the program made with ``fork()`` (``multiprocessing``'s fork start method among them):
-    they make no report, so their runs are in none."""
+    """Processes the program made with ``fork()`` (``multiprocessing``'s fork start method among them)
+    while ``streamsafe run`` (``run_program`` with ``report_to``) ran it: they make no report, so their
+    runs are in none. 0 without ``report_to``, which counts nothing."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -364,7 +365,7 @@ class _HardExit:
         try:
             with self.one_report:
                 if self.reported is None:
-                    self.reported = report  # (first: a signal's os._exit meanwhile goes out with its status)
+                    self.reported = report
                     self.report_to(report)
         finally:
             self.inside.discard(me)

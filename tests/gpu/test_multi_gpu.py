@@ -322,19 +322,21 @@ def test_jax_adapter_on_the_second_gpu_imports_the_outputs_own_device(two_gpus) 
     c = ss.StreamContract(sr, side)
     bad = 0
     before = torch.cuda.current_device()
-    with torch.cuda.device(1):
-        for i in range(20):
-            x = torch.rand(3, 32, 32, device="cuda:1", generator=torch.Generator("cuda:1").manual_seed(i))
-            want = c.run(x).torch().cpu().numpy()  # (the reference: the same input's output, copied by torch)
-            adapter = ss.JaxDLPackAdapter(c.run(x).image)
-            assert adapter.__dlpack_device__() == (2, 1)
-            view = jax.dlpack.from_dlpack(adapter, copy=False)
-            assert view.devices() == {gpus[1]}
-            got = np.asarray(jnp.array(view, copy=True).block_until_ready())
-            bad += not np.array_equal(got, want)
-        with pytest.raises(ss.DeviceMismatchError, match="pass device_id=1"):
-            ss.JaxDLPackAdapter(c.run(x).image, device_id=0)
-    c.close()
+    try:
+        with torch.cuda.device(1):
+            for i in range(20):
+                x = torch.rand(3, 32, 32, device="cuda:1", generator=torch.Generator("cuda:1").manual_seed(i))
+                want = c.run(x).torch().cpu().numpy()  # (the reference: the same input's output, copied by torch)
+                adapter = ss.JaxDLPackAdapter(c.run(x).image)
+                assert adapter.__dlpack_device__() == (2, 1)
+                view = jax.dlpack.from_dlpack(adapter, copy=False)
+                assert view.devices() == {gpus[1]}
+                got = np.asarray(jnp.array(view, copy=True).block_until_ready())
+                bad += not np.array_equal(got, want)
+            with pytest.raises(ss.DeviceMismatchError, match="pass device_id=1"):
+                ss.JaxDLPackAdapter(c.run(x).image, device_id=0)
+    finally:
+        c.close()
     assert bad == 0 and torch.cuda.current_device() == before
 
 
