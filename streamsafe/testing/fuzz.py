@@ -1091,16 +1091,12 @@ class GpuRunner:
             with torch.cuda.device(self.device), cupy.cuda.Device(self.device):
                 if kind == "non-blocking":
                     ts = torch.cuda.Stream(self.device)
-                    cs = self._external_cupy(ts)
+                    cs = cupy_external_stream(cupy, ss.as_stream(ts, backend=self.backend))  # (the device is current)
                 else:
                     cs = cupy.cuda.Stream(non_blocking=False)
                     ts = torch.cuda.ExternalStream(int(cs.ptr), device=self.device)
             pool.append(_GpuStream(kind, ts, cs, ss.as_stream(ts, backend=self.backend), int(ts.cuda_stream)))
         return pool[i]
-
-    def _external_cupy(self, ts: Any) -> Any:
-        with self.cupy.cuda.Device(self.device):
-            return cupy_external_stream(self.cupy, ss.as_stream(ts, backend=self.backend))
 
     def bank(self, framework: str, encoding: str, h: int, w: int) -> list[Any]:
         """``BANK`` device copies of the input frames of this size, written once (never again)."""
