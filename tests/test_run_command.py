@@ -530,23 +530,28 @@ def test_a_program_ending_with_os_exit_gets_its_report_and_its_status(tmp_path: 
     assert data["exit_status"] == status and [e["runs"] for e in data["effects"]] == [3]
 
 
+def _racy_program(tmp_path: Path, ending: str) -> Path:
+    """``PROGRAM`` (run it with ``other-stream``: a copy on a stream nothing declared, which sanitize reports)
+    ending with ``ending`` instead of its ``sys.exit``, with ``os`` imported."""
+    path = tmp_path / "p.py"
+    path.write_text(PROGRAM.replace("sys.exit(1 if corrupt else 0)", ending).replace("import sys\n", "import os, sys\n", 1))
+    return path
+
+
 @pytest.mark.parametrize("ending,status", [("os._exit(0)", 0), ("os._exit(np.int64(0))", 0), ("os._exit(256)", 256),
                                            ("os._exit(False)", 0)])
 def test_os_exit_after_a_race_found_exits_3(tmp_path: Path, ending: str, status: int) -> None:
     """Any status the system reads as success (NumPy's integers, bools and multiples of 256 too)."""
-    path = tmp_path / "p.py"
-    path.write_text(PROGRAM.replace("sys.exit(1 if corrupt else 0)", ending).replace("import sys\n", "import os, sys\n", 1))
+    path = _racy_program(tmp_path, ending)
     done = run_cli("--fake-nvvfx", "--sanitize", str(path), "other-stream")
     assert done.returncode == 3 and "race(s) found" in done.stderr, done.stderr
     assert done.stderr.count("effect(s) guarded") == 1 and f"program exit status: {status}\n" in done.stderr
 
 
 def test_os_exit_after_a_race_exits_3_when_the_report_file_cannot_be_written(tmp_path: Path) -> None:
-    path = tmp_path / "p.py"
     gone = tmp_path / "gone"
     gone.mkdir()
-    path.write_text(PROGRAM.replace("sys.exit(1 if corrupt else 0)", f"os.rmdir({str(gone)!r}); os._exit(0)")
-                    .replace("import sys\n", "import os, sys\n", 1))
+    path = _racy_program(tmp_path, f"os.rmdir({str(gone)!r}); os._exit(0)")
     done = run_cli("--fake-nvvfx", "--sanitize", "--report", str(gone / "r.json"), str(path), "other-stream")
     assert done.returncode == 3 and "race(s) found" in done.stderr, done.stderr
     assert f"--report {gone / 'r.json'}: cannot write it (No such file or directory); the report is above" in done.stderr
@@ -606,9 +611,8 @@ def test_os_exit_kept_by_the_program_after_the_run_ends_makes_no_second_report(t
 def test_a_process_that_ran_a_program_in_process_exits_as_it_asks(tmp_path: Path) -> None:
     """main(["run", ...]) called in-process: the program's own wrapper of os._exit keeps streamsafe's, and the
     host's later os._exit(0) must neither report the old run again nor change the host's status."""
-    program = tmp_path / "p.py"  # (a race the sanitizer reports: the run's status is 3, the host's is its own)
-    program.write_text(PROGRAM.replace("sys.exit(1 if corrupt else 0)", "_orig = os._exit\nos._exit = lambda n: _orig(n)")
-                       .replace("import sys\n", "import os, sys\n", 1))
+    # (a race the sanitizer reports: the run's status is 3, the host's is its own)
+    program = _racy_program(tmp_path, "_orig = os._exit\nos._exit = lambda n: _orig(n)")
     host = tmp_path / "host.py"
     host.write_text("import os, sys\nfrom streamsafe.tools.cli import main\n"
                     f"print('main returned', main(['run', '--fake-nvvfx', '--sanitize', {str(program)!r}, 'other-stream']), "
@@ -715,9 +719,7 @@ def test_os_exit_at_exit_after_a_race_still_exits_3(tmp_path: Path) -> None:
     """atexit.register(os._exit, 0), or a lambda that looks os._exit up then: after the report, such an
     exit keeps the race's status."""
     for hook in ("atexit.register(os._exit, 0)", "atexit.register(lambda: os._exit(0))"):
-        path = tmp_path / "p.py"
-        path.write_text(PROGRAM.replace("sys.exit(1 if corrupt else 0)", f"import atexit\n{hook}\nsys.exit(0)")
-                        .replace("import sys\n", "import os, sys\n", 1))
+        path = _racy_program(tmp_path, f"import atexit\n{hook}\nsys.exit(0)")
         done = run_cli("--fake-nvvfx", "--sanitize", str(path), "other-stream")
         assert done.returncode == 3 and done.stderr.count("effect(s) guarded") == 1, (hook, done.stderr)
 
