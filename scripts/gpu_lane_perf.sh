@@ -195,12 +195,7 @@ if { [ "$PART" = close ] && [ -n "${GPU_LANE_HOST_COSTS:-}" ]; } || [ "$PART" = 
   for i in 1 2; do timeout 50 python3 benchmarks/effect_host_cost.py > "$L/effect_host_cost-$i.txt" 2>&1; done
   grep -H -E "^(Video|True)" "$L"/effect_host_cost-*.txt | cut -c1-150
 fi
-if [ "$PART" = after ]; then  # a second closing call: the host costs above, then the independent race check (GPU_LANE_CHECK_S)
-  BUDGET_S=${GPU_LANE_CHECK_S:-90} FRAMES=2700 CONTROL_FRAMES=1350 timeout $(( ${GPU_LANE_CHECK_S:-90} + 60 )) \
-    python3 docs/runs/2026-11-30-independent-check/race_check.py > "$L/race_check.txt" 2>&1 || rc=1
-  tail -12 "$L/race_check.txt"
-fi
-if [ "$PART" = closing ]; then  # a session's last check, beside headline: the GPU tests, the host-cost figure's JSON, the race check
+if [ "$PART" = closing ]; then  # a session's last check, beside headline: the GPU tests, the host-cost figure's JSON (then the race check, below)
   STREAMSAFE_FUZZ_FRAMES=${STREAMSAFE_FUZZ_FRAMES:-600} STREAMSAFE_FUZZ_CONTROL_FRAMES=${STREAMSAFE_FUZZ_CONTROL_FRAMES:-300} \
   STREAMSAFE_SOAK_FRAMES=${STREAMSAFE_SOAK_FRAMES:-300} STREAMSAFE_MULTI_GPU_SOAK_FRAMES=${STREAMSAFE_MULTI_GPU_SOAK_FRAMES:-2000} \
     timeout "${GPU_LANE_TEST_TIMEOUT:-280}" python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/gpu > "$L/pytest-gpu.txt" 2>&1; status=$?
@@ -212,6 +207,8 @@ if [ "$PART" = closing ]; then  # a session's last check, beside headline: the G
   cat "$L/effect_calls.txt" | cut -c1-150
   timeout 60 python3 benchmarks/contract_overhead.py --blocks 12 --json "$L/contract_overhead.json" > "$L/contract_overhead.txt" 2>&1 || rc=1
   grep -E "^(raw effect|contract.run\(\) \+ out|hand, same fences \+ raw capsule import \[)|torch\(copy=False\)" "$L/contract_overhead.txt" | cut -c1-150
+fi
+if [ "$PART" = after ] || [ "$PART" = closing ]; then  # the independent race check (GPU_LANE_CHECK_S): after's host costs, closing's checks first
   BUDGET_S=${GPU_LANE_CHECK_S:-90} FRAMES=2700 CONTROL_FRAMES=1350 timeout $(( ${GPU_LANE_CHECK_S:-90} + 60 )) \
     python3 docs/runs/2026-11-30-independent-check/race_check.py > "$L/race_check.txt" 2>&1 || rc=1
   tail -12 "$L/race_check.txt"
