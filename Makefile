@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 
 .PHONY: run test doctor bench docs lint clean
 
-$(VENV)/.installed: pyproject.toml setup.py streamsafe/_native.c streamsafe/_replay.c streamsafe/_replay.h
+$(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,video]'

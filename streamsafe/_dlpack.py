@@ -6,7 +6,6 @@ import ctypes
 import struct
 from typing import Any, NamedTuple
 
-from ._accel import native
 from .errors import DeviceMismatchError, HostArrayError, InputArrayError, InputDeviceError
 from .frameworks import framework_of
 from .streams import as_stream
@@ -192,8 +191,6 @@ def capsule_data_key(capsule: Any) -> Any:
     ``None`` when it cannot be read."""
     if isinstance(capsule, SimCapsule):
         return capsule._array.buffer
-    if _NATIVE is not None:
-        return _NATIVE.capsule_data(capsule)
     address = _dltensor_address(capsule)
     # DLManagedTensor starts with DLTensor, whose first field is the data pointer
     return ctypes.c_void_p.from_address(address).value if address is not None else None
@@ -243,9 +240,6 @@ def read_capsule(capsule: Any) -> CapsuleTensor | None:
     capsule is neither consumed nor renamed, so its producer still owns the memory (and frees it
     when the capsule goes). ``None`` for anything else (a consumed capsule, another object).
     Does not block; touches host memory only."""
-    if _NATIVE is not None:
-        fields = _NATIVE.read_capsule(capsule)
-        return None if fields is None else tuple.__new__(CapsuleTensor, fields)
     address = _dltensor_address(capsule)
     if address is None:
         return None
@@ -264,8 +258,6 @@ def read_capsule(capsule: Any) -> CapsuleTensor | None:
 
 
 _CAPSULE_API: Any = None
-_NATIVE = native()
-"""The C extension's in-place reads of :func:`read_capsule` and :func:`capsule_data_key`, when built."""
 
 
 def _capsule_api() -> Any:

@@ -41,7 +41,6 @@ from .sim.backend import SimArray, another_models_array
 from .errors import EffectConfigError, EffectStateError, HostArrayError, InputArrayError, MissingCallError, NotAnEffectError, StreamsafeError, UnguardedChangeError
 from .frameworks import framework_of, torch_current_stream_handle
 from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, releases_output, shape_of, tracked_raw_call, tracked_setattr
-from ._accel import native
 from .ledger import _VIEWS, Ledger, _prune_views, adopt_ledger, apply_fences, forget_ledger, ledger_of, new_stats, view_owner, views_exist
 from . import occupancy
 from .outputs import SafeImage, SafeOutput
@@ -253,10 +252,6 @@ class StreamContract:
         # several threads' pipelines interleaving on the device: auto picks event, not async (every guarded
         # run counts, whatever its strategy; the flag is set under the effect's lock, in the paths below)
         shared = occupancy.note_run(self.device) and self.strategy is Strategy.AUTO
-        replay = _NATIVE_REPLAY
-        if replay is not None and self._recipes and not kwargs and not hooks.observers:  # (_call's first step, inline)
-            out = replay(self, "run", args, shared)
-            return out if out is not None else self._call_planned("run", args, kwargs, shared)
         return self._call("run", args, kwargs, shared)
 
     def run_at_timestep(self, *args: Any, **kwargs: Any) -> SafeOutput:
@@ -276,9 +271,8 @@ class StreamContract:
     def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> SafeOutput:
         """A guarded call: replayed when it repeats a recipe, else planned. ``shared``: other threads drive
         guarded effects on the device (:func:`~streamsafe.occupancy.note_run`, which the caller made)."""
-        if self._recipes and not hooks.observers:
-            replay = _NATIVE_REPLAY
-            out = replay(self, name, args, shared) if replay is not None and not kwargs else self._replay(name, args, kwargs, shared)
+        if self._recipes and not hooks.observers and steady.enabled:
+            out = self._replay(name, args, kwargs, shared)
             if out is not None:
                 return out
         return self._call_planned(name, args, kwargs, shared)
@@ -341,11 +335,7 @@ class StreamContract:
         return tuple(facts)
 
     def _replay(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> SafeOutput | None:
-        """Replay a recorded recipe when this call's facts and the ledger's state match one; else ``None``.
-
-        The C extension does the same for calls without keywords (``streamsafe/_replay.c``: the same
-        steps in the same order; a change here goes there too, and ``tests/test_native_replay.py``
-        runs the same frames through both)."""
+        """Replay a recorded recipe when this call's facts and the ledger's state match one; else ``None``."""
         if self.closed:
             return None
         facts = self._facts(name, args, kwargs, shared)
@@ -971,29 +961,6 @@ def _refresh_torch() -> None:
             raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # an int, no stream object
             _RAW_STREAM = raw if raw is not None else functools.partial(torch_current_stream_handle, torch)
             _TORCH_DEVICE = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
-
-
-def _bind_native_replay() -> Callable[..., SafeOutput | None] | None:
-    """:meth:`StreamContract._replay` in C (``streamsafe._native.replay``), given the objects it works
-    with; ``None`` without the C extension (or ``STREAMSAFE_NATIVE=0``): the Python method then. Also
-    gives :mod:`streamsafe.outputs` the import's C half (``import_output``)."""
-    module = native()
-    if module is None or not hasattr(module, "import_output"):  # (a build from before them)
-        return None
-    module.bind_replay({
-        "contract_globals": globals(), "steady": steady, "views": _VIEWS, "local": guarding._local,
-        "raw_cache": guarding._raw_cache, "raw_method": guarding.raw_method, "call_raw": call_raw,
-        "SafeOutput": SafeOutput, "SafeImage": SafeImage, "SimArray": SimArray, "SimBackend": SimBackend,
-        "thread_token": thread_token, "restore_counters": _restore_counters, "hooks": hooks,
-        "SimCapsule": SimCapsule, "capsule_data_key": capsule_data_key, "on_this_thread": on_this_thread,
-        "prune_views": _prune_views, "ledger": sys.modules[Ledger.__module__], "get_ident": threading.get_ident,
-    })
-    outputs.native_import = module.import_output
-    return module.replay  # type: ignore[no-any-return]
-
-
-_NATIVE_REPLAY = _bind_native_replay()
-"""The C replay of calls without keywords, or ``None`` (then :meth:`StreamContract._replay` does it)."""
 
 
 def stream_contract(effect: Any, stream: Any = None, strategy: Strategy | StrategyName = "auto", **kwargs: Any) -> StreamContract:

@@ -247,8 +247,6 @@ class Ledger:
         self.default_contract: Any = None
         """The contract a class-level guard (:func:`streamsafe.guard`) made for this effect."""
         self._lock = threading.RLock()
-        self._lock_calls = (self._lock.acquire, self._lock.release)
-        """The lock's two calls, as the C extension's hot path makes them (``streamsafe/_replay.c``)."""
         self._owner: int | None = None
         self._closing_wait = False
         self._closing: list[int] = []

@@ -8,19 +8,15 @@ after another. ``auto`` therefore picks ``event`` (non-blocking SDK streams, per
 waits that release the GIL) for a run when another live thread ran a guarded effect on the same
 device since this thread's previous run there (within :data:`WINDOW_S` seconds): the pipelines
 interleave. Otherwise it keeps ``async``. Nothing here blocks; a note costs a clock read and a
-dict write, plus a look at the other threads while there are any. Where the C extension is built,
-:func:`note_run` is its ``note_run`` (the same steps on the same dict; :func:`note_run_python` is
-the reference, and the tests run both).
+dict write, plus a look at the other threads while there are any.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 
-from ._accel import native
-from .streams import _local_token, thread_token
+from .streams import thread_token
 
 __all__ = ["note_run", "threads_on", "WINDOW_S"]
 
@@ -57,21 +53,6 @@ def note_run(device: int) -> bool:
                 return True
             threads.pop(other, None)
     return False
-
-
-note_run_python = note_run
-"""The Python :func:`note_run` (the C extension's mirrors it)."""
-
-
-def _bind_native() -> None:
-    global note_run
-    module = native()
-    if module is not None and hasattr(module, "note_run"):
-        module.bind_occupancy(sys.modules[__name__], thread_token, _local_token)
-        note_run = module.note_run
-
-
-_bind_native()
 
 
 def threads_on(device: int) -> int:

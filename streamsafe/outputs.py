@@ -25,10 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SafeImage", "SafeOutput", "JaxDLPackAdapter"]
 
-native_import: Any = None
-"""``SafeImage.__dlpack__`` in C for a consumer stream the ledger knows (``streamsafe._native.import_output``:
-the capsule, or ``None`` when it did nothing), set by :mod:`streamsafe.contract` where the C extension is built."""
-
 _CONSUMED = (
     "this output's capsule was already imported; a DLPack capsule can be consumed once (H9). "
     "Import it once and keep that copy (out.torch(), out.cupy(), out.jax(), out.numpy() each import once), "
@@ -97,10 +93,6 @@ class SafeImage:
         the consumer. Raises :class:`BufferError` on a second import and
         :class:`~streamsafe.errors.StaleOutputError` if the buffer was reused since.
         """
-        if native_import is not None and not copy and dl_device is None:
-            capsule = native_import(self, stream)  # (the same, in C, for a stream the ledger knows)
-            if capsule is not None:
-                return capsule
         if self._consumed:
             raise BufferError(_CONSUMED)
         ledger = self._ledger
@@ -295,18 +287,6 @@ def _consumer_on_device(image: SafeImage, stream: Any) -> None:
 
 def torch_copy(image: SafeImage, stream: Any = None) -> Any:
     """``out.torch(stream)`` given the output's image (what the bench's streamsafe rows import with)."""
-    if stream is None and native_import is not None and not image._consumed:  # (the steady-state frame's import)
-        raw_current = _RAW_CURRENT if _RAW_CURRENT is not False else _raw_current_stream()
-        if raw_current is not None:
-            image._escapes = False  # (as _for_copy marks it: read by a copy helper, no view leaves it)
-            try:
-                capsule = native_import(image, raw_current(image._device) or LEGACY_DLPACK)  # DLPack: 1 names stream 0
-                if capsule is not None:
-                    return sys.modules["torch"].from_dlpack(capsule).clone()
-            except BaseException:
-                _copy_failed(image)  # (as the steps below: a later import may be a view again)
-                raise
-            image._escapes = True  # (nothing done: as it was; the steps below do it, or raise)
     torch = _framework("torch", "out.torch()", "torch")
 
     if stream is not None:
@@ -324,12 +304,6 @@ def torch_copy(image: SafeImage, stream: Any = None) -> Any:
 
 def torch_view(image: SafeImage, stream: Any = None) -> Any:
     """``out.torch(stream, copy=False)`` given the output's image: a zero-copy torch tensor."""
-    if stream is None and native_import is not None and not image._consumed:  # (the steady-state frame's import)
-        raw_current = _RAW_CURRENT if _RAW_CURRENT is not False else _raw_current_stream()
-        if raw_current is not None:
-            capsule = native_import(image, raw_current(image._device) or LEGACY_DLPACK)  # DLPack: 1 names stream 0
-            if capsule is not None:
-                return sys.modules["torch"].from_dlpack(capsule)
     torch = _framework("torch", "out.torch(copy=False)", "torch")
 
     if stream is None:
@@ -337,25 +311,6 @@ def torch_view(image: SafeImage, stream: Any = None) -> Any:
     _consumer_on_device(image, stream)
     with torch.cuda.stream(stream):
         return _torch_import(torch, image)
-
-
-_RAW_CURRENT: Any = False
-"""torch's ``_cuda_getCurrentRawStream`` once looked up (``None``: torch lacks it), ``False`` before. The copy
-helpers' first lines import in C (``native_import``) with it, on torch's current stream; when that does
-nothing (torch not loaded, the output consumed or stale, a stream the ledger does not know) their
-other steps do it, or raise."""
-
-
-def _raw_current_stream() -> Any:
-    """torch's ``_cuda_getCurrentRawStream`` (the current stream's handle on a device, as an int) once torch
-    is loaded, else ``None``."""
-    global _RAW_CURRENT
-    if _RAW_CURRENT is False:
-        torch = sys.modules.get("torch")
-        if torch is None:
-            return None
-        _RAW_CURRENT = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
-    return _RAW_CURRENT
 
 
 def _framework(name: str, helper: str, extra: str) -> Any:

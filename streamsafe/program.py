@@ -82,7 +82,7 @@ class FenceProgram:
     2 names that thread's stream); run from another thread, it issues its fences one by one, each
     as that thread must (:func:`~streamsafe.streams.issuable`)."""
 
-    __slots__ = ("fences", "plan", "_backend", "_device", "_bound", "_counts", "_thread", "native", "__weakref__")
+    __slots__ = ("fences", "plan", "_backend", "_device", "_bound", "_counts", "_thread", "__weakref__")
 
     def __init__(self, backend: Any, device: int, fences: tuple[Fence, ...], plan: Any = None) -> None:
         self.fences = fences
@@ -103,8 +103,6 @@ class FenceProgram:
             for f in fences:
                 counts[f.hazard] = counts.get(f.hazard, 0) + 1
             self._counts = tuple(counts.items())
-        self.native = self.parts()
-        """:meth:`parts`, as the C extension's hot path reads them (``streamsafe/_replay.c``)."""
 
     def __call__(self, stats: dict[str, int]) -> None:
         bound = self._bound
@@ -116,14 +114,6 @@ class FenceProgram:
         bound()
         for name, n in self._counts:
             stats[name] = stats.get(name, 0) + n
-
-    def parts(self) -> tuple[Any, ...]:
-        """What the C replay (``streamsafe/_replay.c``) runs it with: whether it has fences, its bound call or
-        ``None``, the thread it is bound for or ``None``, its counts, and, when the bound call is one call of
-        the C extension's ``run_fences``, that call's steps, the context it needs (0: any) and the call that
-        raises a failed step's error (else ``None, 0, None``). A program never changes once made."""
-        steps = getattr(self._bound, "native_steps", None) or (None, 0, None)
-        return (bool(self.fences), self._bound, self._thread, self._counts, *steps)
 
     @property
     def counts_exactly(self) -> bool:

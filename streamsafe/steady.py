@@ -37,6 +37,8 @@ check_replay = env_flag("STREAMSAFE_CHECK_REPLAY", False, "plan every replayed c
 """Plan every replayed call again and raise if the recipe differs (a test switch)."""
 replays = 0
 """How many calls were replayed (the tests read it)."""
+enabled = env_flag("STREAMSAFE_REPLAY", True, "replay steady-state frames from recipes", strict=False)
+"""Whether contracts replay recipes (``STREAMSAFE_REPLAY=0``: every call is planned; the tests compare both)."""
 
 
 class Recipe:
@@ -45,7 +47,7 @@ class Recipe:
     __slots__ = (
         "facts", "state", "readers", "escaped", "previous_plan", "previous_sdk", "input_shapes", "ledger_config", "config",
         "plan", "shapes", "before", "after", "protect", "default_consumer", "run_stream", "run_ptr", "non_blocking",
-        "run_counts", "arrays_only", "thread", "native",
+        "run_counts", "arrays_only", "thread",
     )
 
     def __init__(
@@ -79,13 +81,6 @@ class Recipe:
         self.thread = thread_token() if _names_per_thread(facts, state, plan, default_consumer, before, after) else None
         """The thread it was made in, when it names a per-thread default stream (handle 2 is another
         stream in each thread: such a recipe replays only in its own thread)."""
-        self.native = (
-            facts, self.thread, *state, before, before.native, after, after.native, self.arrays_only,
-            self.run_stream, self.run_ptr, self.non_blocking, plan, default_consumer, shapes, protect,
-            self.run_counts, plan.sdk_streams,
-        )
-        """Everything above in one tuple, in the order the C replay (``streamsafe/_replay.c``) reads it.
-        A recipe never changes once made."""
 
     def matches(self, ledger: Any, config: Any) -> bool:
         """Whether the ledger is in the state this recipe was made in (the caller compared the facts)."""

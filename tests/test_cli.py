@@ -19,7 +19,7 @@ def test_doctor_runs_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
 def test_doctor_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["doctor", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert {"python", "packages", "cuda", "stream_defaults", "nvvfx_importable", "backend", "native", "switches"} <= set(report)
+    assert {"python", "packages", "cuda", "stream_defaults", "nvvfx_importable", "backend", "switches"} <= set(report)
 
 
 def test_console_entry_point_module() -> None:
@@ -188,8 +188,7 @@ def test_progress_bar_on_a_terminal(monkeypatch: pytest.MonkeyPatch, capsys: pyt
 
 def test_doctor_shows_the_switches_that_are_set(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("STREAMSAFE_SANITIZE", "1")
-    monkeypatch.delenv("STREAMSAFE_NATIVE", raising=False)
+    monkeypatch.delenv("STREAMSAFE_REPLAY", raising=False)
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    assert "switches: " in out and "STREAMSAFE_SANITIZE=1" in out and "STREAMSAFE_NATIVE=" not in out
-    assert "C extension (streamsafe._native): " in out
+    assert "switches: " in out and "STREAMSAFE_SANITIZE=1" in out and "STREAMSAFE_REPLAY=" not in out

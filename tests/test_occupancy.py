@@ -20,17 +20,6 @@ from streamsafe.testing import VideoSuperRes
 from streamsafe.testing import _kernels as K
 
 
-_BUILT_NOTE_RUN = occupancy.note_run
-
-
-@pytest.fixture(autouse=True, params=["C", "Python"])
-def _note_run(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test here with either ``note_run``."""
-    if request.param == "C" and _BUILT_NOTE_RUN is occupancy.note_run_python:
-        pytest.skip("the C extension is not built here (or STREAMSAFE_NATIVE=0)")
-    monkeypatch.setattr(occupancy, "note_run", _BUILT_NOTE_RUN if request.param == "C" else occupancy.note_run_python)
-
-
 def _pipeline(sim: ss.SimBackend, device: int = 0, strategy: str = "auto") -> tuple[Any, Any, ss.Stream]:
     s = sim.create_stream(non_blocking=True, device=device)
     sr = VideoSuperRes(backend=sim, device=device)

@@ -116,7 +116,7 @@ def test_sanitize_switch_reads_the_usual_spellings(monkeypatch: pytest.MonkeyPat
     assert ss.SimBackend().on_race == ("raise" if on else "record")
 
 
-@pytest.mark.parametrize("name", ["STREAMSAFE_SANITIZE", "STREAMSAFE_NATIVE", "STREAMSAFE_CHECK_REPLAY"])
+@pytest.mark.parametrize("name", ["STREAMSAFE_SANITIZE", "STREAMSAFE_REPLAY", "STREAMSAFE_CHECK_REPLAY"])
 def test_a_switch_with_another_value_is_refused_with_its_name_and_the_fix(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     from streamsafe._env import env_flag
 

@@ -5,15 +5,10 @@ that is what a program needs; for an enqueue of a microsecond (an event record, 
 graph launch) it is a chance for every other Python thread to take the GIL before the next call,
 and in a process with several pipeline threads (a video server) each such chance costs a thread
 switch: on an H200 host, 8 threads fencing through ``cuda.bindings`` paid 13.7 us per fence, and
-2.6 us through these calls (``benchmarks/fence_bindings.py``, ``docs/runs/2026-11-29-host-probe-3``).
+2.6 us through these calls (``benchmarks/fence_overhead.py --bindings``).
 The entry points come from the driver itself (``cuGetProcAddress`` through ``cuda.bindings``), so
-no library is loaded twice.
+no library is loaded twice. This is streamsafe's one driver path besides ``cuda.bindings``.
 Nothing here blocks the host; every call returns the driver's ``CUresult`` as an int.
-
-Where the C extension :mod:`streamsafe._native` is built (see :mod:`streamsafe._accel`), the
-record, wait and graph-launch calls are its functions instead of ``ctypes`` ones (the same entry
-points, the same arguments and results, without ``ctypes``' cost per call), and
-:attr:`HeldCalls.native` offers its whole-program and copy-launch calls.
 
 ``STREAMSAFE_FENCE_CALLS=bindings`` makes :func:`held_calls` return ``None`` (callers then use
 ``cuda.bindings``' own calls): the switch the benchmarks compare.
@@ -25,7 +20,6 @@ import ctypes
 import os
 from typing import Any
 
-from .._accel import native
 from ..streams import Stream, StreamKind
 
 __all__ = ["HeldCalls", "held_calls", "stream_handle"]
@@ -43,34 +37,20 @@ _PROTOTYPES: dict[str, Any] = {
 }
 
 
-_NATIVE_ORDER = ("cuEventRecord", "cuStreamWaitEvent", "cuCtxGetCurrent", "cuGraphLaunch", "cuLaunchKernel")
-"""The entry points :func:`streamsafe._native.bind` takes, in its order."""
-
-
 class HeldCalls:
-    """The entry points of :data:`_PROTOTYPES`, as attributes of the same names (``cuEventRecord``,
-    ``cuStreamWaitEvent`` and ``cuGraphLaunch`` are the C extension's calls where it is built), and
-    :attr:`native`."""
+    """The entry points of :data:`_PROTOTYPES`, as ``ctypes`` functions of the same names."""
 
-    __slots__ = ("cuEventRecord", "cuStreamWaitEvent", "cuCtxGetCurrent", "cuGraphLaunch", "cuMemcpyDtoDAsync", "cuLaunchKernel",
-                 "native")
+    __slots__ = ("cuEventRecord", "cuStreamWaitEvent", "cuCtxGetCurrent", "cuGraphLaunch", "cuMemcpyDtoDAsync", "cuLaunchKernel")
     cuEventRecord: Any
     cuStreamWaitEvent: Any
     cuCtxGetCurrent: Any
     cuGraphLaunch: Any
     cuMemcpyDtoDAsync: Any
     cuLaunchKernel: Any
-    native: Any
-    """:mod:`streamsafe._native`, bound to these entry points, or ``None`` (not built, or switched off)."""
 
-    def __init__(self, native: Any = None, **calls: Any) -> None:
+    def __init__(self, **calls: Any) -> None:
         for name in _PROTOTYPES:
             setattr(self, name, calls.get(name))
-        self.native = native
-        if native is not None:
-            self.cuEventRecord = native.event_record
-            self.cuStreamWaitEvent = native.stream_wait_event
-            self.cuGraphLaunch = native.graph_launch
 
 
 _HELD: Any = False
@@ -87,17 +67,13 @@ def held_calls() -> HeldCalls | None:
                 from cuda.bindings import driver as d
 
                 flags = d.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
-                calls, addresses = {}, {}
+                calls = {}
                 for name, proto in _PROTOTYPES.items():
                     found = d.cuGetProcAddress(name.encode(), 12000, flags)  # the ABI of CUDA 12.0 on (the _v2 copies)
                     if found[0] != d.CUresult.CUDA_SUCCESS or not int(found[1]):
                         raise LookupError(name)
-                    addresses[name] = int(found[1])
-                    calls[name] = proto(addresses[name])
-                module = native()
-                if module is not None:
-                    module.bind(*(addresses[name] for name in _NATIVE_ORDER))
-                _HELD = HeldCalls(module, **calls)
+                    calls[name] = proto(int(found[1]))
+                _HELD = HeldCalls(**calls)
             except Exception:  # no driver, or an older cuda.bindings: its own calls do the same work
                 _HELD = None
     return _HELD  # type: ignore[no-any-return]

@@ -12,7 +12,6 @@ synchronisation after it; this module knows nothing of the model. Every driver e
 from __future__ import annotations
 
 import ctypes
-import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -282,11 +281,7 @@ class CudaBackend:
         as the bound fence programs ask: an event record on the legacy stream then lets no other thread in)."""
         held = held_calls()
         if held is not None:
-            if held.native is not None:
-                ctx = held.native.ctx_current()
-                if ctx is not None:
-                    return bool(ctx == self._device(device).ctx_int)
-            box = ctypes.c_void_p()  # (and the error, where the C extension's call failed)
+            box = ctypes.c_void_p()
             err = held.cuCtxGetCurrent(ctypes.byref(box))
             if err:
                 _check((self._d.CUresult(err),), "cuCtxGetCurrent")
@@ -406,17 +401,8 @@ class CudaBackend:
             recorded.pop(waiter, None)
         weakref.finalize(owner, _release_events, self._pool, events)
         program = tuple(steps)
-        run_fences = held.native.run_fences if held and held.native is not None else None
 
-        if run_fences is not None:  # the whole program in one call of the C extension
-            flat = tuple(x for call, args, _ in program for x in ((0, *args) if call is record else (1, *args[:2])))
-            names = tuple(name for _, _, name in program)
-
-            def run() -> None:
-                failed = run_fences(flat)
-                if failed is not None:
-                    _check((d.CUresult(failed[1]),), names[failed[0]])
-        elif held:
+        if held:
 
             def run() -> None:
                 for call, args, name in program:
@@ -432,8 +418,6 @@ class CudaBackend:
                         _check((err,), name)
 
         if not contexts:
-            if run_fences is not None:
-                run.native_steps = (flat, 0, functools.partial(_raise_failed, d, names))  # type: ignore[attr-defined]
             return run
         if len(contexts) > 1:  # legacy streams of several devices: each fence in its own context
 
@@ -444,9 +428,7 @@ class CudaBackend:
             return run_one_by_one
         ctx = self._device(contexts.pop()).ctx
         ctx_int = int(ctx)
-        if held and held.native is not None:
-            current_int = held.native.ctx_current  # (0 for no context, None when the call fails)
-        elif held:
+        if held:
             box = ctypes.c_void_p()  # one per program: a program runs under its effect's thread rule
             ref, get_raw = ctypes.byref(box), held.cuCtxGetCurrent
 
@@ -469,17 +451,10 @@ class CudaBackend:
             finally:
                 _check(d.cuCtxPopCurrent(), "cuCtxPopCurrent")
 
-        if run_fences is not None:  # (what the C replay runs itself, in this context only)
-            run_in_context.native_steps = (flat, ctx_int, functools.partial(_raise_failed, d, names))  # type: ignore[attr-defined]
         return run_in_context
 
     def __repr__(self) -> str:
         return f"CudaBackend(devices={self._count})"
-
-
-def _raise_failed(d: Any, names: tuple[str, ...], failed: tuple[int, int]) -> None:
-    """A bound program's step ``failed[0]`` returned ``failed[1]``: the error its Python call raises."""
-    _check((d.CUresult(failed[1]),), names[failed[0]])
 
 
 def _release_events(pool: EventPool[CudaEvent], events: list[CudaEvent]) -> None:

@@ -228,7 +228,7 @@ class CupyEngine:
                 for i in range(0, len(flat), 3):
                     self._cupy.cuda.runtime.memcpyAsync(flat[i + 1], flat[i], flat[i + 2], 3, stream.ptr)  # 3: device to device
                 return
-            launcher = self._copy_launcher = _CopyLauncher(self._cupy, self.device, held.cuLaunchKernel, held.native)
+            launcher = self._copy_launcher = _CopyLauncher(self._cupy, self.device, held.cuLaunchKernel)
         if self._get_device() == self.device:  # (inline: the check costs more as a call of its own)
             err = launcher(flat, stream_handle(stream))
         else:

@@ -15,7 +15,6 @@ import sys
 import textwrap
 from typing import Any
 
-from .._accel import native_status
 from .._version import __version__
 from ..backend import cuda_available
 
@@ -99,7 +98,7 @@ def _gpus() -> tuple[str | None, list[dict[str, Any]]]:
     return f"{version // 1000}.{version % 1000 // 10}", gpus
 
 
-_SWITCHES = ("STREAMSAFE_SANITIZE", "STREAMSAFE_NATIVE", "STREAMSAFE_FENCE_CALLS", "STREAMSAFE_CHECK_REPLAY")
+_SWITCHES = ("STREAMSAFE_SANITIZE", "STREAMSAFE_FENCE_CALLS", "STREAMSAFE_REPLAY", "STREAMSAFE_CHECK_REPLAY")
 """The environment switches streamsafe reads, as doctor shows them."""
 
 
@@ -113,7 +112,6 @@ def collect() -> dict[str, Any]:
         "streamsafe": __version__,
         "packages": {name: _version(name) for name in _PACKAGES},
         "nvvfx_importable": importlib.util.find_spec("nvvfx") is not None,
-        "native": native_status(),
         "switches": {name: os.environ.get(name) for name in _SWITCHES},
     }
     reason = CudaBackend.probe()
@@ -124,7 +122,6 @@ def collect() -> dict[str, Any]:
 
         held = held_calls()
         calls = ("cuda.bindings (GIL released around each call)" if held is None
-                 else "the driver's entry points through the C extension, GIL kept" if held.native is not None
                  else "the driver's entry points through ctypes, GIL kept")
         report["cuda"].update({"driver": driver, "gpus": gpus, "fence_calls": calls})
         report["stream_defaults"] = _stream_defaults()
@@ -146,7 +143,6 @@ def format_report(report: dict[str, Any]) -> str:
     for name, version in report["packages"].items():
         lines.append(f"  {name:<16} {version or '-'}")
     lines.append(f"  nvvfx importable: {'yes' if report['nvvfx_importable'] else 'no (use streamsafe.testing.install_fake_nvvfx())'}")
-    lines.append(f"  C extension (streamsafe._native): {report['native']}")
     set_switches = {k: v for k, v in report["switches"].items() if v is not None}
     lines.append("  switches: " + (", ".join(f"{k}={v}" for k, v in set_switches.items()) or "none set (" + ", ".join(_SWITCHES) + ")"))
     cuda = report["cuda"]
