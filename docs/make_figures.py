@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from streamsafe.hazards import SCENARIOS, contract_wrap, run_scenario  # noqa: E402
+from streamsafe.tools.hazards import SCENARIOS, contract_wrap, run_scenario  # noqa: E402
 from streamsafe.testing.labs import SimLab  # noqa: E402
 
 OUT = Path(__file__).parent / "img"
@@ -105,7 +105,7 @@ def _two_threads(old: bool) -> tuple[list[dict], list]:
     from streamsafe import ledger as ledger_module, program as program_module
     from streamsafe.testing import TrueHDR
 
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     saved = (program_module.issuable, ledger_module.issuable)
     if old:
         program_module.issuable = ledger_module.issuable = lambda s: s  # type: ignore[assignment]

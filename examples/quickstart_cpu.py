@@ -41,7 +41,7 @@ SIZE_IN = (3, 36, 64)  # (channels, height, width): float32 RGB in [0, 1], as nv
 WIDTH_OUT, HEIGHT_OUT = 128, 72
 LEVELS = [30, 90, 150, 210]  # frame i is a flat grey of LEVELS[i] / 255
 
-sim = ss.SimBackend(scheduler="adversarial")
+sim = ss.sim.SimBackend(scheduler="adversarial")
 producer = sim.create_stream(non_blocking=True)  # writes the input frames
 sdk = sim.create_stream(non_blocking=True)  # the SDK's stream (its stream_ptr)
 consumer = sim.create_stream(non_blocking=True)  # imports and copies each result

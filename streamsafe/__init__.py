@@ -1,102 +1,55 @@
 """streamsafe: safe, cheap stream ordering for GPU video effects across PyTorch, CuPy and JAX.
 
-Import never needs a GPU, a driver, or any array framework: the CUDA backend loads
-lazily, and :class:`SimBackend` models CUDA ordering in pure Python.
+Three ways in (:func:`stream_contract`, :func:`stream_safe`, :class:`StreamContract`), a class guard
+(:func:`guard`), sanitize mode (:func:`sanitize`), the strategies and the guarded outputs. The errors
+are in :mod:`streamsafe.errors`, the CUDA ordering model in :mod:`streamsafe.sim`, the emulated SDKs in
+:mod:`streamsafe.testing`, the SDK profiles in :mod:`streamsafe.profiles`.
+
+Import never needs a GPU, a driver, or any array framework: the CUDA backend loads lazily, and
+:class:`streamsafe.sim.SimBackend` models CUDA ordering in pure Python.
 """
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from typing import Any
 
+from . import errors as errors
+from . import profiles as profiles
+from . import sim as sim
 from ._version import __version__
-from .backend import SimBackend, current_backend, cuda_available, use_backend
-from .sim.schedule import AdversarialScheduler, ChoiceScheduler, InOrderScheduler, RandomScheduler
-from .sim.clocks import HOST, VectorClock, is_ordered_after
-from .contract import StreamContract, stream_contract, stream_safe
-from .errors import (
-    ArgumentError,
-    BackendUnavailableError,
-    ConcurrentUseError,
-    CudaDriverError,
-    DeviceMismatchError,
-    EffectConfigError,
-    EffectStateError,
-    EnvironmentSettingError,
-    FrameworkUnavailableError,
-    MissingCallError,
-    HostArrayError,
-    InputArrayError,
-    InputDeviceError,
-    NotAnEffectError,
-    RaceError,
-    StaleOutputError,
-    StrategyError,
-    StreamsafeError,
-    StreamTypeError,
-    StreamValueError,
-    UnguardedChangeError,
-)
+from .backend import cuda_available, current_backend, use_backend
+from .backend.naming import as_stream
+from .blocks import stream_contract, stream_safe
 from .class_guard import ClassGuard, guard, unguard
-from .ledger import Ledger
+from .contract import StreamContract
+from .errors import StreamsafeError
 from .outputs import JaxDLPackAdapter, SafeImage, SafeOutput
-from .plan import Fence, FencePlan, plan_fences
-from .sim.races import Access, Race
-from .sanitize import sanitize
+from .plan import Fence, FencePlan
+from .sim.sanitize import sanitize
 from .strategy import Strategy, StrategyName
-from .streams import Stream, StreamKind, as_stream, implicitly_ordered
+from .streams import Stream, StreamKind
 
 __all__ = [
     "__version__",
-    "Access",
-    "AdversarialScheduler",
-    "BackendUnavailableError",
-    "ChoiceScheduler",
     "ClassGuard",
-    "ConcurrentUseError",
     "CudaBackend",
-    "CudaDriverError",
-    "DeviceMismatchError",
-    "EffectConfigError",
-    "EffectStateError",
     "Fence",
     "FencePlan",
-    "HOST",
-    "EnvironmentSettingError",
-    "ArgumentError",
-    "MissingCallError",
-    "FrameworkUnavailableError",
-    "HostArrayError",
-    "InputArrayError",
-    "InputDeviceError",
-    "NotAnEffectError",
     "JaxDLPackAdapter",
-    "Ledger",
-    "InOrderScheduler",
-    "Race",
-    "RaceError",
-    "RandomScheduler",
     "SafeImage",
     "SafeOutput",
-    "SimBackend",
-    "StaleOutputError",
     "Strategy",
-    "StrategyError",
     "StrategyName",
-    "StreamContract",
     "Stream",
+    "StreamContract",
     "StreamKind",
-    "StreamTypeError",
-    "StreamValueError",
     "StreamsafeError",
-    "UnguardedChangeError",
-    "VectorClock",
     "as_stream",
     "cuda_available",
     "current_backend",
     "guard",
-    "implicitly_ordered",
-    "is_ordered_after",
-    "plan_fences",
     "sanitize",
     "stream_contract",
     "stream_safe",
@@ -108,6 +61,18 @@ __all__ = [
 _SUBPACKAGES = ("testing", "bench", "tools")
 """Subpackages reachable as attributes without their own import (imported on first use)."""
 
+_MOVED = {
+    **{name: "streamsafe.errors" for name in errors.__all__ if name != "StreamsafeError" and name[0].isupper()},
+    **{name: "streamsafe.sim" for name in (
+        "SimBackend", "AdversarialScheduler", "ChoiceScheduler", "InOrderScheduler", "RandomScheduler",
+        "HOST", "VectorClock", "is_ordered_after", "Access", "Race",
+    )},
+    "implicitly_ordered": "streamsafe.streams",
+    "plan_fences": "streamsafe.plan",
+    "Ledger": "streamsafe.ledger",
+}
+"""Names ``streamsafe`` exported before 0.3, and the module each lives in now (they warn, then work)."""
+
 
 def __getattr__(name: str) -> Any:
     if name == "CudaBackend":  # lazy: needs cuda.bindings, and a driver to construct
@@ -115,7 +80,14 @@ def __getattr__(name: str) -> Any:
 
         return CudaBackend
     if name in _SUBPACKAGES:  # ss.testing.VideoSuperRes after a plain `import streamsafe as ss`
-        import importlib
-
         return importlib.import_module(f".{name}", __name__)
+    where = _MOVED.get(name)
+    if where is not None:
+        warnings.warn(
+            f"streamsafe.{name} is deprecated: it lives in {where} (use {where}.{name}); the old name goes in a "
+            "later release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(where), name)
     raise AttributeError(f"module 'streamsafe' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""DLPack constants and the model's stand-in for a capsule."""
+"""DLPack: device constants, in-place reads of a capsule's tensor, and the checks an input must pass."""
 
 from __future__ import annotations
 
@@ -6,20 +6,18 @@ import ctypes
 import struct
 from typing import Any, NamedTuple
 
-from .errors import DeviceMismatchError, HostArrayError, InputArrayError, InputDeviceError
+from .errors import HostArrayError, InputArrayError, InputDeviceError
 from .frameworks import framework_of
-from .streams import as_stream
 
 __all__ = [
     "DLPACK_CPU",
     "DLPACK_CUDA",
-    "SimCapsule",
     "CapsuleTensor",
     "read_capsule",
     "check_input_device",
     "require_cuda_input",
     "describe_array",
-    "stream_on_device",
+    "array_key",
 ]
 
 DLPACK_CPU = 1
@@ -41,6 +39,21 @@ DLPACK_DEVICE_NAMES = {
     16: "Hexagon",
 }
 """DLPack ``DLDeviceType`` values other than CUDA (2), named for messages."""
+
+
+def array_key(arr: Any) -> Any:
+    """What identifies an array's memory: a backend's own array's key (``__streamsafe_key__``: the model's
+    buffer), else its data pointer (torch's ``data_ptr()``, CuPy's ``data.ptr``), else ``None``."""
+    if hasattr(type(arr), "__streamsafe_key__"):
+        return arr.__streamsafe_key__
+    data_ptr = getattr(arr, "data_ptr", None)  # torch (first: a tensor's .data is a new tensor each time)
+    if callable(data_ptr):
+        return data_ptr()
+    data = getattr(arr, "data", None)
+    ptr = getattr(data, "ptr", None)  # CuPy
+    if isinstance(ptr, int):
+        return ptr
+    return None
 
 
 def describe_array(obj: Any) -> str:
@@ -110,87 +123,13 @@ def require_cuda_input(what: str, obj: Any, device: int) -> None:
     check_input_device(what, obj, int(dev_type), int(dev_id), device)
 
 
-_STREAM_FIXES = {
-    "sdk": (
-        "the SDK stream",
-        "Pass a stream of device {expected} (e.g. torch.cuda.Stream({expected}), or one made inside "
-        "`with torch.cuda.device({expected}):`), or use an effect created with device={actual}.",
-    ),
-    "input": (
-        "the input's producer stream",
-        "Declare the stream of device {expected} that writes the inputs, or use an effect created with device={actual}.",
-    ),
-    "consumer": (
-        "the consumer's stream",
-        "The output lives on device {expected}, the effect's: import it on a stream of device {expected} (e.g. "
-        "inside `with torch.cuda.device({expected}):`, or out.torch(stream) with a stream of device {expected}), "
-        "then copy the result to device {actual} (y.to('cuda:{actual}')).",
-    ),
-    "conversion": (
-        "the conversion stream",
-        "Pass a stream of device {expected}, or leave conversion_stream unset (the legacy stream of device {expected}).",
-    ),
-}
-
-
-def stream_on_device(obj: Any, device: int, backend: Any, role: str) -> Any:
-    """``as_stream(obj, device=device, backend=backend)``, with a
-    :class:`~streamsafe.errors.DeviceMismatchError` that names the stream's ``role`` (``"sdk"``,
-    ``"input"``, ``"consumer"``, ``"conversion"``), both devices and the fix for that role.
-    Does not block."""
-    what, fix = _STREAM_FIXES[role]
-    try:
-        return as_stream(obj, device=device, backend=backend)
-    except DeviceMismatchError as e:
-        raise DeviceMismatchError(what, e.value, e.actual, e.expected, fix.format(actual=e.actual, expected=e.expected)) from None
-
-
-class SimCapsule:
-    """What a simulated producer's ``__dlpack__`` returns: importable once, like a PyCapsule.
-
-    ``name`` follows the DLPack convention: ``"dltensor"`` (or ``"dltensor_versioned"``)
-    until consumed, then ``"used_dltensor"`` (``"used_dltensor_versioned"``).
-    """
-
-    __slots__ = ("_array", "versioned", "_consumed", "view_of")
-
-    def __init__(self, array: Any, *, versioned: bool = False) -> None:
-        self._array = array
-        self.versioned = versioned
-        self._consumed = False
-        self.view_of: Any = None
-        """``(weak reference to a ledger, generation)`` when it is a guarded effect's output: an array the
-        model imports from it is a view of that run's output (H7 when used after the next run)."""
-
-    @property
-    def name(self) -> str:
-        base = "dltensor_versioned" if self.versioned else "dltensor"
-        return f"used_{base}" if self._consumed else base
-
-    @property
-    def consumed(self) -> bool:
-        return self._consumed
-
-    def consume(self) -> Any:
-        """Take the tensor out; a second call raises :class:`BufferError` as a real capsule does."""
-        if self._consumed:
-            raise BufferError(
-                f"this DLPack capsule was already imported (its name is now {self.name!r}); a capsule "
-                "can be consumed once. Import it once and copy the result, or ask the producer for a new capsule."
-            )
-        self._consumed = True
-        return self._array
-
-    def __repr__(self) -> str:
-        return f"<SimCapsule {self.name!r}>"
-
-
 def capsule_data_key(capsule: Any) -> Any:
-    """Something that identifies the memory a capsule points at: the model's buffer, or the
-    data pointer of a real ``dltensor``/``dltensor_versioned`` capsule (read without consuming it).
-    ``None`` when it cannot be read."""
-    if isinstance(capsule, SimCapsule):
-        return capsule._array.buffer
+    """Something that identifies the memory a capsule points at: what a capsule object of a backend's own
+    says (``__streamsafe_key__``: the model's buffer), or the data pointer of a real
+    ``dltensor``/``dltensor_versioned`` capsule (read without consuming it). ``None`` when it cannot be read."""
+    key = getattr(type(capsule), "__streamsafe_key__", None)
+    if key is not None:
+        return capsule.__streamsafe_key__
     address = _dltensor_address(capsule)
     # DLManagedTensor starts with DLTensor, whose first field is the data pointer
     return ctypes.c_void_p.from_address(address).value if address is not None else None

@@ -18,14 +18,17 @@ from typing import Any
 
 from .contract import StreamContract
 from .errors import ArgumentError, NotAnEffectError, StreamsafeError
-from .guarding import _class_guards, install
+from .guarding import install, register_class_guard, withdraw_class_guard
 from .ledger import ledger_of
-from .strategy import Strategy, StrategyName
+from .profile import profiles
+from .strategy import Strategy, StrategyName, as_strategy
 
-__all__ = ["EFFECT_CLASSES", "ClassGuard", "guard", "unguard", "guarded_classes"]
+__all__ = ["ClassGuard", "guard", "unguard", "guarded_classes", "effect_class_names"]
 
-EFFECT_CLASSES = ("VideoSuperRes", "VideoFrameGeneration", "TrueHDR")
-"""The classes :func:`guard` patches when given a module (``nvvfx`` or the emulation)."""
+
+def effect_class_names() -> tuple[str, ...]:
+    """The class names the registered SDK profiles describe (what :func:`guard` looks for in a module)."""
+    return tuple(dict.fromkeys(name for profile in profiles() for name in profile.classes))
 
 
 @dataclass
@@ -81,10 +84,11 @@ def _classes_of(target: Any) -> list[type]:
     if isinstance(target, type):
         return [target]
     if isinstance(target, types.ModuleType):
-        found = [getattr(target, n) for n in EFFECT_CLASSES if isinstance(getattr(target, n, None), type)]
+        names = effect_class_names()
+        found = [getattr(target, n) for n in names if isinstance(getattr(target, n, None), type)]
         if not found:
             raise StreamsafeError(
-                f"module {target.__name__!r} has none of {', '.join(EFFECT_CLASSES)}: nothing to guard. "
+                f"module {target.__name__!r} has none of {', '.join(names)}: nothing to guard. "
                 "Pass the nvvfx module (or streamsafe.testing), or an effect class."
             )
         return found
@@ -114,8 +118,6 @@ def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options:
     SDK stream is the program's current stream at each call. Plain ``sr.run(...)`` then returns a
     :class:`~streamsafe.SafeOutput`. Returns a :class:`ClassGuard`; undo it with ``.undo()``,
     :func:`unguard`, or use it as a context manager. Does not block."""
-    from .strategy import as_strategy
-
     as_strategy(strategy, allow_none=bool(options.get("allow_none")))
     unknown = sorted(set(options) - set(GUARD_OPTIONS))
     if unknown:
@@ -139,7 +141,7 @@ def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options:
     with _guards_lock:
         for cls in classes:
             _guard_stacks.setdefault(cls, []).append(cg)
-            _class_guards[cls] = cg  # the newest guards the class until it ends; then the one it covered again
+            register_class_guard(cls, cg)  # the newest guards the class until it ends; then the one it covered again
     return cg
 
 
@@ -175,10 +177,10 @@ def _withdraw(cls: type, cg: ClassGuard) -> None:
     except ValueError:  # (already off: a signal handler ending guards re-entered this)
         return
     if stack:
-        _class_guards[cls] = stack[-1]
+        register_class_guard(cls, stack[-1])
     else:
         _guard_stacks.pop(cls, None)
-        _class_guards.pop(cls, None)
+        withdraw_class_guard(cls)
 
 
 @contextmanager

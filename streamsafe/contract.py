@@ -22,38 +22,32 @@ conversion stream (the legacy stream; none for RGB10A2), **C** the consumer's st
 from __future__ import annotations
 
 import contextlib
-import functools
-import numbers
 import operator
-import sys
-import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NoReturn, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
 
-from ._env import SANITIZE_MEANING as _SANITIZE_MEANING, env_flag
-from . import guarding, hooks, outputs, steady
-from ._dlpack import DLPACK_CPU, DLPACK_CUDA, SimCapsule, capsule_data_key, check_input_device, require_cuda_input, stream_on_device
-from .backend import Backend, SimBackend, current_backend
-from .sim import mirror
-from .sim.backend import SimArray, another_models_array
-from .errors import EffectConfigError, EffectStateError, HostArrayError, InputArrayError, MissingCallError, NotAnEffectError, StreamsafeError, UnguardedChangeError
-from .frameworks import framework_of, torch_current_stream_handle
-from .guarding import CONFIG_ATTRS, INPUT_KWARGS, call_raw, is_rgb10a2, releases_output, shape_of, tracked_raw_call, tracked_setattr
-from .ledger import _VIEWS, Ledger, _prune_views, adopt_ledger, apply_fences, forget_ledger, ledger_of, new_stats, view_owner, views_exist
-from . import occupancy
-from .outputs import SafeImage, SafeOutput
+from . import guarding, hooks, occupancy, steady
+from ._dlpack import array_key
+from ._env import SANITIZE_MEANING, env_flag
+from .backend import Backend, current_backend
+from .backend.naming import as_stream, stream_on_device
+from .errors import EffectConfigError, EffectStateError, MissingCallError, NotAnEffectError, StreamsafeError, UnguardedChangeError
+from .frameworks import TORCH, framework_of, on_torch_device
+from .guarding import call_raw, shape_of, snapshot
+from .frames import UNREADABLE, SteadyFrames, restore_counters
+from .inputs import Inputs
+from .ledger import Ledger, adopt_ledger, forget_ledger, ledger_of, new_stats, views_exist
 from .plan import FencePlan, plan_fences
+from .profile import profile_of
 from .strategy import Strategy, StrategyName, as_strategy
-from .streams import LEGACY_HANDLE, Stream, as_stream, on_this_thread, thread_token
+from .streams import LEGACY_HANDLE, Stream, on_this_thread
 
-__all__ = ["StreamContract", "stream_contract", "stream_safe", "CONFIG_ATTRS", "tracked_raw_call", "tracked_setattr"]
-
-F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["StreamContract", "restore_counters", "contract_sinks"]
 
 
-class StreamContract:
+class StreamContract(SteadyFrames):
     """Fences one effect's calls. See the module docstring for the streams and the three ways in.
 
     ``strategy`` is a :class:`~streamsafe.Strategy` or its name; ``"none"`` also needs
@@ -76,6 +70,8 @@ class StreamContract:
         allow_none: bool = False,
     ) -> None:
         _check_effect(effect)
+        self.profile = profile_of(effect)
+        """The SDK profile of the effect (:mod:`streamsafe.profile`): its calls, settings and outputs."""
         self.strategy = as_strategy(strategy, allow_none=allow_none)
         if getattr(effect, "closed", False):
             raise EffectStateError(type(effect).__name__, "stream_contract", "closed", "Create a new effect.")
@@ -122,7 +118,7 @@ class StreamContract:
         :mod:`streamsafe.occupancy`)."""
         self._recipes: list[steady.Recipe] = []
         """Recipes of recent calls, replayed while a call repeats one (:mod:`streamsafe.steady`)."""
-        self._config_getter = _config_reader(effect)
+        self._config_getter = _config_reader(effect, self.profile)
         self._last_plan: FencePlan | None = None
         self._patched_instance = False
         self._tracked = guarding.install(self._cls)
@@ -131,15 +127,16 @@ class StreamContract:
         self.stats = new_stats()
         """Counters: runs; device-side fences; host waits and device syncs streamsafe made; and runs in
         which the SDK itself made the host wait (``non_blocking=False``)."""
-        if env_flag("STREAMSAFE_SANITIZE", False, _SANITIZE_MEANING):
-            mirror.enable_from_environment()
+        if env_flag("STREAMSAFE_SANITIZE", False, SANITIZE_MEANING):
+            hooks.observe_from_environment()
         try:
             _ = self.plan  # validates the strategy for these streams now (e.g. async where unsound)
         except BaseException:
             if existing is None:
                 forget_ledger(effect, self.ledger)  # (refused: the effect is as it was)
             raise
-        for sink in _CONTRACT_SINKS:
+        self._inputs = Inputs(self.backend, self.device, self.ledger, self._input, self.profile)
+        for sink in contract_sinks:
             sink.add(self)
 
     @property
@@ -193,7 +190,7 @@ class StreamContract:
     @property
     def conversion_stream(self) -> Stream | None:
         """The RGB8 conversion stream (legacy unless declared), or ``None`` for RGB10A2 output."""
-        return None if is_rgb10a2(self.effect) else self._conversion_spec
+        return self._conversion_spec if self.profile.converts(self.effect) else None
 
     def _sdk_stream(self) -> Stream:
         return self._sdk_fixed if self._sdk_fixed is not None else as_stream(None, device=self.device, backend=self.backend)
@@ -241,7 +238,7 @@ class StreamContract:
 
     # -- running -------------------------------------------------------------------------------
 
-    def run(self, *args: Any, **kwargs: Any) -> SafeOutput:
+    def run(self, *args: Any, **kwargs: Any) -> Any:
         """``effect.run(...)`` with the plan's fences. Blocks the host only where the plan says
         (the SDK's own wait under ``event``/``stream``/``device``, host waits under ``stream``/``device``,
         and a wait for outstanding copies when an input's size changes, since the SDK may then
@@ -254,7 +251,7 @@ class StreamContract:
         shared = occupancy.note_run(self.device) and self.strategy is Strategy.AUTO
         return self._call("run", args, kwargs, shared)
 
-    def run_at_timestep(self, *args: Any, **kwargs: Any) -> SafeOutput:
+    def run_at_timestep(self, *args: Any, **kwargs: Any) -> Any:
         """``effect.run_at_timestep(...)`` with the plan's fences (see :meth:`run`). An effect without
         the method (only ``VideoFrameGeneration`` interpolates at a timestep) raises
         :class:`~streamsafe.errors.MissingCallError` (an ``AttributeError``) before anything is issued."""
@@ -268,7 +265,7 @@ class StreamContract:
     def _refuse_closed(self, call: str) -> NoReturn:
         raise EffectStateError(self.effect_name, call, "closed", "Create a new effect and contract.")
 
-    def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> SafeOutput:
+    def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> Any:
         """A guarded call: replayed when it repeats a recipe, else planned. ``shared``: other threads drive
         guarded effects on the device (:func:`~streamsafe.occupancy.note_run`, which the caller made)."""
         if self._recipes and not hooks.observers and steady.enabled:
@@ -277,150 +274,10 @@ class StreamContract:
                 return out
         return self._call_planned(name, args, kwargs, shared)
 
-    # -- steady state (streamsafe.steady) ---------------------------------------------------------
-
-    def _facts(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> tuple[Any, ...] | None:
-        """This call's facts for :mod:`streamsafe.steady` (raw handles, shapes), read without a driver
-        query; ``None`` when the call must take the general path (inputs passed by keyword, inputs
-        other than plain torch tensors and model arrays, an input on another device)."""
-        stream_ptr = None
-        non_blocking = False
-        if kwargs:
-            if not _INPUT_KWARG_SET.isdisjoint(kwargs):
-                return None
-            stream_ptr = kwargs.get("stream_ptr")
-            non_blocking = kwargs.get("non_blocking", False)
-            if (stream_ptr is not None and type(stream_ptr) is not int) or type(non_blocking) is not bool:
-                return None
-        dev = self.device
-        declared = self._input
-        tensor = _TORCH_TENSOR
-        facts: list[Any] = [name, stream_ptr, non_blocking, shared]
-        sim = None
-        current = None  # torch's current stream, read once
-        for a in args:
-            kind = type(a)
-            if kind is tensor:
-                if a.get_device() != dev:
-                    return None
-                facts.append(a.shape)
-                if declared is None:
-                    if current is None:
-                        current = _RAW_STREAM(dev)
-                    facts.append(current)
-                else:
-                    facts.append(declared)
-            elif kind is SimArray:
-                if a.buffer.device != dev:
-                    return None
-                sim = a.backend
-                facts.append(a.shape)
-                facts.append(declared if declared is not None else sim.current_stream(dev))
-            elif kind is int or kind is float:
-                facts.append(kind)
-            else:
-                return None
-        if len(facts) == 4:
-            return None
-        if sim is not None:
-            if sim is not self.backend:
-                return None
-            facts.append(sim.current_stream(dev))
-        elif isinstance(self.backend, SimBackend) or _TORCH_TENSOR is None:
-            return None
-        else:
-            if _TORCH_DEVICE() != dev:  # the general path makes the effect's device current for the call
-                return None
-            facts.append(current if current is not None else _RAW_STREAM(dev))  # torch is initialised: it made the inputs
-        return tuple(facts)
-
-    def _replay(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> SafeOutput | None:
-        """Replay a recorded recipe when this call's facts and the ledger's state match one; else ``None``."""
-        if self.closed:
-            return None
-        facts = self._facts(name, args, kwargs, shared)
-        if facts is None:
-            return None
-        for recipe in self._recipes:
-            if recipe.facts == facts:
-                break
-        else:
-            return None
-        ledger = self.ledger
-        outer = ledger.try_hold()
-        if outer is None:  # another thread holds the effect: the general path waits or raises, as the rule says
-            return None
-        try:
-            config = self._config()
-            if ledger.closed or config is _UNREADABLE:
-                return None
-            if not recipe.matches(ledger, config):
-                # Another recipe of the same call may fit this state (a pipeline that imports zero-copy on
-                # some frames and copies on others has one per state): the newest first, as remembered.
-                for recipe in self._recipes:
-                    if recipe.facts == facts and recipe.matches(ledger, config):
-                        break
-                else:
-                    return None
-            self._shared = shared
-            steady.replays += 1
-            if steady.check_replay:
-                self._check_recipe(recipe, name, args, kwargs)
-            stats = self.stats
-            before = recipe.before
-            counted = None
-            if before.fences:  # (an empty program has nothing to issue or count)
-                if not before.counts_exactly:
-                    counted = dict(stats)  # (host waits or device syncs: counted as planned calls count them)
-                before(stats)
-            arrays = args if recipe.arrays_only else tuple(a for a in args if type(a) is not int and type(a) is not float)
-            run_stream = recipe.run_stream
-            if views_exist():
-                self._read_views(arrays, run_stream)
-            if kwargs:
-                kwargs = _sdk_kwargs_removed(kwargs)
-            try:
-                raw = call_raw(self.effect, name, *args, stream_ptr=recipe.run_ptr, non_blocking=recipe.non_blocking, **kwargs)
-            except BaseException:  # refused (a dtype the facts do not hold): the counters as before, as planned calls
-                if counted is not None:
-                    _restore_counters(stats, counted)
-                elif before.fences:
-                    before.uncount(stats)
-                raise
-            plan = recipe.plan
-            generation = ledger.after_run(plan, recipe.shapes, stats, recipe.default_consumer)
-            if recipe.protect:
-                if recipe.after.fences:
-                    recipe.after(stats)
-                self._protect_inputs(arrays, run_stream)
-            if ledger.keepalive:
-                ledger.prune_keepalive()
-            self._last_plan = plan
-            for counter, n in recipe.run_counts:
-                stats[counter] += n
-        finally:
-            ledger.let_go(outer)
-        return SafeOutput(raw, SafeImage(ledger, raw.image, generation, self.device, recipe.default_consumer, self.effect))
-
-    def _config(self) -> Any:
-        """The effect's output-size and encoding attributes it had when the contract was made, now."""
-        try:
-            return self._config_getter(self.effect)
-        except AttributeError:  # an attribute went: the general path copes
-            return _UNREADABLE
-
-    def _check_recipe(self, recipe: steady.Recipe, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """``STREAMSAFE_CHECK_REPLAY=1``: plan the call again; the recipe must say the same."""
-        sdk, user_nb, arrays, producers = self._call_inputs(args, kwargs)
-        frame = self._plan_frame(sdk, arrays, producers, user_nb)
-        got = (recipe.plan, recipe.shapes, recipe.before.fences, recipe.after.fences, recipe.default_consumer,
-               recipe.run_stream, recipe.run_counts, recipe.arrays_only)
-        plan = frame[0]
-        want = (plan, frame[1], frame[2], frame[3], self._consumer or sdk, plan.run_stream,
-                steady.run_counts(plan),
-                not any(isinstance(a, numbers.Number) for a in args))
-        if got != want:
-            raise AssertionError(f"streamsafe replayed a recipe that differs from the plan: {got} != {want}")
+    def _output(self, raw: Any, generation: int, default_consumer: Stream) -> Any:
+        """The guarded output for the SDK's ``raw`` result, as the profile hands it out."""
+        wrap = self.profile.wrap
+        return raw if wrap is None else wrap(raw, self.ledger, generation, self.device, default_consumer, self.effect)
 
     # -- the general path --------------------------------------------------------------------------
 
@@ -429,27 +286,11 @@ class StreamContract:
     ) -> tuple[Stream, bool, list[Any], list[Stream | None]]:
         """The SDK stream, the caller's ``non_blocking``, the inputs and their producers' streams
         (``None``: unknown) of a call; validates every input first. Issues nothing."""
-        stream_ptr = kwargs.get("stream_ptr")
-        user_nb = bool(kwargs.get("non_blocking", False))
-        be = self.backend
-        sdk = self._sdk_stream() if stream_ptr is None else on_this_thread(stream_on_device(stream_ptr, self.device, be, "sdk"))
-        arrays = [a for a in args if not isinstance(a, numbers.Number)]
-        for i, a in enumerate(args[1:], 1):
-            if a is None or isinstance(a, (str, bytes)):  # (a timestep or a frame index given as text, or left out)
-                raise InputArrayError(
-                    f"argument {i + 1}", a,
-                    f"{'None' if a is None else 'a ' + type(a).__name__} is neither an input array nor a number",
-                    "Pass the inputs as CUDA arrays and a timestep or index as a number, "
-                    "e.g. c.run_at_timestep(previous, next, 0.5)",
-                )
-        arrays += [kwargs[k] for k in INPUT_KWARGS if k in kwargs]
-        try:
-            producers = [self._producer_of(a) for a in arrays]
-        except HostArrayError as e:
-            if not isinstance(be, SimBackend):
-                raise
-            raise HostArrayError(e.what, e.value, _describe(e), e.rule, f"{e.fix} On the simulated backend (this effect's): "
-                                 "sim.array(x), a device copy, or sim.empty(shape, dtype) and a kernel.") from None
+        profile = self.profile
+        stream_ptr = kwargs.get(profile.stream_keyword)
+        user_nb = bool(kwargs.get(profile.blocking_keyword, False))
+        sdk = self._sdk_stream() if stream_ptr is None else on_this_thread(stream_on_device(stream_ptr, self.device, self.backend, "sdk"))
+        arrays, producers = self._inputs.of_call(args, kwargs)
         return sdk, user_nb, arrays, producers
 
     def _plan_frame(
@@ -478,11 +319,11 @@ class StreamContract:
         after = tuple(f for f in plan.at("after run") if f.action == "device-wait")
         return plan, shapes, plan.before_run(fences), after
 
-    def _call_planned(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool = False) -> SafeOutput:
+    def _call_planned(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool = False) -> Any:
         ledger = self.ledger
         if self.closed or ledger.closed:
             self._refuse_closed(name)
-        _refresh_torch()
+        TORCH.refresh()
         facts = self._facts(name, args, kwargs, shared) if not hooks.observers else None
         be, dev = self.backend, self.device
         sdk, user_nb, arrays, producers = self._call_inputs(args, kwargs)
@@ -490,165 +331,54 @@ class StreamContract:
             self._shared = shared
             self._check_unguarded_change()
             plan, shapes, before, after = self._plan_frame(sdk, arrays, producers, user_nb)  # reads the ledger, changes nothing
-            config = self._config() if facts is not None else _UNREADABLE
-            state = steady.ledger_state(ledger, config) if config is not _UNREADABLE else None
+            config = self._config() if facts is not None else UNREADABLE
+            state = steady.ledger_state(ledger, config) if config is not UNREADABLE else None
             if ledger.input_shapes is not None and ledger.input_shapes != shapes:
                 state = None  # an input-size change waits for every outstanding reader: no recipe for that
             run_stream = plan.run_stream
-            if hooks.observers and not isinstance(be, SimBackend):
+            if hooks.observers and not be.records_accesses:
                 for arr, producer in zip(arrays, producers):  # before the fences that order them
                     if producer is not None:
                         for o in hooks.observers:
-                            o.on_input_write(mirror.array_key(arr), producer, dev)
+                            o.on_input_write(array_key(arr), producer, dev)
             counted = dict(self.stats)  # (restored if the SDK refuses the call: its counters count runs)
-            apply_fences(be, dev, before, self.stats)
+            ledger.apply(before, self.stats)
             if views_exist():
-                self._read_views(arrays, run_stream)
-            call_args = list(args)
-            call_kwargs = _sdk_kwargs_removed(kwargs)
+                self._inputs.read_views(arrays, run_stream)
             forward = plan.strategy is not Strategy.NONE and None in producers
-            record = plan.strategy is not Strategy.NONE and isinstance(be, SimBackend)
-            seen: dict[int, _Forwarding] = {}  # (the model: what the SDK's own import of each kept-alive input held)
-            if forward or record:
-
-                def wrap(a: Any) -> Any:
-                    """The input as the SDK gets it: forwarding the run stream to an unknown producer (H1), and
-                    on the model noting the memory the SDK imports of an input the contract keeps alive."""
-                    stream = run_stream if forward and self._producer_is_unknown(a, arrays, producers) else None
-                    if stream is None and not (record and _kept_alive_kind(a)):
-                        return a
-                    wrapper = _Forwarding(a, stream)
-                    if record:
-                        seen[id(a)] = wrapper
-                    return wrapper
-
-                call_args = [a if isinstance(a, numbers.Number) else wrap(a) for a in call_args]
-                for k in INPUT_KWARGS:
-                    if k in call_kwargs:
-                        call_kwargs[k] = wrap(call_kwargs[k])
+            record = plan.strategy is not Strategy.NONE and be.records_accesses
+            call_args, call_kwargs, seen = self._inputs.for_sdk(
+                args, kwargs, arrays, producers, run_stream, forward=forward, record=record)
+            call_kwargs[self.profile.stream_keyword] = run_stream.ptr
+            call_kwargs[self.profile.blocking_keyword] = plan.non_blocking
             try:
-                with _on_device(dev):
-                    raw = call_raw(self.effect, name, *call_args, stream_ptr=run_stream.ptr, non_blocking=plan.non_blocking, **call_kwargs)
+                with on_torch_device(dev):
+                    raw = call_raw(self.effect, name, *call_args, **call_kwargs)
             except BaseException:
                 # The SDK refused the call (an input's dtype, layout or size; the effect's state): the
                 # counters go back to what they were. The device waits already issued stay queued (they
                 # order work and change no data), a host wait already made is not undone, and the
                 # ledger is as before: the previous output stays valid, its readers known.
-                _restore_counters(self.stats, counted)
+                restore_counters(self.stats, counted)
                 raise
             # only now: an input the SDK rejects leaves the previous output valid and its readers known
             generation = ledger.after_run(plan, shapes, self.stats, self._consumer or sdk)
             protect = bool(plan.at("after run"))
             if protect:
-                apply_fences(be, dev, after, self.stats)
-                self._protect_inputs(arrays, run_stream, seen)
+                ledger.apply(after, self.stats)
+                self._inputs.protect(arrays, run_stream, seen)
             ledger.prune_keepalive()
             self._last_plan = plan  # (run() changes no output-size or encoding attribute: the snapshot stays)
             for counter, n in steady.run_counts(plan):
                 self.stats[counter] += n
             if state is not None and facts is not None and None not in producers:
                 self._remember(facts, state, plan, shapes, before, after, protect, self._consumer or sdk)
-        return SafeOutput(raw, SafeImage(ledger, raw.image, generation, dev, self._consumer or sdk, self.effect))
-
-    def _remember(
-        self, facts: tuple[Any, ...], state: tuple[Any, ...], plan: FencePlan, shapes: tuple[Any, ...],
-        before: tuple[Any, ...], after: tuple[Any, ...], protect: bool, default_consumer: Stream,
-    ) -> None:
-        """Keep a recipe of this call for the frames that repeat it (the newest first, at most four)."""
-        for old in self._recipes:
-            if old.facts == facts and old.state == state and old.thread in (None, thread_token()):
-                return
-        be, dev = self.backend, self.device
-        recipe = steady.Recipe(facts, state, plan, shapes, steady.FenceProgram(be, dev, before),
-                               steady.FenceProgram(be, dev, after), protect, default_consumer)
-        self._recipes = [recipe, *self._recipes[:3]]
-
-    def _read_views(self, arrays: Sequence[Any], run_stream: Stream) -> None:
-        """An input that is a zero-copy view of another guarded effect's output (effects chained by
-        views): this run reads that output, so its effect's next run must wait for it."""
-        for arr in arrays:
-            found = view_owner(arr.data_ptr() if type(arr) is _TORCH_TENSOR else mirror.array_key(arr))
-            if found is not None and found[0] is not self.ledger:
-                owner, generation = found
-                owner.add_reader(generation, run_stream)
-
-    @staticmethod
-    def _producer_is_unknown(arr: Any, arrays: list[Any], producers: list[Stream | None]) -> bool:
-        for a, p in zip(arrays, producers):
-            if a is arr:
-                return p is None
-        return False
-
-    def _producer_of(self, arr: Any) -> Stream | None:
-        """Validate an input and find its producer's stream (``None``: unknown, forward instead)."""
-        if _TORCH_TENSOR is not None and isinstance(arr, _TORCH_TENSOR):
-            return self._torch_producer(arr)
-        require_cuda_input("input", arr, self.device)
-        if isinstance(arr, SimArray) and arr.backend is not self.backend:
-            raise another_models_array(arr, self.backend, "input")
-        if self._input is not None:
-            return self._input
-        if isinstance(arr, SimArray):
-            return arr.backend.current_stream(self.device)
-        fw = framework_of(arr)
-        if fw == "torch":
-            import torch
-
-            return as_stream(torch.cuda.current_stream(self.device), backend=self.backend)
-        if fw == "cupy":
-            import cupy
-
-            with cupy.cuda.Device(self.device):
-                return as_stream(cupy.cuda.get_current_stream(), backend=self.backend)
-        return None  # JAX and unknown producers: forward __dlpack__(stream=S)
-
-    def _torch_producer(self, arr: Any) -> Stream:
-        """The fast path for torch tensors: device from ``get_device()``, stream from torch's raw
-        current-stream pointer (no Python stream object), kind from the driver."""
-        dev = arr.get_device()  # -1 for a CPU tensor
-        check_input_device("input", arr, DLPACK_CPU if dev < 0 else DLPACK_CUDA, dev, self.device)
-        if self._input is not None:
-            return self._input
-        import torch
-
-        handle = torch_current_stream_handle(torch, dev)
-        known = self.ledger.known_stream(handle) if dev == self.device else None
-        return known if known is not None else as_stream(handle, device=dev, backend=self.backend)
-
-    # -- inputs after an asynchronous run (H12) ------------------------------------------------
-
-    def _protect_inputs(self, inputs: Sequence[Any], run_stream: Stream, seen: dict[int, Any] | None = None) -> None:
-        """Keep each input from being recycled while the run stream may still read it: torch's
-        ``record_stream`` (the allocator then waits for the run stream), else a keep-alive until
-        an event recorded on the run stream completes. Does not block."""
-        if run_stream.thread:
-            # A per-thread run stream: the allocator records its event in whichever thread frees the input,
-            # where 2 names another stream. The legacy stream follows every thread's per-thread stream.
-            run_stream = as_stream(LEGACY_HANDLE, device=run_stream.device, backend=self.backend)
-        others = []
-        for arr in inputs:
-            if type(arr) is _TORCH_TENSOR or framework_of(arr) == "torch":
-                arr.record_stream(self.ledger.torch_stream(run_stream))
-            elif isinstance(arr, SimArray) and hasattr(arr, "record_stream"):
-                arr.record_stream(run_stream)
-            else:
-                others.append(arr)
-        if others:
-            self.ledger.keep_alive(others, run_stream)
-            if seen:
-                # On the model the allocator learns what the keep-alive does on a GPU: the memory the SDK
-                # imported is not recycled before the run stream's work is done (its accesses then retire
-                # with the block). The SDK's own import told which memory that is: no second export.
-                for arr in others:
-                    wrapper = seen.get(id(arr))
-                    inner = wrapper.imported if wrapper is not None else None
-                    if inner is not None and inner.backend is self.backend:
-                        inner.record_stream(run_stream)
+        return self._output(raw, generation, self._consumer or sdk)
 
     # -- configuration and life cycle -----------------------------------------------------------
 
     def _snapshot(self) -> tuple[Any, ...]:
-        return tuple(getattr(self.effect, name, None) for name in CONFIG_ATTRS)
+        return snapshot(self.effect, self.profile)
 
     def _check_unguarded_change(self) -> None:
         """A change of output size or encoding made behind every guard's back (e.g. a property's
@@ -660,16 +390,16 @@ class StreamContract:
             ledger.config = now
             return
         ledger.config = now
-        changed = [(name, old, new) for name, old, new in zip(CONFIG_ATTRS, before, now) if old != new]
-        if not (ledger.outstanding or ledger.readers) or not any(releases_output(self.effect, name) for name, _, _ in changed):
+        changed = [(name, old, new) for name, old, new in zip(self.profile.settings, before, now) if old != new]
+        if not (ledger.outstanding or ledger.readers) or not any(self.profile.releases_output(self.effect, name) for name, _, _ in changed):
             return
         changes = ", ".join(f"{name} {old} -> {new}" for name, old, new in changed)
         consumers = ", ".join(str(c) for c in {**ledger.outstanding, **ledger.readers})
         error = UnguardedChangeError(type(self.effect).__name__, changes, consumers)
         # too late for the readers (the buffer may be gone), but the next run still comes after the SDK's own work
-        apply_fences(self.backend, self.device, ledger.release_fences(self._last_plan, self.strategy), self.stats)
+        ledger.wait_for_readers(self._last_plan, self.strategy, self.stats)
         ledger.released()
-        if mirror.active() is not None or mirror.sim_sanitizing(self.backend):
+        if hooks.strict() or self.backend.sanitizing:
             raise error
         warnings.warn(str(error), RuntimeWarning, stacklevel=5)
 
@@ -694,10 +424,10 @@ class StreamContract:
             before = {k: getattr(self.effect, k, None) for k in attrs}
             changes = {k: v for k, v in attrs.items() if before[k] != v}
             # a size first set (None before) has released nothing: no output was made for it
-            releasing = [k for k in changes if releases_output(self.effect, k) and before[k] is not None]
+            releasing = [k for k in changes if self.profile.releases_output(self.effect, k) and before[k] is not None]
             counted = dict(self.stats)
             if releasing:
-                apply_fences(self.backend, self.device, ledger.release_fences(self._last_plan, self.strategy), self.stats)
+                ledger.wait_for_readers(self._last_plan, self.strategy, self.stats)
             done = []
             try:
                 for attr, value in attrs.items():
@@ -709,7 +439,7 @@ class StreamContract:
                         call_raw(self.effect, "__setattr__", attr, before[attr])
                     except Exception:  # noqa: S110  (a value the effect cannot take back: the snapshot below says what it has)
                         pass
-                _restore_counters(self.stats, counted)
+                restore_counters(self.stats, counted)
                 raise
             finally:
                 if any(k in releasing for k in done):
@@ -721,7 +451,7 @@ class StreamContract:
         SDK's own work, is done. Outputs stay valid."""
         ledger = self.ledger
         with ledger.using("synchronize", wait=_wait_for_other_threads):
-            apply_fences(self.backend, self.device, ledger.release_fences(self._last_plan, self.strategy), self.stats)
+            ledger.wait_for_readers(self._last_plan, self.strategy, self.stats)
             ledger.waited()
             ledger.drain_keepalive()
 
@@ -732,9 +462,11 @@ class StreamContract:
         ledger = self.ledger
         if not ledger.closed:
             with ledger.using("close"):
-                apply_fences(self.backend, self.device, ledger.release_fences(self._last_plan, self.strategy), self.stats)
+                ledger.wait_for_readers(self._last_plan, self.strategy, self.stats)
                 ledger.drain_keepalive()
-                call_raw(self.effect, "close")
+                for name in self.profile.releases:
+                    if callable(getattr(self._cls, name, None)):
+                        call_raw(self.effect, name)
                 ledger.closed_effect(self.effect)
         self.closed = True
         if self._shadow is not None:
@@ -784,8 +516,8 @@ class StreamContract:
             )
         if "run" in instance_dict:
             raise StreamsafeError(f"{type(self.effect).__name__} is already guarded by another StreamContract; use that one")
-        for name in ("run", "run_at_timestep", "close"):
-            if hasattr(self._cls, name):
+        for name in (*self.profile.calls, *self.profile.releases):
+            if hasattr(self._cls, name) and hasattr(self, name):
                 instance_dict[name] = getattr(self, name)
         self._patched_instance = True
 
@@ -793,7 +525,7 @@ class StreamContract:
         if self._tracked:
             guarding.pop(self.effect, self)
         elif self._patched_instance:
-            for name in ("run", "run_at_timestep", "close"):
+            for name in (*self.profile.calls, *self.profile.releases):
                 self.effect.__dict__.pop(name, None)
             self._patched_instance = False
         if host_wait and not self.closed and not self.ledger.closed and self.strategy is not Strategy.NONE:
@@ -814,38 +546,17 @@ class StreamContract:
         return f"StreamContract({self.effect_name}, strategy={self.strategy.value}, backend={self.backend.name})"
 
 
-def _kept_alive_kind(a: Any) -> bool:
-    """Whether the input ``a`` is one :meth:`StreamContract._protect_inputs` keeps alive (not a model
-    array or a torch tensor, which it protects with ``record_stream``)."""
-    return not (isinstance(a, SimArray) or type(a) is _TORCH_TENSOR or framework_of(a) == "torch")
-
-
 def _is_framework_stream(obj: Any) -> bool:
     """A stream object of torch, CuPy or cuda.core (destroyed when it goes; it holds no effect)."""
     return framework_of(obj) in ("torch", "cupy") or (type(obj).__module__ or "").startswith("cuda.")
 
 
-def _restore_counters(stats: dict[str, int], counted: dict[str, int]) -> None:
-    """Put ``stats`` back to ``counted`` in place (the ledger and the run report hold the same dict), never
-    empty for a moment: another thread may read it meanwhile."""
-    stats.update(counted)
-    for key in [k for k in stats if k not in counted]:
-        stats.pop(key, None)
-
-
-_CONTRACT_SINKS: list[Any] = []
+contract_sinks: list[Any] = []
 """Objects told of every contract made (``add(contract)``: ``streamsafe run``'s report); empty almost always."""
 
 
 def _return_stream(backend: Any, stream: Stream) -> None:
     backend.release_stream(stream)
-
-
-def _describe(error: HostArrayError) -> str:
-    """The array's description inside a :class:`HostArrayError`'s message (type and shape, no data)."""
-    text = str(error)
-    head = f"{error.what} "
-    return text[len(head):text.index(" is not on a GPU")] if text.startswith(head) and " is not on a GPU" in text else "the input"
 
 
 def _settings_of(cls: type, effect: Any) -> set[str]:
@@ -874,34 +585,6 @@ def _check_effect(effect: Any) -> None:
         )
 
 
-class _Forwarding:
-    """An input whose ``__dlpack__()`` (called by the SDK with no stream) asks the producer to
-    order the SDK stream, as DLPack intends (H1 when the producer's stream is unknown); with no
-    stream, a plain pass-through. On the model it notes the array the capsule it hands the SDK holds
-    (``imported``: the memory the SDK reads)."""
-
-    __slots__ = ("_arr", "_stream", "imported")
-
-    def __init__(self, arr: Any, stream: Stream | None) -> None:
-        self._arr = arr
-        self._stream = stream
-        self.imported: SimArray | None = None
-
-    def __dlpack_device__(self) -> Any:
-        return self._arr.__dlpack_device__()
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        if self._stream is not None:
-            kwargs["stream"] = self._stream.dlpack
-        capsule = self._arr.__dlpack__(**kwargs)
-        if type(capsule) is SimCapsule and not capsule.consumed and isinstance(capsule._array, SimArray):
-            self.imported = capsule._array
-        return capsule
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._arr, name)
-
-
 def _effect_backend(effect: Any) -> Backend | None:
     engine = getattr(type(effect), "engine", None)
     if isinstance(engine, property):
@@ -909,17 +592,9 @@ def _effect_backend(effect: Any) -> Backend | None:
     return None
 
 
-_INPUT_KWARG_SET = frozenset(INPUT_KWARGS)
-
-
-def _sdk_kwargs_removed(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A call's keywords without ``stream_ptr`` and ``non_blocking`` (the contract passes its own)."""
-    return {k: v for k, v in kwargs.items() if k != "stream_ptr" and k != "non_blocking"}
-
-
-def _config_reader(effect: Any) -> Callable[[Any], Any]:
-    """A fast reader of the :data:`CONFIG_ATTRS` the effect has (a replay compares what it reads)."""
-    present = [name for name in CONFIG_ATTRS if hasattr(effect, name)]
+def _config_reader(effect: Any, profile: Any) -> Callable[[Any], Any]:
+    """A fast reader of the profile's settings the effect has (a replay compares what it reads)."""
+    present = [name for name in profile.settings if hasattr(effect, name)]
     return operator.attrgetter(*present) if present else _nothing
 
 
@@ -927,71 +602,3 @@ def _nothing(effect: Any) -> tuple[()]:
     return ()
 
 
-_UNREADABLE = object()
-"""What :meth:`StreamContract._config` gives when an attribute went (no replay then)."""
-
-
-_RAW_STREAM: Any = None
-"""torch's current stream pointer on a device, as an int (set once torch is loaded: a tensor was seen)."""
-_TORCH_DEVICE: Any = None
-
-
-def _on_device(device: int) -> Any:
-    """torch's current device set to ``device`` for the block when it is another, and restored after
-    (the SDK takes torch inputs with ``__dlpack__()``, which torch refuses off the tensor's device)."""
-    if _TORCH_DEVICE is not None and sys.modules["torch"].cuda.is_initialized() and _TORCH_DEVICE() != device:
-        return sys.modules["torch"].cuda.device(device)
-    return contextlib.nullcontext()
-
-
-def _torch_tensor_type() -> Any:
-    torch = sys.modules.get("torch")
-    return getattr(torch, "Tensor", None)
-
-
-_TORCH_TENSOR: Any = None  # set lazily: importing streamsafe must not import torch
-
-
-def _refresh_torch() -> None:
-    global _TORCH_TENSOR, _RAW_STREAM, _TORCH_DEVICE
-    if _TORCH_TENSOR is None:
-        _TORCH_TENSOR = _torch_tensor_type()
-        if _TORCH_TENSOR is not None:
-            torch = sys.modules["torch"]
-            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # an int, no stream object
-            _RAW_STREAM = raw if raw is not None else functools.partial(torch_current_stream_handle, torch)
-            _TORCH_DEVICE = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
-
-
-def stream_contract(effect: Any, stream: Any = None, strategy: Strategy | StrategyName = "auto", **kwargs: Any) -> StreamContract:
-    """A :class:`StreamContract` to use as ``with stream_contract(sr, stream) as c:``.
-
-    Inside the block, plain ``sr.run(...)``/``sr.run_at_timestep(...)``/``sr.close()`` and
-    changes of the output size or encoding go through the contract (blocks nest: the
-    innermost takes them). Leaving the block makes the host wait for the copies issued in it
-    (like the ``stream.synchronize()`` that ends the vendor's recipe). After the block, plain
-    calls return the SDK's raw output again, but streamsafe still orders them after the copies
-    it knows of, on the device, and an output made in the block may still be imported after
-    it, until the next run.
-    """
-    return StreamContract(effect, stream, strategy=strategy, **kwargs)
-
-
-def stream_safe(effect: Any, stream: Any = None, strategy: Strategy | StrategyName = "auto", **kwargs: Any) -> Callable[[F], F]:
-    """Decorator: the effect is guarded for each call of the function; the SDK stream is
-    ``stream``, else the current stream at each call. The wrapper's ``.contract`` is the contract.
-    It shares the effect's ledger with every other guard: the next run, through any of them,
-    waits on the device for the copies of this one's outputs. Unlike a ``with`` block, the host
-    does not wait for anything when the function returns: a frame per call, at the GPU's pace."""
-    contract = StreamContract(effect, stream, strategy=strategy, **kwargs)
-
-    def decorate(fn: F) -> F:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kw: Any) -> Any:
-            with contract.guarded(host_wait_on_exit=False):
-                return fn(*args, **kw)
-
-        wrapper.contract = contract  # type: ignore[attr-defined]
-        return wrapper  # type: ignore[return-value]
-
-    return decorate

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "another_models_array",
     "StreamsafeError",
     "EnvironmentSettingError",
     "ArgumentError",
@@ -109,7 +110,7 @@ class BackendUnavailableError(StreamsafeError, RuntimeError):
 class RaceError(StreamsafeError, RuntimeError):
     """The happens-before model found accesses to one buffer that no fence orders.
 
-    ``races`` holds the :class:`streamsafe.races.Race` reports, each naming both accesses.
+    ``races`` holds the :class:`streamsafe.sim.races.Race` reports, each naming both accesses.
     """
 
     def __init__(self, races: list[Any]) -> None:
@@ -281,3 +282,16 @@ class ArgumentError(StreamsafeError, TypeError, ValueError):
 class MissingCallError(StreamsafeError, AttributeError):
     """A call the effect does not have (``run_at_timestep`` on an effect that does not interpolate).
     Also an ``AttributeError``."""
+
+
+def another_models_array(array: Any, backend: Any, what: str = "array") -> InputArrayError:
+    """The :class:`InputArrayError` for memory of a simulated backend (or of none) given to another ``backend`` as ``what``."""
+    owner = getattr(array, "backend", None)
+    return InputArrayError(
+        what,
+        array,
+        f"it is memory of {owner!r} (id {id(owner):#x}), not of {backend!r} (id {id(backend):#x}); "
+        "each model's memory lives only in the model that made it",
+        "Allocate it with the effect's backend (backend.empty(...)), or make the effect with the backend the "
+        "array belongs to (backend=...).",
+    )

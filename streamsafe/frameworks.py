@@ -7,10 +7,15 @@ creates a CUDA context. Nothing here blocks the host.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import sys
 from typing import Any
 
 __all__ = [
+    "TORCH",
+    "TorchFacts",
+    "on_torch_device",
     "cupy_external_stream",
     "framework_of",
     "framework_current_stream_handle",
@@ -68,3 +73,39 @@ def framework_current_stream_handle(device: int, framework: str | None = None) -
             with cupy.cuda.Device(device):
                 return int(cupy.cuda.get_current_stream().ptr), "cupy"
     return None
+
+
+class TorchFacts:
+    """torch's tensor type and two raw reads (the current stream's handle, the current device), found once
+    torch is loaded (``None`` until then: importing streamsafe never imports torch). Does not block."""
+
+    __slots__ = ("tensor", "raw_stream", "current_device")
+
+    def __init__(self) -> None:
+        self.tensor: Any = None
+        self.raw_stream: Any = None
+        """``raw_stream(device)``: torch's current stream pointer on ``device``, as an int (no stream object)."""
+        self.current_device: Any = None
+
+    def refresh(self) -> None:
+        """Look torch up, once it is imported (a tensor was seen)."""
+        if self.tensor is None:
+            torch = sys.modules.get("torch")
+            tensor = getattr(torch, "Tensor", None)
+            if tensor is not None:
+                raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # type: ignore[union-attr]
+                self.raw_stream = raw if raw is not None else functools.partial(torch_current_stream_handle, torch)
+                self.current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device  # type: ignore[union-attr]
+                self.tensor = tensor
+
+
+TORCH = TorchFacts()
+"""The process's :class:`TorchFacts`."""
+
+
+def on_torch_device(device: int) -> Any:
+    """torch's current device set to ``device`` for the block when it is another, and restored after (the
+    SDK takes torch inputs with ``__dlpack__()``, which torch refuses off the tensor's device)."""
+    if TORCH.current_device is not None and sys.modules["torch"].cuda.is_initialized() and TORCH.current_device() != device:
+        return sys.modules["torch"].cuda.device(device)
+    return contextlib.nullcontext()

@@ -1,7 +1,8 @@
 """Guards: how a plain ``effect.run(...)`` reaches a contract, with no edit to the effect.
 
-streamsafe replaces ``run``, ``run_at_timestep``, ``close`` and ``__setattr__`` on the
-effect's *class* (once, the first time a contract is made for one of its instances) with
+streamsafe replaces the guarded calls and the releasing calls of the effect's profile
+(:mod:`streamsafe.profile`; for nvvfx ``run``, ``run_at_timestep``, ``close``) and ``__setattr__``
+on the effect's *class* (once, the first time a contract is made for one of its instances) with
 small dispatchers. A dispatcher looks, per call, for what guards *this* instance:
 
 1. the innermost open guard block on it (``with stream_contract(sr):``, a call of a
@@ -23,44 +24,30 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .ledger import Ledger, apply_fences, ledger_of
-from .streams import LEGACY_HANDLE, as_stream
-
-if TYPE_CHECKING:
-    from .contract import StreamContract
+from .backend.naming import as_stream
+from .ledger import Ledger, ledger_of
+from .profile import Profile, profile_of
+from .streams import LEGACY_HANDLE
 
 __all__ = [
-    "CONFIG_ATTRS",
-    "releases_output",
-    "INPUT_KWARGS",
     "install",
     "tracked_raw_call",
     "tracked_setattr",
-    "is_rgb10a2",
     "shape_of",
     "call_raw",
     "raw_method",
     "push",
     "pop",
     "active_contract",
+    "register_class_guard",
+    "withdraw_class_guard",
+    "in_raw_call",
+    "next_raw_method",
+    "snapshot",
 ]
 
-CONFIG_ATTRS = ("output_width", "output_height", "image_encoding", "input_width", "input_height")
-"""Attributes whose change may release or replace the SDK's output buffer (H6); see :func:`releases_output`."""
-
-
-def releases_output(effect: Any, attr: str) -> bool:
-    """Whether a change of ``attr`` may release or replace ``effect``'s output buffer (H6): an output size
-    or the encoding (what the vendor's documentation names); an input size too, except for a
-    ``VideoSuperRes`` (or a subclass), whose output has a size of its own. For any other class, an input
-    size counts as releasing (``VideoFrameGeneration``'s output size is its input size)."""
-    if attr == "input_width" or attr == "input_height":
-        return not any(c.__name__ == "VideoSuperRes" for c in type(effect).__mro__)
-    return attr in CONFIG_ATTRS
-
-_METHODS = ("run", "run_at_timestep", "close")
 _MARK = "__streamsafe_dispatch__"
 
 _originals: dict[type, dict[str, Any]] = {}
@@ -72,7 +59,7 @@ class _Blocks(threading.local):
     """Per thread: effect id -> the guard blocks open on it in this thread, innermost last."""
 
     def __init__(self) -> None:
-        self.stacks: dict[int, list[StreamContract]] = {}
+        self.stacks: dict[int, list[Any]] = {}
 
 
 class _RawCalls(threading.local):
@@ -93,8 +80,34 @@ _class_guards: dict[type, Any] = {}
 _lock = threading.Lock()
 
 
-def _stacks() -> dict[int, list[StreamContract]]:
+def _stacks() -> dict[int, list[Any]]:
     return _blocks.stacks
+
+
+def register_class_guard(cls: type, guard: Any) -> None:
+    """Make ``guard`` (anything with ``contract_for(effect)``) route the plain calls of ``cls``'s instances."""
+    _class_guards[cls] = guard
+
+
+def withdraw_class_guard(cls: type) -> None:
+    """No class guard routes ``cls``'s calls any more."""
+    _class_guards.pop(cls, None)
+
+
+def in_raw_call(effect: Any) -> bool:
+    """Whether the SDK's own method is running on ``effect`` in this thread (its dispatchers call through)."""
+    return id(effect) in _local.raw
+
+
+def next_raw_method(effect: Any, method: Any) -> None:
+    """Make the next guarded call of ``effect`` in this thread run ``method`` (a dispatcher reached by
+    ``super()``), not ``type(effect)``'s own."""
+    _local.override[id(effect)] = method
+
+
+def snapshot(effect: Any, profile: Profile | None = None) -> tuple[Any, ...]:
+    """The values of the profile's :attr:`~streamsafe.profile.Profile.settings` on ``effect`` now."""
+    return tuple(getattr(effect, name, None) for name in (profile or profile_of(effect)).settings)
 
 
 # -- originals ------------------------------------------------------------------------------------------
@@ -147,19 +160,21 @@ def _call_marked(effect: Any, method: Any, args: tuple[Any, ...], kwargs: dict[s
 
 
 def install(cls: type) -> bool:
-    """Put the dispatchers on ``cls`` (once). False when the class refuses new attributes."""
+    """Put the dispatchers on ``cls`` (once): on its profile's guarded and releasing calls and on
+    ``__setattr__``. False when the class refuses new attributes."""
     if cls in _originals:
         return True
+    profile = profile_of(cls)
     with _lock:
         if cls in _originals:
             return True
         saved: dict[str, Any] = {}
         try:
-            for name in (*_METHODS, "__setattr__"):
+            for name in (*profile.calls, *profile.releases, "__setattr__"):
                 if name != "__setattr__" and not hasattr(cls, name):
                     continue
                 saved[name] = cls.__dict__.get(name)
-                dispatcher = _dispatcher(name, cls)
+                dispatcher = _dispatcher(name, cls, profile)
                 original = raw_method(cls, name)
                 if original is not None and name != "__setattr__":
                     functools.update_wrapper(dispatcher, original)  # help() and signatures show the SDK's
@@ -184,15 +199,16 @@ def _restore(cls: type, name: str, value: Any) -> None:
         pass
 
 
-def _dispatcher(name: str, owner: type) -> Callable[..., Any]:
+def _dispatcher(name: str, owner: type, profile: Profile) -> Callable[..., Any]:
     """The dispatcher of ``owner.name``. Where it calls the SDK's own method, it calls the one ``super()``
     would reach from ``owner`` on in ``type(self)``'s MRO, not ``type(self)``'s: a subclass whose
     ``run()`` calls ``super().run()`` reaches this dispatcher from inside its own method, and
     ``type(self)``'s would call that again (forever)."""
     if name == "__setattr__":
+        settings = frozenset(profile.settings)
 
         def dispatch_setattr(self: Any, attr: str, value: Any) -> None:
-            if attr in CONFIG_ATTRS and id(self) not in _local.raw:
+            if attr in settings and id(self) not in _local.raw:
                 _tracked_setattr(self, attr, value)
             else:
                 raw_method(type(self), "__setattr__", owner)(self, attr, value)
@@ -235,12 +251,12 @@ def _dispatcher(name: str, owner: type) -> Callable[..., Any]:
 # -- blocks -------------------------------------------------------------------------------------------------
 
 
-def push(effect: Any, contract: StreamContract) -> None:
+def push(effect: Any, contract: Any) -> None:
     """Route ``effect``'s plain calls from this thread through ``contract`` until :func:`pop` (blocks nest)."""
     _stacks().setdefault(id(effect), []).append(contract)
 
 
-def pop(effect: Any, contract: StreamContract) -> None:
+def pop(effect: Any, contract: Any) -> None:
     stacks = _stacks()
     stack = stacks.get(id(effect))
     if not stack:
@@ -253,7 +269,7 @@ def pop(effect: Any, contract: StreamContract) -> None:
         del stacks[id(effect)]
 
 
-def active_contract(effect: Any) -> StreamContract | None:
+def active_contract(effect: Any) -> Any:
     """The contract a plain call on ``effect`` from this thread goes through now, or ``None``
     (guard blocks belong to the thread that opened them; class guards to every thread)."""
     stack = _blocks.stacks.get(id(effect))
@@ -282,10 +298,6 @@ def _tracked_setattr(effect: Any, attr: str, value: Any) -> None:
     tracked_setattr(effect, ledger, attr, value)
 
 
-INPUT_KWARGS = ("input_array", "previous", "current", "rgb_input")
-"""The SDK's keyword names for inputs."""
-
-
 def tracked_raw_call(
     effect: Any, ledger: Ledger, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], *, method: Any = None
 ) -> Any:
@@ -295,23 +307,24 @@ def tracked_raw_call(
     ``method``: the SDK's method to call (default: ``type(effect)``'s own ``name``)."""
     if method is None:
         method = raw_method(type(effect), name)
-    if name == "close":
-        with ledger.using("close"):
-            apply_fences(ledger.resolved_backend(), ledger.device, ledger.release_fences(None), ledger.unguarded_stats)
+    profile = profile_of(effect)
+    if name in profile.releases:
+        with ledger.using(name):
+            ledger.wait_for_readers(None, None, ledger.unguarded_stats)
             ledger.drain_keepalive()
             result = _call_marked(effect, method, (), {})
             ledger.closed_effect(effect)
         return result
     be, dev = ledger.resolved_backend(), ledger.device
-    stream_ptr = kwargs.get("stream_ptr", 0)
+    stream_ptr = kwargs.get(profile.stream_keyword, 0)
     sdk = as_stream(stream_ptr, device=dev, backend=be)
-    conversion = None if is_rgb10a2(effect) else as_stream(LEGACY_HANDLE, device=dev, backend=be)
-    plan = ledger.raw_plan(sdk, conversion, bool(kwargs.get("non_blocking", False)))
-    arrays = [a for a in args if hasattr(a, "__dlpack__")] + [kwargs[k] for k in INPUT_KWARGS if k in kwargs]
+    conversion = as_stream(LEGACY_HANDLE, device=dev, backend=be) if profile.converts(effect) else None
+    plan = ledger.raw_plan(sdk, conversion, bool(kwargs.get(profile.blocking_keyword, False)))
+    arrays = [a for a in args if hasattr(a, "__dlpack__")] + [kwargs[k] for k in profile.input_keywords if k in kwargs]
     shapes = tuple(shape_of(a) for a in arrays)
     with ledger.using(name):
         current = ledger.current_stream() if ledger.escaped else None
-        apply_fences(be, dev, ledger.before_run(plan, shapes, current), ledger.unguarded_stats)
+        ledger.apply(ledger.before_run(plan, shapes, current), ledger.unguarded_stats)
         result = _call_marked(effect, method, args, kwargs)
         ledger.after_unguarded_run(plan.sdk_streams, shapes)
     return result
@@ -321,21 +334,15 @@ def tracked_setattr(effect: Any, ledger: Ledger, attr: str, value: Any) -> None:
     """A plain change of an output-size or encoding attribute outside any guard: the host waits for
     the readers streamsafe knows of before the effect may release its buffer (H6)."""
     current = getattr(effect, attr, None)
-    if current == value or current is None or not releases_output(effect, attr):  # nothing to release
+    profile = profile_of(effect)
+    if current == value or current is None or not profile.releases_output(effect, attr):  # nothing to release
         call_raw(effect, "__setattr__", attr, value)
         return
     with ledger.using("configure"):
-        apply_fences(ledger.resolved_backend(), ledger.device, ledger.release_fences(None), ledger.unguarded_stats)
+        ledger.wait_for_readers(None, None, ledger.unguarded_stats)
         call_raw(effect, "__setattr__", attr, value)
         ledger.released()
-        ledger.config = tuple(getattr(effect, name, None) for name in CONFIG_ATTRS)
-
-
-def is_rgb10a2(effect: Any) -> bool:
-    if type(effect).__name__ == "TrueHDR" or getattr(type(effect), "_has_rgb8_conversion", True) is False:
-        return True
-    encoding = getattr(effect, "image_encoding", None)
-    return getattr(encoding, "name", str(encoding)).upper().endswith("RGB10A2")
+        ledger.config = snapshot(effect, profile)
 
 
 def shape_of(arr: Any) -> Any:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-__all__ = ["Observer", "observers", "register", "unregister", "observing"]
+__all__ = ["Observer", "observers", "register", "unregister", "observing", "strict", "set_environment_observer", "observe_from_environment"]
 
 
 class Observer:
@@ -57,6 +57,9 @@ class Observer:
     def on_output_read(self, key: Any, consumer: Any, device: int) -> None:
         """A consumer on ``consumer`` imported the output whose memory is ``key`` and reads it from now on."""
 
+    strict: bool = False
+    """A checking observer (sanitize mode's): while one listens, what streamsafe would only warn of raises."""
+
 
 observers: tuple[Observer, ...] = ()
 """The registered observers, oldest first. Read it; change it only with :func:`register`/:func:`unregister`."""
@@ -83,3 +86,24 @@ def unregister(observer: Observer) -> None:
 def observing() -> bool:
     """True when any observer is registered (the cheap check callers make first)."""
     return bool(observers)
+
+
+def strict() -> bool:
+    """True when a checking observer (:attr:`Observer.strict`, sanitize mode) is registered."""
+    return any(o.strict for o in observers)
+
+
+_environment_observer: Any = None
+
+
+def set_environment_observer(factory: Any) -> None:
+    """The call that registers the process-wide observer ``STREAMSAFE_SANITIZE=1`` asks for (the model's
+    mirror registers itself so when it is imported; the core never imports it)."""
+    global _environment_observer
+    _environment_observer = factory
+
+
+def observe_from_environment() -> None:
+    """``STREAMSAFE_SANITIZE=1``: register the process-wide observer, once (nothing when none is known)."""
+    if _environment_observer is not None:
+        _environment_observer()

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import hooks
-from .backend import Backend, SimBackend
+from .backend import Backend, current_backend
 from .errors import ConcurrentUseError, StaleOutputError
 from .frameworks import framework_current_stream_handle
 from .plan import Fence, FencePlan, plan_fences, release_fences
@@ -46,7 +46,7 @@ from .program import FenceProgram, apply_fences
 from .strategy import Strategy
 from .streams import LEGACY_HANDLE, Stream, StreamKind, issuable
 
-__all__ = ["Ledger", "ledger_of", "adopt_ledger", "forget_ledger", "apply_fences", "new_stats", "view_owner", "views_exist"]
+__all__ = ["Ledger", "ledger_of", "adopt_ledger", "forget_ledger", "new_stats", "view_owner", "views_exist"]
 
 _MAX_KEEPALIVE = 64
 
@@ -316,7 +316,7 @@ class Ledger:
             program = self._import_program(plan, consumer)
         if program.fences:
             program(self.out_stats)
-        if hooks.observers and key is not None and not isinstance(self.backend, SimBackend):
+        if hooks.observers and key is not None and not self.resolved_backend().records_accesses:
             for o in hooks.observers:  # after the fences that order it
                 o.on_output_read(key, consumer, self.device)
         self.readers[consumer] = None
@@ -348,7 +348,7 @@ class Ledger:
         with self.using("record_stream"):
             self.check_current(generation)
             assert self.plan is not None
-            apply_fences(self.resolved_backend(), self.device, self.plan.import_fences(stream), self.out_stats)
+            self.apply(self.plan.import_fences(stream), self.out_stats)
             self.readers[stream] = None
             self.outstanding[stream] = None
             self._hold(stream)
@@ -426,6 +426,17 @@ class Ledger:
         return forget
 
     # -- releases ---------------------------------------------------------------------------------------
+
+    def apply(self, fences: Iterable[Fence], stats: dict[str, int]) -> None:
+        """Issue ``fences`` through the effect's backend, counted in ``stats`` (device waits do not block
+        the host; host waits and device syncs do)."""
+        apply_fences(self.resolved_backend(), self.device, fences, stats)
+
+    def wait_for_readers(self, plan: FencePlan | None, strategy: Strategy | None, stats: dict[str, int]) -> None:
+        """H6, before the SDK may release or replace its buffers: the host waits for every stream that may
+        still touch them (:meth:`release_fences`: the readers, a view's current stream, the last run's
+        SDK streams), as ``plan``'s strategy (else ``strategy``, else ``event``) waits. Blocks the host."""
+        self.apply(self.release_fences(plan, strategy), stats)
 
     def release_fences(self, plan: FencePlan | None, strategy: Strategy | None = None, *, sdk_streams: bool = True) -> list[Fence]:
         """H6: the host waits for every stream that may still touch the SDK's buffers: the readers of
@@ -569,7 +580,7 @@ class Ledger:
     def current_stream(self) -> Stream:
         """The framework's current stream on the effect's device (known handles need no driver query)."""
         be = self.resolved_backend()
-        if not isinstance(be, SimBackend):
+        if be.framework_streams:
             found = framework_current_stream_handle(self.device)
             if found is not None:
                 known = self.known.get(found[0])
@@ -594,8 +605,6 @@ class Ledger:
     def resolved_backend(self) -> Backend:
         """The backend of the effect's fences (the current one until a guard set it)."""
         if self.backend is None:
-            from .backend import current_backend
-
             self.backend = current_backend()
         return self.backend
 

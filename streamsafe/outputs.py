@@ -15,7 +15,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import hooks
-from ._dlpack import DLPACK_CUDA, SimCapsule, capsule_data_key, stream_on_device
+from ._dlpack import DLPACK_CUDA, capsule_data_key
+from .backend.naming import stream_on_device
 from .errors import DeviceMismatchError, FrameworkUnavailableError, StreamsafeError
 from .frameworks import torch_current_stream_handle
 from .streams import LEGACY_HANDLE as LEGACY_DLPACK, Stream, handle_of, on_this_thread
@@ -114,7 +115,7 @@ class SafeImage:
             ledger.add_view(key, self._generation)
         self._consumer = consumer
         self._consumed = True
-        if type(self._capsule) is SimCapsule:  # on the model: the view it gives is of this run's output (H7)
+        if hasattr(type(self._capsule), "view_of"):  # a model's capsule: the view it gives is of this run's output (H7)
             self._capsule.view_of = (weakref.ref(ledger), self._generation)
         return self._capsule
 
@@ -237,10 +238,8 @@ class SafeOutput:
         SDK's writes, and the effect's next run and release after the copy."""
         image = self._copied()
         backend = image._ledger.resolved_backend()
-        from .backend import SimBackend
-
         try:
-            if isinstance(backend, SimBackend):
+            if backend.records_accesses:  # the model: its own import and host copy
                 view = backend.from_dlpack(image)
                 result = backend.download(view)
             elif "torch" in sys.modules or _importable("torch"):

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import hooks
-from .backend import Backend, SimBackend
+from .backend import Backend
 from .plan import Fence
 from .streams import issuable
 from .streams import thread_token as _thread_token
@@ -20,7 +20,7 @@ def apply_fences(backend: Backend, device: int, fences: Iterable[Fence], stats: 
     device syncs do (one device sync at most per call). Another thread's per-thread default stream
     is fenced through the legacy stream (:func:`~streamsafe.streams.issuable`)."""
     synced = False
-    nvtx = _NVTX if _NVTX is not None and not isinstance(backend, SimBackend) else None
+    nvtx = _NVTX if _NVTX is not None and not backend.records_accesses else None
     for fence in fences:
         action = fence.action
         if nvtx is not None and action in ("device-wait", "host-wait", "device-sync"):

@@ -13,21 +13,18 @@ from __future__ import annotations
 
 import enum
 import itertools
-import numbers
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .errors import DeviceMismatchError, StreamTypeError, StreamValueError
-
-if TYPE_CHECKING:
-    from .backend import Backend
+from .errors import StreamTypeError, StreamValueError
 
 __all__ = [
     "StreamKind",
     "Stream",
-    "as_stream",
     "implicitly_ordered",
+    "handle_of",
+    "stream_from_handle",
     "on_this_thread",
     "issuable",
     "thread_token",
@@ -72,7 +69,7 @@ class Stream:
 
     ``handle`` is 1 for the legacy default stream, 2 for the per-thread default stream,
     and the ``CUstream`` pointer otherwise. ``backend`` is the backend that owns the
-    stream (the driver, or a :class:`~streamsafe.backend.SimBackend`); it takes no
+    stream (the driver, or a :class:`~streamsafe.sim.SimBackend`); it takes no
     part in equality.
 
     A per-thread default stream is a different stream in each host thread (CUDA resolves
@@ -85,7 +82,7 @@ class Stream:
     device: int
     handle: int
     kind: StreamKind
-    backend: Backend | None = field(default=None, compare=False, repr=False)
+    backend: Any = field(default=None, compare=False, repr=False)
     thread: int = field(default=0, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -211,55 +208,6 @@ def issuable(stream: Stream) -> Stream:
     return stream
 
 
-def as_stream(obj: Any = None, *, device: int | None = None, backend: Backend | None = None) -> Stream:
-    """Normalise ``obj`` into a :class:`Stream`.
-
-    ``device``, when given, is the device the stream must belong to (a stream of another
-    device raises :class:`~streamsafe.errors.DeviceMismatchError`), and the device of
-    the default streams named by 0, 1, 2 or ``None``. ``backend`` defaults to the one
-    owning ``obj``, else :func:`streamsafe.backend.current_backend`.
-
-    Does not block the host; may call ``cuStreamGetFlags``/``cuStreamGetDevice``.
-    """
-    from .backend import current_backend  # local: backend imports this module
-
-    if isinstance(obj, Stream):
-        if backend is not None and obj.backend is not None and obj.backend is not backend:
-            if obj.kind is StreamKind.LEGACY or obj.kind is StreamKind.PER_THREAD:  # the same stream in every backend
-                return _check_device(Stream(obj.device, obj.handle, obj.kind, backend, obj.thread), obj, device)
-            _refuse_another_model(obj, backend)
-        return _check_device(obj, obj, device)
-    owner = getattr(obj, "_streamsafe_backend", None)
-    be = backend or owner or current_backend()
-    if obj is None:
-        return _check_device(be.current_stream(device), obj, device)
-    if isinstance(obj, bool) or isinstance(obj, float):
-        raise StreamTypeError(obj, ACCEPTED_STREAMS)
-    if isinstance(obj, int):
-        return _from_handle(obj, obj, None, device, be)
-    if isinstance(obj, numbers.Integral):  # np.int64 and the like: an int handle
-        return _from_handle(int(obj), obj, None, device, be)
-
-    handle, obj_device = handle_of(obj)
-    return _from_handle(handle, obj, obj_device, device, be)
-
-
-def _refuse_another_model(stream: Stream, backend: Backend) -> None:
-    """A :class:`Stream` of one simulated backend used with another backend: its handle would name an
-    unrelated stream there (two models number their streams alike). Streams of the driver mix freely,
-    and the default streams are the same in every backend (the caller maps those)."""
-    from .backend import SimBackend  # local: backend imports this module
-
-    if isinstance(stream.backend, SimBackend) or isinstance(backend, SimBackend):
-        raise StreamValueError(
-            stream,
-            f"it is a stream of {stream.backend!r} (id {id(stream.backend):#x}), not of the backend in use here, "
-            f"{backend!r} (id {id(backend):#x}); its handle would name another stream there",
-            "Create the stream with the effect's backend (backend.create_stream(...)), or make the effect with the "
-            "backend the stream belongs to (backend=...).",
-        )
-
-
 def handle_of(obj: Any) -> tuple[int, int | None]:
     """The raw handle of a framework's stream object and, when the object says, its device (no driver
     query). Raises :class:`~streamsafe.errors.StreamTypeError` for anything else."""
@@ -281,31 +229,20 @@ def handle_of(obj: Any) -> tuple[int, int | None]:
     raise StreamTypeError(obj, ACCEPTED_STREAMS)
 
 
-def _from_handle(handle: int, obj: Any, obj_device: int | None, device: int | None, be: Backend) -> Stream:
+def stream_from_handle(handle: int, device: int, backend: Any, obj: Any = None) -> Stream:
+    """The :class:`Stream` that ``handle`` names: the legacy stream for 0 and 1, the per-thread stream for 2
+    (both of ``device``), else a created stream whose device and kind ``backend.stream_info`` reads from
+    the driver (``device`` is then not used). ``obj``: what the user passed, for the error. Does not
+    block; may call ``cuStreamGetFlags``/``cuStreamGetDevice``."""
     if handle < 0:
         raise StreamValueError(
-            obj,
+            obj if obj is not None else handle,
             "negative handles name no stream (DLPack's -1 means 'do not synchronise')",
             "Pass a stream object, 0/1 for the legacy stream, 2 for the per-thread stream, or None.",
         )
     if handle in (0, LEGACY_HANDLE, PER_THREAD_HANDLE):
-        dev = obj_device if obj_device is not None else device if device is not None else be.current_device()
-        kind = StreamKind.PER_THREAD if handle == PER_THREAD_HANDLE else StreamKind.LEGACY
-        canonical = PER_THREAD_HANDLE if handle == PER_THREAD_HANDLE else LEGACY_HANDLE
-        return _check_device(Stream(dev, canonical, kind, be), obj, device)
-    dev, non_blocking = be.stream_info(handle)  # from the driver, not from the object's own claim
-    kind = StreamKind.NON_BLOCKING if non_blocking else StreamKind.BLOCKING
-    return _check_device(Stream(dev, handle, kind, be), obj, device)
-
-
-def _check_device(stream: Stream, obj: Any, device: int | None) -> Stream:
-    if device is not None and stream.device != device:
-        raise DeviceMismatchError(
-            "stream",
-            obj if obj is not None else stream,
-            stream.device,
-            device,
-            f"Create the stream on device {device} (e.g. inside `with torch.cuda.device({device}):`) "
-            f"or use an effect on device {stream.device}.",
-        )
-    return stream
+        if handle == PER_THREAD_HANDLE:
+            return Stream(device, PER_THREAD_HANDLE, StreamKind.PER_THREAD, backend)
+        return Stream(device, LEGACY_HANDLE, StreamKind.LEGACY, backend)
+    dev, non_blocking = backend.stream_info(handle)  # from the driver, not from the object's own claim
+    return Stream(dev, handle, StreamKind.NON_BLOCKING if non_blocking else StreamKind.BLOCKING, backend)

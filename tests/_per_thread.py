@@ -67,7 +67,7 @@ def run_threads(**targets: Callable[[], None]) -> None:
         t.join()
 
 
-def make_hdr(sim: ss.SimBackend) -> Any:
+def make_hdr(sim: ss.sim.SimBackend) -> Any:
     """A loaded ``TrueHDR``: its output is written on the run stream (no conversion on stream 0, which
     CUDA would order with every per-thread stream)."""
     fx = TrueHDR(backend=sim)
@@ -79,7 +79,7 @@ def expected(data: np.ndarray) -> np.ndarray:
     return K.tone_map_hdr(np, data, contrast=100, saturation=100, middle_gray=50, luminance=650)
 
 
-def wrong_and_races(sim: ss.SimBackend, copies: Iterable[tuple[Any, np.ndarray]]) -> tuple[int, int]:
+def wrong_and_races(sim: ss.sim.SimBackend, copies: Iterable[tuple[Any, np.ndarray]]) -> tuple[int, int]:
     """After the device is done: how many (copy, input data) pairs are not the input's TrueHDR frame, and
     how many races the model reported."""
     sim.synchronize_device()

@@ -38,6 +38,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
-def sim() -> ss.SimBackend:
+def sim() -> ss.sim.SimBackend:
     """A SimBackend whose scheduler runs newest-ready-first and only when the host waits."""
-    return ss.SimBackend(scheduler="adversarial")
+    return ss.sim.SimBackend(scheduler="adversarial")

@@ -11,7 +11,7 @@ import pytest
 
 from streamsafe.bench import format_table, run_bench, to_json
 from streamsafe.bench.report import write_png
-from streamsafe.cli import main
+from streamsafe.tools.cli import main
 from streamsafe.strategy import Strategy
 
 
@@ -486,7 +486,7 @@ def test_video_server_errors_reach_the_caller() -> None:
 def test_lane_group_errors_reach_the_caller_and_the_threads_end(group: str, where: str) -> None:
     """Both lane groups (the video server, the several-GPU bench) re-raise a lane's exception from its
     worker thread, raised in a step or in the thread's set-up, and stop their threads on close()."""
-    from streamsafe.backend import SimBackend
+    from streamsafe.sim import SimBackend
     from streamsafe.bench.multi_gpu import SOAK_LANE, MultiGpuPipeline, SimLane
     from streamsafe.bench.pipelines import SimPipeline
 

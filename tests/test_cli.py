@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from streamsafe.cli import main
-from streamsafe.hazards import SCENARIOS, Row, failures, format_summary, format_table, format_verdict, rows_to_json
+from streamsafe.tools.cli import main
+from streamsafe.tools.hazards import SCENARIOS, Row, failures, format_summary, format_table, format_verdict, rows_to_json
 
 
 def test_doctor_runs_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
@@ -132,7 +132,7 @@ def test_only_strategy_none_has_no_verdict_to_give() -> None:
 def test_hazards_exit_status_is_one_when_a_fenced_strategy_fails(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import streamsafe.hazards as hz
+    import streamsafe.tools.hazards as hz
 
     def broken(**kwargs: object) -> list[Row]:
         [sc] = kwargs["scenarios"]  # type: ignore[misc]

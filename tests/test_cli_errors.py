@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-import streamsafe.hazards as hz
+import streamsafe.tools.hazards as hz
 from streamsafe.backend.cuda import CudaBackend
-from streamsafe.cli import _check_writable, main
+from streamsafe.tools.cli import _check_writable, main
 
 KNOWN = "known: H1, H2, H3, H4, H5, H6, H12"
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from streamsafe.clocks import HOST, VectorClock, is_ordered_after
+from streamsafe.sim.clocks import HOST, VectorClock, is_ordered_after
 
 
 def test_join_is_pointwise_max_and_immutable() -> None:

@@ -18,18 +18,18 @@ from streamsafe.testing import _kernels as K
 
 
 @pytest.fixture
-def sim() -> ss.SimBackend:
-    return ss.SimBackend(scheduler="adversarial", devices=2)
+def sim() -> ss.sim.SimBackend:
+    return ss.sim.SimBackend(scheduler="adversarial", devices=2)
 
 
-def make_sr(sim: ss.SimBackend, **kw: Any) -> VideoSuperRes:
+def make_sr(sim: ss.sim.SimBackend, **kw: Any) -> VideoSuperRes:
     sr = VideoSuperRes(backend=sim, **kw)
     sr.output_width, sr.output_height = 32, 32
     sr.load()
     return sr
 
 
-def frame(sim: ss.SimBackend, seed: int = 0, stream: ss.Stream | None = None) -> Any:
+def frame(sim: ss.sim.SimBackend, seed: int = 0, stream: ss.Stream | None = None) -> Any:
     data = np.random.default_rng(seed).random((3, 16, 16), dtype=np.float32)
     arr = sim.empty((3, 16, 16), np.float32, name=f"frame{seed}")
     sim.launch(stream or sim.current_stream(), "producer.write", lambda: np.copyto(arr.buffer.data, data), writes=[arr])
@@ -43,7 +43,7 @@ def expected(data: np.ndarray) -> np.ndarray:
 # -- plans -----------------------------------------------------------------------------------
 
 
-def test_everything_on_the_legacy_stream_needs_no_fence(sim: ss.SimBackend) -> None:
+def test_everything_on_the_legacy_stream_needs_no_fence(sim: ss.sim.SimBackend) -> None:
     legacy = sim.legacy_stream()
     for strategy in ("auto", "event", "async", "stream", "device"):
         plan = ss.StreamContract(make_sr(sim), legacy, strategy=strategy).plan
@@ -61,12 +61,12 @@ def test_everything_on_the_legacy_stream_needs_no_fence(sim: ss.SimBackend) -> N
 KINDS = ["legacy", "per-thread", "blocking", "non-blocking"]
 
 
-def stream_of(sim: ss.SimBackend, kind: str) -> ss.Stream:
+def stream_of(sim: ss.sim.SimBackend, kind: str) -> ss.Stream:
     return {"legacy": sim.legacy_stream, "per-thread": sim.per_thread_stream}.get(kind, lambda: sim.create_stream(non_blocking=kind == "non-blocking"))()
 
 
 @pytest.mark.parametrize("p,s,c", list(itertools.product(KINDS, repeat=3)))
-def test_event_plan_has_no_host_wait_except_h6(sim: ss.SimBackend, p: str, s: str, c: str) -> None:
+def test_event_plan_has_no_host_wait_except_h6(sim: ss.sim.SimBackend, p: str, s: str, c: str) -> None:
     for encoding in (ImageEncoding.RGB8, ImageEncoding.RGB10A2):
         contract = ss.StreamContract(
             make_sr(sim, image_encoding=encoding), stream_of(sim, s), strategy="event",
@@ -79,14 +79,14 @@ def test_event_plan_has_no_host_wait_except_h6(sim: ss.SimBackend, p: str, s: st
 
 
 @pytest.mark.parametrize("strategy", ["auto", "event", "async", "stream", "device"])
-def test_inputs_are_never_ordered_by_a_host_wait(sim: ss.SimBackend, strategy: str) -> None:
+def test_inputs_are_never_ordered_by_a_host_wait(sim: ss.sim.SimBackend, strategy: str) -> None:
     producer, sdk = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     plan = ss.StreamContract(make_sr(sim), sdk, strategy=strategy, input_stream=producer).plan
     h1 = [f for f in plan.fences if f.hazard == "H1"]
     assert h1 and all(f.action == "device-wait" and not f.blocks_host for f in h1), str(plan)
 
 
-def test_fences_only_where_kinds_leave_an_edge_open(sim: ss.SimBackend) -> None:
+def test_fences_only_where_kinds_leave_an_edge_open(sim: ss.sim.SimBackend) -> None:
     blocking, legacy = sim.create_stream(), sim.legacy_stream()
     plan = plan_fences(ss.Strategy.EVENT, sdk=blocking, conversion=legacy, consumer=blocking, producer=blocking)
     assert plan.fences == ()  # stream 0 and a blocking stream order each other implicitly
@@ -104,14 +104,14 @@ def test_fences_only_where_kinds_leave_an_edge_open(sim: ss.SimBackend) -> None:
     assert any(f.hazard == "H5" and f.waiter == legacy and f.signaller == nb for f in plan.fences)  # no host wait there
 
 
-def test_auto_picks_async_for_a_non_blocking_sdk_stream_and_says_why(sim: ss.SimBackend) -> None:
+def test_auto_picks_async_for_a_non_blocking_sdk_stream_and_says_why(sim: ss.sim.SimBackend) -> None:
     plan = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True)).plan
     assert plan.strategy is ss.Strategy.ASYNC and plan.non_blocking
     assert plan.run_stream.kind is StreamKind.BLOCKING and "shadow stream" in plan.reason
     assert "strategy=auto -> async" in str(plan)
 
 
-def test_plans_compare_equal(sim: ss.SimBackend) -> None:
+def test_plans_compare_equal(sim: ss.sim.SimBackend) -> None:
     s = sim.create_stream(non_blocking=True)
     a = plan_fences(ss.Strategy.EVENT, sdk=s, conversion=sim.legacy_stream(), consumer=s, producer=s)
     b = plan_fences(ss.Strategy.EVENT, sdk=s, conversion=sim.legacy_stream(), consumer=s, producer=s)
@@ -121,55 +121,55 @@ def test_plans_compare_equal(sim: ss.SimBackend) -> None:
 # -- strategies: errors ---------------------------------------------------------------------------
 
 
-def test_unknown_strategy(sim: ss.SimBackend) -> None:
+def test_unknown_strategy(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
-    with pytest.raises(ss.StrategyError, match=r"strategy 'fastest' cannot be used: it is not one of 'auto', 'event'") as info:
+    with pytest.raises(ss.errors.StrategyError, match=r"strategy 'fastest' cannot be used: it is not one of 'auto', 'event'") as info:
         ss.stream_contract(sr, strategy="fastest")
     assert isinstance(info.value, ValueError)
     assert sr.is_loaded and sr.runs == 0
 
 
-def test_none_needs_opt_in(sim: ss.SimBackend) -> None:
-    with pytest.raises(ss.StrategyError, match="pass allow_none=True"):
+def test_none_needs_opt_in(sim: ss.sim.SimBackend) -> None:
+    with pytest.raises(ss.errors.StrategyError, match="pass allow_none=True"):
         ss.StreamContract(make_sr(sim), strategy="none")
     assert ss.StreamContract(make_sr(sim), strategy="NONE", allow_none=True).strategy is ss.Strategy.NONE
 
 
-def test_async_refused_where_unsound(sim: ss.SimBackend) -> None:
-    with pytest.raises(ss.StrategyError, match="not the legacy stream.*per-thread.*Use strategy='event'"):
+def test_async_refused_where_unsound(sim: ss.sim.SimBackend) -> None:
+    with pytest.raises(ss.errors.StrategyError, match="not the legacy stream.*per-thread.*Use strategy='event'"):
         ss.StreamContract(make_sr(sim), strategy="async", conversion_stream=sim.per_thread_stream())
     # auto falls back to event, which is sound there
     plan = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True), conversion_stream=sim.per_thread_stream()).plan
     assert plan.strategy is ss.Strategy.EVENT and not plan.non_blocking
 
 
-def test_stream_of_another_device(sim: ss.SimBackend) -> None:
-    with pytest.raises(ss.DeviceMismatchError, match="is on CUDA device 1, but device 0 is required"):
+def test_stream_of_another_device(sim: ss.sim.SimBackend) -> None:
+    with pytest.raises(ss.errors.DeviceMismatchError, match="is on CUDA device 1, but device 0 is required"):
         ss.StreamContract(make_sr(sim), sim.create_stream(device=1))
 
 
-def test_closed_effect(sim: ss.SimBackend) -> None:
+def test_closed_effect(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     sr.close()
-    with pytest.raises(ss.EffectStateError, match="closed"):
+    with pytest.raises(ss.errors.EffectStateError, match="closed"):
         ss.StreamContract(sr)
     sr2 = make_sr(sim)
     c = ss.StreamContract(sr2)
     c.close()
-    with pytest.raises(ss.EffectStateError, match=r"run\(\) cannot run: the effect is closed"):
+    with pytest.raises(ss.errors.EffectStateError, match=r"run\(\) cannot run: the effect is closed"):
         c.run(frame(sim)[0])
 
 
-def test_bad_input_changes_nothing(sim: ss.SimBackend) -> None:
+def test_bad_input_changes_nothing(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     c = ss.StreamContract(sr, sim.create_stream(non_blocking=True))
     ok = c.run(frame(sim)[0])
     fences = dict(c.stats)
-    with pytest.raises(ss.InputArrayError, match=r"not CUDA \(2\)"):
+    with pytest.raises(ss.errors.InputArrayError, match=r"not CUDA \(2\)"):
         c.run(np.zeros((3, 16, 16), np.float32))
-    with pytest.raises(ss.InputArrayError, match="on CUDA device 1 but the effect runs on device 0"):
+    with pytest.raises(ss.errors.InputArrayError, match="on CUDA device 1 but the effect runs on device 0"):
         c.run(sim.array(np.zeros((3, 16, 16), np.float32), device=1))
-    with pytest.raises(ss.InputArrayError, match="has no __dlpack__"):
+    with pytest.raises(ss.errors.InputArrayError, match="has no __dlpack__"):
         c.run("frame.png")
     assert c.stats == fences and sr.runs == 1
     ok.image.check_importable()  # the previous output is still current
@@ -178,25 +178,25 @@ def test_bad_input_changes_nothing(sim: ss.SimBackend) -> None:
 # -- another model's streams and arrays ------------------------------------------------------------
 
 
-def test_a_stream_of_another_model_is_refused(sim: ss.SimBackend) -> None:
+def test_a_stream_of_another_model_is_refused(sim: ss.sim.SimBackend) -> None:
     """Two models number their streams alike: another model's stream named an unrelated stream of the
     effect's (it was taken as the contract's SDK stream and aliased its shadow stream)."""
-    other = ss.SimBackend()
+    other = ss.sim.SimBackend()
     sim.create_stream(non_blocking=True)
     foreign = other.create_stream(non_blocking=True)
     sr = make_sr(sim)
     for kw in ({"stream": foreign}, {"input_stream": foreign}, {"consumer_stream": foreign}):
-        with pytest.raises(ss.StreamValueError, match=r"it is a stream of SimBackend.*not of the backend in use.*Create the stream with the effect's backend"):
+        with pytest.raises(ss.errors.StreamValueError, match=r"it is a stream of SimBackend.*not of the backend in use.*Create the stream with the effect's backend"):
             ss.StreamContract(sr, **kw)
     out = ss.StreamContract(sr, sim.create_stream(non_blocking=True)).run(sim.empty((3, 16, 16), np.float32))
-    with pytest.raises(ss.StreamValueError, match="another stream there"):
+    with pytest.raises(ss.errors.StreamValueError, match="another stream there"):
         out.record_stream(foreign)
     assert sr.runs == 1
 
 
-def test_the_default_streams_of_another_model_are_the_same_streams(sim: ss.SimBackend) -> None:
+def test_the_default_streams_of_another_model_are_the_same_streams(sim: ss.sim.SimBackend) -> None:
     """The legacy and per-thread streams name the same stream in every model: accepted, mapped to the effect's."""
-    other = ss.SimBackend()
+    other = ss.sim.SimBackend()
     sr = make_sr(sim)
     for stream in (other.legacy_stream(), other.per_thread_stream()):
         c = ss.StreamContract(sr, stream)
@@ -207,32 +207,32 @@ def test_the_default_streams_of_another_model_are_the_same_streams(sim: ss.SimBa
 
 
 @pytest.mark.parametrize("declared", [False, True])
-def test_an_array_of_another_model_is_refused_before_the_run(sim: ss.SimBackend, declared: bool) -> None:
-    other = ss.SimBackend()
+def test_an_array_of_another_model_is_refused_before_the_run(sim: ss.sim.SimBackend, declared: bool) -> None:
+    other = ss.sim.SimBackend()
     sr = make_sr(sim)
     s = sim.create_stream(non_blocking=True)
     c = ss.StreamContract(sr, s, input_stream=s if declared else None)
     out = c.run(sim.empty((3, 16, 16), np.float32))
     fences = dict(c.stats)
     foreign = other.empty((3, 16, 16), np.float32)
-    with pytest.raises(ss.InputArrayError, match=r"input SimArray.*memory of SimBackend.*Allocate it with the effect's backend"):
+    with pytest.raises(ss.errors.InputArrayError, match=r"input SimArray.*memory of SimBackend.*Allocate it with the effect's backend"):
         c.run(foreign)
     assert dict(c.stats) == fences  # refused before any fence
-    with pytest.raises(ss.InputArrayError, match=r"input_array SimArray.*memory of SimBackend"):
+    with pytest.raises(ss.errors.InputArrayError, match=r"input_array SimArray.*memory of SimBackend"):
         sr.run(foreign)  # the emulated SDK itself, unguarded
     assert sr.runs == 1 and out.numpy().shape == (3, 32, 32)  # the effect and its output as they were
 
 
 def test_an_effect_on_a_device_the_model_lacks_is_refused_clearly() -> None:
-    sr = VideoSuperRes(backend=ss.SimBackend(), device=1)
-    with pytest.raises(ss.StreamValueError, match=r"the legacy stream of device 1.*the model has 1 device\(s\).*SimBackend\(devices=2\)"):
+    sr = VideoSuperRes(backend=ss.sim.SimBackend(), device=1)
+    with pytest.raises(ss.errors.StreamValueError, match=r"the legacy stream of device 1.*the model has 1 device\(s\).*SimBackend\(devices=2\)"):
         ss.StreamContract(sr)
 
 
 # -- the three ways in ---------------------------------------------------------------------------
 
 
-def pipeline(sim: ss.SimBackend, run: Any, consumer: ss.Stream, frames: int = 3) -> list[tuple[Any, np.ndarray]]:
+def pipeline(sim: ss.sim.SimBackend, run: Any, consumer: ss.Stream, frames: int = 3) -> list[tuple[Any, np.ndarray]]:
     copies = []
     for i in range(frames):
         arr, data = frame(sim, i)
@@ -242,14 +242,14 @@ def pipeline(sim: ss.SimBackend, run: Any, consumer: ss.Stream, frames: int = 3)
     return copies
 
 
-def check(sim: ss.SimBackend, copies: list[tuple[Any, np.ndarray]]) -> None:
+def check(sim: ss.sim.SimBackend, copies: list[tuple[Any, np.ndarray]]) -> None:
     sim.synchronize_device()
     assert sim.races == [], [str(r) for r in sim.races]
     for copy, want in copies:
         np.testing.assert_array_equal(copy.numpy(), want)
 
 
-def test_with_block_guards_plain_run_and_restores(sim: ss.SimBackend) -> None:
+def test_with_block_guards_plain_run_and_restores(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     s, c_stream = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     with ss.stream_contract(sr, s) as c:
@@ -262,20 +262,20 @@ def test_with_block_guards_plain_run_and_restores(sim: ss.SimBackend) -> None:
     assert not isinstance(raw, ss.SafeOutput)
 
 
-def test_with_block_restores_on_error(sim: ss.SimBackend) -> None:
+def test_with_block_restores_on_error(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     with pytest.raises(KeyError), ss.stream_contract(sr):
         raise KeyError("boom")
     assert type(sr) is VideoSuperRes
 
 
-def test_direct_contract(sim: ss.SimBackend) -> None:
+def test_direct_contract(sim: ss.sim.SimBackend) -> None:
     c_stream = sim.create_stream(non_blocking=True)
     contract = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True), strategy="event")
     check(sim, pipeline(sim, contract.run, c_stream))
 
 
-def test_decorator_takes_the_stream_at_each_call(sim: ss.SimBackend) -> None:
+def test_decorator_takes_the_stream_at_each_call(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     c_stream = sim.create_stream(non_blocking=True)
 
@@ -292,7 +292,7 @@ def test_decorator_takes_the_stream_at_each_call(sim: ss.SimBackend) -> None:
     assert upscale.contract.stats["runs"] == 3 and type(sr) is VideoSuperRes
 
 
-def test_nested_guards_share_the_effect_and_the_innermost_takes_plain_calls(sim: ss.SimBackend) -> None:
+def test_nested_guards_share_the_effect_and_the_innermost_takes_plain_calls(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     c_stream = sim.create_stream(non_blocking=True)
     with ss.stream_contract(sr, strategy="event") as outer:
@@ -308,7 +308,7 @@ def test_nested_guards_share_the_effect_and_the_innermost_takes_plain_calls(sim:
 # -- safe outputs ----------------------------------------------------------------------------------
 
 
-def test_output_keeps_sdk_fields_and_speaks_dlpack(sim: ss.SimBackend) -> None:
+def test_output_keeps_sdk_fields_and_speaks_dlpack(sim: ss.sim.SimBackend) -> None:
     c = ss.StreamContract(make_sr(sim))
     out = c.run(frame(sim)[0])
     assert isinstance(out.raw, ss.testing.VideoSuperResOutput)
@@ -316,26 +316,26 @@ def test_output_keeps_sdk_fields_and_speaks_dlpack(sim: ss.SimBackend) -> None:
     assert "SafeImage" in repr(out.image)
 
 
-def test_second_import_is_a_buffer_error(sim: ss.SimBackend) -> None:
+def test_second_import_is_a_buffer_error(sim: ss.sim.SimBackend) -> None:
     out = ss.StreamContract(make_sr(sim)).run(frame(sim)[0])
     sim.from_dlpack(out.image)
     with pytest.raises(BufferError, match="already imported; a DLPack capsule can be consumed once"):
         sim.from_dlpack(out.image)
 
 
-def test_stale_output_after_next_run_or_close(sim: ss.SimBackend) -> None:
+def test_stale_output_after_next_run_or_close(sim: ss.sim.SimBackend) -> None:
     c = ss.StreamContract(make_sr(sim))
     first = c.run(frame(sim, 1)[0])
     c.run(frame(sim, 2)[0])
-    with pytest.raises(ss.StaleOutputError, match=r"came from run #1.*now at #2.*Copy each output before the next run"):
+    with pytest.raises(ss.errors.StaleOutputError, match=r"came from run #1.*now at #2.*Copy each output before the next run"):
         sim.from_dlpack(first.image)
     last = c.run(frame(sim, 3)[0])
     c.close()
-    with pytest.raises(ss.StaleOutputError):
+    with pytest.raises(ss.errors.StaleOutputError):
         last.numpy()
 
 
-def test_copy_true_and_wrong_device_are_refused(sim: ss.SimBackend) -> None:
+def test_copy_true_and_wrong_device_are_refused(sim: ss.sim.SimBackend) -> None:
     out = ss.StreamContract(make_sr(sim)).run(frame(sim)[0])
     with pytest.raises(BufferError, match="copy=True"):
         out.image.__dlpack__(copy=True)
@@ -344,7 +344,7 @@ def test_copy_true_and_wrong_device_are_refused(sim: ss.SimBackend) -> None:
     assert not out.image.consumed
 
 
-def test_numpy_helper(sim: ss.SimBackend) -> None:
+def test_numpy_helper(sim: ss.sim.SimBackend) -> None:
     arr, data = frame(sim)
     out = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True)).run(arr)
     np.testing.assert_array_equal(out.numpy(), expected(data))
@@ -366,13 +366,13 @@ def test_jax_adapter_protocol() -> None:
 def test_jax_adapter_takes_a_contract_outputs_own_device() -> None:
     """An output on device 1 given to the adapter with its default device_id: before, the adapter said
     device 0 and JAX would have read device 1's memory as device 0's, unfenced (found by a review helper)."""
-    sim = ss.SimBackend(scheduler="adversarial", devices=2)
+    sim = ss.sim.SimBackend(scheduler="adversarial", devices=2)
     with sim.device(1):
         sr = make_sr(sim, device=1)
         out = ss.StreamContract(sr, sim.create_stream(non_blocking=True)).run(sim.array(np.zeros((3, 16, 16), np.float32), device=1))
     assert ss.JaxDLPackAdapter(out.image).__dlpack_device__() == (2, 1)
     assert ss.JaxDLPackAdapter(out, device_id=1).__dlpack_device__() == (2, 1)
-    with pytest.raises(ss.DeviceMismatchError) as e:
+    with pytest.raises(ss.errors.DeviceMismatchError) as e:
         ss.JaxDLPackAdapter(out.image, device_id=0)
     assert "is on CUDA device 1, but device 0 is required. Leave device_id out" in str(e.value)
     assert sim.from_dlpack(out.image).buffer.device == 1  # (the refused adapter consumed nothing)
@@ -380,7 +380,7 @@ def test_jax_adapter_takes_a_contract_outputs_own_device() -> None:
 
 @pytest.mark.parametrize("helper,framework", [("torch", "torch"), ("cupy", "cupy"), ("jax", "jax"), ("view", "torch")])
 def test_a_copy_helper_without_its_framework_says_what_to_install(
-    sim: ss.SimBackend, monkeypatch: pytest.MonkeyPatch, helper: str, framework: str
+    sim: ss.sim.SimBackend, monkeypatch: pytest.MonkeyPatch, helper: str, framework: str
 ) -> None:
     """(It raised a bare ModuleNotFoundError.) An ImportError still, so code that catches one keeps working."""
     for name in ("torch", "cupy", "jax", "jax.numpy"):
@@ -388,7 +388,7 @@ def test_a_copy_helper_without_its_framework_says_what_to_install(
     c = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True))
     out = c.run(sim.empty((3, 16, 16), np.float32))
     call = {"torch": out.torch, "cupy": out.cupy, "jax": out.jax, "view": lambda: out.torch(copy=False)}[helper]
-    with pytest.raises(ss.FrameworkUnavailableError, match=rf"needs {framework}, which cannot be imported.*pip install 'streamsafe\[.*out.numpy\(\)") as info:
+    with pytest.raises(ss.errors.FrameworkUnavailableError, match=rf"needs {framework}, which cannot be imported.*pip install 'streamsafe\[.*out.numpy\(\)") as info:
         call()
     assert isinstance(info.value, ImportError) and info.value.name == framework
     assert out.numpy().shape == (3, 32, 32)  # the output untouched
@@ -397,7 +397,7 @@ def test_a_copy_helper_without_its_framework_says_what_to_install(
 # -- H5, H6, H7 through the contract ------------------------------------------------------------
 
 
-def test_configure_waits_for_copies_before_the_buffer_goes(sim: ss.SimBackend) -> None:
+def test_configure_waits_for_copies_before_the_buffer_goes(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     c_stream = sim.create_stream(non_blocking=True)
     arr, data = frame(sim)
@@ -411,7 +411,7 @@ def test_configure_waits_for_copies_before_the_buffer_goes(sim: ss.SimBackend) -
     assert sr.output_width == 64
 
 
-def test_direct_reconfiguration_between_runs_is_reported(sim: ss.SimBackend) -> None:
+def test_direct_reconfiguration_between_runs_is_reported(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     c_stream = sim.create_stream(non_blocking=True)
     c = ss.StreamContract(sr, sim.legacy_stream())
@@ -424,11 +424,11 @@ def test_direct_reconfiguration_between_runs_is_reported(sim: ss.SimBackend) -> 
     out = c2.run(frame(sim)[0])
     sim.copy(sim.from_dlpack(out.image, stream=c_stream), c_stream)
     VideoSuperRes.output_width.fset(c2.effect, 64)
-    with ss.sanitize(sim), pytest.raises(ss.UnguardedChangeError, match="Change it through the contract"):
+    with ss.sanitize(sim), pytest.raises(ss.errors.UnguardedChangeError, match="Change it through the contract"):
         c2.run(frame(sim, 1)[0])
 
 
-def test_leaving_the_block_protects_copies_from_unguarded_use(sim: ss.SimBackend) -> None:
+def test_leaving_the_block_protects_copies_from_unguarded_use(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     c_stream = sim.create_stream(non_blocking=True)
     arr, data = frame(sim)
@@ -440,7 +440,7 @@ def test_leaving_the_block_protects_copies_from_unguarded_use(sim: ss.SimBackend
     assert not [r for r in sim.races if "consumer.copy" in (r.first.op, r.second.op)]
 
 
-def test_unfenced_the_same_pipeline_races(sim: ss.SimBackend) -> None:
+def test_unfenced_the_same_pipeline_races(sim: ss.sim.SimBackend) -> None:
     c_stream = sim.create_stream(non_blocking=True)
     c = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True), strategy="none", allow_none=True)
     copies = pipeline(sim, lambda a: c.run(a, non_blocking=True), c_stream)
@@ -449,15 +449,15 @@ def test_unfenced_the_same_pipeline_races(sim: ss.SimBackend) -> None:
     assert any(not np.array_equal(copy.numpy(), want) for copy, want in copies)
 
 
-def test_sanitize_on_the_model_raises_at_the_racing_access(sim: ss.SimBackend) -> None:
+def test_sanitize_on_the_model_raises_at_the_racing_access(sim: ss.sim.SimBackend) -> None:
     c_stream = sim.create_stream(non_blocking=True)
     c = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True), strategy="none", allow_none=True)
-    with ss.sanitize(sim), pytest.raises(ss.RaceError, match="'VideoSuperRes.transfer'.*not ordered after write by 'producer.write'"):
+    with ss.sanitize(sim), pytest.raises(ss.errors.RaceError, match="'VideoSuperRes.transfer'.*not ordered after write by 'producer.write'"):
         pipeline(sim, lambda a: c.run(a, non_blocking=True), c_stream, frames=1)
     assert sim.on_race == "record"
 
 
-def test_true_hdr_contract(sim: ss.SimBackend) -> None:
+def test_true_hdr_contract(sim: ss.sim.SimBackend) -> None:
     hdr = TrueHDR(backend=sim)
     hdr.load()
     c_stream = sim.create_stream(non_blocking=True)
@@ -471,7 +471,7 @@ def test_true_hdr_contract(sim: ss.SimBackend) -> None:
     assert sim.races == []
 
 
-def test_seed_torch_recipe_on_the_model(sim: ss.SimBackend) -> None:
+def test_seed_torch_recipe_on_the_model(sim: ss.sim.SimBackend) -> None:
     """The seed's recipe, with torch spelled as the model, inside a contract and with no device sync."""
     sr = make_sr(sim)
     stream = sim.create_stream(non_blocking=True)  # a torch side stream
@@ -483,7 +483,7 @@ def test_seed_torch_recipe_on_the_model(sim: ss.SimBackend) -> None:
     assert sim.races == []
 
 
-def test_seed_jax_adapter_forwards_to_a_safe_image(sim: ss.SimBackend) -> None:
+def test_seed_jax_adapter_forwards_to_a_safe_image(sim: ss.sim.SimBackend) -> None:
     c_stream = sim.create_stream(non_blocking=True)
     sr = make_sr(sim)
     with ss.stream_contract(sr, sim.create_stream(non_blocking=True)):
@@ -496,7 +496,7 @@ def test_seed_jax_adapter_forwards_to_a_safe_image(sim: ss.SimBackend) -> None:
     assert sim.races == [] and result.image.consumed
 
 
-def test_warning_free_normal_use(sim: ss.SimBackend) -> None:
+def test_warning_free_normal_use(sim: ss.sim.SimBackend) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         c = ss.StreamContract(make_sr(sim))
@@ -504,10 +504,10 @@ def test_warning_free_normal_use(sim: ss.SimBackend) -> None:
             c.run(frame(sim, i)[0]).numpy()
 
 
-def test_an_input_the_sdk_rejects_keeps_the_previous_output_valid(sim: ss.SimBackend) -> None:
+def test_an_input_the_sdk_rejects_keeps_the_previous_output_valid(sim: ss.sim.SimBackend) -> None:
     c = ss.StreamContract(make_sr(sim))
     arr, data = frame(sim)
     out = c.run(arr)
-    with pytest.raises(ss.EffectConfigError, match="RGB8 input must be float32"):
+    with pytest.raises(ss.errors.EffectConfigError, match="RGB8 input must be float32"):
         c.run(sim.array(np.zeros((3, 16, 16), np.float64)))
     np.testing.assert_array_equal(out.numpy(), expected(data))

@@ -50,7 +50,7 @@ def cases(draw: st.DrawFn) -> Case:
     )
 
 
-def _stream(sim: ss.SimBackend, kind: str, s: ss.Stream | None = None) -> ss.Stream:
+def _stream(sim: ss.sim.SimBackend, kind: str, s: ss.Stream | None = None) -> ss.Stream:
     if kind == "same-as-S":
         assert s is not None
         return s
@@ -70,7 +70,7 @@ def _input(rng: np.random.Generator, encoding: str, similar_to: np.ndarray | Non
 
 def run_case(case: Case, strategy: str, scheduler: Any) -> tuple[list[str], int, int]:
     """Returns (races, copies checked, wrong copies)."""
-    sim = ss.SimBackend(scheduler=scheduler)
+    sim = ss.sim.SimBackend(scheduler=scheduler)
     rng = np.random.default_rng(0)
     s = _stream(sim, case.s)
     p = _stream(sim, case.p, s)
@@ -153,7 +153,7 @@ SAFE = ["auto", "event", "async", "stream", "device"]
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases(), strategy=st.sampled_from(SAFE), data=st.data())
 def test_every_strategy_is_race_free_and_correct(case: Case, strategy: str, data: st.DataObject) -> None:
-    chooser = ss.ChoiceScheduler(lambda n: data.draw(st.integers(0, n - 1)) if n > 1 else 0)
+    chooser = ss.sim.ChoiceScheduler(lambda n: data.draw(st.integers(0, n - 1)) if n > 1 else 0)
     races, checked, wrong = run_case(case, strategy, chooser)
     assert races == []
     assert wrong == 0, f"{wrong} of {checked} copies wrong"
@@ -162,7 +162,7 @@ def test_every_strategy_is_race_free_and_correct(case: Case, strategy: str, data
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases(), strategy=st.sampled_from(SAFE))
 def test_every_strategy_survives_the_adversarial_schedule(case: Case, strategy: str) -> None:
-    races, checked, wrong = run_case(case, strategy, ss.AdversarialScheduler())
+    races, checked, wrong = run_case(case, strategy, ss.sim.AdversarialScheduler())
     assert races == [] and wrong == 0
 
 
@@ -172,7 +172,7 @@ def test_the_same_generator_finds_races_without_fences() -> None:
     @settings(max_examples=150, deadline=None, database=None, derandomize=True)
     @given(case=cases())
     def probe(case: Case) -> None:
-        races, checked, wrong = run_case(case, "none", ss.AdversarialScheduler())
+        races, checked, wrong = run_case(case, "none", ss.sim.AdversarialScheduler())
         if races:
             found.append(case)
 

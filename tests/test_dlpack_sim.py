@@ -9,18 +9,18 @@ import streamsafe as ss
 
 
 @pytest.fixture
-def sim() -> ss.SimBackend:
-    return ss.SimBackend(scheduler="adversarial")
+def sim() -> ss.sim.SimBackend:
+    return ss.sim.SimBackend(scheduler="adversarial")
 
 
-def produce(sim: ss.SimBackend, producer: ss.Stream) -> object:
+def produce(sim: ss.sim.SimBackend, producer: ss.Stream) -> object:
     arr = sim.empty(4, name="frame")
     with sim.use_stream(producer):
         sim.fill(arr, 3.0, name="producer writes frame")
     return arr
 
 
-def test_dlpack_with_consumer_stream_orders_it_after_the_producer(sim: ss.SimBackend) -> None:
+def test_dlpack_with_consumer_stream_orders_it_after_the_producer(sim: ss.sim.SimBackend) -> None:
     producer, consumer = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     arr = produce(sim, producer)
     with sim.use_stream(producer):
@@ -30,7 +30,7 @@ def test_dlpack_with_consumer_stream_orders_it_after_the_producer(sim: ss.SimBac
     assert sim.races == []
 
 
-def test_dlpack_stream_none_means_no_sync_like_torch(sim: ss.SimBackend) -> None:
+def test_dlpack_stream_none_means_no_sync_like_torch(sim: ss.sim.SimBackend) -> None:
     producer, consumer = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     arr = produce(sim, producer)
     with sim.use_stream(producer):
@@ -41,7 +41,7 @@ def test_dlpack_stream_none_means_no_sync_like_torch(sim: ss.SimBackend) -> None
     assert [(r.first.op, r.second.op) for r in sim.races] == [("producer writes frame", "consumer copies")]
 
 
-def test_dlpack_rejects_stream_zero_and_copy(sim: ss.SimBackend) -> None:
+def test_dlpack_rejects_stream_zero_and_copy(sim: ss.sim.SimBackend) -> None:
     arr = sim.empty(2)
     with pytest.raises(ValueError, match="stream=0 is ambiguous"):
         arr.__dlpack__(stream=0)
@@ -51,7 +51,7 @@ def test_dlpack_rejects_stream_zero_and_copy(sim: ss.SimBackend) -> None:
         arr.__dlpack__(dl_device=(1, 0))
 
 
-def test_capsule_is_consumed_once(sim: ss.SimBackend) -> None:
+def test_capsule_is_consumed_once(sim: ss.sim.SimBackend) -> None:
     capsule = sim.empty(2).__dlpack__(stream=-1, max_version=(1, 0))
     assert capsule.name == "dltensor_versioned"
     sim.from_dlpack(capsule)
@@ -60,7 +60,7 @@ def test_capsule_is_consumed_once(sim: ss.SimBackend) -> None:
         sim.from_dlpack(capsule)
 
 
-def test_dlpack_device(sim: ss.SimBackend) -> None:
+def test_dlpack_device(sim: ss.sim.SimBackend) -> None:
     assert sim.empty(2).__dlpack_device__() == (2, 0)
 
 

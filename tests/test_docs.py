@@ -27,7 +27,7 @@ def test_api_reference_renders_every_public_name(tmp_path: Path) -> None:
     pytest.importorskip("pdoc", reason="pdoc is in the 'test' and 'docs' extras")
     from streamsafe.testing import VideoSuperRes
 
-    ss.StreamContract(VideoSuperRes(backend=ss.SimBackend()))  # puts dispatchers on VideoSuperRes here
+    ss.StreamContract(VideoSuperRes(backend=ss.sim.SimBackend()))  # puts dispatchers on VideoSuperRes here
     spec = importlib.util.spec_from_file_location("gen_api", ROOT / "docs" / "gen_api.py")
     assert spec and spec.loader
     gen_api = importlib.util.module_from_spec(spec)

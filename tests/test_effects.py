@@ -13,20 +13,20 @@ from streamsafe.testing import _kernels as K
 
 
 @pytest.fixture
-def sim() -> ss.SimBackend:
-    return ss.SimBackend(devices=2, scheduler="random", seed=5)
+def sim() -> ss.sim.SimBackend:
+    return ss.sim.SimBackend(devices=2, scheduler="random", seed=5)
 
 
 def rgb(h: int = 16, w: int = 24, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).random((3, h, w), dtype=np.float32)
 
 
-def fetch(sim: ss.SimBackend, out: Any) -> np.ndarray:
+def fetch(sim: ss.sim.SimBackend, out: Any) -> np.ndarray:
     sim.synchronize_device()
     return sim.from_dlpack(out.image).numpy()
 
 
-def sr_effect(sim: ss.SimBackend, oh: int = 32, ow: int = 48, **kw: Any) -> VideoSuperRes:
+def sr_effect(sim: ss.sim.SimBackend, oh: int = 32, ow: int = 48, **kw: Any) -> VideoSuperRes:
     sr = VideoSuperRes(backend=sim, **kw)
     sr.output_height, sr.output_width = oh, ow
     sr.load()
@@ -53,7 +53,7 @@ def test_rgb10a2_pack_roundtrip() -> None:
     np.testing.assert_allclose(K.unpack_rgb10a2(np, packed), np.rint(x * 1023) / 1023, atol=1e-6)
 
 
-def test_super_res_rgb8_output(sim: ss.SimBackend) -> None:
+def test_super_res_rgb8_output(sim: ss.sim.SimBackend) -> None:
     x = rgb()
     sr = sr_effect(sim)
     got = fetch(sim, sr.run(sim.array(x)))
@@ -62,7 +62,7 @@ def test_super_res_rgb8_output(sim: ss.SimBackend) -> None:
     np.testing.assert_array_equal(got, want)
 
 
-def test_super_res_rgb10a2_output(sim: ss.SimBackend) -> None:
+def test_super_res_rgb10a2_output(sim: ss.sim.SimBackend) -> None:
     packed = K.pack_rgb10a2(np, rgb())
     sr = sr_effect(sim, image_encoding=ImageEncoding.RGB10A2)
     got = fetch(sim, sr.run(sim.array(packed)))
@@ -70,7 +70,7 @@ def test_super_res_rgb10a2_output(sim: ss.SimBackend) -> None:
     np.testing.assert_array_equal(got, K.pack_rgb10a2(np, K.resize_bilinear(np, K.unpack_rgb10a2(np, packed), 32, 48)))
 
 
-def test_frame_generation_multiplier_and_timestep(sim: ss.SimBackend) -> None:
+def test_frame_generation_multiplier_and_timestep(sim: ss.sim.SimBackend) -> None:
     a = rgb(seed=1)
     b = (a * 0.8 + 0.1 + rgb(seed=2) * 0.05).astype(np.float32)  # similar frames: no shot change
     vfg = VideoFrameGeneration(backend=sim)
@@ -86,7 +86,7 @@ def test_frame_generation_multiplier_and_timestep(sim: ss.SimBackend) -> None:
     np.testing.assert_allclose(got, K.to_rgb8(np, 0.7 * a + 0.3 * b) / np.float32(255), atol=1 / 255 + 1e-6)
 
 
-def test_frame_generation_shot_change_repeats_nearest_frame(sim: ss.SimBackend) -> None:
+def test_frame_generation_shot_change_repeats_nearest_frame(sim: ss.sim.SimBackend) -> None:
     dark, bright = np.zeros((3, 16, 16), np.float32), np.ones((3, 16, 16), np.float32)
     vfg = VideoFrameGeneration(backend=sim)
     vfg.input_height = vfg.input_width = 16
@@ -97,7 +97,7 @@ def test_frame_generation_shot_change_repeats_nearest_frame(sim: ss.SimBackend) 
     np.testing.assert_allclose(got, np.full_like(got, np.rint(0.25 * 255) / 255))
 
 
-def test_true_hdr_output(sim: ss.SimBackend) -> None:
+def test_true_hdr_output(sim: ss.sim.SimBackend) -> None:
     x = rgb()
     hdr = TrueHDR(backend=sim, luminance=1000, contrast=120)
     hdr.load()
@@ -127,13 +127,13 @@ class Spy:
         return self.inner.__dlpack__(**kwargs)
 
 
-def test_input_is_taken_with_no_stream(sim: ss.SimBackend) -> None:
+def test_input_is_taken_with_no_stream(sim: ss.sim.SimBackend) -> None:
     spy = Spy(sim.array(rgb()))
     sr_effect(sim).run(spy, stream_ptr=sim.create_stream().ptr)
     assert spy.calls == [{}]
 
 
-def test_inference_on_stream_ptr_and_conversion_on_legacy(sim: ss.SimBackend) -> None:
+def test_inference_on_stream_ptr_and_conversion_on_legacy(sim: ss.sim.SimBackend) -> None:
     side = sim.create_stream(non_blocking=True)
     sr = sr_effect(sim)
     sr.run(sim.array(rgb()), stream_ptr=side.ptr, non_blocking=True)
@@ -142,7 +142,7 @@ def test_inference_on_stream_ptr_and_conversion_on_legacy(sim: ss.SimBackend) ->
     assert race.second.where == str(sim.legacy_stream())
 
 
-def test_blocking_mode_waits_for_the_sdk_stream(sim: ss.SimBackend) -> None:
+def test_blocking_mode_waits_for_the_sdk_stream(sim: ss.sim.SimBackend) -> None:
     side = sim.create_stream(non_blocking=True)
     sr = sr_effect(sim)
     before = sim.stats["host_waits"]
@@ -151,7 +151,7 @@ def test_blocking_mode_waits_for_the_sdk_stream(sim: ss.SimBackend) -> None:
     assert not [r for r in sim.races if r.second.op.endswith("conversion")]  # H2 closed by the host wait
 
 
-def test_true_hdr_has_no_conversion_stage(sim: ss.SimBackend) -> None:
+def test_true_hdr_has_no_conversion_stage(sim: ss.sim.SimBackend) -> None:
     hdr = TrueHDR(backend=sim)
     hdr.load()
     side = sim.create_stream(non_blocking=True)
@@ -160,7 +160,7 @@ def test_true_hdr_has_no_conversion_stage(sim: ss.SimBackend) -> None:
 
 
 def test_output_buffer_is_reused_by_the_next_run() -> None:
-    sim = ss.SimBackend(scheduler="in-order")
+    sim = ss.sim.SimBackend(scheduler="in-order")
     sr = sr_effect(sim)
     first = sr.run(sim.array(rgb(seed=1)))
     view = sim.from_dlpack(first.image)  # a zero-copy view kept across run(): H7
@@ -170,7 +170,7 @@ def test_output_buffer_is_reused_by_the_next_run() -> None:
 
 
 def test_output_size_change_and_close_release_the_buffer() -> None:
-    sim = ss.SimBackend(scheduler="in-order")
+    sim = ss.sim.SimBackend(scheduler="in-order")
     sr = sr_effect(sim)
     view = sim.from_dlpack(sr.run(sim.array(rgb())).image)
     sr.output_width = 64  # releases the old buffer at once
@@ -181,7 +181,7 @@ def test_output_size_change_and_close_release_the_buffer() -> None:
     assert view2.buffer.freed and sr.closed and not sr.is_loaded
 
 
-def test_context_manager_closes(sim: ss.SimBackend) -> None:
+def test_context_manager_closes(sim: ss.sim.SimBackend) -> None:
     with VideoSuperRes(backend=sim) as sr:
         sr.output_width, sr.output_height = 32, 32
         sr.load()
@@ -189,48 +189,48 @@ def test_context_manager_closes(sim: ss.SimBackend) -> None:
     assert sr.closed
 
 
-def test_latency_knob_validation(sim: ss.SimBackend) -> None:
+def test_latency_knob_validation(sim: ss.sim.SimBackend) -> None:
     sr = VideoSuperRes(backend=sim, latency_us={"inference": 100})
     assert sr.latency_us == {"transfer": 0.0, "inference": 100.0, "conversion": 0.0}
-    with pytest.raises(ss.EffectConfigError, match="stages are transfer, inference, conversion"):
+    with pytest.raises(ss.errors.EffectConfigError, match="stages are transfer, inference, conversion"):
         sr.latency_us = {"decode": 1}
 
 
 # -- errors: each names the value, the rule and the fix, and changes nothing -------------------------
 
 
-def test_run_before_load(sim: ss.SimBackend) -> None:
+def test_run_before_load(sim: ss.sim.SimBackend) -> None:
     sr = VideoSuperRes(backend=sim)
-    with pytest.raises(ss.EffectStateError, match=r"VideoSuperRes.run\(\) cannot run: the effect is not loaded. Call VideoSuperRes.load\(\)"):
+    with pytest.raises(ss.errors.EffectStateError, match=r"VideoSuperRes.run\(\) cannot run: the effect is not loaded. Call VideoSuperRes.load\(\)"):
         sr.run(sim.array(rgb()))
 
 
-def test_load_without_output_size(sim: ss.SimBackend) -> None:
-    with pytest.raises(ss.EffectStateError, match="Set output_width and output_height before load"):
+def test_load_without_output_size(sim: ss.sim.SimBackend) -> None:
+    with pytest.raises(ss.errors.EffectStateError, match="Set output_width and output_height before load"):
         VideoSuperRes(backend=sim).load()
 
 
-def test_run_after_close(sim: ss.SimBackend) -> None:
+def test_run_after_close(sim: ss.sim.SimBackend) -> None:
     sr = sr_effect(sim)
     sr.close()
-    with pytest.raises(ss.EffectStateError, match="the effect is closed. Create a new effect"):
+    with pytest.raises(ss.errors.EffectStateError, match="the effect is closed. Create a new effect"):
         sr.run(sim.array(rgb()))
 
 
-def test_host_array_is_refused(sim: ss.SimBackend) -> None:
+def test_host_array_is_refused(sim: ss.sim.SimBackend) -> None:
     sr = sr_effect(sim)
-    with pytest.raises(ss.InputArrayError, match=r"not CUDA \(2\). Move it to the GPU first") as info:
+    with pytest.raises(ss.errors.InputArrayError, match=r"not CUDA \(2\). Move it to the GPU first") as info:
         sr.run(rgb())  # a NumPy array speaks DLPack, on the CPU
     assert isinstance(info.value, TypeError)
-    with pytest.raises(ss.InputArrayError, match="has no __dlpack__"):
+    with pytest.raises(ss.errors.InputArrayError, match="has no __dlpack__"):
         sr.run([1, 2, 3])
     assert sr.runs == 0
 
 
-def test_array_of_another_device_is_refused(sim: ss.SimBackend) -> None:
+def test_array_of_another_device_is_refused(sim: ss.sim.SimBackend) -> None:
     sr = sr_effect(sim)
     other = sim.array(rgb(), device=1)
-    with pytest.raises(ss.InputArrayError, match="on CUDA device 1 but the effect runs on device 0"):
+    with pytest.raises(ss.errors.InputArrayError, match="on CUDA device 1 but the effect runs on device 0"):
         sr.run(other)
 
 
@@ -242,20 +242,20 @@ def test_array_of_another_device_is_refused(sim: ss.SimBackend) -> None:
         (np.zeros((3, 8, 8), np.float32), "width and height must be in \\[16, 8192\\]"),
     ],
 )
-def test_bad_input_shapes(sim: ss.SimBackend, array: np.ndarray, match: str) -> None:
-    with pytest.raises(ss.EffectConfigError, match=match):
+def test_bad_input_shapes(sim: ss.sim.SimBackend, array: np.ndarray, match: str) -> None:
+    with pytest.raises(ss.errors.EffectConfigError, match=match):
         sr_effect(sim).run(sim.array(array))
 
 
-def test_bad_rgb10a2_input(sim: ss.SimBackend) -> None:
+def test_bad_rgb10a2_input(sim: ss.sim.SimBackend) -> None:
     sr = sr_effect(sim, image_encoding=ImageEncoding.RGB10A2)
-    with pytest.raises(ss.EffectConfigError, match="RGB10A2 input must be uint32 \\(H, W\\)"):
+    with pytest.raises(ss.errors.EffectConfigError, match="RGB10A2 input must be uint32 \\(H, W\\)"):
         sr.run(sim.array(rgb()))
 
 
-def test_output_size_outside_scale_range(sim: ss.SimBackend) -> None:
+def test_output_size_outside_scale_range(sim: ss.sim.SimBackend) -> None:
     sr = sr_effect(sim, oh=200, ow=200)
-    with pytest.raises(ss.EffectConfigError, match="must be 1x to 4x the input size 24x16"):
+    with pytest.raises(ss.errors.EffectConfigError, match="must be 1x to 4x the input size 24x16"):
         sr.run(sim.array(rgb()))
 
 
@@ -269,33 +269,33 @@ def test_output_size_outside_scale_range(sim: ss.SimBackend) -> None:
         (lambda s: VideoSuperRes(backend=s, image_encoding=7), "image_encoding=7 is invalid"),
     ],
 )
-def test_bad_parameters(sim: ss.SimBackend, make: Any, match: str) -> None:
-    with pytest.raises(ss.EffectConfigError, match=match):
+def test_bad_parameters(sim: ss.sim.SimBackend, make: Any, match: str) -> None:
+    with pytest.raises(ss.errors.EffectConfigError, match=match):
         make(sim)
 
 
-def test_frame_generation_validation(sim: ss.SimBackend) -> None:
+def test_frame_generation_validation(sim: ss.sim.SimBackend) -> None:
     vfg = VideoFrameGeneration(backend=sim)
-    with pytest.raises(ss.EffectStateError, match="Set input_width and input_height"):
+    with pytest.raises(ss.errors.EffectStateError, match="Set input_width and input_height"):
         vfg.load()
     vfg.input_width = vfg.input_height = 16
-    with pytest.raises(ss.EffectConfigError, match="frame_multiplier=1 is invalid"):
+    with pytest.raises(ss.errors.EffectConfigError, match="frame_multiplier=1 is invalid"):
         vfg.frame_multiplier = 1
     vfg.load()
     a = sim.array(np.zeros((3, 16, 16), np.float32))
-    with pytest.raises(ss.EffectConfigError, match=r"frame_index=2 is invalid: must be an integer in \[1, frame_multiplier - 1\] = \[1, 1\]"):
+    with pytest.raises(ss.errors.EffectConfigError, match=r"frame_index=2 is invalid: must be an integer in \[1, frame_multiplier - 1\] = \[1, 1\]"):
         vfg.run(a, a, frame_index=2)
-    with pytest.raises(ss.EffectConfigError, match=r"timestep=1.0 is invalid: must be a number in the open interval"):
+    with pytest.raises(ss.errors.EffectConfigError, match=r"timestep=1.0 is invalid: must be a number in the open interval"):
         vfg.run_at_timestep(a, a, 1.0)
     b = sim.array(np.zeros((3, 16, 32), np.float32))
-    with pytest.raises(ss.EffectConfigError, match="does not match input_width x input_height = 16x16"):
+    with pytest.raises(ss.errors.EffectConfigError, match="does not match input_width x input_height = 16x16"):
         vfg.run(a, b, frame_index=1)
 
 
-def test_true_hdr_output_is_always_rgb10a2(sim: ss.SimBackend) -> None:
+def test_true_hdr_output_is_always_rgb10a2(sim: ss.sim.SimBackend) -> None:
     hdr = TrueHDR(backend=sim)
     hdr.image_encoding = ImageEncoding.RGB10A2  # allowed: no change
-    with pytest.raises(ss.EffectConfigError, match="TrueHDR output is always RGB10A2"):
+    with pytest.raises(ss.errors.EffectConfigError, match="TrueHDR output is always RGB10A2"):
         hdr.image_encoding = ImageEncoding.RGB8
     assert hdr.image_encoding is ImageEncoding.RGB10A2
 
@@ -305,7 +305,7 @@ def test_launch_mode_and_host_cost_knobs_are_validated_and_graph_mode_runs_on_th
 
     from streamsafe.errors import EffectConfigError as ConfigError
 
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     with pytest.raises(ConfigError, match="launch_mode"):
         VideoSuperRes(backend=sim, launch_mode="fast")
     with pytest.raises(ConfigError, match="host_cost_us"):
@@ -328,13 +328,13 @@ def test_launch_mode_and_host_cost_knobs_are_validated_and_graph_mode_runs_on_th
     assert np.array_equal(outs[0], outs[1])  # the model runs stages one by one in either mode
 
 
-def _unguarded_view_read(after_next_run: bool) -> tuple[ss.SimBackend, float]:
+def _unguarded_view_read(after_next_run: bool) -> tuple[ss.sim.SimBackend, float]:
     """The SDK used without streamsafe, fully synchronised on one stream: a zero-copy view of frame 1's
     output, read before or after frame 2's run (the vendor's documentation: do not retain a zero-copy
     tensor imported from result.image across another run())."""
     from streamsafe.testing import VideoSuperRes
 
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     sr = VideoSuperRes(backend=sim)
     sr.output_width, sr.output_height = 32, 32
     sr.load()
@@ -363,11 +363,11 @@ def test_a_view_read_before_the_next_run_is_not_reported() -> None:
 def test_stream_ptr_must_be_an_int_handle_as_the_sdk_takes_it(value: Any) -> None:
     """The vendor's API and samples pass ``stream_ptr`` as an int (``stream.cuda_stream``); code passing a
     stream object must fail in CI as it would on the real SDK, not pass."""
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     hdr = TrueHDR(backend=sim)
     hdr.load()
     s = sim.create_stream(non_blocking=True)
-    with pytest.raises(ss.EffectConfigError, match=r"stream_ptr=.* must be the stream's handle as an int"):
+    with pytest.raises(ss.errors.EffectConfigError, match=r"stream_ptr=.* must be the stream's handle as an int"):
         hdr.run(sim.array(np.full((3, 36, 64), 0.5, np.float32)), stream_ptr=s if value == "stream" else value)
     assert hdr.runs == 0
     hdr.run(sim.array(np.full((3, 36, 64), 0.5, np.float32)), stream_ptr=np.int64(s.ptr))  # a NumPy integer is an int
@@ -377,7 +377,7 @@ def test_an_eager_run_that_fails_after_launching_leaves_its_work_to_be_waited_fo
     """A blocking run whose host wait fails after the SDK's stages launched: what launched is still the
     SDK's own work, which the next release waits for (an event on the SDK stream); a run refused before
     anything launched marks nothing."""
-    sim = ss.SimBackend(scheduler="in-order")
+    sim = ss.sim.SimBackend(scheduler="in-order")
     sr = sr_effect(sim)
     s = sim.create_stream()
 

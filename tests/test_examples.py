@@ -164,7 +164,7 @@ def test_pixel_conversions(vio: Any) -> None:
 # -- --verify's references are the emulation's arithmetic (on the model) ------------------------------
 
 
-def _sim_run(effect: Any, sim: ss.SimBackend, *inputs: np.ndarray, **call: Any) -> np.ndarray:
+def _sim_run(effect: Any, sim: ss.sim.SimBackend, *inputs: np.ndarray, **call: Any) -> np.ndarray:
     out = effect.run(*(sim.array(x) for x in inputs), **call)
     sim.synchronize_device()
     return sim.from_dlpack(out.image).numpy().copy()
@@ -172,7 +172,7 @@ def _sim_run(effect: Any, sim: ss.SimBackend, *inputs: np.ndarray, **call: Any) 
 
 @pytest.mark.parametrize("encoding", ["RGB8", "RGB10A2"])
 def test_verifier_matches_the_emulated_super_res(vio: Any, encoding: str) -> None:
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     frames = list(vio.synthesize_frames(2, 48, 32))
     to_input = vio.rgb24_to_float if encoding == "RGB8" else vio.rgb24_to_rgb10a2
     sr = VideoSuperRes(backend=sim, image_encoding=VideoSuperRes.ImageEncoding[encoding])
@@ -187,7 +187,7 @@ def test_verifier_matches_the_emulated_super_res(vio: Any, encoding: str) -> Non
 
 @pytest.mark.parametrize("encoding", ["RGB8", "RGB10A2"])
 def test_verifier_matches_the_emulated_frame_generation(vio: Any, encoding: str) -> None:
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     a, b, c = vio.synthesize_frames(3, 48, 32)
     to_input = vio.rgb24_to_float if encoding == "RGB8" else vio.rgb24_to_rgb10a2
     vfg = VideoFrameGeneration(backend=sim, image_encoding=VideoFrameGeneration.ImageEncoding[encoding])
@@ -207,7 +207,7 @@ def test_verifier_matches_the_emulated_frame_generation(vio: Any, encoding: str)
 
 
 def test_verifier_matches_the_emulated_true_hdr(vio: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     a, b = vio.synthesize_frames(2, 48, 32)
     hdr = TrueHDR(backend=sim, luminance=1000, saturation=120)
     hdr.load()
@@ -221,14 +221,14 @@ def test_verifier_matches_the_emulated_true_hdr(vio: Any, capsys: pytest.Capture
 def test_emulation_latency_only_on_the_emulation(vio: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from streamsafe.testing import build_fake_nvvfx
 
-    sr = VideoSuperRes(backend=ss.SimBackend())
+    sr = VideoSuperRes(backend=ss.sim.SimBackend())
     vio.set_emulation_latency(build_fake_nvvfx(), sr, 300, "x.py")
     assert sr.latency_us == {"transfer": 0.0, "inference": 300.0, "conversion": 300.0}
 
     class Real:
         pass
 
-    other = VideoSuperRes(backend=ss.SimBackend())
+    other = VideoSuperRes(backend=ss.sim.SimBackend())
     vio.set_emulation_latency(Real(), other, 300, "x.py")
     assert other.latency_us["conversion"] == 0.0
     assert "ignored" in capsys.readouterr().err

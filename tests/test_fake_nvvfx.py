@@ -31,7 +31,7 @@ def test_install_and_uninstall() -> None:
 
 
 def test_user_code_written_for_nvvfx_runs_on_the_model() -> None:
-    sim = ss.SimBackend(scheduler="in-order")
+    sim = ss.sim.SimBackend(scheduler="in-order")
     with ss.use_backend(sim), fake_ctx():
         from nvvfx import VideoSuperRes
 
@@ -66,11 +66,11 @@ def test_pytest_plugin_fixture(fake_nvvfx: types.ModuleType) -> None:
     assert nvvfx is fake_nvvfx and hasattr(nvvfx, "TrueHDR")
 
 
-def test_sim_backend_fixture(sim_backend: ss.SimBackend) -> None:
+def test_sim_backend_fixture(sim_backend: ss.sim.SimBackend) -> None:
     assert ss.current_backend() is sim_backend
 
 
-def test_sim_backend_fixture_is_current_in_threads_the_test_starts(fake_nvvfx: types.ModuleType, sim_backend: ss.SimBackend) -> None:
+def test_sim_backend_fixture_is_current_in_threads_the_test_starts(fake_nvvfx: types.ModuleType, sim_backend: ss.sim.SimBackend) -> None:
     """A worker thread's effect without ``backend=`` ran on the process-wide default model (in-order, shared
     by every test), so its missing fence raced there and the test's check of the fixture's races passed."""
     import threading
@@ -252,7 +252,7 @@ def test_process_default_blocks_may_end_in_any_order() -> None:
     from streamsafe.backend import default_backend, process_default
 
     base = default_backend()
-    a, b = ss.SimBackend(), ss.SimBackend()
+    a, b = ss.sim.SimBackend(), ss.sim.SimBackend()
     outer, inner = process_default(a), process_default(b)
     outer.__enter__()
     inner.__enter__()

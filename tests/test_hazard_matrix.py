@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from streamsafe.cli import main
-from streamsafe.hazards import SCENARIOS, Scenario, run_matrix, run_scenario
+from streamsafe.tools.cli import main
+from streamsafe.tools.hazards import SCENARIOS, Scenario, run_matrix, run_scenario
 from streamsafe.testing.labs import SimLab
 
 HAZARD_ROWS = [s for s in SCENARIOS if not s.safe]

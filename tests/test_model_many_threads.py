@@ -76,7 +76,7 @@ def programs(draw: st.DrawFn) -> Program:
 def run(program: Program, scheduler: Any) -> tuple[Any, ...]:
     """The program on a fresh model: the races, the data, every stream's and the host's clock, the order
     in which the operations ran."""
-    sim = ss.SimBackend(scheduler=scheduler)
+    sim = ss.sim.SimBackend(scheduler=scheduler)
     sim.trace = []
     streams: list[tuple[ss.Stream, int]] = []
     for kind, thread in program.kinds:
@@ -127,7 +127,7 @@ def run(program: Program, scheduler: Any) -> tuple[Any, ...]:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=programs())
 def test_leaving_out_streams_with_nothing_new_changes_nothing(program: Program) -> None:
-    for make in (ss.AdversarialScheduler, ss.InOrderScheduler):
+    for make in (ss.sim.AdversarialScheduler, ss.sim.InOrderScheduler):
         now = run(program, make())
         with every_peer():
             before = run(program, make())
@@ -147,7 +147,7 @@ def test_the_generator_makes_legacy_work_after_other_threads_work() -> None:
     @settings(max_examples=100, deadline=None, database=None, derandomize=True)
     @given(program=programs())
     def probe(program: Program) -> None:
-        run(program, ss.AdversarialScheduler())
+        run(program, ss.sim.AdversarialScheduler())
 
     sim_backend.SimBackend._implicit_peers = counting  # type: ignore[method-assign]
     try:
@@ -160,7 +160,7 @@ def test_the_generator_makes_legacy_work_after_other_threads_work() -> None:
 def test_a_legacy_operation_joins_only_streams_with_new_work() -> None:
     """A thread-per-request program: 50 threads' per-thread streams, each with work, then legacy work
     that joins them all; the next legacy operation joins only the one stream that has worked since."""
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     x = sim.array(np.zeros(2), name="x")
     for token in range(1000, 1050):
         with sim.acting_as(token):
@@ -186,13 +186,13 @@ def test_another_models_event_is_refused_and_changes_nothing(call: str) -> None:
     tell that model's legacy stream it had seen work it has not, and the legacy stream would then leave
     that stream out and run before its write (a reviewer's reproducer). Each call refuses it instead,
     with nothing issued."""
-    a = ss.SimBackend()
+    a = ss.sim.SimBackend()
     sa = a.create_stream()
     for i in range(3):
         a.launch(sa, f"a{i}", None)
     foreign = a.create_event()
     a.record(foreign, sa)
-    b = ss.SimBackend(scheduler=ss.AdversarialScheduler())
+    b = ss.sim.SimBackend(scheduler=ss.sim.AdversarialScheduler())
     sb = b.create_stream()
     assert sb.key == sa.key  # (the keys that collide)
     legacy = b.legacy_stream()
@@ -222,6 +222,6 @@ def test_another_models_event_is_refused_and_changes_nothing(call: str) -> None:
 
 
 def test_a_hand_made_event_is_refused() -> None:
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     with pytest.raises(ValueError, match=r"is not an event of this SimBackend \(no model made it\)"):
         sim.wait(sim.legacy_stream(), sim_backend.SimEvent(0))

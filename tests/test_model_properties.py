@@ -63,7 +63,7 @@ def sequential(program: Program) -> list[np.ndarray]:
 
 
 def run(program: Program, scheduler: ss.backend.schedule.Scheduler) -> tuple[list[np.ndarray], set]:
-    sim = ss.SimBackend(scheduler=scheduler)
+    sim = ss.sim.SimBackend(scheduler=scheduler)
     streams = []
     for kind in program.kinds:
         if kind == "legacy":
@@ -104,7 +104,7 @@ def run(program: Program, scheduler: ss.backend.schedule.Scheduler) -> tuple[lis
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=programs(), data=st.data())
 def test_schedule_never_contradicts_the_verdict(program: Program, data: st.DataObject) -> None:
-    chooser = ss.ChoiceScheduler(lambda n: data.draw(st.integers(0, n - 1)) if n > 1 else 0)
+    chooser = ss.sim.ChoiceScheduler(lambda n: data.draw(st.integers(0, n - 1)) if n > 1 else 0)
     result, verdict = run(program, chooser)
     if not verdict:
         for got, want in zip(result, sequential(program)):
@@ -114,15 +114,15 @@ def test_schedule_never_contradicts_the_verdict(program: Program, data: st.DataO
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=programs(queries=False), data=st.data())
 def test_verdict_does_not_depend_on_the_schedule(program: Program, data: st.DataObject) -> None:
-    chooser = ss.ChoiceScheduler(lambda n: data.draw(st.integers(0, n - 1)) if n > 1 else 0)
-    verdicts = [run(program, s)[1] for s in (chooser, ss.AdversarialScheduler(), ss.InOrderScheduler())]
+    chooser = ss.sim.ChoiceScheduler(lambda n: data.draw(st.integers(0, n - 1)) if n > 1 else 0)
+    verdicts = [run(program, s)[1] for s in (chooser, ss.sim.AdversarialScheduler(), ss.sim.InOrderScheduler())]
     assert verdicts[0] == verdicts[1] == verdicts[2]
 
 
 @settings(max_examples=200, deadline=None)
 @given(program=programs())
 def test_wrong_data_is_always_reported(program: Program) -> None:
-    result, verdict = run(program, ss.AdversarialScheduler())
+    result, verdict = run(program, ss.sim.AdversarialScheduler())
     if any(not np.array_equal(g, w) for g, w in zip(result, sequential(program))):
         assert verdict, "the adversarial schedule produced wrong data that the model did not report"
 
@@ -134,7 +134,7 @@ def test_generator_finds_racy_and_clean_programs() -> None:
     @settings(max_examples=200, deadline=None, database=None, derandomize=True)
     @given(program=programs())
     def probe(program: Program) -> None:
-        seen[bool(run(program, ss.AdversarialScheduler())[1])] += 1
+        seen[bool(run(program, ss.sim.AdversarialScheduler())[1])] += 1
 
     probe()
     assert seen[True] >= 5 and seen[False] >= 5, seen

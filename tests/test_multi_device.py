@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 import streamsafe as ss
-from streamsafe import hazards
-from streamsafe._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, describe_array, stream_on_device
-from streamsafe.backend.sim import Op, SimEvent
+from streamsafe.tools import hazards
+from streamsafe._dlpack import DLPACK_CPU, DLPACK_CUDA, check_input_device, describe_array
+from streamsafe.backend.naming import stream_on_device
+from streamsafe.sim.backend import Op, SimEvent
 from streamsafe.errors import HostArrayError, InputDeviceError
 from streamsafe.testing import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
 from streamsafe.testing import _kernels as K
@@ -43,7 +44,7 @@ def _no_gc() -> Iterator[None]:
         gc.enable()
 
 
-class DeviceLog(ss.SimBackend):
+class DeviceLog(ss.sim.SimBackend):
     """The model, logging the device of every stream operation (kernels, copies, event records and
     waits, the fences' own) and every host synchronisation, with the calling thread."""
 
@@ -107,7 +108,7 @@ def only_on(sim: DeviceLog, device: int) -> Iterator[None]:
     assert sim.devices(mine) == {device}, [e for e in mine if e[3] != device]
 
 
-def stream_of(sim: ss.SimBackend, kind: str, device: int) -> ss.Stream:
+def stream_of(sim: ss.sim.SimBackend, kind: str, device: int) -> ss.Stream:
     if kind == "legacy":
         return sim.legacy_stream(device)
     if kind == "per-thread":
@@ -115,7 +116,7 @@ def stream_of(sim: ss.SimBackend, kind: str, device: int) -> ss.Stream:
     return sim.create_stream(non_blocking=kind == "non-blocking", device=device)
 
 
-def make_effect(sim: ss.SimBackend, device: int, kind: str = "sr") -> Any:
+def make_effect(sim: ss.sim.SimBackend, device: int, kind: str = "sr") -> Any:
     fx: Any = TrueHDR(backend=sim, device=device) if kind == "hdr" else VideoSuperRes(backend=sim, device=device)
     if kind == "sr":
         fx.output_width, fx.output_height = 32, 32
@@ -123,7 +124,7 @@ def make_effect(sim: ss.SimBackend, device: int, kind: str = "sr") -> Any:
     return fx
 
 
-def produce(sim: ss.SimBackend, stream: ss.Stream, seed: int, kind: str = "sr") -> tuple[Any, np.ndarray]:
+def produce(sim: ss.sim.SimBackend, stream: ss.Stream, seed: int, kind: str = "sr") -> tuple[Any, np.ndarray]:
     data = np.random.default_rng(seed).random((3, 16, 16), dtype=np.float32)
     arr = sim.empty((3, 16, 16), np.float32, stream=stream, name=f"frame{seed}")
     buf = arr.buffer
@@ -137,7 +138,7 @@ def reference(data: np.ndarray, kind: str = "sr") -> np.ndarray:
     return K.to_rgb8(np, K.resize_bilinear(np, data, 32, 32)).astype(np.float32) / np.float32(255)
 
 
-def pipeline(sim: ss.SimBackend, device: int, strategy: str, sdk_kind: str, *, kind: str = "sr", frames: int = 4,
+def pipeline(sim: ss.sim.SimBackend, device: int, strategy: str, sdk_kind: str, *, kind: str = "sr", frames: int = 4,
              close: bool = True) -> tuple[int, ss.StreamContract]:
     """Frames produced on a producer stream, run on an SDK stream, copied on a consumer stream, all of
     ``device``; returns the corrupt frames and the contract."""
@@ -233,7 +234,7 @@ def test_the_model_allows_cross_device_waits_as_cuda_does() -> None:
     sim.synchronize_stream(s0)
     assert first.done and later.done
     event = sim.acquire_event(1)
-    with pytest.raises(ss.DeviceMismatchError, match="event"):
+    with pytest.raises(ss.errors.DeviceMismatchError, match="event"):
         sim.record(event, s0)
 
 
@@ -303,8 +304,8 @@ class SimLabOn(SimLab):
     Stand-in until ``SimLab(device=)`` exists: ``stream()`` and ``synchronize()`` are the only
     device-dependent parts (inputs are allocated on their producer stream, copies on the consumer's)."""
 
-    def __init__(self, device: int, backend: ss.SimBackend | None = None) -> None:
-        super().__init__(backend if backend is not None else ss.SimBackend(scheduler="adversarial", devices=device + 1))
+    def __init__(self, device: int, backend: ss.sim.SimBackend | None = None) -> None:
+        super().__init__(backend if backend is not None else ss.sim.SimBackend(scheduler="adversarial", devices=device + 1))
         self.device = device
 
     def stream(self, kind: str) -> ss.Stream:
@@ -361,17 +362,17 @@ def test_hazard_rows_on_device_1_race_without_streamsafe() -> None:
 
 
 @pytest.fixture
-def sim() -> ss.SimBackend:
-    return ss.SimBackend(scheduler="adversarial", devices=2)
+def sim() -> ss.sim.SimBackend:
+    return ss.sim.SimBackend(scheduler="adversarial", devices=2)
 
 
-def test_input_of_another_device_is_a_device_mismatch_and_an_input_error(sim: ss.SimBackend) -> None:
+def test_input_of_another_device_is_a_device_mismatch_and_an_input_error(sim: ss.sim.SimBackend) -> None:
     c = ss.StreamContract(make_effect(sim, 0), sim.create_stream(non_blocking=True))
     other = sim.array(np.zeros((3, 16, 16), np.float32), device=1)
-    with pytest.raises(ss.DeviceMismatchError) as info:
+    with pytest.raises(ss.errors.DeviceMismatchError) as info:
         c.run(other)
     err = info.value
-    assert isinstance(err, InputDeviceError) and isinstance(err, ss.InputArrayError)
+    assert isinstance(err, InputDeviceError) and isinstance(err, ss.errors.InputArrayError)
     assert isinstance(err, TypeError) and isinstance(err, ValueError)
     assert (err.actual, err.expected, err.what) == (1, 0, "input")
     text = str(err)
@@ -380,12 +381,12 @@ def test_input_of_another_device_is_a_device_mismatch_and_an_input_error(sim: ss
     assert "SimArray (shape (3, 16, 16), dtype float32)" in text
     try:  # existing handlers keep working
         c.run(other)
-    except ss.InputArrayError as e:
+    except ss.errors.InputArrayError as e:
         assert e.rule == "it is on CUDA device 1 but the effect runs on device 0"
     assert c.stats["runs"] == 0
 
 
-def test_raw_effect_refuses_an_input_of_another_device(sim: ss.SimBackend) -> None:
+def test_raw_effect_refuses_an_input_of_another_device(sim: ss.sim.SimBackend) -> None:
     fx = make_effect(sim, 1)
     with pytest.raises(InputDeviceError, match="is on CUDA device 0 but the effect runs on device 1"):
         fx.run(sim.array(np.zeros((3, 16, 16), np.float32), device=0))
@@ -448,7 +449,7 @@ def test_host_array_message_is_short_and_framework_appropriate(module: str, name
     with pytest.raises(HostArrayError) as info:
         check_input_device("input", arr, DLPACK_CPU, 0, 1)
     err = info.value
-    assert isinstance(err, ss.InputArrayError) and isinstance(err, TypeError)
+    assert isinstance(err, ss.errors.InputArrayError) and isinstance(err, TypeError)
     text = str(err)
     assert "999" not in text and len(text) < 400, text  # no repr of the array
     assert "host memory (CPU)" in text and "not CUDA (2). Move it to the GPU first" in text
@@ -458,7 +459,7 @@ def test_host_array_message_is_short_and_framework_appropriate(module: str, name
         assert ".to('cuda:1') (or" not in text  # torch's own method is offered for torch tensors only
 
 
-def test_numpy_input_message_has_no_data(sim: ss.SimBackend) -> None:
+def test_numpy_input_message_has_no_data(sim: ss.sim.SimBackend) -> None:
     fx = make_effect(sim, 1)
     c = ss.StreamContract(fx, sim.create_stream(device=1))
     big = np.arange(3 * 16 * 16, dtype=np.float32).reshape(3, 16, 16) + 12345.5
@@ -483,39 +484,39 @@ def test_describe_array() -> None:
     assert describe_array(fake("torch", "Tensor", (2, 0), shape=(4,), dtype="torch.float16")) == "torch.Tensor (shape (4,), dtype torch.float16)"
 
 
-def test_sdk_stream_of_another_device(sim: ss.SimBackend) -> None:
+def test_sdk_stream_of_another_device(sim: ss.sim.SimBackend) -> None:
     fx = make_effect(sim, 1)
-    with pytest.raises(ss.DeviceMismatchError) as info:
+    with pytest.raises(ss.errors.DeviceMismatchError) as info:
         ss.StreamContract(fx, sim.create_stream(device=0))
     err = info.value
     assert (err.actual, err.expected) == (0, 1)
     assert "is on CUDA device 0, but device 1 is required" in str(err) and "device 1" in err.fix
     c = ss.StreamContract(fx, sim.create_stream(device=1))
     arr, _ = produce(sim, sim.legacy_stream(1), 0)
-    with pytest.raises(ss.DeviceMismatchError, match="is on CUDA device 0, but device 1 is required"):
+    with pytest.raises(ss.errors.DeviceMismatchError, match="is on CUDA device 0, but device 1 is required"):
         c.run(arr, stream_ptr=sim.create_stream(non_blocking=True, device=0).ptr)
     assert c.stats["runs"] == 0
 
 
-def test_consumer_stream_of_another_device(sim: ss.SimBackend) -> None:
+def test_consumer_stream_of_another_device(sim: ss.sim.SimBackend) -> None:
     """``torch.from_dlpack(out.image)`` from a consumer on device 1 passes its stream to
     ``out.image.__dlpack__(stream=...)``; the model's ``from_dlpack`` does the same."""
     fx = make_effect(sim, 0)
-    with pytest.raises(ss.DeviceMismatchError) as info:
+    with pytest.raises(ss.errors.DeviceMismatchError) as info:
         ss.StreamContract(fx, sim.create_stream(), consumer_stream=sim.create_stream(device=1))
     assert (info.value.actual, info.value.expected) == (1, 0)
     c = ss.StreamContract(fx, sim.create_stream(non_blocking=True))
     arr, data = produce(sim, sim.legacy_stream(0), 0)
     out = c.run(arr)
     on1 = sim.create_stream(non_blocking=True, device=1)
-    with pytest.raises(ss.DeviceMismatchError) as info:
+    with pytest.raises(ss.errors.DeviceMismatchError) as info:
         sim.from_dlpack(out.image, stream=on1)
     err = info.value
     assert (err.actual, err.expected) == (1, 0)
     assert "is on CUDA device 1, but device 0 is required" in str(err)
-    with pytest.raises(ss.DeviceMismatchError):
+    with pytest.raises(ss.errors.DeviceMismatchError):
         out.image.__dlpack__(stream=on1.dlpack)
-    with pytest.raises(ss.DeviceMismatchError):
+    with pytest.raises(ss.errors.DeviceMismatchError):
         out.record_stream(on1)
     assert not out.image.consumed  # refused before anything happened: import it on device 0 instead
     on0 = sim.create_stream(non_blocking=True, device=0)
@@ -534,9 +535,9 @@ def test_consumer_stream_of_another_device(sim: ss.SimBackend) -> None:
         ("conversion", ["the conversion stream", "leave conversion_stream unset"]),
     ],
 )
-def test_stream_on_device_names_the_role_both_devices_and_the_fix(sim: ss.SimBackend, role: str, words: list[str]) -> None:
+def test_stream_on_device_names_the_role_both_devices_and_the_fix(sim: ss.sim.SimBackend, role: str, words: list[str]) -> None:
     s1 = sim.create_stream(device=1)
-    with pytest.raises(ss.DeviceMismatchError) as info:
+    with pytest.raises(ss.errors.DeviceMismatchError) as info:
         stream_on_device(s1, 0, sim, role)
     err = info.value
     assert (err.actual, err.expected) == (1, 0)
@@ -547,7 +548,7 @@ def test_stream_on_device_names_the_role_both_devices_and_the_fix(sim: ss.SimBac
     assert stream_on_device(None, 1, sim, role) == sim.legacy_stream(1)
 
 
-def test_encoding_rgb10a2_on_device_1(sim: ss.SimBackend) -> None:
+def test_encoding_rgb10a2_on_device_1(sim: ss.sim.SimBackend) -> None:
     fx = VideoSuperRes(backend=sim, device=1, image_encoding=ImageEncoding.RGB10A2)
     fx.output_width, fx.output_height = 32, 32
     fx.load()
@@ -568,7 +569,7 @@ def test_multi_gpu_bench_on_the_model_counts_only() -> None:
 
     backends: list[DeviceLog] = []
 
-    def make_sim() -> ss.SimBackend:
+    def make_sim() -> ss.sim.SimBackend:
         backends.append(DeviceLog())
         return backends[-1]
 

@@ -18,7 +18,7 @@ from streamsafe.testing import VideoSuperRes
 RACY = """
 import numpy as np, streamsafe as ss
 from streamsafe.testing import VideoSuperRes
-sim = ss.SimBackend(scheduler="adversarial")            # the program's own model, not the default one
+sim = ss.sim.SimBackend(scheduler="adversarial")            # the program's own model, not the default one
 sr = VideoSuperRes(backend=sim); sr.output_width = sr.output_height = 32; sr.load()
 s, c = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
 out = sr.run(sim.array(np.zeros((3, 16, 16), np.float32)), stream_ptr=s.ptr, non_blocking=True)   # unguarded
@@ -26,8 +26,8 @@ sim.copy(sim.from_dlpack(out.image, stream=c), c)
 """
 
 
-def _racy_effect() -> tuple[ss.SimBackend, VideoSuperRes]:
-    sim = ss.SimBackend(scheduler="adversarial")
+def _racy_effect() -> tuple[ss.sim.SimBackend, VideoSuperRes]:
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     sr = VideoSuperRes(backend=sim)
     sr.output_width = sr.output_height = 32
     sr.load()
@@ -37,7 +37,7 @@ def _racy_effect() -> tuple[ss.SimBackend, VideoSuperRes]:
 def test_sanitize_without_a_backend_checks_a_model_the_program_made() -> None:
     sim, sr = _racy_effect()
     s, c = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
-    with ss.sanitize(), pytest.raises(ss.RaceError):
+    with ss.sanitize(), pytest.raises(ss.errors.RaceError):
         out = sr.run(sim.array(np.zeros((3, 16, 16), np.float32)), stream_ptr=s.ptr, non_blocking=True)
         sim.copy(sim.from_dlpack(out.image, stream=c), c)
     assert sim.on_race == "record"  # the model's own setting is untouched after the block
@@ -65,19 +65,19 @@ def test_configure_refuses_read_only_settings_clearly() -> None:
     sim, sr = _racy_effect()
     c = ss.StreamContract(sr)
     for attr, value in (("closed", True), ("is_loaded", False), ("device", 1)):
-        with pytest.raises(ss.EffectConfigError, match=f"'{attr}' is read-only; its settings are"):
+        with pytest.raises(ss.errors.EffectConfigError, match=f"'{attr}' is read-only; its settings are"):
             c.configure(**{attr: value})
-    with pytest.raises(ss.EffectConfigError, match="has no attribute 'output_widht'") as e:
+    with pytest.raises(ss.errors.EffectConfigError, match="has no attribute 'output_widht'") as e:
         c.configure(output_widht=256)
     assert "output_width" in str(e.value) and "is_loaded" not in str(e.value)
 
 
 def test_not_an_effect_is_a_streamsafe_error_and_a_type_error() -> None:
     for bad in (None, 42, object(), VideoSuperRes):
-        with pytest.raises(ss.NotAnEffectError, match="needs an effect instance"):
+        with pytest.raises(ss.errors.NotAnEffectError, match="needs an effect instance"):
             ss.StreamContract(bad)
-    assert issubclass(ss.NotAnEffectError, ss.StreamsafeError) and issubclass(ss.NotAnEffectError, TypeError)
-    with pytest.raises(ss.NotAnEffectError, match="pass an effect class, a module"):
+    assert issubclass(ss.errors.NotAnEffectError, ss.StreamsafeError) and issubclass(ss.errors.NotAnEffectError, TypeError)
+    with pytest.raises(ss.errors.NotAnEffectError, match="pass an effect class, a module"):
         ss.guard(42)
 
 
@@ -93,7 +93,7 @@ def test_the_guides_testing_snippet_runs(tmp_path: Path) -> None:
 
 def test_a_host_array_on_the_model_gets_the_models_fix_too() -> None:
     sim, sr = _racy_effect()
-    with pytest.raises(ss.HostArrayError, match=r"On the simulated backend .*sim\.array\(x\)") as e:
+    with pytest.raises(ss.errors.HostArrayError, match=r"On the simulated backend .*sim\.array\(x\)") as e:
         ss.StreamContract(sr).run(np.zeros((3, 16, 16), np.float32))
     assert "0., 0." not in str(e.value)  # the data is never printed
 

@@ -88,20 +88,20 @@ def test_mode_and_encoding_names_and_values() -> None:
 # -- part 1: the samples' calls, on the model --------------------------------------------------------
 
 
-def frame8(sim: ss.SimBackend, h: int, w: int, seed: int = 0) -> tuple[Any, np.ndarray]:
+def frame8(sim: ss.sim.SimBackend, h: int, w: int, seed: int = 0) -> tuple[Any, np.ndarray]:
     """avframe_to_rgb8_tensor: float32 (3, H, W) in [0, 1] on the device."""
     x = np.random.default_rng(seed).integers(0, 256, (3, h, w)).astype(np.float32) / np.float32(255)
     return sim.array(x), x
 
 
-def frame10(sim: ss.SimBackend, h: int, w: int, seed: int = 0) -> tuple[Any, np.ndarray]:
+def frame10(sim: ss.sim.SimBackend, h: int, w: int, seed: int = 0) -> tuple[Any, np.ndarray]:
     """avframe_to_rgb10a2_tensor: packed uint32 (H, W) with alpha 3 on the device."""
     x = np.random.default_rng(seed).integers(0, 1024, (3, h, w)).astype(np.float32) / np.float32(1023)
     packed = K.pack_rgb10a2(np, x)
     return sim.array(packed), packed
 
 
-def take(sim: ss.SimBackend, output: Any) -> np.ndarray:
+def take(sim: ss.sim.SimBackend, output: Any) -> np.ndarray:
     """``torch.from_dlpack(output.image).clone()`` on the current stream, then to the host."""
     return sim.download(sim.copy(sim.from_dlpack(output.image)))
 
@@ -130,7 +130,7 @@ SR_COMMANDS = [  # the README's command lines for video_super_resolution.py (-i/
 @pytest.mark.parametrize("bit_depth", [8, 10])
 @pytest.mark.parametrize("argv", SR_COMMANDS, ids=lambda a: " ".join(a) or "default")
 def test_tour_video_super_resolution(
-    fake_nvvfx: types.ModuleType, sim_backend: ss.SimBackend, argv: tuple[str, ...], bit_depth: int
+    fake_nvvfx: types.ModuleType, sim_backend: ss.sim.SimBackend, argv: tuple[str, ...], bit_depth: int
 ) -> None:
     from nvvfx import VideoSuperRes
 
@@ -195,7 +195,7 @@ VFG_COMMANDS = [  # the README's command lines for video_frame_generation.py, pl
 
 @pytest.mark.parametrize("argv,bit_depth", VFG_COMMANDS, ids=lambda a: str(a))
 def test_tour_video_frame_generation(
-    fake_nvvfx: types.ModuleType, sim_backend: ss.SimBackend, argv: tuple[str, ...], bit_depth: int
+    fake_nvvfx: types.ModuleType, sim_backend: ss.sim.SimBackend, argv: tuple[str, ...], bit_depth: int
 ) -> None:
     from nvvfx import VideoFrameGeneration
 
@@ -257,7 +257,7 @@ TRUE_HDR_COMMANDS = [
 
 
 @pytest.mark.parametrize("argv", TRUE_HDR_COMMANDS, ids=lambda a: " ".join(a) or "default")
-def test_tour_true_hdr(fake_nvvfx: types.ModuleType, sim_backend: ss.SimBackend, argv: tuple[str, ...]) -> None:
+def test_tour_true_hdr(fake_nvvfx: types.ModuleType, sim_backend: ss.sim.SimBackend, argv: tuple[str, ...]) -> None:
     from nvvfx import TrueHDR
 
     sim = sim_backend
@@ -297,7 +297,7 @@ def test_tour_true_hdr(fake_nvvfx: types.ModuleType, sim_backend: ss.SimBackend,
 
 def test_tour_with_a_backend_argument_and_a_side_stream() -> None:
     """The same calls with ``backend=`` instead of the fixture, on a non-blocking SDK stream."""
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     side = sim.create_stream(non_blocking=True)
     x, host = frame8(sim, 18, 32)
     with VideoSuperRes(quality=QualityLevel.DEBLUR_ULTRA, backend=sim) as sr:
@@ -313,11 +313,11 @@ def test_tour_with_a_backend_argument_and_a_side_stream() -> None:
 
 
 @pytest.fixture
-def sim() -> ss.SimBackend:
-    return ss.SimBackend(scheduler="in-order")
+def sim() -> ss.sim.SimBackend:
+    return ss.sim.SimBackend(scheduler="in-order")
 
 
-def sr_loaded(sim: ss.SimBackend, quality: QualityLevel, w: int, h: int, ow: int, oh: int) -> VideoSuperRes:
+def sr_loaded(sim: ss.sim.SimBackend, quality: QualityLevel, w: int, h: int, ow: int, oh: int) -> VideoSuperRes:
     sr = VideoSuperRes(quality=quality, backend=sim)
     sr.input_width, sr.input_height = w, h
     sr.output_width, sr.output_height = ow, oh
@@ -326,7 +326,7 @@ def sr_loaded(sim: ss.SimBackend, quality: QualityLevel, w: int, h: int, ow: int
 
 
 @pytest.mark.parametrize("quality", list(QualityLevel), ids=lambda q: q.name)
-def test_1x_only_for_denoise_and_deblur(sim: ss.SimBackend, quality: QualityLevel) -> None:
+def test_1x_only_for_denoise_and_deblur(sim: ss.sim.SimBackend, quality: QualityLevel) -> None:
     x, _ = frame8(sim, 18, 32)
     same_res = quality.name.startswith(("DENOISE_", "DEBLUR_"))
     sr = VideoSuperRes(quality=quality, backend=sim)
@@ -336,7 +336,7 @@ def test_1x_only_for_denoise_and_deblur(sim: ss.SimBackend, quality: QualityLeve
         assert take(sim, sr.run(x)).shape == (3, 18, 32)
     else:
         level = quality.name.split("_")[-1] if quality.name.endswith(("LOW", "MEDIUM", "HIGH", "ULTRA")) else "HIGH"
-        with pytest.raises(ss.EffectConfigError) as info:
+        with pytest.raises(ss.errors.EffectConfigError) as info:
             sr.run(x)
         msg = str(info.value)
         assert msg.startswith("VideoSuperRes: output size='32x18' is invalid: equals the input size (1x)")
@@ -347,13 +347,13 @@ def test_1x_only_for_denoise_and_deblur(sim: ss.SimBackend, quality: QualityLeve
     if same_res:
         sr_loaded(sim, quality, 32, 18, 32, 18)
     else:
-        with pytest.raises(ss.EffectConfigError, match=r"equals the input size \(1x\)"):
+        with pytest.raises(ss.errors.EffectConfigError, match=r"equals the input size \(1x\)"):
             sr_loaded(sim, quality, 32, 18, 32, 18)
 
 
 @pytest.mark.parametrize("quality", sorted(SAME_RESOLUTION_QUALITIES), ids=lambda q: q.name)
-def test_denoise_and_deblur_do_not_upscale(sim: ss.SimBackend, quality: QualityLevel) -> None:
-    with pytest.raises(ss.EffectConfigError) as info:
+def test_denoise_and_deblur_do_not_upscale(sim: ss.sim.SimBackend, quality: QualityLevel) -> None:
+    with pytest.raises(ss.errors.EffectConfigError) as info:
         sr_loaded(sim, quality, 32, 18, 64, 36)
     assert str(info.value) == (
         f"VideoSuperRes: output size='64x36' is invalid: {quality.name} denoises or deblurs at 1x only, so the output "
@@ -362,14 +362,14 @@ def test_denoise_and_deblur_do_not_upscale(sim: ss.SimBackend, quality: QualityL
     )
 
 
-def test_quality_can_change_between_runs_and_is_checked_at_each_run(sim: ss.SimBackend) -> None:
+def test_quality_can_change_between_runs_and_is_checked_at_each_run(sim: ss.sim.SimBackend) -> None:
     x, _ = frame8(sim, 18, 32)
     sr = VideoSuperRes(backend=sim)
     sr.output_width, sr.output_height = 64, 36
     sr.load()
     assert take(sim, sr.run(x)).shape == (3, 36, 64)
     sr.quality = QualityLevel.DENOISE_MEDIUM
-    with pytest.raises(ss.EffectConfigError, match="DENOISE_MEDIUM denoises or deblurs at 1x only"):
+    with pytest.raises(ss.errors.EffectConfigError, match="DENOISE_MEDIUM denoises or deblurs at 1x only"):
         sr.run(x)
     sr.output_width, sr.output_height = 32, 18
     assert take(sim, sr.run(x)).shape == (3, 18, 32)
@@ -383,12 +383,12 @@ def test_quality_can_change_between_runs_and_is_checked_at_each_run(sim: ss.SimB
         (16, 18, r"must be 1x to 4x the input size 32x18"),  # downscaling
     ],
 )  # fmt: skip
-def test_output_scale_range(sim: ss.SimBackend, ow: int, oh: int, rule: str) -> None:
-    with pytest.raises(ss.EffectConfigError, match=rf"output size='{ow}x{oh}' is invalid: {rule}"):
+def test_output_scale_range(sim: ss.sim.SimBackend, ow: int, oh: int, rule: str) -> None:
+    with pytest.raises(ss.errors.EffectConfigError, match=rf"output size='{ow}x{oh}' is invalid: {rule}"):
         sr_loaded(sim, QualityLevel.HIGH, 32, 18, ow, oh)
 
 
-def test_non_uniform_and_fractional_scales_are_accepted(sim: ss.SimBackend) -> None:
+def test_non_uniform_and_fractional_scales_are_accepted(sim: ss.sim.SimBackend) -> None:
     x, _ = frame8(sim, 18, 32)
     sr = sr_loaded(sim, QualityLevel.HIGH, 32, 18, 48, 18)  # 1.5x wide, 1x high: not a same-size run
     assert take(sim, sr.run(x)).shape == (3, 18, 48)
@@ -413,11 +413,11 @@ LIMIT_CASES = [
 
 
 @pytest.mark.parametrize("w,h,ow,oh,ok", LIMIT_CASES)
-def test_per_scale_input_limits(sim: ss.SimBackend, w: int, h: int, ow: int, oh: int, ok: bool) -> None:
+def test_per_scale_input_limits(sim: ss.sim.SimBackend, w: int, h: int, ow: int, oh: int, ok: bool) -> None:
     if ok:
         sr_loaded(sim, QualityLevel.ULTRA, w, h, ow, oh)
         return
-    with pytest.raises(ss.EffectConfigError) as info:
+    with pytest.raises(ss.errors.EffectConfigError) as info:
         sr_loaded(sim, QualityLevel.ULTRA, w, h, ow, oh)
     factor = max(ow / w, oh / h)
     bucket = max(2, -int(-factor // 1))
@@ -427,18 +427,18 @@ def test_per_scale_input_limits(sim: ss.SimBackend, w: int, h: int, ow: int, oh:
     assert f"the input must fit {lw}x{lh} ({lh}p, either orientation); use a smaller input or a lower scale" in msg
 
 
-def test_per_scale_limit_at_1x(sim: ss.SimBackend) -> None:
+def test_per_scale_limit_at_1x(sim: ss.sim.SimBackend) -> None:
     sr_loaded(sim, QualityLevel.DENOISE_ULTRA, 3840, 2160, 3840, 2160)
-    with pytest.raises(ss.EffectConfigError, match=r"at 1x \(output 4096x2160\) the input must fit 3840x2160"):
+    with pytest.raises(ss.errors.EffectConfigError, match=r"at 1x \(output 4096x2160\) the input must fit 3840x2160"):
         sr_loaded(sim, QualityLevel.DENOISE_ULTRA, 4096, 2160, 4096, 2160)
 
 
-def test_per_scale_limit_is_checked_at_run_when_the_input_size_is_inferred(sim: ss.SimBackend) -> None:
+def test_per_scale_limit_is_checked_at_run_when_the_input_size_is_inferred(sim: ss.sim.SimBackend) -> None:
     sr = VideoSuperRes(quality=QualityLevel.HIGH, backend=sim)  # no input_width/height: inferred from the frame
     sr.output_width, sr.output_height = 3904, 2176
     sr.load()
     x = sim.array(np.zeros((3, 544, 976), np.float32))
-    with pytest.raises(ss.EffectConfigError, match=r"input size='976x544' is invalid: at 4x .* must fit 960x540") as info:
+    with pytest.raises(ss.errors.EffectConfigError, match=r"input size='976x544' is invalid: at 4x .* must fit 960x540") as info:
         sr.run(x)
     assert "(2x up to 3840x2160, 3x up to 1280x720)" in str(info.value)  # what would be accepted instead
     assert sr.runs == 0
@@ -449,16 +449,16 @@ def test_input_limits_table() -> None:
 
 
 @pytest.mark.parametrize("value", [0, 1, 9, 2.0, True])
-def test_frame_multiplier_range(sim: ss.SimBackend, value: Any) -> None:
+def test_frame_multiplier_range(sim: ss.sim.SimBackend, value: Any) -> None:
     vfg = VideoFrameGeneration(backend=sim)
-    with pytest.raises(ss.EffectConfigError) as info:
+    with pytest.raises(ss.errors.EffectConfigError) as info:
         vfg.frame_multiplier = value
     assert str(info.value).startswith(f"VideoFrameGeneration: frame_multiplier={value!r} is invalid: must be an integer in [2, 8]")
     assert "call run_at_timestep() instead" in str(info.value)
     assert vfg.frame_multiplier == 2  # unchanged
 
 
-def test_frame_multiplier_accepts_2_to_8(sim: ss.SimBackend) -> None:
+def test_frame_multiplier_accepts_2_to_8(sim: ss.sim.SimBackend) -> None:
     vfg = VideoFrameGeneration(backend=sim)
     vfg.input_width, vfg.input_height = 32, 18
     vfg.load()
@@ -468,17 +468,17 @@ def test_frame_multiplier_accepts_2_to_8(sim: ss.SimBackend) -> None:
         vfg.frame_multiplier = m
         for i in range(1, m):
             vfg.run(a, b, frame_index=i)
-        with pytest.raises(ss.EffectConfigError, match=rf"frame_index={m} is invalid: .* = \[1, {m - 1}\]; raise frame_multiplier"):
+        with pytest.raises(ss.errors.EffectConfigError, match=rf"frame_index={m} is invalid: .* = \[1, {m - 1}\]; raise frame_multiplier"):
             vfg.run(a, b, frame_index=m)
-    with pytest.raises(ss.EffectConfigError, match=r"frame_index=0 is invalid"):
+    with pytest.raises(ss.errors.EffectConfigError, match=r"frame_index=0 is invalid"):
         vfg.run(a, b, frame_index=0)
     for t in (0.0, 1.0, -0.1):
-        with pytest.raises(ss.EffectConfigError, match=r"pass a position strictly between them"):
+        with pytest.raises(ss.errors.EffectConfigError, match=r"pass a position strictly between them"):
             vfg.run_at_timestep(a, b, t)
 
 
-def test_mode_validation(sim: ss.SimBackend) -> None:
-    with pytest.raises(ss.EffectConfigError) as info:
+def test_mode_validation(sim: ss.sim.SimBackend) -> None:
+    with pytest.raises(ss.errors.EffectConfigError) as info:
         VideoFrameGeneration(mode=3, backend=sim)  # type: ignore[arg-type]
     assert str(info.value) == (
         "VideoFrameGeneration: mode=3 is invalid: must be a Mode value, one of LOW (0), MEDIUM (1), HIGH (2); "
@@ -487,9 +487,9 @@ def test_mode_validation(sim: ss.SimBackend) -> None:
     assert VideoFrameGeneration(mode=2, backend=sim).mode is Mode.HIGH  # ints are taken, like the IntEnum
 
 
-def test_quality_validation(sim: ss.SimBackend) -> None:
+def test_quality_validation(sim: ss.sim.SimBackend) -> None:
     for bad in (5, 20, 22, 24, "HIGH"):
-        with pytest.raises(ss.EffectConfigError, match=rf"quality={bad!r} is invalid: must be a QualityLevel value, one of BICUBIC \(0\)"):
+        with pytest.raises(ss.errors.EffectConfigError, match=rf"quality={bad!r} is invalid: must be a QualityLevel value, one of BICUBIC \(0\)"):
             VideoSuperRes(quality=bad, backend=sim)  # type: ignore[arg-type]
     assert VideoSuperRes(quality=21, backend=sim).quality is QualityLevel.STREAMING_MEDIUM  # type: ignore[arg-type]
 
@@ -498,28 +498,28 @@ def test_quality_validation(sim: ss.SimBackend) -> None:
     "name,lo,hi",
     [("contrast", 0, 200), ("saturation", 0, 200), ("middle_gray", 10, 100), ("luminance", 400, 2000), ("debanding_off", 0, 1)],
 )
-def test_true_hdr_ranges(sim: ss.SimBackend, name: str, lo: int, hi: int) -> None:
+def test_true_hdr_ranges(sim: ss.sim.SimBackend, name: str, lo: int, hi: int) -> None:
     for ok in (lo, hi):
         assert getattr(TrueHDR(backend=sim, **{name: ok}), name) == ok
     hdr = TrueHDR(backend=sim)
     for bad in (lo - 1, hi + 1, 1.5):
-        with pytest.raises(ss.EffectConfigError, match=rf"{name}={bad!r} is invalid: must be an integer in \[{lo}, {hi}\]; "):
+        with pytest.raises(ss.errors.EffectConfigError, match=rf"{name}={bad!r} is invalid: must be an integer in \[{lo}, {hi}\]; "):
             TrueHDR(backend=sim, **{name: bad})
-        with pytest.raises(ss.EffectConfigError):
+        with pytest.raises(ss.errors.EffectConfigError):
             setattr(hdr, name, bad)  # the tunables are settable, and checked the same way
     assert TrueHDR(backend=sim, debanding_off=True).debanding_off == 1
 
 
-def test_strength_range(sim: ss.SimBackend) -> None:
+def test_strength_range(sim: ss.sim.SimBackend) -> None:
     assert VideoSuperRes(strength=0.0, backend=sim).strength == 0.0
     assert VideoSuperRes(strength=1, backend=sim).strength == 1.0
     for bad in (-0.1, 1.01):
-        with pytest.raises(ss.EffectConfigError, match=rf"strength={bad!r} is invalid: must be a number in \[0.0, 1.0\]; 1.0 is"):
+        with pytest.raises(ss.errors.EffectConfigError, match=rf"strength={bad!r} is invalid: must be a number in \[0.0, 1.0\]; 1.0 is"):
             VideoSuperRes(strength=bad, backend=sim)
 
 
-def test_error_types(sim: ss.SimBackend) -> None:
-    assert issubclass(ss.EffectConfigError, ValueError) and issubclass(ss.EffectStateError, RuntimeError)
+def test_error_types(sim: ss.sim.SimBackend) -> None:
+    assert issubclass(ss.errors.EffectConfigError, ValueError) and issubclass(ss.errors.EffectStateError, RuntimeError)
     sr = VideoSuperRes(backend=sim)
     with pytest.raises(RuntimeError, match=r"VideoSuperRes.run\(\) cannot run: the effect is not loaded. Call VideoSuperRes.load\(\)"):
         sr.run(frame8(sim, 18, 32)[0])
@@ -535,15 +535,15 @@ def test_error_types(sim: ss.SimBackend) -> None:
         vfg.input_width = 8
 
 
-def test_frame_size_mismatch_names_the_fix(sim: ss.SimBackend) -> None:
+def test_frame_size_mismatch_names_the_fix(sim: ss.sim.SimBackend) -> None:
     sr = sr_loaded(sim, QualityLevel.HIGH, 32, 18, 64, 36)
-    with pytest.raises(ss.EffectConfigError, match=r"does not match input_width x input_height = 32x18; pass frames of that size"):
+    with pytest.raises(ss.errors.EffectConfigError, match=r"does not match input_width x input_height = 32x18; pass frames of that size"):
         sr.run(frame8(sim, 20, 32)[0])
     vfg = VideoFrameGeneration(backend=sim)
     vfg.input_width, vfg.input_height = 32, 18
     vfg.load()
     a = frame8(sim, 18, 32)[0]
-    with pytest.raises(ss.EffectConfigError, match="frame generation does not scale"):
+    with pytest.raises(ss.errors.EffectConfigError, match="frame generation does not scale"):
         vfg.run(a, frame8(sim, 36, 64)[0], frame_index=1)
 
 

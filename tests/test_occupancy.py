@@ -20,7 +20,7 @@ from streamsafe.testing import VideoSuperRes
 from streamsafe.testing import _kernels as K
 
 
-def _pipeline(sim: ss.SimBackend, device: int = 0, strategy: str = "auto") -> tuple[Any, Any, ss.Stream]:
+def _pipeline(sim: ss.sim.SimBackend, device: int = 0, strategy: str = "auto") -> tuple[Any, Any, ss.Stream]:
     s = sim.create_stream(non_blocking=True, device=device)
     sr = VideoSuperRes(backend=sim, device=device)
     sr.output_width = sr.output_height = 32
@@ -28,7 +28,7 @@ def _pipeline(sim: ss.SimBackend, device: int = 0, strategy: str = "auto") -> tu
     return sr, ss.StreamContract(sr, s, strategy=strategy), s
 
 
-def _frames(sim: ss.SimBackend, c: Any, s: ss.Stream, n: int, device: int = 0, seed: int = 0) -> list[bool]:
+def _frames(sim: ss.sim.SimBackend, c: Any, s: ss.Stream, n: int, device: int = 0, seed: int = 0) -> list[bool]:
     ok = []
     with sim.use_stream(s):
         for i in range(n):
@@ -72,7 +72,7 @@ def _fresh_occupancy() -> None:
 
 
 def test_one_thread_gets_async() -> None:
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     _, c, s = _pipeline(sim)
     assert all(_frames(sim, c, s, 4))
     assert c._last_plan.strategy is ss.Strategy.ASYNC
@@ -96,7 +96,7 @@ class _Turns:
 
 
 def test_two_interleaved_threads_on_one_device_get_event_and_stay_correct() -> None:
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     lanes = [_pipeline(sim) for _ in range(2)]
     turns = _Turns(2)
 
@@ -122,7 +122,7 @@ def test_two_interleaved_threads_on_one_device_get_event_and_stay_correct() -> N
 def test_threads_that_take_long_turns_keep_async_within_a_turn() -> None:
     """Pipelines that do not interleave (each runs a burst alone, as the bench's rows do) keep async
     after the first run of each burst."""
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     lanes = [_pipeline(sim) for _ in range(2)]
     turns = _Turns(2)
 
@@ -144,7 +144,7 @@ def test_threads_that_take_long_turns_keep_async_within_a_turn() -> None:
 
 
 def test_back_to_async_when_the_other_thread_ends() -> None:
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     _, c, s = _pipeline(sim)
     _, c2, s2 = _pipeline(sim)
     _frames(sim, c, s, 1)
@@ -157,7 +157,7 @@ def test_back_to_async_when_the_other_thread_ends() -> None:
 
 
 def test_threads_on_different_devices_do_not_share() -> None:
-    sim = ss.SimBackend(scheduler="adversarial", devices=2)
+    sim = ss.sim.SimBackend(scheduler="adversarial", devices=2)
     lanes = [_pipeline(sim, device=d) for d in (0, 1)]
     turns = _Turns(2)
 
@@ -175,7 +175,7 @@ def test_threads_on_different_devices_do_not_share() -> None:
 
 @pytest.mark.parametrize("strategy", ["async", "event", "device"])
 def test_named_strategies_do_not_change_with_threads(strategy: str) -> None:
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     lanes = [_pipeline(sim, strategy=strategy) for _ in range(2)]
     turns = _Turns(2)
 

@@ -22,11 +22,11 @@ FENCED = ["auto", "event", "async", "stream", "device"]
 
 
 @pytest.fixture
-def sim() -> ss.SimBackend:
-    return ss.SimBackend(scheduler="adversarial")
+def sim() -> ss.sim.SimBackend:
+    return ss.sim.SimBackend(scheduler="adversarial")
 
 
-def make_sr(sim: ss.SimBackend, size: int = 32, cls: type = VideoSuperRes, *, input_size: int | None = None, **kw: Any) -> Any:
+def make_sr(sim: ss.sim.SimBackend, size: int = 32, cls: type = VideoSuperRes, *, input_size: int | None = None, **kw: Any) -> Any:
     """A loaded ``cls`` (the emulated ``VideoSuperRes`` or a subclass of it), upscaling to ``size`` (from
     ``input_size`` square inputs only, when given)."""
     sr = cls(backend=sim, **kw)
@@ -41,11 +41,11 @@ def data_of(seed: int, h: int = 16, w: int = 16) -> np.ndarray:
     return np.random.default_rng(seed).random((3, h, w), dtype=np.float32)
 
 
-def write(sim: ss.SimBackend, arr: Any, data: np.ndarray, stream: ss.Stream) -> None:
+def write(sim: ss.sim.SimBackend, arr: Any, data: np.ndarray, stream: ss.Stream) -> None:
     sim.launch(stream, "producer.write", lambda: np.copyto(arr.buffer.data, data), writes=[arr])
 
 
-def fresh(sim: ss.SimBackend, seed: int, stream: ss.Stream, h: int = 16, w: int = 16) -> tuple[Any, np.ndarray]:
+def fresh(sim: ss.sim.SimBackend, seed: int, stream: ss.Stream, h: int = 16, w: int = 16) -> tuple[Any, np.ndarray]:
     data = data_of(seed, h, w)
     arr = sim.empty((3, h, w), np.float32, name=f"frame{seed}")
     write(sim, arr, data, stream)
@@ -60,12 +60,12 @@ def hdr_expected(data: np.ndarray) -> np.ndarray:
     return K.tone_map_hdr(np, data, contrast=100, saturation=100, middle_gray=50, luminance=650)
 
 
-def import_copy(sim: ss.SimBackend, out: Any, stream: ss.Stream) -> Any:
+def import_copy(sim: ss.sim.SimBackend, out: Any, stream: ss.Stream) -> Any:
     """``torch.from_dlpack(out.image).clone()`` on ``stream``, spelled for the model."""
     return sim.copy(sim.from_dlpack(out.image, stream=stream), stream, name="consumer.copy")
 
 
-def verify(sim: ss.SimBackend, copies: list[tuple[Any, np.ndarray]]) -> int:
+def verify(sim: ss.sim.SimBackend, copies: list[tuple[Any, np.ndarray]]) -> int:
     """Wait for everything, then count wrong frames."""
     sim.synchronize_device()
     return sum(not np.array_equal(sim.download(copy, sim.legacy_stream()), want) for copy, want in copies)
@@ -74,14 +74,14 @@ def verify(sim: ss.SimBackend, copies: list[tuple[Any, np.ndarray]]) -> int:
 def contract(sr: Any, stream: Any, strategy: str, **kw: Any) -> ss.StreamContract:
     try:
         return ss.StreamContract(sr, stream, strategy=strategy, allow_none=strategy == "none", **kw)
-    except ss.StrategyError:
+    except ss.errors.StrategyError:
         pytest.skip(f"{strategy} is refused for these streams")
 
 
 # -- 1. a decoder surface rewritten in place every frame ---------------------------------------------
 
 
-def in_place_surface(sim: ss.SimBackend, strategy: str, sdk_kind: str) -> tuple[int, int]:
+def in_place_surface(sim: ss.sim.SimBackend, strategy: str, sdk_kind: str) -> tuple[int, int]:
     s = sim.legacy_stream() if sdk_kind == "legacy" else sim.create_stream(non_blocking=sdk_kind == "non-blocking")
     consumer = sim.create_stream(non_blocking=True)
     c = contract(make_sr(sim), s, strategy)
@@ -98,16 +98,16 @@ def in_place_surface(sim: ss.SimBackend, strategy: str, sdk_kind: str) -> tuple[
 
 @pytest.mark.parametrize("sdk_kind", ["blocking", "legacy", "non-blocking"])
 @pytest.mark.parametrize("strategy", FENCED)
-def test_hole1_surface_rewritten_in_place(sim: ss.SimBackend, strategy: str, sdk_kind: str) -> None:
+def test_hole1_surface_rewritten_in_place(sim: ss.sim.SimBackend, strategy: str, sdk_kind: str) -> None:
     assert in_place_surface(sim, strategy, sdk_kind) == (0, 0)
 
 
-def test_hole1_control_the_rewrite_races_without_fences(sim: ss.SimBackend) -> None:
+def test_hole1_control_the_rewrite_races_without_fences(sim: ss.sim.SimBackend) -> None:
     corrupt, races = in_place_surface(sim, "none", "blocking")
     assert races > 0
 
 
-def test_hole1_blocking_stream_rewrite_waits_for_the_shadow_stream(sim: ss.SimBackend) -> None:
+def test_hole1_blocking_stream_rewrite_waits_for_the_shadow_stream(sim: ss.sim.SimBackend) -> None:
     """The case the issue measured: auto resolves to async (a blocking shadow stream), and the
     producer's next write on the blocking SDK stream is not ordered after the shadow's read."""
     s = sim.create_stream(non_blocking=True)
@@ -123,7 +123,7 @@ def test_hole1_blocking_stream_rewrite_waits_for_the_shadow_stream(sim: ss.SimBa
 # -- 2. allocator reuse: the input is made on S while another stream is current at run() ------------
 
 
-def allocator_reuse(sim: ss.SimBackend, strategy: str) -> tuple[int, int]:
+def allocator_reuse(sim: ss.sim.SimBackend, strategy: str) -> tuple[int, int]:
     s = sim.create_stream(non_blocking=True)
     consumer = sim.create_stream(non_blocking=True)
     c = contract(make_sr(sim), s, strategy)
@@ -139,18 +139,18 @@ def allocator_reuse(sim: ss.SimBackend, strategy: str) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("strategy", FENCED)
-def test_hole2_allocator_reuse_of_a_freed_input(sim: ss.SimBackend, strategy: str) -> None:
+def test_hole2_allocator_reuse_of_a_freed_input(sim: ss.sim.SimBackend, strategy: str) -> None:
     assert allocator_reuse(sim, strategy) == (0, 0)
 
 
-def test_hole2_control_reuse_races_without_fences(sim: ss.SimBackend) -> None:
+def test_hole2_control_reuse_races_without_fences(sim: ss.sim.SimBackend) -> None:
     assert allocator_reuse(sim, "none")[1] > 0
 
 
 # -- 3. consumers forgotten while the output is still valid ----------------------------------------------
 
 
-def _view_then(sim: ss.SimBackend, strategy: str, between: str) -> tuple[int, int]:
+def _view_then(sim: ss.sim.SimBackend, strategy: str, between: str) -> tuple[int, int]:
     s = sim.create_stream(non_blocking=True)
     consumer = sim.create_stream(non_blocking=True)
     sr = make_sr(sim)
@@ -160,7 +160,7 @@ def _view_then(sim: ss.SimBackend, strategy: str, between: str) -> tuple[int, in
         out = sr.run(x)
         view = sim.from_dlpack(out.image, stream=consumer)  # a zero-copy view, kept
         if between == "rejected run":
-            with pytest.raises(ss.EffectConfigError):
+            with pytest.raises(ss.errors.EffectConfigError):
                 sr.run(sim.empty((3, 16, 16), np.float64))  # the SDK rejects the dtype: the output stays valid
         elif between == "synchronize":
             c.synchronize()
@@ -176,18 +176,18 @@ def _view_then(sim: ss.SimBackend, strategy: str, between: str) -> tuple[int, in
 
 @pytest.mark.parametrize("between", ["rejected run", "synchronize", "re-enter"])
 @pytest.mark.parametrize("strategy", FENCED)
-def test_hole3_readers_survive_until_the_next_run(sim: ss.SimBackend, strategy: str, between: str) -> None:
+def test_hole3_readers_survive_until_the_next_run(sim: ss.sim.SimBackend, strategy: str, between: str) -> None:
     assert _view_then(sim, strategy, between) == (0, 0)
 
 
-def test_hole3_control(sim: ss.SimBackend) -> None:
+def test_hole3_control(sim: ss.sim.SimBackend) -> None:
     assert _view_then(sim, "none", "synchronize")[1] > 0
 
 
 # -- 4. TrueHDR: an input-size change reallocates the output inside run() ----------------------------------
 
 
-def hdr_resize(sim: ss.SimBackend, strategy: str) -> tuple[int, int]:
+def hdr_resize(sim: ss.sim.SimBackend, strategy: str) -> tuple[int, int]:
     s = sim.create_stream(non_blocking=True)
     consumer = sim.create_stream(non_blocking=True)
     hdr = TrueHDR(backend=sim)
@@ -201,18 +201,18 @@ def hdr_resize(sim: ss.SimBackend, strategy: str) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("strategy", FENCED)
-def test_hole4_truehdr_resolution_change_waits_for_pending_copies(sim: ss.SimBackend, strategy: str) -> None:
+def test_hole4_truehdr_resolution_change_waits_for_pending_copies(sim: ss.sim.SimBackend, strategy: str) -> None:
     assert hdr_resize(sim, strategy) == (0, 0)
 
 
-def test_hole4_control(sim: ss.SimBackend) -> None:
+def test_hole4_control(sim: ss.sim.SimBackend) -> None:
     assert hdr_resize(sim, "none")[1] > 0
 
 
 # -- 5. auto, RGB10A2, the SDK stream changes between calls, outputs not imported ----------------------------
 
 
-def changing_sdk_stream(sim: ss.SimBackend, strategy: str) -> tuple[int, int]:
+def changing_sdk_stream(sim: ss.sim.SimBackend, strategy: str) -> tuple[int, int]:
     streams = [sim.create_stream(non_blocking=True) for _ in range(2)]
     consumer = sim.create_stream(non_blocking=True)
     sr = make_sr(sim, image_encoding=ImageEncoding.RGB10A2)
@@ -230,18 +230,18 @@ def changing_sdk_stream(sim: ss.SimBackend, strategy: str) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("strategy", FENCED)
-def test_hole5_sdk_stream_changes_between_runs(sim: ss.SimBackend, strategy: str) -> None:
+def test_hole5_sdk_stream_changes_between_runs(sim: ss.sim.SimBackend, strategy: str) -> None:
     assert changing_sdk_stream(sim, strategy) == (0, 0)
 
 
-def test_hole5_control(sim: ss.SimBackend) -> None:
+def test_hole5_control(sim: ss.sim.SimBackend) -> None:
     assert changing_sdk_stream(sim, "none")[1] > 0
 
 
 # -- 6. state per effect, not per contract ---------------------------------------------------------------------
 
 
-def guards_mixed(sim: ss.SimBackend, strategy: str, how: str) -> tuple[int, int]:
+def guards_mixed(sim: ss.sim.SimBackend, strategy: str, how: str) -> tuple[int, int]:
     s = sim.create_stream(non_blocking=True)
     consumer = sim.create_stream(non_blocking=True)
     sr = make_sr(sim)
@@ -272,16 +272,16 @@ def guards_mixed(sim: ss.SimBackend, strategy: str, how: str) -> tuple[int, int]
 
 @pytest.mark.parametrize("how", ["block per frame", "second contract", "decorator", "unguarded run"])
 @pytest.mark.parametrize("strategy", FENCED)
-def test_hole6_every_guard_shares_the_effect_state(sim: ss.SimBackend, strategy: str, how: str) -> None:
+def test_hole6_every_guard_shares_the_effect_state(sim: ss.sim.SimBackend, strategy: str, how: str) -> None:
     assert guards_mixed(sim, strategy, how) == (0, 0)
 
 
-def test_hole6_control(sim: ss.SimBackend) -> None:
+def test_hole6_control(sim: ss.sim.SimBackend) -> None:
     assert guards_mixed(sim, "none", "second contract")[1] > 0
 
 
 @pytest.mark.parametrize("second", ["contract", "decorator", "unguarded"])
-def test_hole6_an_output_of_one_guard_is_stale_after_another_ran(sim: ss.SimBackend, second: str) -> None:
+def test_hole6_an_output_of_one_guard_is_stale_after_another_ran(sim: ss.sim.SimBackend, second: str) -> None:
     sr = make_sr(sim)
     c1 = ss.StreamContract(sr)
     out = c1.run(fresh(sim, 0, sim.legacy_stream())[0])
@@ -292,11 +292,11 @@ def test_hole6_an_output_of_one_guard_is_stale_after_another_ran(sim: ss.SimBack
         ss.stream_safe(sr)(lambda a: sr.run(a))(x)
     else:
         sr.run(x)
-    with pytest.raises(ss.StaleOutputError, match="came from run #1"):
+    with pytest.raises(ss.errors.StaleOutputError, match="came from run #1"):
         sim.from_dlpack(out.image)
 
 
-def test_hole6_a_second_guard_inside_an_open_block_does_not_recurse(sim: ss.SimBackend) -> None:
+def test_hole6_a_second_guard_inside_an_open_block_does_not_recurse(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     consumer = sim.create_stream(non_blocking=True)
     copies = []
@@ -318,7 +318,7 @@ class SlottedSuperRes(VideoSuperRes):
     __slots__ = ()
 
 
-def test_hole6_effects_without_dict_are_guarded(sim: ss.SimBackend) -> None:
+def test_hole6_effects_without_dict_are_guarded(sim: ss.sim.SimBackend) -> None:
     sr = SlottedSuperRes.__new__(SlottedSuperRes)
     VideoSuperRes.__init__(sr, backend=sim)
     sr.output_width, sr.output_height = 32, 32
@@ -337,7 +337,7 @@ def test_hole6_effects_without_dict_are_guarded(sim: ss.SimBackend) -> None:
 # -- 7. a view read on another stream than the one it was imported on ------------------------------------------
 
 
-def view_on_second_stream(sim: ss.SimBackend, strategy: str, declare: str) -> tuple[int, int]:
+def view_on_second_stream(sim: ss.sim.SimBackend, strategy: str, declare: str) -> tuple[int, int]:
     s = sim.create_stream(non_blocking=True)
     c1, c2 = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     c = contract(make_sr(sim), s, strategy, input_stream=s)
@@ -358,17 +358,17 @@ def view_on_second_stream(sim: ss.SimBackend, strategy: str, declare: str) -> tu
 
 @pytest.mark.parametrize("declare", ["record_stream", "current"])
 @pytest.mark.parametrize("strategy", FENCED)
-def test_hole7_view_read_on_a_declared_or_current_stream(sim: ss.SimBackend, strategy: str, declare: str) -> None:
+def test_hole7_view_read_on_a_declared_or_current_stream(sim: ss.sim.SimBackend, strategy: str, declare: str) -> None:
     assert view_on_second_stream(sim, strategy, declare) == (0, 0)
 
 
-def test_hole7_an_undeclared_stream_is_reported_by_the_model(sim: ss.SimBackend) -> None:
+def test_hole7_an_undeclared_stream_is_reported_by_the_model(sim: ss.sim.SimBackend) -> None:
     """A stream streamsafe cannot see must be declared; the model (and sanitize mode) names the race."""
-    with ss.sanitize(sim), pytest.raises(ss.RaceError, match="consumer.copy"):
+    with ss.sanitize(sim), pytest.raises(ss.errors.RaceError, match="consumer.copy"):
         view_on_second_stream(sim, "event", "nothing")
 
 
-def test_hole7_effects_chained_through_a_view(sim: ss.SimBackend) -> None:
+def test_hole7_effects_chained_through_a_view(sim: ss.sim.SimBackend) -> None:
     """TrueHDR's output, imported as a view, is VideoSuperRes's input: TrueHDR's next run waits for it."""
     s1, s2 = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     hdr = TrueHDR(backend=sim)
@@ -390,16 +390,16 @@ def test_hole7_effects_chained_through_a_view(sim: ss.SimBackend) -> None:
 # -- H7 detection and the thread rule ------------------------------------------------------------------------------
 
 
-def test_a_view_read_after_close_is_reported(sim: ss.SimBackend) -> None:
+def test_a_view_read_after_close_is_reported(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     c = ss.StreamContract(sr)
     view = sim.from_dlpack(c.run(fresh(sim, 0, sim.legacy_stream())[0]).image)
     c.close()
-    with ss.sanitize(sim), pytest.raises(ss.RaceError):
+    with ss.sanitize(sim), pytest.raises(ss.errors.RaceError):
         sim.copy(view, sim.legacy_stream())
 
 
-def test_two_threads_on_one_effect_at_once_raise_a_clear_error(sim: ss.SimBackend) -> None:
+def test_two_threads_on_one_effect_at_once_raise_a_clear_error(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     c = ss.StreamContract(sr)
     inside, release = threading.Event(), threading.Event()
@@ -413,9 +413,9 @@ def test_two_threads_on_one_effect_at_once_raise_a_clear_error(sim: ss.SimBacken
     t.start()
     inside.wait(5)
     try:
-        with pytest.raises(ss.ConcurrentUseError, match="'decoder-thread' is inside a call on the same effect"):
+        with pytest.raises(ss.errors.ConcurrentUseError, match="'decoder-thread' is inside a call on the same effect"):
             c.run(fresh(sim, 0, sim.legacy_stream())[0])
-        with pytest.raises(ss.ConcurrentUseError, match="one thread at a time"):
+        with pytest.raises(ss.errors.ConcurrentUseError, match="one thread at a time"):
             sr.run(fresh(sim, 0, sim.legacy_stream())[0])
     finally:
         release.set()
@@ -423,7 +423,7 @@ def test_two_threads_on_one_effect_at_once_raise_a_clear_error(sim: ss.SimBacken
     c.run(fresh(sim, 1, sim.legacy_stream())[0])  # serialised use is fine
 
 
-def test_one_contract_per_thread_on_one_model(sim: ss.SimBackend) -> None:
+def test_one_contract_per_thread_on_one_model(sim: ss.sim.SimBackend) -> None:
     wrong: list[int] = []
 
     def pipeline(seed: int) -> None:
@@ -450,7 +450,7 @@ def test_one_contract_per_thread_on_one_model(sim: ss.SimBackend) -> None:
 
 @pytest.mark.parametrize("release", ["TrueHDR input size", "close", "configure"])
 @pytest.mark.parametrize("strategy", [*FENCED, "none"])
-def test_a_view_read_on_the_current_stream_is_waited_for_before_a_release(sim: ss.SimBackend, strategy: str, release: str) -> None:
+def test_a_view_read_on_the_current_stream_is_waited_for_before_a_release(sim: ss.sim.SimBackend, strategy: str, release: str) -> None:
     s, c1, q = (sim.create_stream(non_blocking=True) for _ in range(3))
     if release == "TrueHDR input size":
         fx: Any = TrueHDR(backend=sim)
@@ -479,7 +479,7 @@ def test_a_view_read_on_the_current_stream_is_waited_for_before_a_release(sim: s
 
 
 @pytest.mark.parametrize("strategy", [*FENCED, "none"])
-def test_with_input_stream_declared_an_input_written_on_the_current_stream_is_ordered_too(sim: ss.SimBackend, strategy: str) -> None:
+def test_with_input_stream_declared_an_input_written_on_the_current_stream_is_ordered_too(sim: ss.sim.SimBackend, strategy: str) -> None:
     from streamsafe.testing import VideoFrameGeneration
 
     s, p1, p2 = (sim.create_stream(non_blocking=True) for _ in range(3))
@@ -499,7 +499,7 @@ def test_with_input_stream_declared_an_input_written_on_the_current_stream_is_or
         assert corrupt == 0 and sim.races == []
 
 
-def test_guard_blocks_belong_to_the_thread_that_opened_them(sim: ss.SimBackend) -> None:
+def test_guard_blocks_belong_to_the_thread_that_opened_them(sim: ss.sim.SimBackend) -> None:
     """One effect shared by two threads, each in its own block, calls serialised by the program."""
     sr = make_sr(sim)
     lock = threading.Lock()
@@ -530,7 +530,7 @@ def test_guard_blocks_belong_to_the_thread_that_opened_them(sim: ss.SimBackend) 
     assert all(routed) and wrong == [0, 0] and sim.races == []
 
 
-def test_a_class_guard_does_not_keep_effects_alive(sim: ss.SimBackend) -> None:
+def test_a_class_guard_does_not_keep_effects_alive(sim: ss.sim.SimBackend) -> None:
     import gc
     import weakref
 
@@ -545,7 +545,7 @@ def test_a_class_guard_does_not_keep_effects_alive(sim: ss.SimBackend) -> None:
     assert [r() for r in refs] == [None, None, None]
 
 
-def test_setting_a_size_for_the_first_time_releases_nothing(sim: ss.SimBackend) -> None:
+def test_setting_a_size_for_the_first_time_releases_nothing(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     c = ss.StreamContract(sr)
     out = c.run(fresh(sim, 0, sim.legacy_stream())[0])
@@ -553,7 +553,7 @@ def test_setting_a_size_for_the_first_time_releases_nothing(sim: ss.SimBackend) 
     assert out.numpy().shape == (3, 32, 32)
 
 
-def test_numpy_scalars_are_not_taken_for_inputs(sim: ss.SimBackend) -> None:
+def test_numpy_scalars_are_not_taken_for_inputs(sim: ss.sim.SimBackend) -> None:
     """A NumPy scalar timestep reaches the SDK (whose own error names it), not the input check."""
     from streamsafe.testing import VideoFrameGeneration
 
@@ -562,7 +562,7 @@ def test_numpy_scalars_are_not_taken_for_inputs(sim: ss.SimBackend) -> None:
     g.load()
     c = ss.StreamContract(g)
     a, b = fresh(sim, 0, sim.legacy_stream())[0], fresh(sim, 1, sim.legacy_stream())[0]
-    with pytest.raises(ss.EffectConfigError, match="timestep"):
+    with pytest.raises(ss.errors.EffectConfigError, match="timestep"):
         c.run_at_timestep(a, b, np.float32(0.5))
     assert isinstance(c.run_at_timestep(a, b, 0.5), ss.SafeOutput)
 
@@ -573,7 +573,7 @@ def test_numpy_scalars_are_not_taken_for_inputs(sim: ss.SimBackend) -> None:
 def test_blocks_and_decorators_that_are_never_closed_give_their_shadow_stream_back() -> None:
     import gc
 
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     sr = make_sr(sim)
     side = sim.create_stream(non_blocking=True)
     made = []
@@ -592,7 +592,7 @@ def test_blocks_and_decorators_that_are_never_closed_give_their_shadow_stream_ba
     assert len(made) <= 2, made  # from the pool again and again, not one new stream per contract
 
 
-def test_an_output_keeps_its_effect_alive_until_it_is_imported(sim: ss.SimBackend) -> None:
+def test_an_output_keeps_its_effect_alive_until_it_is_imported(sim: ss.sim.SimBackend) -> None:
     import gc
 
     s, consumer = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
@@ -613,7 +613,7 @@ def test_a_class_guard_releases_the_inputs_of_collected_effects() -> None:
     import gc
     import weakref
 
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
 
     class Opaque:  # a producer streamsafe cannot see: kept alive until the SDK read it
         def __init__(self, arr: Any) -> None:
@@ -637,7 +637,7 @@ def test_a_class_guard_releases_the_inputs_of_collected_effects() -> None:
         assert [r() for r in refs] == [None] * 5
 
 
-def test_a_run_while_another_thread_leaves_its_block_waits_for_it(sim: ss.SimBackend) -> None:
+def test_a_run_while_another_thread_leaves_its_block_waits_for_it(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     c = ss.StreamContract(sr)
     inside, release = threading.Event(), threading.Event()
@@ -659,7 +659,7 @@ def test_a_run_while_another_thread_leaves_its_block_waits_for_it(sim: ss.SimBac
 
 
 @pytest.mark.parametrize("non_blocking", [False, True])
-def test_a_plain_run_waits_for_a_copy_on_its_own_stream_whatever_its_non_blocking(sim: ss.SimBackend, non_blocking: bool) -> None:
+def test_a_plain_run_waits_for_a_copy_on_its_own_stream_whatever_its_non_blocking(sim: ss.sim.SimBackend, non_blocking: bool) -> None:
     """A plain run() outside the guard, on the stream a guarded output is being copied on: its conversion
     on stream 0 must wait for the copy. With non_blocking=False the SDK's host wait gives that; with
     non_blocking=True only a fence does (a plan once counted on the host wait for both)."""
@@ -675,7 +675,7 @@ def test_a_plain_run_waits_for_a_copy_on_its_own_stream_whatever_its_non_blockin
     assert np.array_equal(copy.buffer.data, sr_expected(data))
 
 
-def test_a_plain_run_control_without_its_fence_the_copy_races(sim: ss.SimBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_plain_run_control_without_its_fence_the_copy_races(sim: ss.sim.SimBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     from streamsafe import ledger as ledger_mod
 
     s = sim.create_stream(non_blocking=True)
@@ -690,7 +690,7 @@ def test_a_plain_run_control_without_its_fence_the_copy_races(sim: ss.SimBackend
     assert [r for r in sim.races if "consumer.copy" in str(r)]
 
 
-def check_plain_run(sim: ss.SimBackend, fx: Any, stream: ss.Stream, seed: int) -> None:
+def check_plain_run(sim: ss.sim.SimBackend, fx: Any, stream: ss.Stream, seed: int) -> None:
     """An unguarded ``fx.run()`` on ``stream``, with everything before and after it waited for: right output."""
     x, data = fresh(sim, seed, stream)
     sim.synchronize_device()
@@ -700,7 +700,7 @@ def check_plain_run(sim: ss.SimBackend, fx: Any, stream: ss.Stream, seed: int) -
 
 
 @pytest.mark.parametrize("strategy", FENCED)
-def test_a_subclass_that_calls_super_run_is_guarded_once_and_does_not_recurse(sim: ss.SimBackend, strategy: str) -> None:
+def test_a_subclass_that_calls_super_run_is_guarded_once_and_does_not_recurse(sim: ss.sim.SimBackend, strategy: str) -> None:
     """A user's subclass of an SDK class whose ``run()`` adds its own step around ``super().run()``, after
     an instance of the SDK class was guarded (its class has streamsafe's dispatchers): the base class's
     dispatcher, reached from inside the subclass's method, calls the base's own ``run()``, not the
@@ -728,7 +728,7 @@ def test_a_subclass_that_calls_super_run_is_guarded_once_and_does_not_recurse(si
     assert sim.races == []
 
 
-def test_a_mixin_between_a_guarded_class_and_the_sdk_class_still_runs(sim: ss.SimBackend) -> None:
+def test_a_mixin_between_a_guarded_class_and_the_sdk_class_still_runs(sim: ss.sim.SimBackend) -> None:
     """Multiple inheritance: Z(X, Y) with X guarded (its dispatcher) and Y's run() and __setattr__ adding a
     step: a plain z.run() reaches X's dispatcher, which must go on along Z's MRO (to Y, as super() would),
     not along X's (straight to the SDK class, skipping Y)."""
@@ -759,7 +759,7 @@ def test_a_mixin_between_a_guarded_class_and_the_sdk_class_still_runs(sim: ss.Si
     assert seen == ["Y.__setattr__", "Y.run"]
 
 
-def test_a_class_guard_runs_a_subclass_s_own_run_once_from_its_first_call(sim: ss.SimBackend) -> None:
+def test_a_class_guard_runs_a_subclass_s_own_run_once_from_its_first_call(sim: ss.sim.SimBackend) -> None:
     """ss.guard(VideoSuperRes), then a subclass instance whose run() wraps super().run(): its first call
     reaches the base's dispatcher from inside its own (unwrapped) method; the guard's contract must run the
     base's run() there, not the subclass's again (its own step ran twice on the first frame)."""
@@ -787,7 +787,7 @@ def test_a_class_guard_runs_a_subclass_s_own_run_once_from_its_first_call(sim: s
     assert sim.races == []
 
 
-def test_a_subclass_whose_run_wraps_the_guarded_dispatcher_with_functools_wraps(sim: ss.SimBackend) -> None:
+def test_a_subclass_whose_run_wraps_the_guarded_dispatcher_with_functools_wraps(sim: ss.sim.SimBackend) -> None:
     """A subclass made after its base got dispatchers, with run = decorator(Base.run) where the decorator uses
     functools.wraps: the wrapper carries the dispatcher's attributes (our mark among them) but is the user's
     method; it runs plainly and through a contract, once per call (it raised KeyError)."""
@@ -822,7 +822,7 @@ def test_a_subclass_whose_run_wraps_the_guarded_dispatcher_with_functools_wraps(
 # -- found by the seventh session's review ---------------------------------------------------------
 
 
-def size_set_and_set_back(sim: ss.SimBackend, strategy: str, how: str, encoding: Any, next_on_another_stream: bool) -> tuple[int, int]:
+def size_set_and_set_back(sim: ss.sim.SimBackend, strategy: str, how: str, encoding: Any, next_on_another_stream: bool) -> tuple[int, int]:
     """An input size set and set back between two runs, with no run at the other size: the SDK released
     nothing and waited for nothing, so the next run must still be ordered after the previous one (its
     conversion on stream 0 reads the 8-bit result the next inference writes; on another SDK stream, the
@@ -861,23 +861,23 @@ def size_set_and_set_back(sim: ss.SimBackend, strategy: str, how: str, encoding:
 
 @pytest.mark.parametrize("how", ["configure", "setattr"])
 @pytest.mark.parametrize("strategy", ["event", "stream", "device"])
-def test_a_size_set_and_set_back_keeps_the_next_run_after_the_previous_one(sim: ss.SimBackend, strategy: str, how: str) -> None:
+def test_a_size_set_and_set_back_keeps_the_next_run_after_the_previous_one(sim: ss.sim.SimBackend, strategy: str, how: str) -> None:
     """The ledger forgot the previous run's SDK streams on any size change (as if the SDK had waited for its
     own work), so the next inference raced the previous conversion on stream 0."""
     assert size_set_and_set_back(sim, strategy, how, ImageEncoding.RGB8, False) == (0, 0)
 
 
-def test_a_size_set_and_set_back_then_a_run_on_another_stream(sim: ss.SimBackend) -> None:
+def test_a_size_set_and_set_back_then_a_run_on_another_stream(sim: ss.sim.SimBackend) -> None:
     """(RGB10A2 under auto runs with non_blocking=True; event's SDK waits on the host and async's runs share
     one shadow stream, so only auto shows it.)"""
     assert size_set_and_set_back(sim, "auto", "configure", ImageEncoding.RGB10A2, True) == (0, 0)
 
 
-def test_a_size_set_and_set_back_control_races_without_fences(sim: ss.SimBackend) -> None:
+def test_a_size_set_and_set_back_control_races_without_fences(sim: ss.sim.SimBackend) -> None:
     assert size_set_and_set_back(sim, "none", "configure", ImageEncoding.RGB8, False)[1] > 0
 
 
-def freed_into_a_decoders_pool(sim: ss.SimBackend, strategy: str, sdk_kind: str, encoding: Any) -> tuple[int, int]:
+def freed_into_a_decoders_pool(sim: ss.sim.SimBackend, strategy: str, sdk_kind: str, encoding: Any) -> tuple[int, int]:
     """A decoder stream allocates and writes each frame; the user makes the SDK stream (current at
     ``run()``) wait for it, runs, and frees the frame: its memory goes back to the decoder's pool, and
     the decoder's next frame may take it while the SDK still reads it. Every writer the plan knows of
@@ -915,7 +915,7 @@ def freed_into_a_decoders_pool(sim: ss.SimBackend, strategy: str, sdk_kind: str,
     ("auto", "legacy", ImageEncoding.RGB10A2),
 ], ids=["auto-legacy", "auto-blocking", "async-legacy", "auto-non-blocking-rgb10", "auto-legacy-rgb10"])
 def test_an_input_freed_into_another_streams_pool_after_an_asynchronous_run(
-    sim: ss.SimBackend, strategy: str, sdk_kind: str, encoding: Any
+    sim: ss.sim.SimBackend, strategy: str, sdk_kind: str, encoding: Any
 ) -> None:
     """The input was protected (``record_stream``) only when a writer the plan knew of was not ordered with
     the run stream: 2 of 3 frames came out wrong where they all were (auto on stream 0 or a blocking stream,
@@ -924,18 +924,18 @@ def test_an_input_freed_into_another_streams_pool_after_an_asynchronous_run(
 
 
 @pytest.mark.parametrize("strategy,sdk_kind", [("auto", "non-blocking"), ("event", "legacy")])
-def test_an_input_freed_into_another_streams_pool_where_it_was_already_safe(sim: ss.SimBackend, strategy: str, sdk_kind: str) -> None:
+def test_an_input_freed_into_another_streams_pool_where_it_was_already_safe(sim: ss.sim.SimBackend, strategy: str, sdk_kind: str) -> None:
     """The same program where the shadow stream's protection (auto -> async) or the SDK's host wait (event)
     already kept the input: still clean (not a regression test of the fix: these passed before it)."""
     assert freed_into_a_decoders_pool(sim, strategy, sdk_kind, ImageEncoding.RGB8) == (0, 0)
 
 
-def test_an_input_freed_into_another_streams_pool_control_races(sim: ss.SimBackend) -> None:
+def test_an_input_freed_into_another_streams_pool_control_races(sim: ss.sim.SimBackend) -> None:
     corrupt, races = freed_into_a_decoders_pool(sim, "none", "legacy", ImageEncoding.RGB8)
     assert corrupt > 0 and races > 0
 
 
-def view_used_after_the_next_run(sim: ss.SimBackend, strategy: str, drained: bool, *, late: bool = True) -> tuple[float, list[Any]]:
+def view_used_after_the_next_run(sim: ss.sim.SimBackend, strategy: str, drained: bool, *, late: bool = True) -> tuple[float, list[Any]]:
     """A zero-copy view of frame 1's output read after the effect's next run (``late``), or before it.
     Every fence orders the next run after the view's import, so the late read is ordered and raceless:
     it just sees frame 2 (H7). Returns the value read and the model's reports."""
@@ -956,7 +956,7 @@ def view_used_after_the_next_run(sim: ss.SimBackend, strategy: str, drained: boo
 
 @pytest.mark.parametrize("drained", [False, True])
 @pytest.mark.parametrize("strategy", FENCED)
-def test_a_view_used_after_the_next_run_is_reported_as_stale(sim: ss.SimBackend, strategy: str, drained: bool) -> None:
+def test_a_view_used_after_the_next_run_is_reported_as_stale(sim: ss.sim.SimBackend, strategy: str, drained: bool) -> None:
     """The guide promised the model reports it; where the next run was ordered after the view (every fenced
     strategy, or a drained device) nothing did, and the read silently saw the next frame."""
     value, races = view_used_after_the_next_run(sim, strategy, drained)
@@ -969,12 +969,12 @@ def test_a_view_used_after_the_next_run_is_reported_as_stale(sim: ss.SimBackend,
 
 
 @pytest.mark.parametrize("strategy", FENCED)
-def test_a_view_used_before_the_next_run_is_not_stale(sim: ss.SimBackend, strategy: str) -> None:
+def test_a_view_used_before_the_next_run_is_not_stale(sim: ss.sim.SimBackend, strategy: str) -> None:
     value, races = view_used_after_the_next_run(sim, strategy, False, late=False)
     assert races == [] and abs(value - 0.251) < 0.01
 
 
-def test_a_view_of_a_view_is_stale_too(sim: ss.SimBackend) -> None:
+def test_a_view_of_a_view_is_stale_too(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     s = sim.create_stream(non_blocking=True)
     with sim.use_stream(s), ss.stream_contract(sr, s):
@@ -984,7 +984,7 @@ def test_a_view_of_a_view_is_stale_too(sim: ss.SimBackend) -> None:
     assert [(r.kind, r.second.kind) for r in sim.races] == [("stale-view", "write")]
 
 
-def test_a_release_waits_for_the_previous_runs_sdk_streams_then_forgets_them(sim: ss.SimBackend) -> None:
+def test_a_release_waits_for_the_previous_runs_sdk_streams_then_forgets_them(sim: ss.sim.SimBackend) -> None:
     """After configure(), close() or synchronize() the host has waited for the SDK's own last work, so no
     later run orders after (records an event on) a stream the program may since have destroyed."""
     s = sim.create_stream(non_blocking=True)
@@ -1003,7 +1003,7 @@ def test_a_release_waits_for_the_previous_runs_sdk_streams_then_forgets_them(sim
     assert c.ledger.previous_sdk == () and sim.races == []
 
 
-def test_the_plan_says_why_auto_picks_event_when_threads_share_the_device(sim: ss.SimBackend) -> None:
+def test_the_plan_says_why_auto_picks_event_when_threads_share_the_device(sim: ss.sim.SimBackend) -> None:
     import threading
 
     from streamsafe import occupancy
@@ -1032,7 +1032,7 @@ def test_the_plan_says_why_auto_picks_event_when_threads_share_the_device(sim: s
         assert "other threads drive effects on this device" in why and "not the legacy stream" not in why
 
 
-def test_a_view_used_after_close_is_one_use_after_free_not_also_stale(sim: ss.SimBackend) -> None:
+def test_a_view_used_after_close_is_one_use_after_free_not_also_stale(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     s = sim.create_stream(non_blocking=True)
     c = ss.StreamContract(sr, s)
@@ -1043,7 +1043,7 @@ def test_a_view_used_after_close_is_one_use_after_free_not_also_stale(sim: ss.Si
     assert [r.kind for r in sim.races] == ["use-after-free"]
 
 
-def test_an_input_size_change_of_super_res_leaves_its_output_valid(sim: ss.SimBackend) -> None:
+def test_an_input_size_change_of_super_res_leaves_its_output_valid(sim: ss.sim.SimBackend) -> None:
     """VideoSuperRes has an output size of its own: a change of its input size releases nothing. Its output
     was made stale (a stale-view report, StaleOutputError on import) though the guide keeps it valid until
     the next run, close() or an output-size or encoding change."""
@@ -1070,7 +1070,7 @@ class LoggedFrameGeneration(VideoFrameGeneration):
 
 
 @pytest.mark.parametrize("cls", [VideoFrameGeneration, LoggedFrameGeneration])
-def test_an_input_size_change_of_frame_generation_releases_its_output(sim: ss.SimBackend, cls: type) -> None:
+def test_an_input_size_change_of_frame_generation_releases_its_output(sim: ss.sim.SimBackend, cls: type) -> None:
     """VideoFrameGeneration's output size is its input size: that change does make the output stale (also for
     a subclass with an output_width of its own, which the first rule took for a VideoSuperRes)."""
     s = sim.create_stream(non_blocking=True)
@@ -1082,7 +1082,7 @@ def test_an_input_size_change_of_frame_generation_releases_its_output(sim: ss.Si
         a, b = sim.array(np.zeros((3, 16, 16), np.float32)), sim.array(np.ones((3, 16, 16), np.float32))
         out = c.run(a, b, frame_index=1)
         c.configure(input_width=24)
-        with pytest.raises(ss.StaleOutputError):
+        with pytest.raises(ss.errors.StaleOutputError):
             out.numpy()
 
 
@@ -1095,11 +1095,11 @@ def test_threads_sharing_one_effect_with_a_block_per_frame_and_their_own_lock(st
     import threading
 
     for _ in range(5):
-        sim = ss.SimBackend(scheduler="adversarial")
+        sim = ss.sim.SimBackend(scheduler="adversarial")
         sr = make_sr(sim)
         lock, errors = threading.Lock(), []
 
-        def worker(sim: ss.SimBackend = sim, sr: Any = sr, lock: Any = lock, errors: list[Any] = errors) -> None:
+        def worker(sim: ss.sim.SimBackend = sim, sr: Any = sr, lock: Any = lock, errors: list[Any] = errors) -> None:
             try:
                 cur, cons = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
                 for _ in range(6):
@@ -1127,7 +1127,7 @@ def test_a_concurrent_call_still_raises_while_a_third_threads_closing_wait_is_qu
     import threading
     import time
 
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     sr = VideoSuperRes(backend=sim, host_cost_us=300_000)  # a run that holds the effect for 0.3 s
     sr.output_width = sr.output_height = 32
     sr.load()
@@ -1148,7 +1148,7 @@ def test_a_concurrent_call_still_raises_while_a_third_threads_closing_wait_is_qu
             with sim.use_stream(s), ss.stream_contract(sr, s):
                 sr.run(sim.array(np.zeros((3, 16, 16), np.float32)))
             result["call"] = "ran"
-        except ss.ConcurrentUseError:
+        except ss.errors.ConcurrentUseError:
             result["call"] = "ConcurrentUseError"
 
     first = threading.Thread(target=long_run)
@@ -1168,7 +1168,7 @@ class _ForeignProducer:
     """An array of a framework streamsafe does not know (as a JAX array): written on its own stream, and
     ``__dlpack__(stream=s)`` makes ``s`` wait for that stream, as the DLPack protocol says."""
 
-    def __init__(self, sim: ss.SimBackend, stream: ss.Stream, data: np.ndarray) -> None:
+    def __init__(self, sim: ss.sim.SimBackend, stream: ss.Stream, data: np.ndarray) -> None:
         self.sim, self.stream = sim, stream
         self.arr = sim.empty(data.shape, data.dtype, stream=stream, name="foreign input")
         write(sim, self.arr, data, stream)
@@ -1184,7 +1184,7 @@ class _ForeignProducer:
         return self.arr.__dlpack__(stream=-1)
 
 
-def _first_run_after_freeing_scratch(sim: ss.SimBackend, strategy: str) -> tuple[np.ndarray, np.ndarray]:
+def _first_run_after_freeing_scratch(sim: ss.sim.SimBackend, strategy: str) -> tuple[np.ndarray, np.ndarray]:
     """The program frees a scratch block on its current stream with its fill still pending, then the
     effect's first run (which allocates the SDK's buffers) takes an input of an unknown producer."""
     import gc
@@ -1205,7 +1205,7 @@ def _first_run_after_freeing_scratch(sim: ss.SimBackend, strategy: str) -> tuple
 
 
 @pytest.mark.parametrize("strategy", FENCED)
-def test_the_emulated_sdk_allocates_outside_the_programs_pools(sim: ss.SimBackend, strategy: str) -> None:
+def test_the_emulated_sdk_allocates_outside_the_programs_pools(sim: ss.sim.SimBackend, strategy: str) -> None:
     """A real SDK's buffers are its own (cudaMalloc): no block the program freed on its current stream, with
     its work still pending, can become one. The emulated effects allocate so on the model too."""
     got, want = _first_run_after_freeing_scratch(sim, strategy)
@@ -1213,7 +1213,7 @@ def test_the_emulated_sdk_allocates_outside_the_programs_pools(sim: ss.SimBacken
     np.testing.assert_array_equal(got, want)
 
 
-def test_the_emulated_sdk_allocates_outside_the_programs_pools_control(sim: ss.SimBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_emulated_sdk_allocates_outside_the_programs_pools_control(sim: ss.sim.SimBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     """Control: with the SDK's buffers taken from the current stream's pool, the freed scratch's fill races
     the SDK's transfer under a fenced strategy (no fence can order the SDK's private buffer)."""
     from streamsafe.testing._engines import SimEngine
@@ -1223,7 +1223,7 @@ def test_the_emulated_sdk_allocates_outside_the_programs_pools_control(sim: ss.S
     assert any(r.buffer == "VideoSuperRes input0" and "scratch" in r.first.op for r in sim.races)
 
 
-def test_malloc_is_outside_the_caching_allocator(sim: ss.SimBackend) -> None:
+def test_malloc_is_outside_the_caching_allocator(sim: ss.sim.SimBackend) -> None:
     s = sim.create_stream(non_blocking=True)
     with sim.use_stream(s):
         a = sim.empty((4,), np.float32)
@@ -1250,10 +1250,10 @@ class _Wrapper:
         return self.arr.__dlpack__(**kw)
 
 
-def _decoder_frames_dropped_each_frame(strategy: str, scheduler: str, **run_kw: Any) -> ss.SimBackend:
+def _decoder_frames_dropped_each_frame(strategy: str, scheduler: str, **run_kw: Any) -> ss.sim.SimBackend:
     """Inputs allocated and written on a decoder stream, wrapped, passed to a guarded run and dropped: the
     next frame's allocation on the decoder stream may get the same block once streamsafe lets it go."""
-    sim = ss.SimBackend(scheduler=scheduler)
+    sim = ss.sim.SimBackend(scheduler=scheduler)
     p, decoder = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     c = ss.StreamContract(make_sr(sim), p, strategy=strategy, allow_none=strategy == "none")
     with sim.use_stream(p):
@@ -1302,7 +1302,7 @@ def test_a_kept_alive_input_is_exported_once_so_its_producer_cannot_hide_a_race(
     """The model learns the kept-alive input's memory from the SDK's own import, not from a second export:
     a producer whose export waits for the device must run once, before the SDK's work, so the host's
     unwaited read of the output still races."""
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     p, decoder = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     c = ss.StreamContract(make_sr(sim), p, strategy=strategy)
     with sim.use_stream(p):

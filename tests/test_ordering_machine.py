@@ -28,7 +28,7 @@ STRATEGIES = ["auto", "event", "async", "stream", "device"]
 EXAMPLES = int(os.environ.get("STREAMSAFE_MACHINE_EXAMPLES", "2000"))
 
 
-def _stream(sim: ss.SimBackend, kind: str) -> ss.Stream:
+def _stream(sim: ss.sim.SimBackend, kind: str) -> ss.Stream:
     if kind == "legacy":
         return sim.legacy_stream()
     if kind == "per-thread":
@@ -49,7 +49,7 @@ class EffectLife(RuleBasedStateMachine):
         declare_input=st.booleans(),
     )
     def setup(self, effect: str, p: str, s: str, c: str, c2: str, strategies: list[str], declare_input: bool) -> None:
-        self.sim = sim = ss.SimBackend(scheduler="adversarial")
+        self.sim = sim = ss.sim.SimBackend(scheduler="adversarial")
         self.P, self.S, self.C, self.C2 = (_stream(sim, k) for k in (p, s, c, c2))
         self.kind = effect
         if effect == "hdr":

@@ -40,7 +40,7 @@ def spread(frames: int, step: Callable[[int], None], threading_mode: str) -> Non
 
 def pipeline(strategy: str, sdk_kind: str, consumer_kind: str, threading_mode: str, every: int, frames: int = 6) -> tuple[int, int]:
     """Returns (wrong frames, races)."""
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     fx = make_hdr(sim)
     sdk: Any = {"int 2": 2, "stream 2": sim.per_thread_stream(), "non-blocking": sim.create_stream(non_blocking=True),
                 "blocking": sim.create_stream(), "legacy": sim.legacy_stream(), "current": None}[sdk_kind]
@@ -79,7 +79,7 @@ def test_guarded_pipelines_around_per_thread_streams_give_every_frame(
 ) -> None:
     try:
         assert pipeline(strategy, sdk_kind, consumer_kind, threading_mode, every) == (0, 0)
-    except ss.StrategyError:
+    except ss.errors.StrategyError:
         pass  # a strategy refused for these streams (async where unsound): refused up front, as documented
 
 

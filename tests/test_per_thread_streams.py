@@ -27,18 +27,18 @@ FENCED = ["auto", "event", "async", "stream", "device"]
 
 
 @pytest.fixture
-def sim() -> ss.SimBackend:
-    return ss.SimBackend(scheduler="adversarial")
+def sim() -> ss.sim.SimBackend:
+    return ss.sim.SimBackend(scheduler="adversarial")
 
 
-def write(sim: ss.SimBackend, arr: Any, data: np.ndarray, stream: ss.Stream, name: str = "producer.write") -> None:
+def write(sim: ss.sim.SimBackend, arr: Any, data: np.ndarray, stream: ss.Stream, name: str = "producer.write") -> None:
     sim.launch(stream, name, lambda: np.copyto(arr.buffer.data, data), writes=[arr])
 
 
 # -- the model --------------------------------------------------------------------------------------------
 
 
-def test_each_thread_has_its_own_per_thread_stream(sim: ss.SimBackend) -> None:
+def test_each_thread_has_its_own_per_thread_stream(sim: ss.sim.SimBackend) -> None:
     mine = sim.per_thread_stream()
     theirs = in_thread(sim.per_thread_stream)
     assert mine == sim.per_thread_stream() and mine != theirs and hash(mine) != hash(theirs)
@@ -50,7 +50,7 @@ def test_each_thread_has_its_own_per_thread_stream(sim: ss.SimBackend) -> None:
     assert in_thread(lambda: ss.as_stream(2, backend=sim)) not in (mine, theirs)  # (a new thread: another stream again)
 
 
-def test_a_thread_started_after_another_ended_has_another_per_thread_stream(sim: ss.SimBackend) -> None:
+def test_a_thread_started_after_another_ended_has_another_per_thread_stream(sim: ss.sim.SimBackend) -> None:
     """CPython reuses a thread's ``get_ident()`` once it ends; the next thread's per-thread stream is still another."""
     x = sim.empty((4,), np.float32, name="x")
     in_thread(lambda: write(sim, x, np.full(4, 1.0, np.float32), sim.per_thread_stream(), "first thread writes x"))
@@ -59,14 +59,14 @@ def test_a_thread_started_after_another_ended_has_another_per_thread_stream(sim:
     assert in_thread(thread_token) != in_thread(thread_token)
 
 
-def test_per_thread_streams_of_two_threads_are_not_ordered(sim: ss.SimBackend) -> None:
+def test_per_thread_streams_of_two_threads_are_not_ordered(sim: ss.sim.SimBackend) -> None:
     x = sim.empty((4,), np.float32, name="x")
     write(sim, x, np.full(4, 1.0, np.float32), sim.per_thread_stream(), "main thread writes x")
     in_thread(lambda: sim.copy(x, sim.per_thread_stream(), name="other thread reads x"))
     assert {(r.first.op, r.second.op) for r in sim.races} == {("main thread writes x", "other thread reads x")}
 
 
-def test_work_on_a_per_thread_stream_goes_to_the_issuing_threads_stream(sim: ss.SimBackend) -> None:
+def test_work_on_a_per_thread_stream_goes_to_the_issuing_threads_stream(sim: ss.sim.SimBackend) -> None:
     """CUDA's rule: the stream object named in the main thread, used in another, is the other's stream."""
     x = sim.empty((4,), np.float32, name="x")
     mine = sim.per_thread_stream()
@@ -75,7 +75,7 @@ def test_work_on_a_per_thread_stream_goes_to_the_issuing_threads_stream(sim: ss.
     assert len(sim.races) == 1
 
 
-def test_every_threads_per_thread_stream_shares_one_pool_of_the_allocator(sim: ss.SimBackend) -> None:
+def test_every_threads_per_thread_stream_shares_one_pool_of_the_allocator(sim: ss.sim.SimBackend) -> None:
     """Torch's allocator and CuPy's pool know a stream by its handle: a block freed on one thread's per-thread
     stream goes to another thread's allocation on its own per-thread stream, unordered (a race on a GPU too)."""
 
@@ -91,7 +91,7 @@ def test_every_threads_per_thread_stream_shares_one_pool_of_the_allocator(sim: s
     assert {(r.first.op, r.second.op) for r in sim.races} == {("first thread's x written", "second thread's y written")}
 
 
-def test_the_legacy_stream_orders_another_threads_per_thread_stream(sim: ss.SimBackend) -> None:
+def test_the_legacy_stream_orders_another_threads_per_thread_stream(sim: ss.sim.SimBackend) -> None:
     x = sim.empty((4,), np.float32, name="x")
     write(sim, x, np.full(4, 1.0, np.float32), sim.per_thread_stream(), "main thread writes x")
 
@@ -105,7 +105,7 @@ def test_the_legacy_stream_orders_another_threads_per_thread_stream(sim: ss.SimB
     assert sim.races == []
 
 
-def test_issuable_and_on_this_thread(sim: ss.SimBackend) -> None:
+def test_issuable_and_on_this_thread(sim: ss.sim.SimBackend) -> None:
     mine, theirs = sim.per_thread_stream(), in_thread(sim.per_thread_stream)
     blocking = sim.create_stream()
     assert issuable(mine) is mine and issuable(blocking) is blocking and on_this_thread(blocking) is blocking
@@ -116,7 +116,7 @@ def test_issuable_and_on_this_thread(sim: ss.SimBackend) -> None:
 # -- one effect, two threads --------------------------------------------------------------------------------
 
 
-def readers_on_per_thread_streams(sim: ss.SimBackend, strategy: str, frames: int = 12) -> tuple[int, int]:
+def readers_on_per_thread_streams(sim: ss.sim.SimBackend, strategy: str, frames: int = 12) -> tuple[int, int]:
     """Each thread imports and copies the output on its own per-thread stream; the SDK has a stream of its own.
     Returns (wrong frames, races)."""
     s = sim.create_stream(non_blocking=True)
@@ -138,16 +138,16 @@ def readers_on_per_thread_streams(sim: ss.SimBackend, strategy: str, frames: int
 
 
 @pytest.mark.parametrize("strategy", FENCED)
-def test_a_reader_on_one_threads_per_thread_stream_is_waited_for_by_the_next_run_in_another(sim: ss.SimBackend, strategy: str) -> None:
+def test_a_reader_on_one_threads_per_thread_stream_is_waited_for_by_the_next_run_in_another(sim: ss.sim.SimBackend, strategy: str) -> None:
     assert readers_on_per_thread_streams(sim, strategy) == (0, 0)
 
 
-def test_control_readers_on_per_thread_streams_race_without_fences(sim: ss.SimBackend) -> None:
+def test_control_readers_on_per_thread_streams_race_without_fences(sim: ss.sim.SimBackend) -> None:
     wrong, races = readers_on_per_thread_streams(sim, "none")
     assert races > 0
 
 
-def test_control_fencing_handle_2_from_the_wrong_thread_misses_the_reader(sim: ss.SimBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_control_fencing_handle_2_from_the_wrong_thread_misses_the_reader(sim: ss.sim.SimBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     """The fix is what orders it: recording the fence's event on "2" in the next run's thread (the old
     behaviour) leaves the other thread's copy unordered with the SDK's next writes."""
     for module in (program_module, ledger_module):
@@ -156,7 +156,7 @@ def test_control_fencing_handle_2_from_the_wrong_thread_misses_the_reader(sim: s
     assert races > 0
 
 
-def sdk_on_per_thread_streams(sim: ss.SimBackend, strategy: str, how: str, frames: int = 12) -> tuple[int, int]:
+def sdk_on_per_thread_streams(sim: ss.sim.SimBackend, strategy: str, how: str, frames: int = 12) -> tuple[int, int]:
     """The SDK runs on the calling thread's per-thread stream (declared as 2 in the main thread, or passed as
     ``stream_ptr=2`` each call); only every third frame is consumed, so nothing but the contract orders a
     run after the previous one in the other thread (the strategies that let the SDK make the host wait
@@ -185,15 +185,15 @@ def sdk_on_per_thread_streams(sim: ss.SimBackend, strategy: str, how: str, frame
 
 @pytest.mark.parametrize("how", ["declared", "stream_ptr"])
 @pytest.mark.parametrize("strategy", FENCED)
-def test_the_sdk_on_each_threads_per_thread_stream(sim: ss.SimBackend, strategy: str, how: str) -> None:
+def test_the_sdk_on_each_threads_per_thread_stream(sim: ss.sim.SimBackend, strategy: str, how: str) -> None:
     try:
         assert sdk_on_per_thread_streams(sim, strategy, how) == (0, 0)
-    except ss.StrategyError:
+    except ss.errors.StrategyError:
         pytest.skip(f"{strategy} is refused for these streams")
 
 
 @pytest.mark.parametrize("strategy", FENCED)
-def test_each_frame_in_a_thread_of_its_own(sim: ss.SimBackend, strategy: str) -> None:
+def test_each_frame_in_a_thread_of_its_own(sim: ss.sim.SimBackend, strategy: str) -> None:
     """Each frame run, read and copied on the per-thread stream of a new thread (which may get the ended
     thread's ``get_ident()``): the next frame's run still waits for the last one's copy."""
     s = sim.create_stream(non_blocking=True)
@@ -216,7 +216,7 @@ def test_each_frame_in_a_thread_of_its_own(sim: ss.SimBackend, strategy: str) ->
     assert sim.races == []
 
 
-def producer_thread_declared_input(sim: ss.SimBackend, strategy: str, frames: int = 8) -> tuple[int, int]:
+def producer_thread_declared_input(sim: ss.sim.SimBackend, strategy: str, frames: int = 8) -> tuple[int, int]:
     """Thread P rewrites one input surface each frame on its per-thread stream; thread R runs the effect with
     ``input_stream=`` P's per-thread stream (named in P). Returns (wrong frames, races)."""
     fx = make_hdr(sim)
@@ -252,7 +252,7 @@ def producer_thread_declared_input(sim: ss.SimBackend, strategy: str, frames: in
 
 
 @pytest.mark.parametrize("strategy", [*FENCED, "none"])
-def test_a_declared_input_stream_is_the_producer_threads(sim: ss.SimBackend, strategy: str) -> None:
+def test_a_declared_input_stream_is_the_producer_threads(sim: ss.sim.SimBackend, strategy: str) -> None:
     wrong, races = producer_thread_declared_input(sim, strategy)
     if strategy == "none":
         assert races > 0
@@ -260,7 +260,7 @@ def test_a_declared_input_stream_is_the_producer_threads(sim: ss.SimBackend, str
         assert (wrong, races) == (0, 0)
 
 
-def consumer_thread_declared_consumer(sim: ss.SimBackend, strategy: str, frames: int = 6) -> tuple[int, int]:
+def consumer_thread_declared_consumer(sim: ss.sim.SimBackend, strategy: str, frames: int = 6) -> tuple[int, int]:
     """Thread C imports each output as a bare capsule (no stream: ``consumer_stream=`` says where it is read)
     and copies it on its per-thread stream, declared as ``consumer_stream=`` in C; thread R runs the effect
     after C has issued its copy of the previous frame. Returns (wrong frames, races)."""
@@ -301,7 +301,7 @@ def consumer_thread_declared_consumer(sim: ss.SimBackend, strategy: str, frames:
 
 
 @pytest.mark.parametrize("strategy", [*FENCED, "none"])
-def test_a_declared_consumer_stream_is_the_consumer_threads(sim: ss.SimBackend, strategy: str) -> None:
+def test_a_declared_consumer_stream_is_the_consumer_threads(sim: ss.sim.SimBackend, strategy: str) -> None:
     wrong, races = consumer_thread_declared_consumer(sim, strategy)
     if strategy == "none":
         assert races > 0
@@ -311,7 +311,7 @@ def test_a_declared_consumer_stream_is_the_consumer_threads(sim: ss.SimBackend, 
 
 @pytest.mark.parametrize("how", ["current", "stream_ptr"])
 @pytest.mark.parametrize("strategy", FENCED)
-def test_one_per_thread_stream_object_used_by_every_thread(sim: ss.SimBackend, strategy: str, how: str) -> None:
+def test_one_per_thread_stream_object_used_by_every_thread(sim: ss.sim.SimBackend, strategy: str, how: str) -> None:
     """One per-thread stream object for the program (CuPy's global ``cupy.cuda.Stream.ptds``), named in the main
     thread, made current (or passed as ``stream_ptr=``) in each worker: in each, it is the worker's own
     stream, so the second worker's run waits for the first's (only the last frame is copied)."""
@@ -348,5 +348,5 @@ def test_sanitize_mode_replays_another_threads_per_thread_stream_as_that_threads
     producer = in_thread(lambda: ss.Stream(0, 2, StreamKind.PER_THREAD))  # named in the producer thread
     runner = ss.Stream(0, 2, StreamKind.PER_THREAD)
     mirror.on_input_write(0x1000, producer, 0)
-    with pytest.raises(ss.RaceError, match="per-thread stream of thread"):
+    with pytest.raises(ss.errors.RaceError, match="per-thread stream of thread"):
         mirror.on_launch(runner, "SDK.transfer", [0x1000], [], 0)

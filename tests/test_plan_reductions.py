@@ -24,11 +24,11 @@ from test_ordering_holes import data_of, import_copy, make_sr, sr_expected, veri
 
 
 @pytest.fixture
-def sim() -> ss.SimBackend:
-    return ss.SimBackend(scheduler="adversarial")
+def sim() -> ss.sim.SimBackend:
+    return ss.sim.SimBackend(scheduler="adversarial")
 
 
-def pipeline(sim: ss.SimBackend, *, frames: int = 6, other_consumer: bool = False) -> tuple[int, int, ss.StreamContract]:
+def pipeline(sim: ss.sim.SimBackend, *, frames: int = 6, other_consumer: bool = False) -> tuple[int, int, ss.StreamContract]:
     """Frames produced in place on a non-blocking S, run under ``async`` on S, each output copied on S
     (or on another stream). Returns (corrupt frames, races, contract)."""
     s = sim.create_stream(non_blocking=True)
@@ -44,7 +44,7 @@ def pipeline(sim: ss.SimBackend, *, frames: int = 6, other_consumer: bool = Fals
     return verify(sim, copies), len(sim.races), c
 
 
-def test_async_places_the_hand_recipes_two_fences(sim: ss.SimBackend) -> None:
+def test_async_places_the_hand_recipes_two_fences(sim: ss.sim.SimBackend) -> None:
     corrupt, races, c = pipeline(sim, frames=2)
     before = dict(c.stats)
     s = c.plan.sdk
@@ -58,11 +58,11 @@ def test_async_places_the_hand_recipes_two_fences(sim: ss.SimBackend) -> None:
 
 
 @pytest.mark.parametrize("other_consumer", [False, True], ids=["consumer-on-S", "consumer-elsewhere"])
-def test_reduced_async_plan_has_no_race(sim: ss.SimBackend, other_consumer: bool) -> None:
+def test_reduced_async_plan_has_no_race(sim: ss.sim.SimBackend, other_consumer: bool) -> None:
     assert pipeline(sim, other_consumer=other_consumer)[:2] == (0, 0)
 
 
-def test_before_run_batch_drops_what_the_run_streams_wait_gives(sim: ss.SimBackend) -> None:
+def test_before_run_batch_drops_what_the_run_streams_wait_gives(sim: ss.sim.SimBackend) -> None:
     s = sim.create_stream(non_blocking=True)
     c = ss.StreamContract(make_sr(sim), s, strategy="async")
     plan = c.plan
@@ -89,14 +89,14 @@ def _without(monkeypatch: pytest.MonkeyPatch, drop: Any) -> None:
     monkeypatch.setattr(FencePlan, "before_run", before_run)
 
 
-def test_control_without_the_run_streams_wait_the_conversion_races(sim: ss.SimBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_control_without_the_run_streams_wait_the_conversion_races(sim: ss.sim.SimBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     """The wait that makes stream 0's own wait redundant is the run stream's: drop it and stream 0's
     conversion overwrites the output while the previous copy reads it."""
     _without(monkeypatch, lambda plan, f: f.action == "device-wait" and f.waiter == plan.run_stream)
     assert pipeline(sim)[1] > 0
 
 
-def test_control_the_import_on_s_relies_on_the_wait_after_run(sim: ss.SimBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_control_the_import_on_s_relies_on_the_wait_after_run(sim: ss.sim.SimBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     """The import on S places nothing because S waited for stream 0 after the run: leave that wait
     out (the import still places nothing) and the copy reads the output before the conversion wrote it."""
     original = FencePlan.at

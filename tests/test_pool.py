@@ -7,7 +7,7 @@ from streamsafe.backend._pool import EventPool
 
 
 def test_fences_reuse_one_event_in_steady_state() -> None:
-    sim = ss.SimBackend(scheduler="in-order")
+    sim = ss.sim.SimBackend(scheduler="in-order")
     a, b = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     for _ in range(2000):
         sim.fence(b, a)

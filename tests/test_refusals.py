@@ -11,8 +11,8 @@ from streamsafe.testing import VideoSuperRes
 FENCED = ["auto", "event", "async", "stream", "device"]
 
 
-def _setup(strategy: str) -> tuple[ss.SimBackend, ss.StreamContract, VideoSuperRes, ss.Stream, ss.Stream]:
-    sim = ss.SimBackend(scheduler="adversarial")
+def _setup(strategy: str) -> tuple[ss.sim.SimBackend, ss.StreamContract, VideoSuperRes, ss.Stream, ss.Stream]:
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     prod, sdk, cons = (sim.create_stream(non_blocking=True) for _ in range(3))
     sr = VideoSuperRes(backend=sim)
     sr.output_width, sr.output_height = 128, 72
@@ -29,7 +29,7 @@ def test_an_input_the_sdk_refuses_leaves_the_counters_and_the_previous_output(st
     out = c.run(good)
     stats = dict(c.stats)
     shape, dtype = {"float64": ((3, 36, 64), np.float64), "HWC": ((36, 64, 3), np.float32), "too small": ((3, 8, 8), np.float32)}[bad]
-    with pytest.raises(ss.EffectConfigError):
+    with pytest.raises(ss.errors.EffectConfigError):
         c.run(sim.empty(shape, dtype, stream=prod))
     assert dict(c.stats) == stats
     y = sim.copy(sim.from_dlpack(out.image, stream=cons), cons)  # the previous output is still valid
@@ -46,7 +46,7 @@ def test_configure_is_all_or_nothing() -> None:
     sim, c, sr, prod, cons = _setup("auto")
     c.run(sim.array(np.full((3, 36, 64), 0.5, np.float32)))
     stats = dict(c.stats)
-    with pytest.raises(ss.EffectConfigError, match="output_height=0"):
+    with pytest.raises(ss.errors.EffectConfigError, match="output_height=0"):
         c.configure(output_width=256, output_height=0)
     assert (sr.output_width, sr.output_height) == (128, 72)  # the width it took went back
     assert dict(c.stats) == stats
@@ -58,7 +58,7 @@ def test_configure_refusing_a_value_before_any_release_keeps_the_output() -> Non
     sim, c, sr, prod, cons = _setup("auto")
     out = c.run(sim.array(np.full((3, 36, 64), 0.5, np.float32)))
     stats = dict(c.stats)
-    with pytest.raises(ss.EffectConfigError, match="output_width='256'"):
+    with pytest.raises(ss.errors.EffectConfigError, match="output_width='256'"):
         c.configure(output_width="256")
     assert dict(c.stats) == stats
     y = sim.copy(sim.from_dlpack(out.image, stream=cons), cons)
@@ -80,7 +80,7 @@ class _DuckSDK:
 def test_a_refused_contract_leaves_no_ledger_on_the_effect(why: str) -> None:
     from streamsafe.ledger import ledger_of
 
-    wrong, right = ss.SimBackend(), ss.SimBackend()
+    wrong, right = ss.sim.SimBackend(), ss.sim.SimBackend()
     fx = _DuckSDK()
     with pytest.raises(ss.StreamsafeError):
         if why == "a bad stream":
@@ -93,9 +93,9 @@ def test_a_refused_contract_leaves_no_ledger_on_the_effect(why: str) -> None:
 
 
 def test_guard_refuses_an_unknown_option_at_once() -> None:
-    with pytest.raises(ss.ArgumentError, match="unexpected option 'input_streem'.*input_stream"):
+    with pytest.raises(ss.errors.ArgumentError, match="unexpected option 'input_streem'.*input_stream"):
         ss.guard(VideoSuperRes, input_streem=None)
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     sr = VideoSuperRes(backend=sim)
     sr.output_width = 128  # the class was never guarded
 
@@ -113,7 +113,7 @@ def test_guard_options_are_the_contracts() -> None:
                                            ("no", False), ("off", False), ("", False)])
 def test_sanitize_switch_reads_the_usual_spellings(monkeypatch: pytest.MonkeyPatch, value: str, on: bool) -> None:
     monkeypatch.setenv("STREAMSAFE_SANITIZE", value)
-    assert ss.SimBackend().on_race == ("raise" if on else "record")
+    assert ss.sim.SimBackend().on_race == ("raise" if on else "record")
 
 
 @pytest.mark.parametrize("name", ["STREAMSAFE_SANITIZE", "STREAMSAFE_REPLAY", "STREAMSAFE_CHECK_REPLAY"])
@@ -121,11 +121,11 @@ def test_a_switch_with_another_value_is_refused_with_its_name_and_the_fix(monkey
     from streamsafe._env import env_flag
 
     monkeypatch.setenv(name, "ture")
-    with pytest.raises(ss.EnvironmentSettingError, match=rf"{name}='ture' is not a switch.*set it to 1 .*or 0 .*or unset it"):
+    with pytest.raises(ss.errors.EnvironmentSettingError, match=rf"{name}='ture' is not a switch.*set it to 1 .*or 0 .*or unset it"):
         env_flag(name, False, "what it does")
     if name == "STREAMSAFE_SANITIZE":
-        with pytest.raises(ss.EnvironmentSettingError):
-            ss.SimBackend()
+        with pytest.raises(ss.errors.EnvironmentSettingError):
+            ss.sim.SimBackend()
 
 
 def test_the_testing_kit_is_reachable_from_a_plain_import() -> None:
@@ -141,7 +141,7 @@ def test_run_at_timestep_on_an_effect_without_it_says_so_before_anything_is_issu
     sim, c, sr, prod, cons = _setup("auto")
     frame = sim.array(np.full((3, 36, 64), 0.5, np.float32))
     stats, fences = dict(c.stats), sim.stats["fences"]
-    with pytest.raises(ss.MissingCallError, match=r"VideoSuperRes has no run_at_timestep\(\): only VideoFrameGeneration.*c.run"):
+    with pytest.raises(ss.errors.MissingCallError, match=r"VideoSuperRes has no run_at_timestep\(\): only VideoFrameGeneration.*c.run"):
         c.run_at_timestep(frame, frame, 0.5)
     assert dict(c.stats) == stats and sim.stats["fences"] == fences
 
@@ -150,13 +150,13 @@ def test_run_at_timestep_on_an_effect_without_it_says_so_before_anything_is_issu
 def test_a_timestep_that_is_not_a_number_is_named_as_such(timestep: object) -> None:
     from streamsafe.testing import VideoFrameGeneration
 
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     fg = VideoFrameGeneration(backend=sim)
     fg.input_width, fg.input_height = 64, 36
     fg.load()
     c = ss.StreamContract(fg, sim.create_stream(non_blocking=True))
     frame = sim.array(np.full((3, 36, 64), 0.5, np.float32))
-    with pytest.raises(ss.InputArrayError, match=r"argument 3 .* is neither an input array nor a number.*timestep or index as a number"):
+    with pytest.raises(ss.errors.InputArrayError, match=r"argument 3 .* is neither an input array nor a number.*timestep or index as a number"):
         c.run_at_timestep(frame, frame, timestep)
     assert c.stats["fences"] == 0 and c.stats["runs"] == 0
 
@@ -166,27 +166,27 @@ def test_a_backend_argument_that_is_not_one_is_refused_at_once(call: str) -> Non
     from streamsafe.backend import process_default
 
     fn = {"use_backend": ss.use_backend, "sanitize": ss.sanitize, "process_default": process_default}[call]
-    with pytest.raises(ss.ArgumentError, match=rf"{call}\(\) needs a backend object, not 'sim' \(str\).*ss.SimBackend\(\)"):
+    with pytest.raises(ss.errors.ArgumentError, match=rf"{call}\(\) needs a backend object, not 'sim' \(str\).*streamsafe.sim.SimBackend\(\)"):
         with fn("sim"):  # type: ignore[arg-type]
             pass
 
 
 def test_model_device_numbers_must_be_ints() -> None:
-    with pytest.raises(ss.ArgumentError, match=r"devices='2' is invalid: .*an int of at least 1"):
-        ss.SimBackend(devices="2")  # type: ignore[arg-type]
-    assert ss.SimBackend(devices=np.int64(2)).device_count() == 2
-    with pytest.raises(ss.StreamValueError, match=r"named by its number \(an int\), not a str. Pass device=0 as an int"):
-        ss.SimBackend().create_stream(device="0")  # type: ignore[arg-type]
+    with pytest.raises(ss.errors.ArgumentError, match=r"devices='2' is invalid: .*an int of at least 1"):
+        ss.sim.SimBackend(devices="2")  # type: ignore[arg-type]
+    assert ss.sim.SimBackend(devices=np.int64(2)).device_count() == 2
+    with pytest.raises(ss.errors.StreamValueError, match=r"named by its number \(an int\), not a str. Pass device=0 as an int"):
+        ss.sim.SimBackend().create_stream(device="0")  # type: ignore[arg-type]
 
 
 def test_a_numpy_integer_stream_handle_is_an_int_handle() -> None:
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     s = sim.create_stream(non_blocking=True)
     assert ss.as_stream(np.int64(s.handle), backend=sim) == s
 
 
 def test_guard_of_nothing_is_refused() -> None:
-    with pytest.raises(ss.NotAnEffectError, match=r"found no effect class to guard"):
+    with pytest.raises(ss.errors.NotAnEffectError, match=r"found no effect class to guard"):
         ss.guard([])
 
 
@@ -194,14 +194,14 @@ def test_a_stale_output_after_close_says_the_effect_was_closed() -> None:
     sim, c, sr, prod, cons = _setup("auto")
     out = c.run(sim.array(np.full((3, 36, 64), 0.5, np.float32)))
     c.close()
-    with pytest.raises(ss.StaleOutputError, match="has since been closed, which released its buffer") as e:
+    with pytest.raises(ss.errors.StaleOutputError, match="has since been closed, which released its buffer") as e:
         sim.from_dlpack(out.image, stream=cons)
     assert e.value.closed
     sim2, c2, _, _, cons2 = _setup("auto")
     frame = sim2.array(np.full((3, 36, 64), 0.5, np.float32))
     first = c2.run(frame)
     c2.run(frame)
-    with pytest.raises(ss.StaleOutputError, match="has since run again or released its buffer"):
+    with pytest.raises(ss.errors.StaleOutputError, match="has since run again or released its buffer"):
         sim2.from_dlpack(first.image, stream=cons2)
 
 
@@ -218,14 +218,14 @@ def test_a_refused_input_on_the_replay_path_leaves_the_counters_too(strategy: st
         c.run(good)
     stats = {k: v for k, v in c.stats.items() if v}
     replays = steady.replays
-    with pytest.raises(ss.EffectConfigError):
+    with pytest.raises(ss.errors.EffectConfigError):
         c.run(sim.empty((3, 36, 64), np.float64, stream=prod))
     assert steady.replays == replays + 1  # (the refused call was a replay)
     assert {k: v for k, v in c.stats.items() if v} == stats
 
 
 def test_restoring_the_counters_never_empties_them() -> None:
-    from streamsafe.contract import _restore_counters
+    from streamsafe.frames import restore_counters as _restore_counters
 
     stats = {"runs": 3, "fences": 5, "H1": 2}
     seen: list[dict[str, int]] = []
@@ -250,7 +250,7 @@ def test_a_refused_contract_keeps_a_ledger_another_contract_took_up_meanwhile(mo
     from streamsafe import contract as C
     from streamsafe.ledger import ledger_of
 
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     sr = VideoSuperRes(backend=sim)
     sr.output_width, sr.output_height = 128, 72
     sr.load()
@@ -260,11 +260,11 @@ def test_a_refused_contract_keeps_a_ledger_another_contract_took_up_meanwhile(mo
     def plan(self: ss.StreamContract) -> object:
         if not others and self.strategy is ss.Strategy.ASYNC:
             others.append(C.StreamContract(sr, sim.create_stream(non_blocking=True)))  # B, between A's steps
-            raise ss.StrategyError("async", "refused for the test", "none")
+            raise ss.errors.StrategyError("async", "refused for the test", "none")
         return original.fget(self)  # type: ignore[attr-defined]
 
     monkeypatch.setattr(C.StreamContract, "plan", property(plan))
-    with pytest.raises(ss.StrategyError):
+    with pytest.raises(ss.errors.StrategyError):
         C.StreamContract(sr, sim.create_stream(non_blocking=True), strategy="async")
     monkeypatch.setattr(C.StreamContract, "plan", original)
     assert ledger_of(sr, create=False) is others[0].ledger
@@ -272,6 +272,6 @@ def test_a_refused_contract_keeps_a_ledger_another_contract_took_up_meanwhile(mo
 
 
 def test_the_new_refusals_are_streamsafe_errors_and_the_builtin_kinds() -> None:
-    assert issubclass(ss.ArgumentError, (ss.StreamsafeError)) and issubclass(ss.ArgumentError, TypeError)
-    assert issubclass(ss.ArgumentError, ValueError)
-    assert issubclass(ss.MissingCallError, ss.StreamsafeError) and issubclass(ss.MissingCallError, AttributeError)
+    assert issubclass(ss.errors.ArgumentError, (ss.StreamsafeError)) and issubclass(ss.errors.ArgumentError, TypeError)
+    assert issubclass(ss.errors.ArgumentError, ValueError)
+    assert issubclass(ss.errors.MissingCallError, ss.StreamsafeError) and issubclass(ss.errors.MissingCallError, AttributeError)

@@ -31,14 +31,14 @@ def frames_in(kind: str) -> Iterator[None]:
         steady.enabled = saved
 
 
-def _sr(sim: ss.SimBackend, cls: type = VideoSuperRes) -> Any:
+def _sr(sim: ss.sim.SimBackend, cls: type = VideoSuperRes) -> Any:
     sr = cls(backend=sim)
     sr.output_width = sr.output_height = 32
     sr.load()
     return sr
 
 
-def _x(sim: ss.SimBackend, i: int, stream: ss.Stream) -> Any:
+def _x(sim: ss.sim.SimBackend, i: int, stream: ss.Stream) -> Any:
     """A fresh 16x16 input written on ``stream`` (the host does not wait for it)."""
     arr = sim.empty((3, 16, 16), np.float32, name="frame")
     sim.launch(stream, "producer.write", lambda: arr.buffer.data.fill(i % 7 / 7), writes=[arr])
@@ -92,7 +92,7 @@ def _frames(sim: Any, kind: str, strategy: str, frames: int, *, view: bool) -> t
 
 def _pipeline(kind: str, strategy: str, frames: int, *, view: bool) -> dict[str, Any]:
     """A pipeline on the model with the frames in C or Python: what it leaves behind."""
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     c, out, copies, replays = _frames(sim, kind, strategy, frames, view=view)
     image = out.image
     ledger = c.ledger
@@ -135,7 +135,7 @@ class _Refusing(VideoSuperRes):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_refused_call_leaves_counters_ledger_and_lock_as_before(kind: str) -> None:
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     s = sim.create_stream(non_blocking=True)
     other = sim.create_stream(non_blocking=True)
     sr = _sr(sim, _Refusing)
@@ -157,7 +157,7 @@ def test_a_refused_call_leaves_counters_ledger_and_lock_as_before(kind: str) -> 
 
 def test_a_replay_while_another_thread_holds_the_effect_takes_the_general_path() -> None:
     """The replay does nothing when the lock is taken: the general path then raises."""
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     s = sim.create_stream(non_blocking=True)
     c = ss.StreamContract(_sr(sim), s, strategy="event", backend=sim)
     with sim.use_stream(s):
@@ -178,7 +178,7 @@ def test_a_replay_while_another_thread_holds_the_effect_takes_the_general_path()
         try:
             x = _x(sim, 5, s)
             assert c._replay("run", (x,), {}, False) is None
-            with pytest.raises(ss.ConcurrentUseError):
+            with pytest.raises(ss.errors.ConcurrentUseError):
                 c.run(x)
         finally:
             release.set()
@@ -186,7 +186,7 @@ def test_a_replay_while_another_thread_holds_the_effect_takes_the_general_path()
     assert (c.ledger.generation, dict(c.stats)) == (generation, stats)
 
 
-class BoundSim(ss.SimBackend):
+class BoundSim(ss.sim.SimBackend):
     """The model with fence programs bound, as on a GPU (the model itself issues them one by one): the bound
     call issues the same fences through the model."""
 
@@ -235,8 +235,8 @@ def _both(fn: Any) -> dict[str, Any]:
     return out
 
 
-def _one_output(strategy: str = "event") -> tuple[ss.SimBackend, ss.Stream, Any, Any]:
-    sim = ss.SimBackend()
+def _one_output(strategy: str = "event") -> tuple[ss.sim.SimBackend, ss.Stream, Any, Any]:
+    sim = ss.sim.SimBackend()
     s = sim.create_stream(non_blocking=True)
     c = ss.StreamContract(_sr(sim), s, strategy=strategy, backend=sim)
     with sim.use_stream(s):
@@ -310,7 +310,7 @@ def test_an_observer_registered_while_the_effect_runs_hears_the_after_run_fences
 
 def test_counters_go_to_the_contracts_stats_as_it_is_now() -> None:
     def frames() -> Any:
-        sim = ss.SimBackend()
+        sim = ss.sim.SimBackend()
         s = sim.create_stream(non_blocking=True)
         c = ss.StreamContract(_sr(sim), s, strategy="event", backend=sim)
         with sim.use_stream(s):
@@ -340,7 +340,7 @@ def test_a_config_value_unequal_to_itself_never_replays() -> None:
             return token
 
     def frames() -> Any:
-        sim = ss.SimBackend()
+        sim = ss.sim.SimBackend()
         s = sim.create_stream(non_blocking=True)
         hdr = Odd(backend=sim)
         hdr.load()
@@ -362,7 +362,7 @@ def test_a_call_with_many_arguments_replays_as_planned(extra: tuple[Any, ...]) -
             return super().run(input_array, **kwargs)
 
     def frames() -> Any:
-        sim = ss.SimBackend()
+        sim = ss.sim.SimBackend()
         s = sim.create_stream(non_blocking=True)
         c = ss.StreamContract(_sr(sim, Many), s, strategy="event", backend=sim)
         with sim.use_stream(s):
@@ -415,7 +415,7 @@ def test_the_second_recipe_search_reads_the_recipes_the_contract_holds_then() ->
             self._set_in(1, "input_height", value)
 
     def frames() -> Any:
-        sim = ss.SimBackend()
+        sim = ss.sim.SimBackend()
         s, r1, r2 = (sim.create_stream(non_blocking=True) for _ in range(3))
         c = ss.StreamContract(_sr(sim, Hooked), s, strategy="event", backend=sim)
         log = []

@@ -30,7 +30,7 @@ PROGRAM = textwrap.dedent(
     import streamsafe as ss
     from streamsafe.testing import _kernels as K
 
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     mode = sys.argv[1] if len(sys.argv) > 1 else "same-stream"
     with ss.use_backend(sim):
         sr = nvvfx.VideoSuperRes(quality=nvvfx.QualityLevel.HIGH)
@@ -121,7 +121,7 @@ def test_clear_errors(tmp_path: Path) -> None:
 # -- the class-level guard -------------------------------------------------------------------------------
 
 
-def _frames(sim: ss.SimBackend, sr: Any, n: int, stream: ss.Stream) -> int:
+def _frames(sim: ss.sim.SimBackend, sr: Any, n: int, stream: ss.Stream) -> int:
     copies = []
     with sim.use_stream(stream):
         for i in range(n):
@@ -140,7 +140,7 @@ class Slotted(VideoSuperRes):
 
 @pytest.mark.parametrize("cls", [VideoSuperRes, Slotted])
 def test_guard_a_class_guards_every_instance_from_its_first_run(cls: type) -> None:
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     made_before = cls(backend=sim)
     with ss.guard(cls, strategy="auto") as g:
         made_after = cls(backend=sim)
@@ -168,7 +168,7 @@ def test_guard_a_module_and_undo() -> None:
 
 
 def test_unguarded_effects_corrupt_as_the_control() -> None:
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     sr = VideoSuperRes(backend=sim)
     sr.output_width = sr.output_height = 32
     sr.load()
@@ -236,7 +236,7 @@ def test_sanitize_reports_races_on_a_model_the_program_makes(tmp_path: Path) -> 
     path.write_text(textwrap.dedent(
         """
         import numpy as np, streamsafe as ss
-        sim = ss.SimBackend(scheduler="adversarial")
+        sim = ss.sim.SimBackend(scheduler="adversarial")
         a, b = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
         x = sim.empty((4,), np.float32, stream=a)
         sim.fill(x, 1.0, stream=a)
@@ -279,7 +279,7 @@ def test_a_folder_with_main_runs_as_python_runs_it(tmp_path: Path) -> None:
 def test_class_guards_nest(monkeypatch: pytest.MonkeyPatch) -> None:
     """An inner ``ss.guard`` that ends gives the classes back to the outer one (it removed it: plain runs
     then raced, 1 of 1 frames corrupt)."""
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     with ss.guard(VideoSuperRes) as outer:
         with ss.guard(VideoSuperRes, strategy="event") as inner:
             sr = VideoSuperRes(backend=sim)
@@ -296,7 +296,7 @@ def test_class_guards_nest(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unguard_leaves_the_guard_streamsafe_run_keeps() -> None:
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     pinned = ss.guard(VideoSuperRes)
     pinned._pinned = True  # what streamsafe run does
     try:
@@ -428,7 +428,7 @@ def test_the_report_keeps_counts_not_contracts() -> None:
 
     from streamsafe.tools.runner import ContractTally
 
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     s = sim.create_stream(non_blocking=True)
     with ContractTally() as tally:
         for _ in range(50):
@@ -455,7 +455,7 @@ def test_the_report_counts_imports_made_after_the_contract_went() -> None:
 
     from streamsafe.tools.runner import ContractTally
 
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     s, reader = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     sr = VideoSuperRes(backend=sim)
     sr.output_width = sr.output_height = 32
@@ -626,7 +626,7 @@ def test_os_exit_on_the_thread_that_holds_the_tallys_lock_still_ends(tmp_path: P
     """A signal handler that calls os._exit while its thread counts a contract (the tally's lock held): the
     report waits at most a second for that lock, then is made without it."""
     path = tmp_path / "p.py"
-    path.write_text(_RUNS_THEN + "from streamsafe import contract\nwith contract._CONTRACT_SINKS[-1]._lock:\n    os._exit(4)\n")
+    path.write_text(_RUNS_THEN + "from streamsafe import contract\nwith contract.contract_sinks[-1]._lock:\n    os._exit(4)\n")
     done = run_cli("--fake-nvvfx", str(path))
     assert done.returncode == 4 and "3 run(s)" in done.stderr and "program exit status: 4" in done.stderr, done.stderr
 

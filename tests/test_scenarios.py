@@ -11,27 +11,27 @@ import numpy as np
 import pytest
 
 import streamsafe as ss
-from streamsafe.backend.sim import SimArray
+from streamsafe.sim.backend import SimArray
 
 SCHEDULERS = ["adversarial", "in-order", "random"]
 
 
-def write(sim: ss.SimBackend, stream: ss.Stream, arr: SimArray, value: float, name: str) -> None:
+def write(sim: ss.sim.SimBackend, stream: ss.Stream, arr: SimArray, value: float, name: str) -> None:
     sim.fill(arr, value, stream, name=name)
 
 
-def add_one(sim: ss.SimBackend, stream: ss.Stream, src: SimArray, dst: SimArray, name: str) -> None:
+def add_one(sim: ss.sim.SimBackend, stream: ss.Stream, src: SimArray, dst: SimArray, name: str) -> None:
     sim.launch(stream, name, lambda: np.copyto(dst.buffer.data, src.buffer.data + 1), reads=[src], writes=[dst])
 
 
-def race_names(sim: ss.SimBackend) -> set[tuple[str, str]]:
+def race_names(sim: ss.sim.SimBackend) -> set[tuple[str, str]]:
     return {(r.first.op, r.second.op) for r in sim.races}
 
 
 # -- chain: A -> B -> C ----------------------------------------------------------------------
 
 
-def chain(sim: ss.SimBackend, fenced: bool) -> np.ndarray:
+def chain(sim: ss.sim.SimBackend, fenced: bool) -> np.ndarray:
     a, b, c = (sim.create_stream(non_blocking=True) for _ in range(3))
     x, y = sim.empty(4, name="x"), sim.empty(4, name="y")
     write(sim, a, x, 1.0, "A writes x")
@@ -44,12 +44,12 @@ def chain(sim: ss.SimBackend, fenced: bool) -> np.ndarray:
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 def test_chain_fenced_is_ordered(scheduler: str) -> None:
-    sim = ss.SimBackend(scheduler=scheduler, seed=3)
+    sim = ss.sim.SimBackend(scheduler=scheduler, seed=3)
     assert np.array_equal(chain(sim, fenced=True), np.full(4, 2.0))
     assert sim.races == []
 
 
-def test_chain_missing_fence_races_and_corrupts(sim: ss.SimBackend) -> None:
+def test_chain_missing_fence_races_and_corrupts(sim: ss.sim.SimBackend) -> None:
     out = chain(sim, fenced=False)
     assert not np.array_equal(out, np.full(4, 2.0))
     assert race_names(sim) == {("B: y = x + 1", "download y")}
@@ -58,7 +58,7 @@ def test_chain_missing_fence_races_and_corrupts(sim: ss.SimBackend) -> None:
 # -- branch: A -> B, A -> C --------------------------------------------------------------------
 
 
-def branch(sim: ss.SimBackend, fence_c: bool) -> tuple[np.ndarray, np.ndarray]:
+def branch(sim: ss.sim.SimBackend, fence_c: bool) -> tuple[np.ndarray, np.ndarray]:
     a, b, c = (sim.create_stream(non_blocking=True) for _ in range(3))
     x, yb, yc = sim.empty(4, name="x"), sim.empty(4, name="yb"), sim.empty(4, name="yc")
     write(sim, a, x, 5.0, "A writes x")
@@ -73,13 +73,13 @@ def branch(sim: ss.SimBackend, fence_c: bool) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 def test_branch_fenced_both_readers_see_the_write(scheduler: str) -> None:
-    sim = ss.SimBackend(scheduler=scheduler, seed=1)
+    sim = ss.sim.SimBackend(scheduler=scheduler, seed=1)
     yb, yc = branch(sim, fence_c=True)
     assert np.array_equal(yb, np.full(4, 6.0)) and np.array_equal(yc, np.full(4, 6.0))
     assert sim.races == []  # two readers of x do not race with each other
 
 
-def test_branch_unfenced_reader_races(sim: ss.SimBackend) -> None:
+def test_branch_unfenced_reader_races(sim: ss.sim.SimBackend) -> None:
     yb, yc = branch(sim, fence_c=False)
     assert np.array_equal(yb, np.full(4, 6.0))
     assert not np.array_equal(yc, np.full(4, 6.0))
@@ -89,7 +89,7 @@ def test_branch_unfenced_reader_races(sim: ss.SimBackend) -> None:
 # -- join: B, C -> A ---------------------------------------------------------------------------
 
 
-def join(sim: ss.SimBackend, wait_for_c: bool) -> np.ndarray:
+def join(sim: ss.sim.SimBackend, wait_for_c: bool) -> np.ndarray:
     a, b, c = (sim.create_stream(non_blocking=True) for _ in range(3))
     y1, y2, z = sim.empty(4, name="y1"), sim.empty(4, name="y2"), sim.empty(4, name="z")
     write(sim, b, y1, 1.0, "B writes y1")
@@ -103,12 +103,12 @@ def join(sim: ss.SimBackend, wait_for_c: bool) -> np.ndarray:
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 def test_join_waits_for_both(scheduler: str) -> None:
-    sim = ss.SimBackend(scheduler=scheduler, seed=7)
+    sim = ss.sim.SimBackend(scheduler=scheduler, seed=7)
     assert np.array_equal(join(sim, wait_for_c=True), np.full(4, 3.0))
     assert sim.races == []
 
 
-def test_join_missing_one_wait_races(sim: ss.SimBackend) -> None:
+def test_join_missing_one_wait_races(sim: ss.sim.SimBackend) -> None:
     assert not np.array_equal(join(sim, wait_for_c=False), np.full(4, 3.0))
     assert race_names(sim) == {("C writes y2", "A: z = y1 + y2")}
 
@@ -116,7 +116,7 @@ def test_join_missing_one_wait_races(sim: ss.SimBackend) -> None:
 # -- event re-record: a wait sees the record that was latest when it was issued ------------------
 
 
-def test_wait_issued_after_rerecord_sees_latest_record(sim: ss.SimBackend) -> None:
+def test_wait_issued_after_rerecord_sees_latest_record(sim: ss.sim.SimBackend) -> None:
     a, b = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     x, y = sim.empty(4, name="x"), sim.empty(4, name="y")
     ev = sim.create_event()
@@ -130,7 +130,7 @@ def test_wait_issued_after_rerecord_sees_latest_record(sim: ss.SimBackend) -> No
     assert sim.races == []
 
 
-def test_wait_issued_before_rerecord_does_not_see_it(sim: ss.SimBackend) -> None:
+def test_wait_issued_before_rerecord_does_not_see_it(sim: ss.sim.SimBackend) -> None:
     a, b = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     x, y = sim.empty(4, name="x"), sim.empty(4, name="y")
     ev = sim.create_event()
@@ -145,7 +145,7 @@ def test_wait_issued_before_rerecord_does_not_see_it(sim: ss.SimBackend) -> None
     assert race_names(sim) == {("A writes 2", "B reads x")}
 
 
-def test_wait_on_never_recorded_event_orders_nothing(sim: ss.SimBackend) -> None:
+def test_wait_on_never_recorded_event_orders_nothing(sim: ss.sim.SimBackend) -> None:
     a, b = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     x, y = sim.empty(4, name="x"), sim.empty(4, name="y")
     write(sim, a, x, 1.0, "A writes x")
@@ -159,7 +159,7 @@ def test_wait_on_never_recorded_event_orders_nothing(sim: ss.SimBackend) -> None
 
 
 @pytest.mark.parametrize("writer_first", [True, False])
-def test_legacy_stream_is_implicitly_ordered_with_blocking_stream(sim: ss.SimBackend, writer_first: bool) -> None:
+def test_legacy_stream_is_implicitly_ordered_with_blocking_stream(sim: ss.sim.SimBackend, writer_first: bool) -> None:
     blocking, legacy = sim.create_stream(non_blocking=False), sim.legacy_stream()
     w, r = (blocking, legacy) if writer_first else (legacy, blocking)
     x, y = sim.empty(4, name="x"), sim.empty(4, name="y")
@@ -170,7 +170,7 @@ def test_legacy_stream_is_implicitly_ordered_with_blocking_stream(sim: ss.SimBac
 
 
 @pytest.mark.parametrize("writer_is_legacy", [True, False])
-def test_legacy_stream_is_not_ordered_with_non_blocking_stream(sim: ss.SimBackend, writer_is_legacy: bool) -> None:
+def test_legacy_stream_is_not_ordered_with_non_blocking_stream(sim: ss.sim.SimBackend, writer_is_legacy: bool) -> None:
     nb, legacy = sim.create_stream(non_blocking=True), sim.legacy_stream()
     w, r = (legacy, nb) if writer_is_legacy else (nb, legacy)
     x, y = sim.empty(4, name="x"), sim.empty(4, name="y")
@@ -180,7 +180,7 @@ def test_legacy_stream_is_not_ordered_with_non_blocking_stream(sim: ss.SimBacken
     assert race_names(sim) == {("write x", "read x")}
 
 
-def test_two_blocking_streams_are_not_ordered(sim: ss.SimBackend) -> None:
+def test_two_blocking_streams_are_not_ordered(sim: ss.sim.SimBackend) -> None:
     b1, b2 = sim.create_stream(), sim.create_stream()
     x, y = sim.empty(4, name="x"), sim.empty(4, name="y")
     write(sim, b1, x, 4.0, "write x")
@@ -189,7 +189,7 @@ def test_two_blocking_streams_are_not_ordered(sim: ss.SimBackend) -> None:
     assert race_names(sim) == {("write x", "read x")}
 
 
-def test_legacy_stream_bridges_two_blocking_streams(sim: ss.SimBackend) -> None:
+def test_legacy_stream_bridges_two_blocking_streams(sim: ss.sim.SimBackend) -> None:
     b1, b2, legacy = sim.create_stream(), sim.create_stream(), sim.legacy_stream()
     x, y = sim.empty(4, name="x"), sim.empty(4, name="y")
     write(sim, b1, x, 4.0, "write x")
@@ -202,7 +202,7 @@ def test_legacy_stream_bridges_two_blocking_streams(sim: ss.SimBackend) -> None:
 # -- the per-thread default stream --------------------------------------------------------------
 
 
-def test_per_thread_stream_is_not_ordered_with_blocking_streams(sim: ss.SimBackend) -> None:
+def test_per_thread_stream_is_not_ordered_with_blocking_streams(sim: ss.sim.SimBackend) -> None:
     pt, blocking = sim.per_thread_stream(), sim.create_stream(non_blocking=False)
     x, y = sim.empty(4, name="x"), sim.empty(4, name="y")
     write(sim, pt, x, 4.0, "per-thread writes x")
@@ -211,7 +211,7 @@ def test_per_thread_stream_is_not_ordered_with_blocking_streams(sim: ss.SimBacke
     assert race_names(sim) == {("per-thread writes x", "blocking reads x")}
 
 
-def test_per_thread_stream_is_ordered_with_legacy_stream(sim: ss.SimBackend) -> None:
+def test_per_thread_stream_is_ordered_with_legacy_stream(sim: ss.sim.SimBackend) -> None:
     # CUDA runtime docs: the per-thread default stream synchronises with the legacy default stream.
     pt, legacy = sim.per_thread_stream(), sim.legacy_stream()
     x, y = sim.empty(4, name="x"), sim.empty(4, name="y")
@@ -225,7 +225,7 @@ def test_per_thread_stream_is_ordered_with_legacy_stream(sim: ss.SimBackend) -> 
 
 
 @pytest.mark.parametrize("how", ["stream", "device", "event", "none"])
-def test_host_sync_orders_later_work(sim: ss.SimBackend, how: str) -> None:
+def test_host_sync_orders_later_work(sim: ss.sim.SimBackend, how: str) -> None:
     a, b = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     x, y = sim.empty(4, name="x"), sim.empty(4, name="y")
     write(sim, a, x, 8.0, "A writes x")
@@ -248,7 +248,7 @@ def test_host_sync_orders_later_work(sim: ss.SimBackend, how: str) -> None:
 
 
 def test_event_query_true_is_a_host_fence() -> None:
-    sim = ss.SimBackend(scheduler="in-order")
+    sim = ss.sim.SimBackend(scheduler="in-order")
     a, b = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     x, y = sim.empty(4, name="x"), sim.empty(4, name="y")
     write(sim, a, x, 1.0, "A writes x")
@@ -260,7 +260,7 @@ def test_event_query_true_is_a_host_fence() -> None:
     assert sim.races == []
 
 
-def test_event_query_is_false_while_work_is_pending(sim: ss.SimBackend) -> None:
+def test_event_query_is_false_while_work_is_pending(sim: ss.sim.SimBackend) -> None:
     a = sim.create_stream(non_blocking=True)
     x = sim.empty(4, name="x")
     write(sim, a, x, 1.0, "A writes x")
@@ -274,7 +274,7 @@ def test_event_query_is_false_while_work_is_pending(sim: ss.SimBackend) -> None:
 # -- the two race shapes ----------------------------------------------------------------------------
 
 
-def test_write_write_race_names_both_writes(sim: ss.SimBackend) -> None:
+def test_write_write_race_names_both_writes(sim: ss.sim.SimBackend) -> None:
     a, b = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     x = sim.empty(4, name="x")
     write(sim, a, x, 1.0, "first writer")
@@ -290,7 +290,7 @@ def test_write_write_race_names_both_writes(sim: ss.SimBackend) -> None:
     assert np.array_equal(x.numpy(), np.full(4, 1.0))
 
 
-def test_read_write_race_names_reader_and_writer(sim: ss.SimBackend) -> None:
+def test_read_write_race_names_reader_and_writer(sim: ss.sim.SimBackend) -> None:
     a, b = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     x, y = sim.empty(4, name="x"), sim.empty(4, name="y")
     sim.synchronize_device()
@@ -304,7 +304,7 @@ def test_read_write_race_names_reader_and_writer(sim: ss.SimBackend) -> None:
     assert (race.first.op, race.first.kind, race.second.op, race.second.kind) == ("reader", "read", "overwriter", "write")
 
 
-def test_write_after_read_fenced_is_clean(sim: ss.SimBackend) -> None:
+def test_write_after_read_fenced_is_clean(sim: ss.sim.SimBackend) -> None:
     a, b = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     x, y = sim.empty(4, name="x"), sim.empty(4, name="y")
     write(sim, a, x, 1.0, "init")
@@ -316,16 +316,16 @@ def test_write_after_read_fenced_is_clean(sim: ss.SimBackend) -> None:
 
 
 def test_on_race_raise_stops_at_the_racing_access() -> None:
-    sim = ss.SimBackend(scheduler="adversarial", on_race="raise")
+    sim = ss.sim.SimBackend(scheduler="adversarial", on_race="raise")
     a, b = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     x = sim.empty(4, name="x")
     write(sim, a, x, 1.0, "w1")
-    with pytest.raises(ss.RaceError, match="w1") as info:
+    with pytest.raises(ss.errors.RaceError, match="w1") as info:
         write(sim, b, x, 2.0, "w2")
     assert info.value.races[0].second.op == "w2"
 
 
-def test_host_free_races_with_pending_reader(sim: ss.SimBackend) -> None:
+def test_host_free_races_with_pending_reader(sim: ss.sim.SimBackend) -> None:
     a = sim.create_stream(non_blocking=True)
     x = sim.array(np.ones(4), name="x")
     y = sim.copy(x, a, name="copy x")
@@ -338,7 +338,7 @@ def test_host_free_races_with_pending_reader(sim: ss.SimBackend) -> None:
 def test_verdict_does_not_depend_on_the_schedule() -> None:
     verdicts = []
     for scheduler in SCHEDULERS:
-        sim = ss.SimBackend(scheduler=scheduler, seed=11)
+        sim = ss.sim.SimBackend(scheduler=scheduler, seed=11)
         join(sim, wait_for_c=False)
         verdicts.append(race_names(sim))
     assert verdicts[0] == verdicts[1] == verdicts[2] != set()

@@ -23,21 +23,21 @@ from streamsafe.sim import mirror
 from streamsafe.backend import _held
 from streamsafe.backend import cuda as cuda_backend
 from streamsafe.backend._pool import EventPool
-from streamsafe.backend.sim import SimArray
-from streamsafe.clocks import is_ordered_after
-from streamsafe.races import Access, Race
+from streamsafe.sim.backend import SimArray
+from streamsafe.sim.clocks import is_ordered_after
+from streamsafe.sim.races import Access, Race
 from streamsafe.streams import Stream, StreamKind
 
 
-def nb(sim: ss.SimBackend) -> ss.Stream:
+def nb(sim: ss.sim.SimBackend) -> ss.Stream:
     return sim.create_stream(non_blocking=True)
 
 
-def race_names(sim: ss.SimBackend) -> set[tuple[str, str]]:
+def race_names(sim: ss.sim.SimBackend) -> set[tuple[str, str]]:
     return {(r.first.op, r.second.op) for r in sim.races}
 
 
-def reader(sim: ss.SimBackend, stream: ss.Stream, src: SimArray, dst: SimArray, name: str) -> None:
+def reader(sim: ss.sim.SimBackend, stream: ss.Stream, src: SimArray, dst: SimArray, name: str) -> None:
     s, d = src.buffer, dst.buffer
     sim.launch(stream, name, lambda: np.copyto(d.data, s.data), reads=[s], writes=[d])
 
@@ -45,7 +45,7 @@ def reader(sim: ss.SimBackend, stream: ss.Stream, src: SimArray, dst: SimArray, 
 # -- 1. the caching allocator --------------------------------------------------------------------------------
 
 
-def test_a_freed_block_is_handed_out_again_on_its_stream(sim: ss.SimBackend) -> None:
+def test_a_freed_block_is_handed_out_again_on_its_stream(sim: ss.sim.SimBackend) -> None:
     a = nb(sim)
     x = sim.empty(4, name="x", stream=a)
     block = x.buffer
@@ -55,7 +55,7 @@ def test_a_freed_block_is_handed_out_again_on_its_stream(sim: ss.SimBackend) -> 
     assert sim.stats["reused_blocks"] == 1
 
 
-def test_reuse_needs_the_same_stream_shape_and_dtype(sim: ss.SimBackend) -> None:
+def test_reuse_needs_the_same_stream_shape_and_dtype(sim: ss.sim.SimBackend) -> None:
     a, b = nb(sim), nb(sim)
     x = sim.empty(4, stream=a)
     block = x.buffer
@@ -65,7 +65,7 @@ def test_reuse_needs_the_same_stream_shape_and_dtype(sim: ss.SimBackend) -> None
     assert sim.empty(4, stream=a).buffer is block
 
 
-def test_the_allocation_stream_defaults_to_the_current_stream(sim: ss.SimBackend) -> None:
+def test_the_allocation_stream_defaults_to_the_current_stream(sim: ss.sim.SimBackend) -> None:
     a = nb(sim)
     with sim.use_stream(a):
         x = sim.empty(4)
@@ -75,7 +75,7 @@ def test_the_allocation_stream_defaults_to_the_current_stream(sim: ss.SimBackend
     assert sim.empty(4, stream=a).buffer is block
 
 
-def test_array_allocates_on_the_given_stream(sim: ss.SimBackend) -> None:
+def test_array_allocates_on_the_given_stream(sim: ss.sim.SimBackend) -> None:
     a = nb(sim)
     x = sim.array([1.0, 2.0], stream=a)
     np.testing.assert_array_equal(x.numpy(), [1.0, 2.0])
@@ -84,7 +84,7 @@ def test_array_allocates_on_the_given_stream(sim: ss.SimBackend) -> None:
     assert sim.empty(2, np.float64, stream=a).buffer is block
 
 
-def test_views_and_capsules_keep_the_allocation(sim: ss.SimBackend) -> None:
+def test_views_and_capsules_keep_the_allocation(sim: ss.sim.SimBackend) -> None:
     a = nb(sim)
     x = sim.empty(4, stream=a)
     block = x.buffer
@@ -101,7 +101,7 @@ def test_views_and_capsules_keep_the_allocation(sim: ss.SimBackend) -> None:
     assert sim.empty(4, stream=a).buffer is block
 
 
-def test_pending_work_does_not_keep_a_block_allocated(sim: ss.SimBackend) -> None:
+def test_pending_work_does_not_keep_a_block_allocated(sim: ss.sim.SimBackend) -> None:
     a, b = nb(sim), nb(sim)
     x = sim.empty(4, stream=a)
     block = x.buffer
@@ -113,7 +113,7 @@ def test_pending_work_does_not_keep_a_block_allocated(sim: ss.SimBackend) -> Non
     assert sim.empty(4, stream=a).buffer is block
 
 
-def test_a_reused_block_keeps_its_data(sim: ss.SimBackend) -> None:
+def test_a_reused_block_keeps_its_data(sim: ss.sim.SimBackend) -> None:
     a = nb(sim)
     x = sim.empty(4, stream=a)
     sim.fill(x, 5.0, a)
@@ -122,7 +122,7 @@ def test_a_reused_block_keeps_its_data(sim: ss.SimBackend) -> None:
     np.testing.assert_array_equal(sim.empty(4, stream=a).buffer.data, np.full(4, 5.0))  # not poisoned again
 
 
-def test_allocator_reuse_races_with_a_pending_read_and_corrupts(sim: ss.SimBackend) -> None:
+def test_allocator_reuse_races_with_a_pending_read_and_corrupts(sim: ss.sim.SimBackend) -> None:
     a, b = nb(sim), nb(sim)
     x = sim.empty(4, name="frame 0", stream=a)
     sim.fill(x, 1.0, a, name="write frame 0")
@@ -137,7 +137,7 @@ def test_allocator_reuse_races_with_a_pending_read_and_corrupts(sim: ss.SimBacke
     np.testing.assert_array_equal(sim.download(y, b), np.full(4, 2.0))  # the read saw the next frame
 
 
-def test_record_stream_delays_reuse_until_the_reader_is_done(sim: ss.SimBackend) -> None:
+def test_record_stream_delays_reuse_until_the_reader_is_done(sim: ss.sim.SimBackend) -> None:
     a, b = nb(sim), nb(sim)
     x = sim.empty(4, name="frame 0", stream=a)
     sim.fill(x, 1.0, a, name="write frame 0")
@@ -159,7 +159,7 @@ def test_record_stream_delays_reuse_until_the_reader_is_done(sim: ss.SimBackend)
 
 
 def test_record_stream_event_completes_by_query_without_a_host_wait() -> None:
-    sim = ss.SimBackend(scheduler="in-order")  # work runs as soon as it is issued
+    sim = ss.sim.SimBackend(scheduler="in-order")  # work runs as soon as it is issued
     a, b = nb(sim), nb(sim)
     x = sim.empty(4, stream=a)
     block = x.buffer
@@ -172,7 +172,7 @@ def test_record_stream_event_completes_by_query_without_a_host_wait() -> None:
     assert sim.stats["host_waits"] == waits  # the allocator's query is not the program's host wait
 
 
-def test_free_is_never_pooled(sim: ss.SimBackend) -> None:
+def test_free_is_never_pooled(sim: ss.sim.SimBackend) -> None:
     a = nb(sim)
     x = sim.empty(4, stream=a)
     block = x.buffer
@@ -185,7 +185,7 @@ def test_free_is_never_pooled(sim: ss.SimBackend) -> None:
 
 
 def test_the_current_stream_is_per_thread() -> None:
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     s = sim.create_stream()
     entered, checked = threading.Event(), threading.Event()
     seen: list[ss.Stream] = []
@@ -206,7 +206,7 @@ def test_the_current_stream_is_per_thread() -> None:
 
 
 def test_two_threads_share_one_backend() -> None:
-    sim = ss.SimBackend(scheduler="random", seed=5)
+    sim = ss.sim.SimBackend(scheduler="random", seed=5)
     barrier = threading.Barrier(2)
     errors: list[BaseException] = []
     results: dict[int, np.ndarray] = {}
@@ -251,11 +251,11 @@ def test_two_threads_share_one_backend() -> None:
 
 
 def test_the_model_goes_on_after_a_race_error() -> None:
-    sim = ss.SimBackend(scheduler="adversarial", on_race="raise")
+    sim = ss.sim.SimBackend(scheduler="adversarial", on_race="raise")
     a, b = nb(sim), nb(sim)
     x = sim.empty(4, name="x")
     sim.fill(x, 1.0, a, name="w1")
-    with pytest.raises(ss.RaceError, match="w2"):
+    with pytest.raises(ss.errors.RaceError, match="w2"):
         sim.fill(x, 2.0, b, name="w2")
     assert [op.name for op in sim.pending] == ["w1", "w2"]  # fully issued
     sim.fence(a, b)
@@ -266,11 +266,11 @@ def test_the_model_goes_on_after_a_race_error() -> None:
 
 
 def test_a_racing_host_release_is_done_before_the_error() -> None:
-    sim = ss.SimBackend(scheduler="adversarial", on_race="raise")
+    sim = ss.sim.SimBackend(scheduler="adversarial", on_race="raise")
     a = nb(sim)
     x = sim.empty(4, name="x", stream=a)
     y = sim.copy(x, a, name="copy x")
-    with pytest.raises(ss.RaceError, match="copy x"):
+    with pytest.raises(ss.errors.RaceError, match="copy x"):
         sim.free(x, name="close() frees x")
     assert x.buffer.freed and x.buffer.freed_by is not None
     sim.synchronize_stream(a)  # no deadlock
@@ -282,7 +282,7 @@ def test_a_racing_host_release_is_done_before_the_error() -> None:
 
 @pytest.mark.parametrize("host_wait", [False, True], ids=["no host wait", "host wait"])
 def test_twenty_thousand_frames_run_in_bounded_memory(host_wait: bool) -> None:
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     a, b = nb(sim), nb(sim)
     x, y = sim.empty(4, name="x"), sim.empty(4, name="y")
     xb, yb = x.buffer, y.buffer
@@ -323,7 +323,7 @@ def test_twenty_thousand_frames_run_in_bounded_memory(host_wait: bool) -> None:
 
 
 def test_the_pending_queue_is_bounded_and_runs_oldest_first() -> None:
-    sim = ss.SimBackend(scheduler="adversarial", max_pending=16)
+    sim = ss.sim.SimBackend(scheduler="adversarial", max_pending=16)
     a, b = nb(sim), nb(sim)
     x, y = sim.empty(4, name="x"), sim.empty(4, name="y")
     for i in range(100):
@@ -334,7 +334,7 @@ def test_the_pending_queue_is_bounded_and_runs_oldest_first() -> None:
     np.testing.assert_array_equal(sim.download(x, a), np.full(4, 99.0))
 
 
-def test_finished_operations_hold_nothing(sim: ss.SimBackend) -> None:
+def test_finished_operations_hold_nothing(sim: ss.sim.SimBackend) -> None:
     a, b = nb(sim), nb(sim)
     x, y = sim.empty(4), sim.empty(4)
     sim.fill(x, 1.0, a)
@@ -345,7 +345,7 @@ def test_finished_operations_hold_nothing(sim: ss.SimBackend) -> None:
     assert op.done and op.deps == () and op.fn is None
 
 
-def test_a_write_after_many_reads_names_the_unordered_reader(sim: ss.SimBackend) -> None:
+def test_a_write_after_many_reads_names_the_unordered_reader(sim: ss.sim.SimBackend) -> None:
     a, b, c = nb(sim), nb(sim), nb(sim)
     x = sim.empty(4, name="x")
     sim.fill(x, 1.0, a, name="write")
@@ -398,7 +398,7 @@ def programs(draw: st.DrawFn) -> Program:
 def test_pruned_histories_report_every_racing_access(program: Program) -> None:
     """Against the definition (every earlier access kept): each access that races with any earlier
     one is reported, with an earlier access it really races with."""
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     streams = []
     for kind in program.kinds:
         if kind == "legacy":
@@ -444,11 +444,11 @@ def test_pruned_histories_report_every_racing_access(program: Program) -> None:
 
 
 def test_race_kind_defaults_to_unordered() -> None:
-    access = Access("k", "write", (0, 5), "stream", 1, ss.VectorClock(), 0)
+    access = Access("k", "write", (0, 5), "stream", 1, ss.sim.VectorClock(), 0)
     assert Race("x", access, access).kind == "unordered"
 
 
-def test_an_access_after_free_is_a_use_after_free(sim: ss.SimBackend) -> None:
+def test_an_access_after_free_is_a_use_after_free(sim: ss.sim.SimBackend) -> None:
     a = nb(sim)
     x = sim.array(np.ones(4), name="x")
     sim.free(x, name="close() releases x")
@@ -459,7 +459,7 @@ def test_an_access_after_free_is_a_use_after_free(sim: ss.SimBackend) -> None:
     text = str(race)
     assert "use after free" in text and "close() releases x" in text and "read x after close" in text
     assert "copy what you need before" in race.fix
-    with ss.sanitize(sim), pytest.raises(ss.RaceError, match="use after free"):
+    with ss.sanitize(sim), pytest.raises(ss.errors.RaceError, match="use after free"):
         sim.fill(x, 0.0, a, name="write x after close")
 
 
@@ -501,7 +501,7 @@ def test_shadow_reports_an_unfenced_input_and_accepts_a_fenced_one() -> None:
             o.on_fence(S, P)
             o.on_launch(S, "sdk.read", [0xA000], [0xB000], 0)
         assert shadow.races == []
-        with pytest.raises(ss.RaceError, match="'sdk.read'.*not ordered after write by 'producer.write'"):
+        with pytest.raises(ss.errors.RaceError, match="'sdk.read'.*not ordered after write by 'producer.write'"):
             for o in hooks.observers:
                 o.on_input_write(0xC000, P, 0)
                 o.on_launch(S, "sdk.read", [0xC000], [], 0)
@@ -517,7 +517,7 @@ def test_shadow_release_then_read_is_a_use_after_free_and_a_write_reallocates() 
     shadow.on_launch(S, "sdk.write output", [], [0xB000], 0)
     shadow.on_stream_synchronize(S)
     shadow.on_host_write(0xB000, "VideoSuperRes.release output (close)", 0)
-    with pytest.raises(ss.RaceError, match="use after free") as info:
+    with pytest.raises(ss.errors.RaceError, match="use after free") as info:
         shadow.on_output_read(0xB000, C, 0)
     assert info.value.races[0].first.op == "VideoSuperRes.release output (close)"
     shadow.on_stream_synchronize(C)
@@ -679,14 +679,14 @@ def test_the_cuda_backend_tells_observers_before_ordering_and_after_host_waits(m
         hooks.unregister(observer)
 
 
-def _hdr_copy_after_a_pooled_allocation(scheduler: str, fenced: bool) -> ss.SimBackend:
+def _hdr_copy_after_a_pooled_allocation(scheduler: str, fenced: bool) -> ss.sim.SimBackend:
     """TrueHDR on S with non_blocking=True, its input recorded on S and dropped, the next frame allocated
     (the allocator reuses the block once S's event has completed), then the output copied on C."""
     import gc
 
     from streamsafe.testing import TrueHDR
 
-    sim = ss.SimBackend(scheduler=scheduler)
+    sim = ss.sim.SimBackend(scheduler=scheduler)
     p, s, c = (sim.create_stream(non_blocking=True) for _ in range(3))
     hdr = TrueHDR(backend=sim)
     hdr.load()
@@ -718,7 +718,7 @@ def test_a_reused_blocks_finished_accesses_are_retired_not_reported() -> None:
     """The block's own accesses before the completed events are not raced against its new owner."""
     import gc
 
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     p, s = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     a = sim.empty((4,), np.float32, stream=p)
     sim.fill(a, 1.0, stream=p)
@@ -740,7 +740,7 @@ def test_empty_cache_gives_the_program_no_ordering(scheduler: str) -> None:
     a stream wrote is still a race, whether or not empty_cache ran between."""
     import gc
 
-    sim = ss.SimBackend(scheduler=scheduler)
+    sim = ss.sim.SimBackend(scheduler=scheduler)
     s = sim.create_stream(non_blocking=True)
     a = sim.empty((4,), np.float32, stream=s)
     sim.fill(a, 1.0, stream=s)

@@ -29,7 +29,7 @@ PROGRAMS = [
 ]
 
 
-class OpLog(ss.SimBackend):
+class OpLog(ss.sim.SimBackend):
     """The model, logging every stream operation: (name, stream handle, waited event's stream)."""
 
     def __init__(self) -> None:
@@ -49,13 +49,13 @@ def _sr_ref(x: np.ndarray, size: int) -> np.ndarray:
     return K.to_rgb8(np, K.resize_bilinear(np, x, size, size)).astype(np.float32) / np.float32(255)
 
 
-def _fresh(sim: ss.SimBackend, x: np.ndarray, stream: ss.Stream) -> Any:
+def _fresh(sim: ss.sim.SimBackend, x: np.ndarray, stream: ss.Stream) -> Any:
     arr = sim.empty(x.shape, np.float32, name="frame")
     sim.launch(stream, "producer.write", lambda: np.copyto(arr.buffer.data, x), writes=[arr])
     return arr
 
 
-def _sr_contract(sim: ss.SimBackend, strategy: str) -> tuple[ss.SimBackend, ss.Stream, StreamContract]:
+def _sr_contract(sim: ss.sim.SimBackend, strategy: str) -> tuple[ss.sim.SimBackend, ss.Stream, StreamContract]:
     """A loaded VideoSuperRes (to 32x32) and its contract on a new non-blocking SDK stream."""
     s = sim.create_stream(non_blocking=True)
     sr = VideoSuperRes(backend=sim)
@@ -156,7 +156,7 @@ def test_an_input_size_change_is_never_replayed() -> None:
     Here a reader of an older output (o2) is outstanding when the sizes alternate again."""
     from streamsafe.testing import TrueHDR
 
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     s, o1, o2 = (sim.create_stream(non_blocking=True) for _ in range(3))
     fx = TrueHDR(backend=sim)
     fx.load()
@@ -178,7 +178,7 @@ def test_an_input_size_change_is_never_replayed() -> None:
 
 def test_a_recipe_that_skips_a_fence_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Controls: a replay missing its fences races on the model; the check mode refuses it."""
-    sim, s, c = _sr_contract(ss.SimBackend(scheduler="adversarial"), "event")
+    sim, s, c = _sr_contract(ss.sim.SimBackend(scheduler="adversarial"), "event")
     other = sim.create_stream(non_blocking=True)  # the consumer reads on its own stream: the next run must wait for it
     with sim.use_stream(s):
         for i in range(3):
@@ -201,7 +201,7 @@ def test_a_recipe_that_skips_a_fence_is_caught(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_an_observer_sends_every_call_down_the_planned_path() -> None:
-    sim, s, c = _sr_contract(ss.SimBackend(), "auto")
+    sim, s, c = _sr_contract(ss.sim.SimBackend(), "auto")
     with sim.use_stream(s):
         for i in range(3):
             sim.copy(sim.from_dlpack(c.run(_fresh(sim, _frame(i), s)).image, stream=s), s)
@@ -219,17 +219,17 @@ def test_an_observer_sends_every_call_down_the_planned_path() -> None:
 
 
 def test_closed_contract_and_bad_input_still_refused_after_replays() -> None:
-    sim, s, c = _sr_contract(ss.SimBackend(), "auto")
+    sim, s, c = _sr_contract(ss.sim.SimBackend(), "auto")
     with sim.use_stream(s):
         for i in range(4):
             sim.copy(sim.from_dlpack(c.run(_fresh(sim, _frame(i), s)).image, stream=s), s)
-        with pytest.raises(ss.InputArrayError):
+        with pytest.raises(ss.errors.InputArrayError):
             c.run(np.zeros((3, 16, 16), np.float32))
-        other = ss.SimBackend(devices=2)
-        with pytest.raises(ss.DeviceMismatchError):
+        other = ss.sim.SimBackend(devices=2)
+        with pytest.raises(ss.errors.DeviceMismatchError):
             c.run(other.empty((3, 16, 16), np.float32, device=1))
         c.close()
-        with pytest.raises(ss.EffectStateError, match="closed"):
+        with pytest.raises(ss.errors.EffectStateError, match="closed"):
             c.run(_fresh(sim, _frame(5), s))
 
 
@@ -239,7 +239,7 @@ def test_a_pipeline_that_switches_how_it_imports_keeps_replaying(strategy: str) 
     recipe each. Once both are known, every frame of either kind is replayed, whichever was remembered
     last (the replay used to try only the newest recipe of a call, and plan every frame after a switch
     back), and the frames stay right, with no race."""
-    sim, s, c = _sr_contract(ss.SimBackend(scheduler="adversarial"), strategy)
+    sim, s, c = _sr_contract(ss.sim.SimBackend(scheduler="adversarial"), strategy)
     replayed = []
     frame = 0
     with sim.use_stream(s):
@@ -263,7 +263,7 @@ def test_a_pipeline_that_switches_how_it_imports_keeps_replaying(strategy: str) 
 def test_the_thread_rule_holds_in_steady_state() -> None:
     """Another thread inside a call on the effect: a replayed run and an import raise, and leave the
     output importable; the thread's closing host wait is waited for instead."""
-    sim, s, c = _sr_contract(ss.SimBackend(), "auto")
+    sim, s, c = _sr_contract(ss.sim.SimBackend(), "auto")
     inside, release = threading.Event(), threading.Event()
 
     def hold(wait: bool) -> None:  # another thread in a call on the same effect (wait: its closing host wait)
@@ -285,7 +285,7 @@ def test_the_thread_rule_holds_in_steady_state() -> None:
         before = steady.replays
         t = held_by_another_thread()
         try:
-            with pytest.raises(ss.ConcurrentUseError, match="'decoder-thread' is inside a call on the same effect"):
+            with pytest.raises(ss.errors.ConcurrentUseError, match="'decoder-thread' is inside a call on the same effect"):
                 c.run(_fresh(sim, _frame(3), s))
         finally:
             release.set()
@@ -294,7 +294,7 @@ def test_the_thread_rule_holds_in_steady_state() -> None:
         assert steady.replays == before + 1, "the same call replays once the effect is free"
         t = held_by_another_thread()
         try:
-            with pytest.raises(ss.ConcurrentUseError, match="'decoder-thread' is inside a call on the same effect"):
+            with pytest.raises(ss.errors.ConcurrentUseError, match="'decoder-thread' is inside a call on the same effect"):
                 out.image.__dlpack__(stream=s.handle)
         finally:
             release.set()
@@ -432,9 +432,9 @@ def test_bound_program_with_the_gil_held_makes_the_same_calls(monkeypatch: pytes
 
 
 def test_fence_program_counts_like_apply_fences() -> None:
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     s, t = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
-    plan = ss.plan_fences(ss.Strategy.EVENT, sdk=s, conversion=sim.legacy_stream(0), consumer=t, producer=s)
+    plan = ss.plan.plan_fences(ss.Strategy.EVENT, sdk=s, conversion=sim.legacy_stream(0), consumer=t, producer=s)
     fences = plan.at("before run") + plan.import_fences(t)
     a: dict[str, int] = ledger.new_stats()
     b: dict[str, int] = ledger.new_stats()

@@ -32,20 +32,20 @@ class FrameworkStream:
         return (0, self.stream.handle)
 
 
-def make_sr(sim: ss.SimBackend) -> Any:
+def make_sr(sim: ss.sim.SimBackend) -> Any:
     sr = VideoSuperRes(backend=sim)
     sr.output_width = sr.output_height = 32
     sr.load()
     return sr
 
 
-def frame(sim: ss.SimBackend) -> Any:
+def frame(sim: ss.sim.SimBackend) -> Any:
     x = sim.empty((3, 16, 16), np.float32)
     sim.launch(sim.current_stream(), "producer.write", lambda: x.buffer.data.fill(0.5), writes=[x])
     return x
 
 
-def run_on_a_declared_stream(sim: ss.SimBackend, sr: Any) -> tuple[ss.StreamContract, weakref.ref[FrameworkStream]]:
+def run_on_a_declared_stream(sim: ss.sim.SimBackend, sr: Any) -> tuple[ss.StreamContract, weakref.ref[FrameworkStream]]:
     """One run of a contract declared with a stream object only the contract holds; the contract, and a
     weak reference to the object."""
     holder = FrameworkStream(sim.create_stream(non_blocking=True))
@@ -56,7 +56,7 @@ def run_on_a_declared_stream(sim: ss.SimBackend, sr: Any) -> tuple[ss.StreamCont
 
 def test_a_contracts_declared_stream_is_held_until_the_next_run_fenced_it() -> None:
     """A contract per clip, dropped without close(): its stream object lives until the next clip's first run."""
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     sr = make_sr(sim)
     c, gone = run_on_a_declared_stream(sim, sr)
     del c
@@ -71,7 +71,7 @@ def test_a_contracts_declared_stream_is_held_until_the_next_run_fenced_it() -> N
 
 
 def test_a_release_lets_the_declared_stream_go() -> None:
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     c, gone = run_on_a_declared_stream(sim, make_sr(sim))
     c.synchronize()  # the host waited for the SDK's streams: no later run needs them
     del c
@@ -82,7 +82,7 @@ def test_a_release_lets_the_declared_stream_go() -> None:
 def test_a_contracts_declared_consumer_stream_is_held_until_the_next_run_fenced_it() -> None:
     """The output imported as a bare capsule (read on the declared consumer stream), the contract dropped
     without close(): the next contract's run waits for that stream, whose object lives until then."""
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     sr = make_sr(sim)
     holder = FrameworkStream(sim.create_stream(non_blocking=True))
     gone = weakref.ref(holder)
@@ -103,7 +103,7 @@ def test_a_contracts_declared_consumer_stream_is_held_until_the_next_run_fenced_
 def test_a_declared_object_that_owns_the_effect_does_not_keep_it_alive() -> None:
     """A program's own object that owns the effect and names its stream (``__cuda_stream__``): not held by
     the ledger (a ledger lives as long as its effect), so dropping the contract frees both."""
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
 
     class Pipeline:
         def __init__(self) -> None:
@@ -125,7 +125,7 @@ def test_a_declared_object_that_owns_the_effect_does_not_keep_it_alive() -> None
 def test_a_declared_per_thread_stream_is_never_known_by_its_handle() -> None:
     """Handle 2 names another stream in each thread: a declared per-thread stream's object is not a
     handle-to-stream entry that another thread's import of ``stream=2`` would find."""
-    sim = ss.SimBackend()
+    sim = ss.sim.SimBackend()
     sr = make_sr(sim)
     pt = FrameworkStream(sim.per_thread_stream())
     c = ss.StreamContract(sr, sim.create_stream(non_blocking=True), strategy="event", consumer_stream=pt)

@@ -11,28 +11,28 @@ from streamsafe.streams import LEGACY_HANDLE, PER_THREAD_HANDLE, StreamKind
 
 
 @pytest.fixture
-def sim() -> ss.SimBackend:
-    return ss.SimBackend(devices=2)
+def sim() -> ss.sim.SimBackend:
+    return ss.sim.SimBackend(devices=2)
 
 
 @pytest.mark.parametrize("value", [0, 1])
-def test_zero_and_one_name_the_legacy_stream(sim: ss.SimBackend, value: int) -> None:
+def test_zero_and_one_name_the_legacy_stream(sim: ss.sim.SimBackend, value: int) -> None:
     s = ss.as_stream(value, backend=sim)
     assert (s.handle, s.kind, s.device, s.ptr, s.dlpack) == (LEGACY_HANDLE, StreamKind.LEGACY, 0, 0, 1)
 
 
-def test_two_names_the_per_thread_stream(sim: ss.SimBackend) -> None:
+def test_two_names_the_per_thread_stream(sim: ss.sim.SimBackend) -> None:
     s = ss.as_stream(2, backend=sim, device=1)
     assert (s.handle, s.kind, s.device) == (PER_THREAD_HANDLE, StreamKind.PER_THREAD, 1)
 
 
-def test_kind_of_a_created_stream_is_read_from_the_backend(sim: ss.SimBackend) -> None:
+def test_kind_of_a_created_stream_is_read_from_the_backend(sim: ss.sim.SimBackend) -> None:
     nb, b = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=False)
     assert ss.as_stream(nb.handle, backend=sim).kind is StreamKind.NON_BLOCKING
     assert ss.as_stream(b.handle, backend=sim).kind is StreamKind.BLOCKING
 
 
-def test_none_is_the_current_stream(sim: ss.SimBackend) -> None:
+def test_none_is_the_current_stream(sim: ss.sim.SimBackend) -> None:
     assert ss.as_stream(None, backend=sim).kind is StreamKind.LEGACY
     side = sim.create_stream(non_blocking=True)
     with sim.use_stream(side):
@@ -40,14 +40,14 @@ def test_none_is_the_current_stream(sim: ss.SimBackend) -> None:
     assert ss.as_stream(None, backend=sim).kind is StreamKind.LEGACY
 
 
-def test_active_backend_is_used_when_none_is_named(sim: ss.SimBackend) -> None:
+def test_active_backend_is_used_when_none_is_named(sim: ss.sim.SimBackend) -> None:
     side = sim.create_stream()
     with ss.use_backend(sim):
         assert ss.as_stream(side.handle) == side
         assert ss.current_backend() is sim
 
 
-def test_objects_with_cuda_stream_protocol(sim: ss.SimBackend) -> None:
+def test_objects_with_cuda_stream_protocol(sim: ss.sim.SimBackend) -> None:
     side = sim.create_stream(non_blocking=True, device=1)
 
     class Foreign:
@@ -58,7 +58,7 @@ def test_objects_with_cuda_stream_protocol(sim: ss.SimBackend) -> None:
     assert s == side and s.device == 1 and s.kind is StreamKind.NON_BLOCKING
 
 
-def test_a_stream_value_passes_through_and_is_immutable(sim: ss.SimBackend) -> None:
+def test_a_stream_value_passes_through_and_is_immutable(sim: ss.sim.SimBackend) -> None:
     side = sim.create_stream()
     assert ss.as_stream(side) is side
     with pytest.raises(AttributeError):
@@ -67,27 +67,27 @@ def test_a_stream_value_passes_through_and_is_immutable(sim: ss.SimBackend) -> N
 
 
 @pytest.mark.parametrize("bad", ["stream", 1.5, True, object(), [1]])
-def test_unknown_objects_raise_type_error_naming_value_and_accepted(sim: ss.SimBackend, bad: object) -> None:
-    with pytest.raises(ss.StreamTypeError) as info:
+def test_unknown_objects_raise_type_error_naming_value_and_accepted(sim: ss.sim.SimBackend, bad: object) -> None:
+    with pytest.raises(ss.errors.StreamTypeError) as info:
         ss.as_stream(bad, backend=sim)
     assert isinstance(info.value, TypeError)
     assert repr(bad)[:20] in str(info.value)
     assert "torch.cuda.Stream" in str(info.value) and "__cuda_stream__" in str(info.value)
 
 
-def test_negative_handle_is_a_value_error(sim: ss.SimBackend) -> None:
-    with pytest.raises(ss.StreamValueError, match=r"invalid stream -1: negative handles .* Pass a stream object"):
+def test_negative_handle_is_a_value_error(sim: ss.sim.SimBackend) -> None:
+    with pytest.raises(ss.errors.StreamValueError, match=r"invalid stream -1: negative handles .* Pass a stream object"):
         ss.as_stream(-1, backend=sim)
 
 
-def test_unknown_handle_fails_like_the_driver(sim: ss.SimBackend) -> None:
-    with pytest.raises(ss.CudaDriverError, match="cuStreamGetFlags failed with CUDA_ERROR_INVALID_HANDLE"):
+def test_unknown_handle_fails_like_the_driver(sim: ss.sim.SimBackend) -> None:
+    with pytest.raises(ss.errors.CudaDriverError, match="cuStreamGetFlags failed with CUDA_ERROR_INVALID_HANDLE"):
         ss.as_stream(0xABC000, backend=sim)
 
 
-def test_stream_of_another_device_is_refused(sim: ss.SimBackend) -> None:
+def test_stream_of_another_device_is_refused(sim: ss.sim.SimBackend) -> None:
     other = sim.create_stream(device=1)
-    with pytest.raises(ss.DeviceMismatchError) as info:
+    with pytest.raises(ss.errors.DeviceMismatchError) as info:
         ss.as_stream(other, device=0)
     err = info.value
     assert isinstance(err, ValueError)
@@ -95,12 +95,12 @@ def test_stream_of_another_device_is_refused(sim: ss.SimBackend) -> None:
     assert "is on CUDA device 1, but device 0 is required" in str(err)
 
 
-def test_bad_cuda_stream_protocol_value(sim: ss.SimBackend) -> None:
+def test_bad_cuda_stream_protocol_value(sim: ss.sim.SimBackend) -> None:
     class Bad:
         def __cuda_stream__(self) -> int:
             return 7
 
-    with pytest.raises(ss.StreamTypeError, match=r"must return \(version, handle\)"):
+    with pytest.raises(ss.errors.StreamTypeError, match=r"must return \(version, handle\)"):
         ss.as_stream(Bad(), backend=sim)
 
 
@@ -129,13 +129,13 @@ def test_table_covers_every_pair_of_kinds() -> None:
 @pytest.mark.parametrize("a,b", list(EXPECTED))
 def test_implicit_ordering_table(a: StreamKind, b: StreamKind) -> None:
     sa, sb = ss.Stream(0, 0x1000, a), ss.Stream(0, 0x2000, b)
-    assert ss.implicitly_ordered(sa, sb) is EXPECTED[(a, b)]
-    assert ss.implicitly_ordered(sb, sa) is EXPECTED[(a, b)]
-    assert ss.implicitly_ordered(sa, sa)
+    assert ss.streams.implicitly_ordered(sa, sb) is EXPECTED[(a, b)]
+    assert ss.streams.implicitly_ordered(sb, sa) is EXPECTED[(a, b)]
+    assert ss.streams.implicitly_ordered(sa, sa)
 
 
 def test_streams_of_different_devices_are_never_ordered() -> None:
-    assert not ss.implicitly_ordered(ss.Stream(0, 1, StreamKind.LEGACY), ss.Stream(1, 1, StreamKind.LEGACY))
+    assert not ss.streams.implicitly_ordered(ss.Stream(0, 1, StreamKind.LEGACY), ss.Stream(1, 1, StreamKind.LEGACY))
 
 
 class _FakeCupyStreams:
@@ -158,7 +158,7 @@ class _FakeCupyStreams:
 
 
 @pytest.mark.parametrize("from_external", [True, False])
-def test_cupy_external_stream_uses_from_external_where_cupy_has_it(sim: ss.SimBackend, from_external: bool) -> None:
+def test_cupy_external_stream_uses_from_external_where_cupy_has_it(sim: ss.sim.SimBackend, from_external: bool) -> None:
     from streamsafe.frameworks import cupy_external_stream
 
     s = sim.create_stream(device=1)

@@ -36,7 +36,7 @@ class TensorStandIn:
 class TorchStandIn(types.ModuleType):
     """``torch`` as the copy and view helpers see it, over a :class:`~streamsafe.SimBackend`."""
 
-    def __init__(self, sim: ss.SimBackend, current: ss.Stream) -> None:
+    def __init__(self, sim: ss.sim.SimBackend, current: ss.Stream) -> None:
         super().__init__("torch")
         self.sim = sim
         self.current = current
@@ -69,7 +69,7 @@ class TorchStandIn(types.ModuleType):
 
 
 @contextlib.contextmanager
-def torch_stand_in(sim: ss.SimBackend, current: ss.Stream) -> Iterator[TorchStandIn]:
+def torch_stand_in(sim: ss.sim.SimBackend, current: ss.Stream) -> Iterator[TorchStandIn]:
     """A :class:`TorchStandIn` with ``current`` as torch's current stream, as ``sys.modules["torch"]`` for the block."""
     fake = TorchStandIn(sim, current)
     with pytest.MonkeyPatch.context() as mp:
@@ -78,25 +78,25 @@ def torch_stand_in(sim: ss.SimBackend, current: ss.Stream) -> Iterator[TorchStan
 
 
 @pytest.fixture
-def sim() -> ss.SimBackend:
-    return ss.SimBackend(scheduler="adversarial")
+def sim() -> ss.sim.SimBackend:
+    return ss.sim.SimBackend(scheduler="adversarial")
 
 
-def effect(sim: ss.SimBackend) -> VideoSuperRes:
+def effect(sim: ss.sim.SimBackend) -> VideoSuperRes:
     sr = VideoSuperRes(backend=sim, latency_us={"conversion": 300.0})
     sr.output_width, sr.output_height = 32, 32
     sr.load()
     return sr
 
 
-def frame(sim: ss.SimBackend, seed: int, stream: ss.Stream) -> tuple[Any, np.ndarray]:
+def frame(sim: ss.sim.SimBackend, seed: int, stream: ss.Stream) -> tuple[Any, np.ndarray]:
     data = np.random.default_rng(seed).random((3, 16, 16), dtype=np.float32)
     arr = sim.empty((3, 16, 16), np.float32, name=f"frame{seed}")
     sim.launch(stream, "producer.write", lambda: np.copyto(arr.buffer.data, data), writes=[arr])
     return arr, K.to_rgb8(np, K.resize_bilinear(np, data, 32, 32)).astype(np.float32) / np.float32(255)
 
 
-def run_frames(sim: ss.SimBackend, strategy: str, *, copy: bool, lie: bool = False, pass_stream: bool = False,
+def run_frames(sim: ss.sim.SimBackend, strategy: str, *, copy: bool, lie: bool = False, pass_stream: bool = False,
                frames: int = 4) -> tuple[list[str], int]:
     """Frames through a contract on S, each taken with ``out.torch(copy=copy)`` on the consumer stream
     C (a view is then copied on C by the user, before the next run; the model's adversarial scheduler
@@ -123,28 +123,28 @@ def run_frames(sim: ss.SimBackend, strategy: str, *, copy: bool, lie: bool = Fal
 
 @pytest.mark.parametrize("copy", [True, False])
 @pytest.mark.parametrize("strategy", ["auto", "event", "async", "stream", "device"])
-def test_torch_helpers_order_the_import_on_torchs_current_stream(sim: ss.SimBackend, strategy: str, copy: bool) -> None:
+def test_torch_helpers_order_the_import_on_torchs_current_stream(sim: ss.sim.SimBackend, strategy: str, copy: bool) -> None:
     races, wrong = run_frames(sim, strategy, copy=copy)
     assert races == [] and wrong == 0
 
 
 @pytest.mark.parametrize("copy", [True, False])
-def test_torch_helpers_order_the_import_on_a_stream_passed_to_them(sim: ss.SimBackend, copy: bool) -> None:
+def test_torch_helpers_order_the_import_on_a_stream_passed_to_them(sim: ss.sim.SimBackend, copy: bool) -> None:
     races, wrong = run_frames(sim, "event", copy=copy, pass_stream=True)
     assert races == [] and wrong == 0
 
 
 @pytest.mark.parametrize("copy", [True, False])
-def test_without_the_current_stream_the_same_reads_race(sim: ss.SimBackend, copy: bool) -> None:
+def test_without_the_current_stream_the_same_reads_race(sim: ss.sim.SimBackend, copy: bool) -> None:
     """The control: the helpers order the stream torch names; when that is not the stream that reads
     (the read answers S, the copy runs on C), the model finds the reads racing the SDK's writes."""
     races, _ = run_frames(sim, "event", copy=copy, lie=True)
     assert races, "the control found no race: the test above could not fail"
-    races_none, _ = run_frames(ss.SimBackend(scheduler="adversarial"), "none", copy=copy)
+    races_none, _ = run_frames(ss.sim.SimBackend(scheduler="adversarial"), "none", copy=copy)
     assert races_none
 
 
-def test_a_view_is_one_import_and_goes_stale_at_the_next_run(sim: ss.SimBackend) -> None:
+def test_a_view_is_one_import_and_goes_stale_at_the_next_run(sim: ss.sim.SimBackend) -> None:
     s = sim.create_stream(non_blocking=True)
     c = ss.StreamContract(effect(sim), s)
     with torch_stand_in(sim, s):
@@ -157,11 +157,11 @@ def test_a_view_is_one_import_and_goes_stale_at_the_next_run(sim: ss.SimBackend)
         assert c.ledger.escaped  # the view left: the next run waits for every stream that may read it
         unread = c.run(frame(sim, 1, s)[0])
         c.run(frame(sim, 2, s)[0])
-        with pytest.raises(ss.StaleOutputError):  # the SDK reused the buffer: no view of it is handed out
+        with pytest.raises(ss.errors.StaleOutputError):  # the SDK reused the buffer: no view of it is handed out
             unread.torch(copy=False)
 
 
-def test_a_copy_helper_that_fails_before_importing_leaves_a_later_view_recorded(sim: ss.SimBackend) -> None:
+def test_a_copy_helper_that_fails_before_importing_leaves_a_later_view_recorded(sim: ss.sim.SimBackend) -> None:
     """A helper marks the output as copied (no view leaves it) before it imports; when it fails first
     (here torch refuses the stream), a later zero-copy import is a view again: the release waits for
     its stream. Without that, close() races the view's reader (the model finds it)."""
@@ -184,13 +184,13 @@ def test_a_copy_helper_that_fails_before_importing_leaves_a_later_view_recorded(
 
 @pytest.mark.parametrize("copy", [True, False])
 def test_a_stream_of_another_device_is_refused_before_the_import(copy: bool) -> None:
-    sim = ss.SimBackend(scheduler="adversarial", devices=2)
+    sim = ss.sim.SimBackend(scheduler="adversarial", devices=2)
     s = sim.create_stream(non_blocking=True)
     c = ss.StreamContract(effect(sim), s)
     with torch_stand_in(sim, s):
         out = c.run(frame(sim, 0, s)[0])
         other = sim.create_stream(non_blocking=True, device=1)
-        with pytest.raises(ss.DeviceMismatchError, match="consumer's stream.*stream of device 0"):
+        with pytest.raises(ss.errors.DeviceMismatchError, match="consumer's stream.*stream of device 0"):
             out.torch(other, copy=copy)
         out.image.check_importable()  # untouched: still importable, and as a view if it is one
         assert out.image._escapes
@@ -198,11 +198,11 @@ def test_a_stream_of_another_device_is_refused_before_the_import(copy: bool) -> 
 
 
 @pytest.mark.parametrize("copy", [True, False])
-def test_an_object_that_is_no_stream_is_refused_before_the_import(sim: ss.SimBackend, copy: bool) -> None:
+def test_an_object_that_is_no_stream_is_refused_before_the_import(sim: ss.sim.SimBackend, copy: bool) -> None:
     s = sim.create_stream(non_blocking=True)
     c = ss.StreamContract(effect(sim), s)
     with torch_stand_in(sim, s):
         out = c.run(frame(sim, 0, s)[0])
-        with pytest.raises(ss.StreamTypeError, match=r"cannot use 'cuda:0' \(type builtins.str\) as a CUDA stream"):
+        with pytest.raises(ss.errors.StreamTypeError, match=r"cannot use 'cuda:0' \(type builtins.str\) as a CUDA stream"):
             out.torch("cuda:0", copy=copy)
         assert not out.image.consumed and out.image._escapes

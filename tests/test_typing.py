@@ -28,7 +28,7 @@ from __future__ import annotations
 import streamsafe as ss
 from streamsafe.testing import VideoSuperRes
 
-sim = ss.SimBackend()
+sim = ss.sim.SimBackend()
 sr = VideoSuperRes(backend=sim)
 name: ss.StrategyName = "fastest"  # rejected
 ok: ss.StrategyName = "event"

@@ -22,14 +22,14 @@ else:
 from streamsafe.testing import VideoSuperRes
 
 
-def make_effect(sim: ss.SimBackend) -> VideoSuperRes:
+def make_effect(sim: ss.sim.SimBackend) -> VideoSuperRes:
     sr = VideoSuperRes(backend=sim)
     sr.output_width, sr.output_height = 64, 64
     sr.load()
     return sr
 
 
-def grey(sim: ss.SimBackend, stream: ss.Stream, level: int) -> object:
+def grey(sim: ss.sim.SimBackend, stream: ss.Stream, level: int) -> object:
     frame = sim.empty((3, 32, 32), np.float32, stream=stream)
     sim.fill(frame, np.float32(level / 255), stream=stream)
     return frame
@@ -40,7 +40,7 @@ def check(image: np.ndarray, level: int) -> None:
 
 
 def main() -> None:
-    sim = ss.SimBackend(scheduler="adversarial")
+    sim = ss.sim.SimBackend(scheduler="adversarial")
     producer: ss.Stream = sim.create_stream(non_blocking=True)
     sdk = sim.create_stream(non_blocking=True)
     strategy: ss.StrategyName = "auto"
@@ -91,7 +91,7 @@ def main() -> None:
         contracts: list[ss.StreamContract] = g.contracts
         sr3.close()
 
-    races: list[ss.Race] = sim.races
+    races: list[ss.sim.Race] = sim.races
     assert races == [], [str(r) for r in races]
     print(f"ok: {stats['runs']} run(s) through the contract, {len(contracts)} guarded effect(s), no race")
 

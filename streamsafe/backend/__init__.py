@@ -1,9 +1,12 @@
-"""Backends: where fences go. The driver (:class:`CudaBackend`) or the model (:class:`SimBackend`).
+"""Backends: where fences go. The driver (:class:`~streamsafe.backend.cuda.CudaBackend`) or the model
+(:class:`streamsafe.sim.SimBackend`).
 
 :func:`current_backend` is the backend used when a call names none: the one made
 active with :func:`use_backend`, else the driver when a CUDA device is present,
-else a process-wide :class:`SimBackend`. ``CudaBackend`` is imported lazily, so this
-package imports on a machine with no NVIDIA driver.
+else the process-wide fallback (the model registers itself as that with
+:func:`register_fallback` when :mod:`streamsafe.sim` is imported, as ``import streamsafe`` does).
+``CudaBackend`` is imported lazily, so this package imports on a machine with no NVIDIA driver,
+and nothing here imports the model.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from collections.abc import Callable
+
 from ._protocol import Backend, Event
-from ..errors import ArgumentError
-from ..sim.backend import SimBackend
+from ..errors import ArgumentError, BackendUnavailableError
 
 if TYPE_CHECKING:
     from .cuda import CudaBackend
@@ -24,18 +28,21 @@ if TYPE_CHECKING:
 __all__ = [
     "Backend",
     "Event",
-    "SimBackend",
     "CudaBackend",
     "current_backend",
     "use_backend",
     "cuda_available",
     "default_backend",
+    "process_default",
+    "register_fallback",
     "require_backend",
 ]
 
 _active: contextvars.ContextVar[Backend | None] = contextvars.ContextVar("streamsafe_backend", default=None)
 _default: Backend | None = None
 _default_lock = threading.Lock()
+_fallback: Callable[[], Backend] | None = None
+"""What :func:`default_backend` makes when no GPU is present (set by :func:`register_fallback`)."""
 
 
 def __getattr__(name: str) -> Any:
@@ -53,8 +60,15 @@ def cuda_available() -> bool:
     return CudaBackend.probe() is None
 
 
+def register_fallback(factory: Callable[[], Backend]) -> None:
+    """Make ``factory()`` the backend :func:`default_backend` uses when no GPU is present (the model
+    registers itself so; a later registration replaces an earlier one). Does not block."""
+    global _fallback
+    _fallback = factory
+
+
 def default_backend() -> Backend:
-    """The process-wide backend: the driver if a GPU is present, else a shared SimBackend."""
+    """The process-wide backend: the driver if a GPU is present, else the registered fallback (the model)."""
     global _default
     with _default_lock:
         if _default is None:
@@ -62,8 +76,15 @@ def default_backend() -> Backend:
                 from .cuda import CudaBackend
 
                 _default = CudaBackend()
+            elif _fallback is not None:
+                _default = _fallback()
             else:
-                _default = SimBackend()
+                from .cuda import CudaBackend
+
+                raise BackendUnavailableError(
+                    "CUDA", CudaBackend.probe() or "no GPU",
+                    "Import streamsafe (its model registers itself as the fallback backend), or pass backend=...",
+                )
         return _default
 
 
@@ -79,7 +100,7 @@ def require_backend(obj: Any, call: str) -> Backend:
     if not all(callable(getattr(obj, name, None)) for name in _BACKEND_CALLS) or isinstance(obj, type):
         raise ArgumentError(
             f"{call} needs a backend object, not {obj!r} ({type(obj).__name__}): a backend makes the CUDA ordering calls "
-            "(record, wait, fence, ...). Pass ss.SimBackend() (the model) or ss.CudaBackend() (the driver), "
+            "(record, wait, fence, ...). Pass streamsafe.sim.SimBackend() (the model) or streamsafe.CudaBackend() (the driver), "
             "or leave it out for the current one"
         )
     return obj  # type: ignore[no-any-return]

@@ -21,10 +21,26 @@ class Event(Protocol):
 class Backend(Protocol):
     """Ordering primitives, implemented by the driver (:class:`CudaBackend`) or a model (:class:`SimBackend`).
 
-    Each method's docstring in the implementations says whether it blocks the host.
+    Each method's docstring in the implementations says whether it blocks the host. The ordering
+    core asks a backend what it can do through these attributes, never what class it is:
     """
 
     name: str
+    records_accesses: bool
+    """The backend sees every memory access itself (a model): contracts report nothing to observers
+    for its memory, and draw no NVTX ranges."""
+    framework_streams: bool
+    """The current stream is an array framework's (torch's, CuPy's): a stream object the program holds."""
+    private_handles: bool
+    """Its stream handles are numbers of its own (a model): a stream of it names nothing in another backend."""
+    array_type: type | None
+    """The type of the arrays the backend itself makes (a model's), or ``None``: the fast paths compare
+    an input's type with it. Such an array has ``backend``, ``shape``, ``record_stream(stream)`` and
+    ``__streamsafe_key__`` (what identifies its memory)."""
+    sanitizing: bool
+    """Races raise at once (sanitize mode on a model); an unguarded change then raises too."""
+    host_array_fix: str
+    """How to make a device array of this backend from host data (for error messages), or ``""``."""
 
     def device_count(self) -> int: ...
 

@@ -24,7 +24,7 @@ from ..errors import BackendUnavailableError, CudaDriverError, StreamValueError
 from ..frameworks import framework_current_stream_handle
 from ._held import held_calls, stream_handle
 from ._pool import EventPool, EventPoolStats
-from ..streams import LEGACY_HANDLE, Stream, StreamKind, as_stream
+from ..streams import LEGACY_HANDLE, Stream, StreamKind, stream_from_handle
 
 __all__ = ["CudaBackend", "CudaEvent"]
 
@@ -95,6 +95,12 @@ class CudaBackend:
     """
 
     name = "cuda"
+    records_accesses = False
+    framework_streams = True
+    private_handles = False
+    array_type = None
+    sanitizing = False
+    host_array_fix = ""
 
     def __init__(self, *, max_free_events: int = 64) -> None:
         reason = self.probe()
@@ -221,7 +227,7 @@ class CudaBackend:
         dev = self.current_device() if device is None else device
         found = framework_current_stream_handle(dev)
         handle = found[0] if found else LEGACY_HANDLE
-        return as_stream(handle, device=dev, backend=self)
+        return stream_from_handle(handle, dev, self)
 
     def _stream_arg(self, stream: Stream) -> Any:
         if stream.kind is StreamKind.LEGACY:

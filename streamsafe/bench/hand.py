@@ -3,7 +3,7 @@
 No :class:`~streamsafe.StreamContract`, no ledger, no plan: raw events, one per fence site,
 created once and re-recorded every frame (a wait captures the record it sees), through
 ``cuda.bindings`` with the calls prebound on the GPU (:class:`RawFences`) or through the
-model's ``record``/``wait`` on :class:`~streamsafe.SimBackend` (:class:`SimFences`), so CI
+model's ``record``/``wait`` on :class:`~streamsafe.sim.SimBackend` (:class:`SimFences`), so CI
 checks that they are correct. This is the floor streamsafe is measured against (``x hand``).
 
 The bench's streams: the user's stream **S** (a non-blocking torch side stream) produces

@@ -18,7 +18,7 @@ Figures (:func:`summarize`): per strategy, the aggregate frames/s of each scenar
 over each block's wall time), frames/s per lane, the **scaling** ``gpus-2 / gpus-1`` (ideal 2.0), and
 the **sync0 ratio**: GPU 1's frames/s in ``gpus-2-sync0`` over ``gpus-2`` (1.0: no stall).
 
-On the model (one :class:`~streamsafe.SimBackend` with ``devices=2`` per pipeline, shared by its lanes,
+On the model (one :class:`~streamsafe.sim.SimBackend` with ``devices=2`` per pipeline, shared by its lanes,
 one thread per lane) only counts are meaningful: frames, corrupt frames, fences and host waits per
 frame, and every lane's work on its own device. Run it with ``python -m streamsafe.bench.multi_gpu``
 (``--backend cuda`` needs ``torch.cuda.device_count() >= 2``, torch and CuPy).
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import SimBackend
+from ..sim.backend import SimBackend
 from .harness import HAND_ROWS, BenchResult, Row, as_row, run_bench
 from .lanes import LaneGroup
 from .pipelines import BenchScenario, GpuPipeline, SimPipeline
@@ -126,7 +126,7 @@ class GpuLane(GpuPipeline):
 
 
 class SimLane(SimPipeline):
-    """The same program on device ``device`` of a shared :class:`~streamsafe.SimBackend` (small frames):
+    """The same program on device ``device`` of a shared :class:`~streamsafe.sim.SimBackend` (small frames):
     inputs allocated and written on S each frame, the output copied on S, checked exactly."""
 
     def __init__(self, sc: BenchScenario, row: Row, sim: SimBackend, device: int) -> None:

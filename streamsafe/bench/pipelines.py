@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import SimBackend
+from ..sim.backend import SimBackend
 from ..contract import StreamContract
 from ..frameworks import cupy_external_stream
 from ..outputs import SafeImage, torch_copy
@@ -229,7 +229,7 @@ class GpuPipeline:
         import torch
 
         from ..backend.cuda import CudaBackend
-        from ..streams import as_stream
+        from ..backend.naming import as_stream
         from ..testing._engines import spin_cycles_per_us
 
         self.sc, self.torch, self.device = sc, torch, device
@@ -449,7 +449,7 @@ class _Factory:
 gpu_factory = _Factory(gpu=True)
 """Pipelines on the GPU (torch, CuPy, JAX, cuda.bindings)."""
 sim_factory = _Factory(gpu=False)
-"""Pipelines on :class:`~streamsafe.SimBackend`: counts and corruption only."""
+"""Pipelines on :class:`~streamsafe.sim.SimBackend`: counts and corruption only."""
 
 
 def count_corrupt_sim(sim: Any, pairs: list[tuple[Any, Any]]) -> int:

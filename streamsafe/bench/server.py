@@ -2,7 +2,7 @@
 
 Each lane is one bench pipeline (:class:`~streamsafe.bench.pipelines.GpuPipeline` on the GPU,
 :class:`~streamsafe.bench.pipelines.SimPipeline` on the model, all lanes on one shared
-:class:`~streamsafe.SimBackend` there) with its own effect, stream and contract (or hand-written
+:class:`~streamsafe.sim.SimBackend` there) with its own effect, stream and contract (or hand-written
 fences). A block runs on N persistent worker threads at once, one per lane, each issuing its
 frames with no coordination but the block's start and end, as a server's sessions do. The
 aggregate frames/s is every lane's frames over the block's wall time; latency is per frame,
@@ -45,7 +45,7 @@ class ServerPipeline(LaneGroup):
                 for _ in range(sc.effects):
                     lanes.append(GpuPipeline(sc, row))
             else:
-                from ..backend import SimBackend
+                from ..sim.backend import SimBackend
 
                 sim = SimBackend(scheduler="adversarial")
                 for _ in range(sc.effects):

@@ -6,13 +6,20 @@
 * :mod:`~streamsafe.sim.clocks` and :mod:`~streamsafe.sim.races`: happens-before and race reports;
 * :mod:`~streamsafe.sim.mirror`: the model fed by hooks from real GPU calls (sanitize mode).
 
-Nothing here needs a GPU, and the CUDA backend imports nothing of it.
+Nothing here needs a GPU, and the CUDA backend imports nothing of it. Importing it registers the
+model as the backend used where no GPU is present (:func:`streamsafe.backend.register_fallback`) and
+the mirror as sanitize mode's observer for ``STREAMSAFE_SANITIZE=1``.
 """
 
-from .backend import Op, SimArray, SimBackend, SimBuffer, SimEvent
+from ..backend import register_fallback
+from . import mirror as mirror
+from .backend import Op, SimArray, SimBackend, SimBuffer, SimCapsule, SimEvent
 from .clocks import HOST, VectorClock, is_ordered_after
 from .races import Access, Race
+from .sanitize import sanitize
 from .schedule import AdversarialScheduler, ChoiceScheduler, InOrderScheduler, RandomScheduler
+
+register_fallback(SimBackend)
 
 __all__ = [
     "HOST",
@@ -26,7 +33,9 @@ __all__ = [
     "SimArray",
     "SimBackend",
     "SimBuffer",
+    "SimCapsule",
     "SimEvent",
     "VectorClock",
     "is_ordered_after",
+    "sanitize",
 ]

@@ -4,14 +4,14 @@ Streams are queues of operations. An operation runs only after what CUDA orders 
 after: the previous operation on its stream; for the legacy default stream, all
 earlier work of the blocking (and per-thread) streams of its device, and the other
 way round; the event record a ``wait`` captured. Among the ready operations a
-:mod:`scheduler <streamsafe.backend.schedule>` picks any, so a missing fence can
+:mod:`scheduler <streamsafe.sim.schedule>` picks any, so a missing fence can
 produce wrong data, as on a GPU, and a seed or Hypothesis replays the schedule.
 At most ``max_pending`` operations wait at once: beyond that the oldest ready ones
 run, as a real GPU would have progressed.
 
 Independently of the schedule, each operation gets a vector clock at issue time;
 every access to one buffer that conflicts with an earlier one (one of them writes)
-and is not ordered after it is reported as a :class:`~streamsafe.races.Race` naming
+and is not ordered after it is reported as a :class:`~streamsafe.sim.races.Race` naming
 both; an access to memory released with :meth:`SimBackend.free` is reported as a
 use after free. The report is deterministic: it depends on the program, not on which
 order the scheduler chose. A buffer keeps only the accesses that can still race (per
@@ -44,19 +44,31 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 
 from .._env import SANITIZE_MEANING as _SANITIZE_MEANING, env_flag
-from .._dlpack import DLPACK_CUDA, SimCapsule
+from .._dlpack import DLPACK_CUDA
+from ..backend.naming import as_stream
 from .clocks import HOST, ActorId, SeqNum, VectorClock, is_ordered_after
-from ..errors import ArgumentError, CudaDriverError, DeviceMismatchError, InputArrayError, RaceError, StreamValueError
+from ..errors import ArgumentError, CudaDriverError, DeviceMismatchError, RaceError, StreamValueError, another_models_array
 from .races import Access, AccessKind, Race, find_race
-from ..streams import LEGACY_HANDLE, PER_THREAD_HANDLE, Stream, StreamKind, as_stream, implicitly_ordered
+from ..streams import LEGACY_HANDLE, PER_THREAD_HANDLE, Stream, StreamKind, implicitly_ordered
 from ..streams import thread_token as _thread_token
 from ..backend._pool import EventPool, EventPoolStats
 from .schedule import InOrderScheduler, Scheduler, make_scheduler
 
-__all__ = ["SimBackend", "SimEvent", "SimBuffer", "SimArray", "Op"]
+__all__ = ["SimBackend", "SimEvent", "SimBuffer", "SimArray", "SimCapsule", "Op", "sanitize_everywhere", "collecting_races"]
 
 _SANITIZE_ALL = 0
 """How many ``ss.sanitize()`` blocks without a backend are open: every model raises at a race then."""
+
+
+@contextlib.contextmanager
+def sanitize_everywhere() -> Iterator[None]:
+    """Inside the block every :class:`SimBackend` raises at a race (``ss.sanitize()`` without a backend)."""
+    global _SANITIZE_ALL
+    _SANITIZE_ALL += 1
+    try:
+        yield
+    finally:
+        _SANITIZE_ALL -= 1
 
 _RACE_SINKS: list[list[Any]] = []
 """Lists that hear of every race any model finds (:func:`collecting_races`); empty almost always."""
@@ -183,6 +195,57 @@ class _Lease:
         self.recorded: set[Stream] = set()
 
 
+class SimCapsule:
+    """What a simulated producer's ``__dlpack__`` returns: importable once, like a PyCapsule.
+
+    ``name`` follows the DLPack convention: ``"dltensor"`` (or ``"dltensor_versioned"``)
+    until consumed, then ``"used_dltensor"`` (``"used_dltensor_versioned"``).
+    """
+
+    __slots__ = ("_array", "versioned", "_consumed", "view_of")
+
+    def __init__(self, array: Any, *, versioned: bool = False) -> None:
+        self._array = array
+        self.versioned = versioned
+        self._consumed = False
+        self.view_of: Any = None
+        """``(weak reference to a ledger, generation)`` when it is a guarded effect's output: an array the
+        model imports from it is a view of that run's output (H7 when used after the next run)."""
+
+    @property
+    def name(self) -> str:
+        base = "dltensor_versioned" if self.versioned else "dltensor"
+        return f"used_{base}" if self._consumed else base
+
+    @property
+    def consumed(self) -> bool:
+        return self._consumed
+
+    @property
+    def __streamsafe_key__(self) -> Any:
+        """The memory it points at (the array's buffer), read without consuming it."""
+        return self._array.buffer
+
+    @property
+    def array(self) -> Any:
+        """The array it exports, while not consumed (``None`` after): the memory an importer gets."""
+        return None if self._consumed else self._array
+
+    def consume(self) -> Any:
+        """Take the tensor out; a second call raises :class:`BufferError` as a real capsule does."""
+        if self._consumed:
+            raise BufferError(
+                f"this DLPack capsule was already imported (its name is now {self.name!r}); a capsule "
+                "can be consumed once. Import it once and copy the result, or ask the producer for a new capsule."
+            )
+        self._consumed = True
+        return self._array
+
+    def __repr__(self) -> str:
+        return f"<SimCapsule {self.name!r}>"
+
+
+
 class SimArray:
     """A CUDA array in the model, with the DLPack producer protocol of a torch tensor.
 
@@ -210,6 +273,11 @@ class SimArray:
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.buffer.data.shape)
+
+    @property
+    def __streamsafe_key__(self) -> SimBuffer:
+        """What identifies its memory: the buffer (shared by every view of one allocation)."""
+        return self.buffer
 
     @property
     def dtype(self) -> np.dtype[Any]:
@@ -292,6 +360,15 @@ class SimBackend:
     """
 
     name = "sim"
+    records_accesses = True
+    framework_streams = False
+    private_handles = True
+    host_array_fix = "On the simulated backend (this effect's): sim.array(x), a device copy, or sim.empty(shape, dtype) and a kernel."
+
+    @property
+    def sanitizing(self) -> bool:
+        """Whether races raise at once (``on_race="raise"``, or an ``ss.sanitize()`` block without a backend)."""
+        return self.on_race == "raise" or _SANITIZE_ALL > 0
 
     def __init__(
         self,
@@ -1223,17 +1300,7 @@ class SimBackend:
         return f"SimBackend(devices={self._devices}, scheduler={type(self.scheduler).__name__})"
 
 
-def another_models_array(array: Any, backend: Any, what: str = "array") -> InputArrayError:
-    """The error for memory of a simulated backend (or of none) given to another ``backend`` as ``what``."""
-    owner = getattr(array, "backend", None)
-    return InputArrayError(
-        what,
-        array,
-        f"it is memory of {owner!r} (id {id(owner):#x}), not of {backend!r} (id {id(backend):#x}); "
-        "each model's memory lives only in the model that made it",
-        "Allocate it with the effect's backend (backend.empty(...)), or make the effect with the backend the "
-        "array belongs to (backend=...).",
-    )
+SimBackend.array_type = SimArray  # type: ignore[misc]
 
 
 _UNKNOWN_RELEASE = Access("release", "write", HOST, "host", 0, VectorClock(), -1)

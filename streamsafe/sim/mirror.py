@@ -4,7 +4,7 @@ A :class:`Mirror` is a :class:`streamsafe.hooks.Observer`. While registered (ins
 ``ss.sanitize()``, or for the whole process with ``STREAMSAFE_SANITIZE=1``), every fence,
 event record and wait, host synchronisation, emulated-effect kernel and release, every
 producer write a contract sees at ``run()`` and every consumer import of a contract's
-output is mirrored into a :class:`~streamsafe.SimBackend` whose only job is its vector
+output is mirrored into a :class:`~streamsafe.sim.SimBackend` whose only job is its vector
 clocks. A missing fence raises :class:`~streamsafe.RaceError` naming both accesses, whether
 or not timing corrupted the data; a read of released memory raises a use-after-free report
 (H7). It sees only what goes through streamsafe: a bare ``torch.cuda.synchronize()`` is
@@ -24,9 +24,10 @@ from typing import Any
 from .. import hooks
 from .schedule import InOrderScheduler
 from .backend import SimArray, SimBackend, SimBuffer
+from .._dlpack import array_key, capsule_data_key
 from ..streams import Stream, StreamKind
 
-__all__ = ["Mirror", "active", "sim_sanitizing", "enable_from_environment", "array_key", "is_release"]
+__all__ = ["Mirror", "active", "enable_from_environment", "is_release"]
 
 _ENV_MIRROR: Mirror | None = None
 _env_lock = threading.Lock()
@@ -50,27 +51,6 @@ def enable_from_environment() -> Mirror:
         return _ENV_MIRROR
 
 
-def sim_sanitizing(backend: Any) -> bool:
-    """True when ``backend`` is a model that raises at races (``ss.sanitize(sim)``)."""
-    from . import backend as sim_backend
-
-    return isinstance(backend, SimBackend) and (backend.on_race == "raise" or sim_backend._SANITIZE_ALL > 0)
-
-
-def array_key(arr: Any) -> Any:
-    """What identifies an array's memory: a pointer, or the model's buffer."""
-    if isinstance(arr, SimArray):
-        return arr.buffer
-    data_ptr = getattr(arr, "data_ptr", None)  # torch (first: a tensor's .data is a new tensor each time)
-    if callable(data_ptr):
-        return data_ptr()
-    data = getattr(arr, "data", None)
-    ptr = getattr(data, "ptr", None)  # CuPy
-    if isinstance(ptr, int):
-        return ptr
-    return None
-
-
 def is_release(name: str) -> bool:
     """Whether a host write named ``name`` releases the memory (the effects name theirs
     ``"<Effect>.release <what>"``; ``free``/``close`` count too)."""
@@ -81,6 +61,9 @@ def is_release(name: str) -> bool:
 class Mirror(hooks.Observer):
     """The model that mirrors real calls. Raises :class:`~streamsafe.RaceError` on the first race;
     the model stays usable after it (the racing access is fully recorded). Thread-safe."""
+
+    strict = True
+    """Sanitize mode is on while it listens: an unguarded change of an effect's output raises."""
 
     def __init__(self, devices: int = 16) -> None:
         self.sim = SimBackend(scheduler=InOrderScheduler(), on_race="raise", devices=devices)
@@ -205,8 +188,6 @@ class Mirror(hooks.Observer):
                 self.on_input_write(array_key(arr), producer, producer.device)
 
     def consumer_reads(self, contract: Any, image: Any, consumer: Stream) -> None:
-        from .._dlpack import capsule_data_key
-
         if isinstance(contract.backend, SimBackend):
             return  # the model already sees the real accesses
         self.on_output_read(capsule_data_key(image._capsule), consumer, consumer.device)
@@ -219,3 +200,6 @@ def _thread_of(stream: Any) -> int:
 
 def _is_model(stream: Any) -> bool:
     return isinstance(getattr(stream, "backend", None), SimBackend)
+
+
+hooks.set_environment_observer(enable_from_environment)

@@ -27,7 +27,7 @@ class Access:
     """The operation's name, e.g. ``"sr.inference#3"``."""
     kind: AccessKind
     actor: ActorId
-    """The stream's clock key, or :data:`~streamsafe.clocks.HOST`."""
+    """The stream's clock key, or :data:`~streamsafe.sim.clocks.HOST`."""
     where: str
     """The stream (with its kind) or ``"host"``, for people."""
     seq: SeqNum

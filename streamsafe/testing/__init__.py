@@ -1,7 +1,7 @@
 """streamsafe.testing: nvvfx-compatible effects that reproduce the SDK's stream behaviour.
 
 On a GPU the stages are real CuPy kernels on the real streams; without one they run on
-the :class:`~streamsafe.SimBackend` model, with the same ordering, so every hazard can be
+the :class:`~streamsafe.sim.SimBackend` model, with the same ordering, so every hazard can be
 tested in CI. ``install_fake_nvvfx()`` lets ``from nvvfx import VideoSuperRes`` run here.
 """
 

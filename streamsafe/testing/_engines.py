@@ -1,6 +1,6 @@
 """Two engines, one behaviour: where the emulated effects' stages run.
 
-* :class:`SimEngine`: on a :class:`~streamsafe.backend.SimBackend`, each stage is a
+* :class:`SimEngine`: on a :class:`~streamsafe.sim.SimBackend`, each stage is a
   modelled kernel over NumPy data; the model orders (or fails to order) it.
 * :class:`CupyEngine`: on the GPU, each stage is a real CuPy kernel on the real stream.
 
@@ -18,13 +18,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from .. import hooks
-from .._dlpack import DLPACK_CUDA, CapsuleTensor, check_input_device, read_capsule, require_cuda_input
+from .._dlpack import DLPACK_CUDA, CapsuleTensor, array_key, check_input_device, read_capsule, require_cuda_input
 from ..backend._held import held_calls, stream_handle
-from ..sim import mirror
-from ..backend import Backend, SimBackend, current_backend
+from ..backend import Backend, current_backend
+from ..sim.backend import SimBackend
 from ..frameworks import cupy_external_stream
 from ..sim.backend import SimArray, another_models_array
-from ..streams import LEGACY_HANDLE, Stream, StreamKind, as_stream
+from ..streams import LEGACY_HANDLE, Stream, StreamKind
+from ..backend.naming import as_stream
 
 __all__ = ["Engine", "SimEngine", "CupyEngine", "CapturedGraph", "TakenInput", "engine_for", "spin_cycles_per_us"]
 
@@ -184,7 +185,7 @@ class CupyEngine:
         with self._cupy.cuda.Device(self.device), self._cupy_stream(stream):
             fn(self._cupy, reads, writes)
         if hooks.observers:
-            key = mirror.array_key
+            key = array_key
             read_keys, write_keys = [key(a) for a in reads], [key(a) for a in writes]
             for o in hooks.observers:
                 o.on_launch(stream, name, read_keys, write_keys, self.device)
@@ -366,7 +367,7 @@ class CupyEngine:
         with self._cupy.cuda.Device(self.device), self._release_stream:
             array.view(self._cupy.uint8).fill(0xDE)
         if hooks.observers:
-            released = mirror.array_key(array)
+            released = array_key(array)
             for o in hooks.observers:
                 o.on_host_write(released, name, self.device)
 

@@ -64,7 +64,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import hooks
-from .._dlpack import SimCapsule
+from ..sim.backend import SimCapsule
 from ..backend import Backend
 from ..errors import EffectConfigError, EffectStateError
 from . import _kernels as K

@@ -19,7 +19,7 @@ producer stream is S, declared (``input_stream=``) or current at ``run()``.
 Two runners execute a program under one strategy and count corrupted frames (each copy
 compared with a NumPy reference computed from the known input data):
 
-* :func:`run_model`: on a :class:`~streamsafe.SimBackend` (``adversarial`` or seeded
+* :func:`run_model`: on a :class:`~streamsafe.sim.SimBackend` (``adversarial`` or seeded
   ``random`` scheduler), which also reports every race it found.
 * :class:`GpuRunner`: on a GPU, with torch tensors from torch's caching allocator, CuPy
   arrays from CuPy's pool, spin-kernel delays on P, S, the conversion and C, and torch,
@@ -785,7 +785,7 @@ class _Execution:
                 self.stack.close()
                 self.check()
             except Exception as e:  # a crash is a failure of the library under test: record it
-                if isinstance(e, ss.StrategyError) and self.setting_up:
+                if isinstance(e, ss.errors.StrategyError) and self.setting_up:
                     r.skipped = str(e).splitlines()[0]  # e.g. async where it is unsound
                 else:
                     r.error = _describe_error(e)
@@ -873,7 +873,7 @@ class _SimWorld(_World):
     name = "sim"
 
     def __init__(self, scheduler: str, seed: int | None) -> None:
-        self.sim = ss.SimBackend(scheduler=scheduler, seed=seed)
+        self.sim = ss.sim.SimBackend(scheduler=scheduler, seed=seed)
         self._pool: list[tuple[weakref.ref[Any], Any, Any]] = []
         self._surfaces: dict[tuple[Any, ...], Any] = {}
         self._scratch: dict[Any, Any] = {}
@@ -977,7 +977,7 @@ class _SimWorld(_World):
 
 
 def run_model(program: Program, strategy: str, *, scheduler: str = "adversarial", seed: int | None = 0) -> Result:
-    """Run ``program`` under ``strategy`` on a fresh :class:`~streamsafe.SimBackend`; count corrupted
+    """Run ``program`` under ``strategy`` on a fresh :class:`~streamsafe.sim.SimBackend`; count corrupted
     frames and the races the model reports. Deterministic for a given scheduler and seed."""
     label = "sim" if scheduler == "adversarial" else f"sim-{scheduler}:{seed}"
     return _execute(program, strategy, _SimWorld(scheduler, seed), label)

@@ -2,7 +2,7 @@
 
 A lab makes streams of a given kind, produces input frames on a producer stream,
 imports and copies outputs on a consumer stream, and reads the copies back for
-checking. :class:`SimLab` runs on a :class:`~streamsafe.SimBackend` (and can report
+checking. :class:`SimLab` runs on a :class:`~streamsafe.sim.SimBackend` (and can report
 races); :class:`GpuLab` runs real kernels with torch (producer and consumer) and the
 CuPy engine (effects). Operation names follow one convention so races can be mapped
 to hazards: ``producer.write``, ``producer.reuse``, ``consumer.copy``, and the
@@ -18,9 +18,11 @@ import weakref
 import numpy as np
 
 from .. import hooks
-from ..backend import Backend, SimBackend
+from ..backend import Backend
+from ..sim.backend import SimBackend
 from ..sim.races import Race
-from ..streams import Stream, as_stream
+from ..streams import Stream
+from ..backend.naming import as_stream
 
 __all__ = ["Lab", "SimLab", "GpuLab", "STREAM_KINDS"]
 

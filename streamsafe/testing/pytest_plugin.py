@@ -5,7 +5,7 @@
   is back after it. An emulation installed for the whole session (``install_fake_nvvfx()`` in a
   ``conftest.py``) is used as it is and left in place; a real ``nvvfx`` is shadowed for the
   test only.
-* ``sim_backend``: a fresh :class:`~streamsafe.SimBackend` (race-directed adversarial
+* ``sim_backend``: a fresh :class:`~streamsafe.sim.SimBackend` (race-directed adversarial
   scheduler) made current for the test, in every thread (also threads the test starts), so
   effects created without ``backend=`` use it.
 """
@@ -34,7 +34,8 @@ def fake_nvvfx(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 @pytest.fixture
 def sim_backend() -> Iterator[object]:
-    from ..backend import SimBackend, process_default, use_backend
+    from ..backend import process_default, use_backend
+    from ..sim.backend import SimBackend
 
     backend = SimBackend(scheduler="adversarial")
     with process_default(backend), use_backend(backend):  # (a worker thread the test starts sees it too)

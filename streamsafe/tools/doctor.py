@@ -48,7 +48,7 @@ def _version(dist: str) -> str | None:
 def _stream_defaults() -> list[dict[str, str]]:
     """Kinds of the frameworks' streams, read from the driver. Needs a GPU."""
     from ..backend.cuda import CudaBackend
-    from ..streams import as_stream
+    from ..backend.naming import as_stream
 
     backend = CudaBackend()
     rows: list[dict[str, str]] = [{"stream": "handle 0 / 1 (DLPack legacy)", "kind": str(as_stream(0, backend=backend).kind)}]

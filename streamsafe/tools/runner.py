@@ -161,13 +161,13 @@ class ContractTally:
     def __enter__(self) -> ContractTally:
         from .. import contract
 
-        contract._CONTRACT_SINKS.append(self)
+        contract.contract_sinks.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         from .. import contract
 
-        contract._CONTRACT_SINKS.remove(self)
+        contract.contract_sinks.remove(self)
 
 
 def run_program(

@@ -35,7 +35,7 @@ def frames() -> list[tuple[np.ndarray, np.ndarray]]:
 
 def test_gpu_matrix_every_strategy_fixes_every_hazard(torch_cuda) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("cupy")
-    from streamsafe.hazards import STRATEGIES, format_table, rows_to_json, run_matrix
+    from streamsafe.tools.hazards import STRATEGIES, format_table, rows_to_json, run_matrix
 
     rows = run_matrix(backend="cuda", frames=100, size=(64, 64), strategies=STRATEGIES)
     table = format_table(rows)
@@ -228,7 +228,7 @@ def test_sanitize_reports_a_deliberately_missing_fence(torch_cuda, frames) -> No
                 c.run(x).torch(consumer)
         c.close()
     assert shadow.races == []
-    with ss.sanitize(), pytest.raises(ss.RaceError) as info:  # the H3 fence left out on purpose
+    with ss.sanitize(), pytest.raises(ss.errors.RaceError) as info:  # the H3 fence left out on purpose
         c = ss.StreamContract(make(), sdk, strategy="none", allow_none=True)
         with torch.cuda.stream(sdk):
             c.run(x).torch(consumer)

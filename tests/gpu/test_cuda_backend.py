@@ -99,7 +99,7 @@ def test_fence_orders_real_kernels_as_the_model_predicts(torch_cuda, cuda_backen
     _trial.y = torch.empty(1 << 20, device="cuda")  # type: ignore[attr-defined]
     w = make_stream(torch, writer)
     r = make_stream(torch, reader)  # a second stream even when the kind is the same
-    ordered = ss.implicitly_ordered(ss.as_stream(w, backend=be), ss.as_stream(r, backend=be))
+    ordered = ss.streams.implicitly_ordered(ss.as_stream(w, backend=be), ss.as_stream(r, backend=be))
     wrong_unfenced = sum(not _trial(torch, be, w, r, False, float(i)) for i in range(TRIALS))
     wrong_fenced = sum(not _trial(torch, be, w, r, True, float(i)) for i in range(TRIALS))
     print(f"{writer} -> {reader}: implicitly ordered={ordered}, wrong without fence {wrong_unfenced}/{TRIALS}, "
@@ -184,5 +184,5 @@ def test_driver_errors_name_the_call(cuda_backend) -> None:  # type: ignore[no-u
     d = _load_driver()
     with pytest.raises(CudaDriverError, match=r"cuDeviceGet failed with CUDA_ERROR_INVALID_DEVICE \(101\)"):
         _check(d.cuDeviceGet(9999), "cuDeviceGet")
-    with pytest.raises(ss.StreamValueError, match="numbered 0 to"):
+    with pytest.raises(ss.errors.StreamValueError, match="numbered 0 to"):
         cuda_backend.synchronize_device(9999)

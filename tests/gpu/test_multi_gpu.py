@@ -99,7 +99,7 @@ def observing(observer: hooks.Observer) -> Iterator[hooks.Observer]:
 @contextmanager
 def hazard_effects_on(device: int) -> Iterator[None]:
     """``hazards._make_effect`` builds its effects with no ``device=``: give them ``device``."""
-    from streamsafe import hazards
+    from streamsafe.tools import hazards
     from streamsafe.testing import TrueHDR, VideoFrameGeneration, VideoSuperRes
 
     saved = {name: getattr(hazards, name) for name in ("VideoSuperRes", "TrueHDR", "VideoFrameGeneration")}
@@ -116,7 +116,7 @@ def test_hazard_matrix_on_device_1_with_real_kernels(two_gpus) -> None:  # type:
     import cupy
 
     torch = two_gpus
-    from streamsafe import hazards
+    from streamsafe.tools import hazards
     from streamsafe.testing.labs import GpuLab, SimLab
 
     torch.cuda.set_device(0)
@@ -286,13 +286,13 @@ def test_copy_helpers_take_streams_of_the_outputs_gpu_and_refuse_the_other(two_g
         torch.cuda.synchronize(0)
         assert np.array_equal(got_torch.cpu().numpy(), want) and np.array_equal(cupy.asnumpy(got_cupy), want)
         out = c.run(x)
-        with pytest.raises(ss.DeviceMismatchError, match="device 0"):
+        with pytest.raises(ss.errors.DeviceMismatchError, match="device 0"):
             out.torch(torch.cuda.Stream(device=1))
-        with pytest.raises(ss.DeviceMismatchError, match="device 0"):
+        with pytest.raises(ss.errors.DeviceMismatchError, match="device 0"):
             out.torch(torch.cuda.Stream(device=1), copy=False)
         with cupy.cuda.Device(1):
             other = cupy.cuda.Stream(non_blocking=True)
-        with pytest.raises(ss.DeviceMismatchError, match="device 0"):
+        with pytest.raises(ss.errors.DeviceMismatchError, match="device 0"):
             out.cupy(other)
         assert np.array_equal(out.torch().cpu().numpy(), want)
     c.close()
@@ -333,7 +333,7 @@ def test_jax_adapter_on_the_second_gpu_imports_the_outputs_own_device(two_gpus) 
                 assert view.devices() == {gpus[1]}
                 got = np.asarray(jnp.array(view, copy=True).block_until_ready())
                 bad += not np.array_equal(got, want)
-            with pytest.raises(ss.DeviceMismatchError, match="pass device_id=1"):
+            with pytest.raises(ss.errors.DeviceMismatchError, match="pass device_id=1"):
                 ss.JaxDLPackAdapter(c.run(x).image, device_id=0)
     finally:
         c.close()

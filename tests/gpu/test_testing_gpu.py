@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_gpu_hazard_matrix_agrees_with_the_model(torch_cuda) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("cupy")
-    from streamsafe.hazards import format_table, rows_to_json, run_matrix
+    from streamsafe.tools.hazards import format_table, rows_to_json, run_matrix
 
     rows = run_matrix(backend="cuda", frames=200, size=(64, 64))
     table = format_table(rows)
@@ -417,9 +417,9 @@ def test_graph_mode_refuses_host_arrays_as_the_eager_mode_does(torch_cuda, cuda_
         fx = VideoSuperRes(backend=cuda_backend, launch_mode=mode, latency_us=0)
         fx.output_width, fx.output_height = 192, 128
         fx.load()
-        with pytest.raises(ss.HostArrayError, match="host memory"):
+        with pytest.raises(ss.errors.HostArrayError, match="host memory"):
             fx.run(torch.rand(3, 64, 96))
-        with pytest.raises(ss.InputArrayError, match="no __dlpack__"):
+        with pytest.raises(ss.errors.InputArrayError, match="no __dlpack__"):
             fx.run([1.0, 2.0])
         y = fx.run(torch.rand(3, 64, 96, device="cuda"))
         assert torch.from_dlpack(y.image).shape == (3, 128, 192)

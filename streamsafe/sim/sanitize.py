@@ -3,6 +3,7 @@
     with ss.sanitize():
         ...   # a missing fence raises streamsafe.RaceError naming both accesses
 
+It lives with the model (:mod:`streamsafe.sim`): the core knows only :mod:`streamsafe.hooks`.
 On the GPU, a happens-before model (a :class:`streamsafe.hooks.Observer`, registered for
 the block) mirrors every fence, event, synchronisation, emulated-effect stage and release
 issued through streamsafe, the input writes a contract sees and every import of a
@@ -17,9 +18,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from . import hooks
-from .sim import mirror
-from .backend import Backend, SimBackend, current_backend, require_backend
+from .. import hooks
+from ..backend import Backend, current_backend, require_backend
+from . import mirror
+from .backend import SimBackend, sanitize_everywhere
 
 __all__ = ["sanitize"]
 
@@ -36,17 +38,14 @@ def sanitize(backend: Backend | None = None) -> Iterator[mirror.Mirror | SimBack
     if backend is not None:
         require_backend(backend, "sanitize()")
     if backend is None:
-        from .sim import backend as sim_backend
-
-        sim_backend._SANITIZE_ALL += 1
         model = mirror.Mirror()
-        hooks.register(model)
-        current = current_backend()
-        try:
-            yield current if isinstance(current, SimBackend) else model
-        finally:
-            hooks.unregister(model)
-            sim_backend._SANITIZE_ALL -= 1
+        with sanitize_everywhere():
+            hooks.register(model)
+            current = current_backend()
+            try:
+                yield current if isinstance(current, SimBackend) else model
+            finally:
+                hooks.unregister(model)
         return
     be = backend
     if isinstance(be, SimBackend):

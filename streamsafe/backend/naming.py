@@ -1,0 +1,116 @@
+"""Naming a stream: what a user passes (a torch/CuPy/cuda.core stream, an object with
+``__cuda_stream__``, a DLPack-style integer, ``None``) as a :class:`~streamsafe.streams.Stream` of a backend.
+
+None of these calls blocks the host or orders GPU work; they may query the driver for a created
+stream's device and flags.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+from ..errors import DeviceMismatchError, StreamTypeError, StreamValueError
+from ..streams import ACCEPTED_STREAMS, Stream, StreamKind, handle_of, stream_from_handle
+from . import Backend, current_backend
+
+__all__ = ["as_stream", "stream_on_device"]
+
+
+def as_stream(obj: Any = None, *, device: int | None = None, backend: Backend | None = None) -> Stream:
+    """Normalise ``obj`` into a :class:`~streamsafe.streams.Stream`.
+
+    ``device``, when given, is the device the stream must belong to (a stream of another
+    device raises :class:`~streamsafe.errors.DeviceMismatchError`), and the device of
+    the default streams named by 0, 1, 2 or ``None``. ``backend`` defaults to the one
+    owning ``obj``, else :func:`streamsafe.backend.current_backend`.
+
+    Does not block the host; may call ``cuStreamGetFlags``/``cuStreamGetDevice``.
+    """
+    if isinstance(obj, Stream):
+        if backend is not None and obj.backend is not None and obj.backend is not backend:
+            if obj.kind is StreamKind.LEGACY or obj.kind is StreamKind.PER_THREAD:  # the same stream in every backend
+                return _check_device(Stream(obj.device, obj.handle, obj.kind, backend, obj.thread), obj, device)
+            _refuse_another_model(obj, backend)
+        return _check_device(obj, obj, device)
+    owner = getattr(obj, "_streamsafe_backend", None)
+    be = backend or owner or current_backend()
+    if obj is None:
+        return _check_device(be.current_stream(device), obj, device)
+    if isinstance(obj, bool) or isinstance(obj, float):
+        raise StreamTypeError(obj, ACCEPTED_STREAMS)
+    if isinstance(obj, int):
+        return _named(obj, obj, None, device, be)
+    if isinstance(obj, numbers.Integral):  # np.int64 and the like: an int handle
+        return _named(int(obj), obj, None, device, be)
+    handle, obj_device = handle_of(obj)
+    return _named(handle, obj, obj_device, device, be)
+
+
+def _named(handle: int, obj: Any, obj_device: int | None, device: int | None, be: Backend) -> Stream:
+    dev = obj_device if obj_device is not None else device if device is not None else None
+    if dev is None and handle in (0, 1, 2):
+        dev = be.current_device()
+    return _check_device(stream_from_handle(handle, dev if dev is not None else 0, be, obj), obj, device)
+
+
+def _refuse_another_model(stream: Stream, backend: Backend) -> None:
+    """A :class:`Stream` of one model used with another backend: its handle would name an unrelated
+    stream there (two models number their streams alike). Streams of the driver mix freely, and the
+    default streams are the same in every backend (the caller maps those)."""
+    if getattr(stream.backend, "private_handles", False) or getattr(backend, "private_handles", False):
+        raise StreamValueError(
+            stream,
+            f"it is a stream of {stream.backend!r} (id {id(stream.backend):#x}), not of the backend in use here, "
+            f"{backend!r} (id {id(backend):#x}); its handle would name another stream there",
+            "Create the stream with the effect's backend (backend.create_stream(...)), or make the effect with the "
+            "backend the stream belongs to (backend=...).",
+        )
+
+
+def _check_device(stream: Stream, obj: Any, device: int | None) -> Stream:
+    if device is not None and stream.device != device:
+        raise DeviceMismatchError(
+            "stream",
+            obj if obj is not None else stream,
+            stream.device,
+            device,
+            f"Create the stream on device {device} (e.g. inside `with torch.cuda.device({device}):`) "
+            f"or use an effect on device {stream.device}.",
+        )
+    return stream
+
+
+_STREAM_FIXES = {
+    "sdk": (
+        "the SDK stream",
+        "Pass a stream of device {expected} (e.g. torch.cuda.Stream({expected}), or one made inside "
+        "`with torch.cuda.device({expected}):`), or use an effect created with device={actual}.",
+    ),
+    "input": (
+        "the input's producer stream",
+        "Declare the stream of device {expected} that writes the inputs, or use an effect created with device={actual}.",
+    ),
+    "consumer": (
+        "the consumer's stream",
+        "The output lives on device {expected}, the effect's: import it on a stream of device {expected} (e.g. "
+        "inside `with torch.cuda.device({expected}):`, or out.torch(stream) with a stream of device {expected}), "
+        "then copy the result to device {actual} (y.to('cuda:{actual}')).",
+    ),
+    "conversion": (
+        "the conversion stream",
+        "Pass a stream of device {expected}, or leave conversion_stream unset (the legacy stream of device {expected}).",
+    ),
+}
+
+
+def stream_on_device(obj: Any, device: int, backend: Any, role: str) -> Any:
+    """``as_stream(obj, device=device, backend=backend)``, with a
+    :class:`~streamsafe.errors.DeviceMismatchError` that names the stream's ``role`` (``"sdk"``,
+    ``"input"``, ``"consumer"``, ``"conversion"``), both devices and the fix for that role.
+    Does not block."""
+    what, fix = _STREAM_FIXES[role]
+    try:
+        return as_stream(obj, device=device, backend=backend)
+    except DeviceMismatchError as e:
+        raise DeviceMismatchError(what, e.value, e.actual, e.expected, fix.format(actual=e.actual, expected=e.expected)) from None

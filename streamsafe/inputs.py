@@ -1,0 +1,219 @@
+"""A contract's inputs: each input checked, its producer's stream found, and the input kept from reuse
+while the SDK may still read it.
+
+* the **producer** of each input (H1): the contract's declared ``input_stream``, else the producing
+  framework's current stream (torch, CuPy, a backend's own arrays), else unknown: the run stream is
+  then forwarded through ``__dlpack__(stream=...)`` when the SDK takes the input (:class:`Forwarding`);
+* the **protection** of inputs after an asynchronous run (H12): torch's ``record_stream``, a backend
+  array's ``record_stream``, else a keep-alive in the ledger until an event on the run stream completes;
+* **views of other effects' outputs** passed as inputs: that effect's next run waits for this run.
+
+Nothing here blocks the host.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+from ._dlpack import DLPACK_CPU, DLPACK_CUDA, array_key, check_input_device, require_cuda_input
+from .backend import Backend
+from .backend.naming import as_stream
+from .errors import HostArrayError, InputArrayError, another_models_array
+from .frameworks import TORCH, framework_of, torch_current_stream_handle
+from .ledger import Ledger, view_owner
+from .profile import Profile
+from .streams import LEGACY_HANDLE, Stream
+
+__all__ = ["Inputs", "Forwarding", "is_number"]
+
+
+def is_number(value: Any) -> bool:
+    """Whether a call's argument is a scalar (a timestep, a frame index), not an input array."""
+    return isinstance(value, numbers.Number)
+
+
+class Inputs:
+    """The inputs of one contract's calls (see the module docstring). ``declared``: the contract's
+    ``input_stream``, or ``None``."""
+
+    __slots__ = ("backend", "device", "ledger", "declared", "profile")
+
+    def __init__(self, backend: Backend, device: int, ledger: Ledger, declared: Stream | None, profile: Profile) -> None:
+        self.backend = backend
+        self.device = device
+        self.ledger = ledger
+        self.declared = declared
+        self.profile = profile
+
+    def of_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], list[Stream | None]]:
+        """The input arrays of a call and their producers' streams (``None``: unknown); every input is
+        checked first (an array of another device, host memory, a scalar given as text raise). Issues nothing."""
+        arrays = [a for a in args if not is_number(a)]
+        for i, a in enumerate(args[1:], 1):
+            if a is None or isinstance(a, (str, bytes)):  # (a timestep or a frame index given as text, or left out)
+                raise InputArrayError(
+                    f"argument {i + 1}", a,
+                    f"{'None' if a is None else 'a ' + type(a).__name__} is neither an input array nor a number",
+                    "Pass the inputs as CUDA arrays and a timestep or index as a number, "
+                    "e.g. c.run_at_timestep(previous, next, 0.5)",
+                )
+        arrays += [kwargs[k] for k in self.profile.input_keywords if k in kwargs]
+        try:
+            producers = [self.producer_of(a) for a in arrays]
+        except HostArrayError as e:
+            fix = self.backend.host_array_fix
+            if not fix:
+                raise
+            raise HostArrayError(e.what, e.value, _described(e), e.rule, f"{e.fix} {fix}") from None
+        return arrays, producers
+
+    def producer_of(self, arr: Any) -> Stream | None:
+        """Check an input and find its producer's stream (``None``: unknown, forward instead)."""
+        if TORCH.tensor is not None and isinstance(arr, TORCH.tensor):
+            return self._torch_producer(arr)
+        require_cuda_input("input", arr, self.device)
+        owner = _owner(arr)
+        if owner is not None and owner is not self.backend:
+            raise another_models_array(arr, self.backend, "input")
+        if self.declared is not None:
+            return self.declared
+        if owner is not None:
+            return owner.current_stream(self.device)  # type: ignore[no-any-return]
+        fw = framework_of(arr)
+        if fw == "torch":
+            import torch
+
+            return as_stream(torch.cuda.current_stream(self.device), backend=self.backend)
+        if fw == "cupy":
+            import cupy
+
+            with cupy.cuda.Device(self.device):
+                return as_stream(cupy.cuda.get_current_stream(), backend=self.backend)
+        return None  # JAX and unknown producers: forward __dlpack__(stream=S)
+
+    def _torch_producer(self, arr: Any) -> Stream:
+        """The fast path for torch tensors: device from ``get_device()``, stream from torch's raw
+        current-stream pointer (no Python stream object), kind from the driver."""
+        dev = arr.get_device()  # -1 for a CPU tensor
+        check_input_device("input", arr, DLPACK_CPU if dev < 0 else DLPACK_CUDA, dev, self.device)
+        if self.declared is not None:
+            return self.declared
+        import torch
+
+        handle = torch_current_stream_handle(torch, dev)
+        known = self.ledger.known_stream(handle) if dev == self.device else None
+        return known if known is not None else as_stream(handle, device=dev, backend=self.backend)
+
+    def for_sdk(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], arrays: list[Any], producers: list[Stream | None],
+        run_stream: Stream, *, forward: bool, record: bool,
+    ) -> tuple[list[Any], dict[str, Any], dict[int, Forwarding]]:
+        """The call's arguments as the SDK gets them: an input of an unknown producer wrapped to forward the
+        run stream (``forward``, H1), and, on a model (``record``), each input the contract keeps alive
+        wrapped to note the memory the SDK's own import takes. Returns the arguments, keywords (without
+        the stream and blocking keywords: the contract passes its own) and the wrappers by input id."""
+        call_kwargs = {k: v for k, v in kwargs.items() if k != self.profile.stream_keyword and k != self.profile.blocking_keyword}
+        seen: dict[int, Forwarding] = {}
+        if not (forward or record):
+            return list(args), call_kwargs, seen
+        unknown = {id(a) for a, p in zip(arrays, producers) if p is None}
+
+        def wrap(a: Any) -> Any:
+            stream = run_stream if forward and id(a) in unknown else None
+            if stream is None and not (record and self.kept_alive(a)):
+                return a
+            wrapper = Forwarding(a, stream)
+            if record:
+                seen[id(a)] = wrapper
+            return wrapper
+
+        call_args = [a if is_number(a) else wrap(a) for a in args]
+        for k in self.profile.input_keywords:
+            if k in call_kwargs:
+                call_kwargs[k] = wrap(call_kwargs[k])
+        return call_args, call_kwargs, seen
+
+    def kept_alive(self, a: Any) -> bool:
+        """Whether :meth:`protect` keeps ``a`` alive (not a backend's own array or a torch tensor, which it
+        protects with ``record_stream``)."""
+        return not (_owner(a) is not None or (TORCH.tensor is not None and type(a) is TORCH.tensor) or framework_of(a) == "torch")
+
+    def protect(self, inputs: Sequence[Any], run_stream: Stream, seen: dict[int, Forwarding] | None = None) -> None:
+        """H12: keep each input from being recycled while the run stream may still read it: torch's
+        ``record_stream`` (the allocator then waits for the run stream), else a keep-alive until
+        an event recorded on the run stream completes. Does not block."""
+        if run_stream.thread:
+            # A per-thread run stream: the allocator records its event in whichever thread frees the input,
+            # where 2 names another stream. The legacy stream follows every thread's per-thread stream.
+            run_stream = as_stream(LEGACY_HANDLE, device=run_stream.device, backend=self.backend)
+        others = []
+        for arr in inputs:
+            if (TORCH.tensor is not None and type(arr) is TORCH.tensor) or framework_of(arr) == "torch":
+                arr.record_stream(self.ledger.torch_stream(run_stream))
+            elif _owner(arr) is not None and hasattr(arr, "record_stream"):
+                arr.record_stream(run_stream)
+            else:
+                others.append(arr)
+        if others:
+            self.ledger.keep_alive(others, run_stream)
+            if seen:
+                # On the model the allocator learns what the keep-alive does on a GPU: the memory the SDK
+                # imported is not recycled before the run stream's work is done (its accesses then retire
+                # with the block). The SDK's own import told which memory that is: no second export.
+                for arr in others:
+                    wrapper = seen.get(id(arr))
+                    inner = wrapper.imported if wrapper is not None else None
+                    if inner is not None and _owner(inner) is self.backend:
+                        inner.record_stream(run_stream)
+
+    def read_views(self, arrays: Sequence[Any], run_stream: Stream) -> None:
+        """An input that is a zero-copy view of another guarded effect's output (effects chained by
+        views): this run reads that output, so its effect's next run must wait for it."""
+        for arr in arrays:
+            found = view_owner(arr.data_ptr() if TORCH.tensor is not None and type(arr) is TORCH.tensor else array_key(arr))
+            if found is not None and found[0] is not self.ledger:
+                owner, generation = found
+                owner.add_reader(generation, run_stream)
+
+
+def _owner(arr: Any) -> Any:
+    """The backend whose own array ``arr`` is (a model's: it has ``__streamsafe_key__``), else ``None``."""
+    return arr.backend if hasattr(type(arr), "__streamsafe_key__") else None
+
+
+def _described(error: HostArrayError) -> str:
+    """The array's description inside a :class:`HostArrayError`'s message (type and shape, no data)."""
+    text = str(error)
+    head = f"{error.what} "
+    return text[len(head):text.index(" is not on a GPU")] if text.startswith(head) and " is not on a GPU" in text else "the input"
+
+
+class Forwarding:
+    """An input whose ``__dlpack__()`` (called by the SDK with no stream) asks the producer to
+    order the SDK stream, as DLPack intends (H1 when the producer's stream is unknown); with no
+    stream, a plain pass-through. A capsule object of a backend's own (the model's) tells which
+    array the SDK imports (``imported``: the memory the SDK reads)."""
+
+    __slots__ = ("_arr", "_stream", "imported")
+
+    def __init__(self, arr: Any, stream: Stream | None) -> None:
+        self._arr = arr
+        self._stream = stream
+        self.imported: Any = None
+
+    def __dlpack_device__(self) -> Any:
+        return self._arr.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        if self._stream is not None:
+            kwargs["stream"] = self._stream.dlpack
+        capsule = self._arr.__dlpack__(**kwargs)
+        inner = getattr(capsule, "array", None) if hasattr(type(capsule), "__streamsafe_key__") else None
+        if inner is not None:
+            self.imported = inner
+        return capsule
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._arr, name)

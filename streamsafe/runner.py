@@ -1,7 +1,0 @@
-"""Moved to :mod:`streamsafe.tools.runner` (the tools live in streamsafe.tools); this name stays so that existing imports keep working."""
-
-import sys
-
-from .tools import runner as _moved
-
-sys.modules[__name__] = _moved
