@@ -306,20 +306,19 @@ def test_graph_mode_reads_any_input_layout(torch_cuda, cuda_backend, layout: str
     assert torch.equal(frames["graph"], frames["eager"])
 
 
-@pytest.mark.parametrize("path", ["native", "ctypes"])
-def test_the_input_copy_kernels_copy_one_and_two_inputs_of_any_size(torch_cuda, path: str) -> None:  # type: ignore[no-untyped-def]
+def test_the_input_copy_kernels_copy_one_and_two_inputs_of_any_size(torch_cuda) -> None:  # type: ignore[no-untyped-def]
     """The emulator's input copy (one launch for one input, one for two, 16-byte words where everything is
-    aligned, bytes otherwise), by the C extension and by ``ctypes``: every destination byte is its own
-    source's, and the bytes after it are untouched."""
+    aligned, bytes otherwise), through ``ctypes``: every destination byte is its own source's, and the
+    bytes after it are untouched."""
     cupy = pytest.importorskip("cupy")
     torch = torch_cuda
     from streamsafe.backend._held import held_calls
     from streamsafe.testing._engines import _CopyLauncher
 
     held = held_calls()
-    if held is None or (path == "native" and held.native is None):
-        pytest.skip(f"no {path} driver entry points here")
-    launcher = _CopyLauncher(cupy, 0, held.cuLaunchKernel, held.native if path == "native" else None)
+    if held is None:
+        pytest.skip("no driver entry points here")
+    launcher = _CopyLauncher(cupy, 0, held.cuLaunchKernel)
     stream = torch.cuda.Stream()
     g = torch.Generator(device="cuda").manual_seed(3)
     for sizes in ([4096], [73_332], [4096, 4096], [4096, 73_331], [1, 6_220_800], [6_220_800, 17]):
