@@ -17,7 +17,7 @@ import streamsafe as ss
 import streamsafe.contract as contract_module
 import streamsafe.outputs as outputs_module
 from streamsafe import occupancy, steady
-from streamsafe.testing import fuzz
+from tests import fuzzing as fuzz
 from streamsafe.testing.effects import TrueHDR, VideoSuperRes
 
 BUILT = contract_module._NATIVE_REPLAY is not None
