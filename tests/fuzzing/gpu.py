@@ -38,8 +38,8 @@ class _GpuStream:
 
 class GpuRunner:
     """Runs programs on a GPU: torch and CuPy produce inputs from their allocators, the emulated
-    effects run real CuPy kernels, consumers are torch, CuPy, JAX (``out.jax()`` or the seed's
-    recipe) and NumPy; random spin delays on P, the SDK stages, the conversion and C.
+    effects run real CuPy kernels, consumers are torch, CuPy, JAX (``out.jax()`` or the vendor's
+    documented recipe) and NumPy; random spin delays on P, the SDK stages, the conversion and C.
 
     ``scale`` multiplies the programs' sizes (4: 64x64 inputs). ``max_delay_us`` bounds the
     per-stage delays, ``late_us`` the other work a late consumer enqueues on C. Copies are checked
@@ -279,7 +279,7 @@ class _GpuWorld(_World):
             with self.r.cupy.cuda.Device(self.r.device), stream.cupy:
                 return view.copy()
         _, jnp = self.r.jax()
-        out = jnp.array(view, copy=True)  # the seed's recipe: copy after a zero-copy import, then wait
+        out = jnp.array(view, copy=True)  # the vendor's documented recipe: copy after a zero-copy import, then wait
         out.block_until_ready()
         return out
 
