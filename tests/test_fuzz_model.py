@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from streamsafe.testing.fuzz import STRATEGIES, Result, generate, run_model
+from tests.fuzzing import STRATEGIES, Result, generate, run_model
 
 PROGRAMS = int(os.environ.get("STREAMSAFE_FUZZ_MODEL_PROGRAMS", "200"))
 FRAMES = int(os.environ.get("STREAMSAFE_FUZZ_MODEL_FRAMES", "10"))
@@ -81,7 +81,7 @@ def test_long_programs(seed: int, strategy: str) -> None:
 def test_the_fuzzers_command_line_refuses_what_would_prove_nothing(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A bad name raised a traceback or became a table row; a zero count ran nothing and passed (found by a
     review helper)."""
-    from streamsafe.testing.fuzz import main
+    from tests.fuzzing import main
 
     with pytest.raises(SystemExit) as info:
         main(args)
@@ -89,7 +89,7 @@ def test_the_fuzzers_command_line_refuses_what_would_prove_nothing(args: list[st
 
 
 def test_the_fuzzers_command_line_takes_names_in_any_case_once(capsys: pytest.CaptureFixture[str]) -> None:
-    from streamsafe.testing.fuzz import main
+    from tests.fuzzing import main
 
     assert main(["--programs", "2", "--frames", "2", "--strategies", "Auto,auto", "--scheduler", "Adversarial"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("auto ")]

@@ -136,35 +136,6 @@ def test_single_calls_pass_their_arguments_and_results(driver: Driver) -> None:
         native.launch_copy(1, 1, 1, 0, 0, 0, 0, 0)
 
 
-@pytest.mark.parametrize("path", ["native", "ctypes"])
-def test_the_emulators_copy_launcher_makes_one_launch_for_one_or_two_inputs(driver: Driver, path: str) -> None:
-    """The emulated SDK's input copy (``_CopyLauncher``) through the C extension and through ``ctypes``,
-    on stand-in entry points: one launch a pair of inputs (a grid row each), the copy kernel of its
-    arity, the grid's width by the larger size, the first failure returned."""
-    import contextlib
-    import types
-
-    from streamsafe.backend._held import _PROTOTYPES
-    from streamsafe.testing._engines import _CopyLauncher
-
-    kernels = {"streamsafe_copy": 0xF1, "streamsafe_copy2": 0xF2}
-    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(Device=lambda device: contextlib.nullcontext()),
-                                 RawKernel=lambda source, name: types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=kernels[name])))
-    launch = _PROTOTYPES["cuLaunchKernel"](driver.addresses()[4])
-    launcher = _CopyLauncher(cupy, 0, launch, native if path == "native" else None)
-    assert launcher([0x1000, 0x2000, 4096], 5) == 0
-    assert launcher([0x1000, 0x2000, 4096, 0x3000, 0x4000, 1 << 20], 6) == 0
-    assert launcher([1, 2, 3] * 3, 7) == 0
-    assert driver.log == [
-        ("launch", 0xF1, (1, 1, 1), (256, 1, 1), 0, 5, (0x1000, 0x2000, 4096), None),
-        ("launch", 0xF2, (256, 2, 1), (256, 1, 1), 0, 6, (0x1000, 0x2000, 4096, 0x3000, 0x4000, 1 << 20), None),
-        ("launch", 0xF2, (1, 2, 1), (256, 1, 1), 0, 7, (1, 2, 3, 1, 2, 3), None),
-        ("launch", 0xF1, (1, 1, 1), (256, 1, 1), 0, 7, (1, 2, 3), None),
-    ]
-    driver.fail["launch"] = 719
-    assert launcher([1, 2, 3] * 3, 7) == 719 and len(driver.log) == 5  # (stops at the first failing launch)
-
-
 def test_handles_take_the_full_64_bits(driver: Driver) -> None:
     big = 0xFFFF_FFFF_FFFF_FFF0
     native.event_record(big, 2**63)

@@ -438,8 +438,11 @@ class _Factory:
 
         sc = scenario_by_key(scenario)
         row = as_row(strategy)
-        if sc.effects:
-            return ServerPipeline.build(sc, row, gpu=self.gpu)
+        if sc.effects:  # a video server: sc.effects lanes, on the GPU or on one shared model
+            if self.gpu:
+                return ServerPipeline.build(sc.effects, lambda: GpuPipeline(sc, row))
+            sim = SimBackend(scheduler="adversarial")
+            return ServerPipeline.build(sc.effects, lambda: SimPipeline(sc, row, sim=sim))
         return GpuPipeline(sc, row) if self.gpu else SimPipeline(sc, row)
 
     def __repr__(self) -> str:

@@ -14,9 +14,9 @@ the lanes serialise; device-side event fences order only the streams of one lane
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from .harness import Row
 from .lanes import LaneGroup
 
 __all__ = ["ServerPipeline", "PRIME_STEPS"]
@@ -35,21 +35,15 @@ class ServerPipeline(LaneGroup):
         self._primed = False
 
     @classmethod
-    def build(cls, sc: Any, row: Row, *, gpu: bool, threaded: bool = True) -> ServerPipeline:
-        """``sc.effects`` lanes of scenario ``sc`` under ``row``: on the GPU, or on one shared model."""
-        from .pipelines import GpuPipeline, SimPipeline
-
+    def build(cls, count: int, make_lane: Callable[[], Any], *, threaded: bool = True) -> ServerPipeline:
+        """``count`` lanes, each ``make_lane()`` (the bench's factory passes one that builds a
+        :class:`~streamsafe.bench.pipelines.GpuPipeline`, or a
+        :class:`~streamsafe.bench.pipelines.SimPipeline` on one model all lanes share); the lanes made
+        are closed if a later one fails."""
         lanes: list[Any] = []
         try:
-            if gpu:
-                for _ in range(sc.effects):
-                    lanes.append(GpuPipeline(sc, row))
-            else:
-                from ..sim.backend import SimBackend
-
-                sim = SimBackend(scheduler="adversarial")
-                for _ in range(sc.effects):
-                    lanes.append(SimPipeline(sc, row, sim=sim))
+            for _ in range(count):
+                lanes.append(make_lane())
         except BaseException:
             for lane in lanes:
                 lane.close()

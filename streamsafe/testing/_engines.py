@@ -6,7 +6,7 @@
 
 Both take the input with ``__dlpack__()`` and no stream, run stages on the stream they
 are told, make the host wait only when told to, and release buffers with no stream
-ordering, exactly like the SDK (see the seed document).
+ordering, exactly like the SDK (see the vendor's documentation).
 """
 
 from __future__ import annotations
@@ -493,18 +493,16 @@ extern "C" __global__ void streamsafe_copy2(const unsigned char* src0, unsigned 
 
 class _CopyLauncher:
     """The inputs' copy kernels launched with ``cuLaunchKernel``: one input with ``streamsafe_copy``, two
-    with ``streamsafe_copy2`` (one grid row each); by the C extension's ``launch_copy`` where it is built,
-    else through ``ctypes`` with prebuilt argument slots (the driver copies the arguments at the call, so
-    the slots are free again when it returns)."""
+    with ``streamsafe_copy2`` (one grid row each), through ``ctypes`` with prebuilt argument slots (the
+    driver copies the arguments at the call, so the slots are free again when it returns)."""
 
-    def __init__(self, cupy: Any, device: int, launch: Any, native: Any = None) -> None:
+    def __init__(self, cupy: Any, device: int, launch: Any) -> None:
         with cupy.cuda.Device(device):
             one, two = cupy.RawKernel(_COPY_SOURCE, "streamsafe_copy"), cupy.RawKernel(_COPY_SOURCE, "streamsafe_copy2")
             self._functions = (int(one.kernel.ptr), int(two.kernel.ptr))
         self._keep = (one, two)
         self._c_functions = (ctypes.c_void_p(self._functions[0]), ctypes.c_void_p(self._functions[1]))
         self._launch_kernel = launch
-        self._native = native.launch_copy if native is not None else None
         self._args = (ctypes.c_uint64 * 6)()
         base = ctypes.addressof(self._args)
         self._params = (ctypes.c_void_p * 6)(*(base + 8 * i for i in range(6)))
@@ -534,11 +532,6 @@ class _CopyLauncher:
         """One launch: ``pair`` holds one input's three ints, or two inputs' six."""
         two = len(pair) == 6
         blocks = max(self._width(pair[2]), self._width(pair[5])) if two else self._width(pair[2])
-        native = self._native
-        if native is not None:
-            if two:
-                return native(self._functions[1], blocks, 256, pair[0], pair[1], pair[2], stream, pair[3], pair[4], pair[5])  # type: ignore[no-any-return]
-            return native(self._functions[0], blocks, 256, pair[0], pair[1], pair[2], stream)  # type: ignore[no-any-return]
         args = self._args
         for i, value in enumerate(pair):
             args[i] = value

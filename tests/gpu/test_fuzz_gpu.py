@@ -56,7 +56,7 @@ def test_gpu_timing_fuzzer(torch_cuda) -> None:  # type: ignore[no-untyped-def]
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares the GPU with torch and CuPy
     pytest.importorskip("cupy")
     pytest.importorskip("jax")
-    from streamsafe.testing import fuzz
+    from tests import fuzzing as fuzz
 
     runner = fuzz.GpuRunner(max_delay_us=MAX_DELAY_US, late_us=LATE_US, producers=PRODUCERS)
     count = max(1, math.ceil(FRAMES / PROGRAM_FRAMES))
