@@ -1,4 +1,4 @@
-# ruff: noqa: B007  (kept as it ran on the GPU)
+# ruff: noqa: B007
 """Independent GPU race check of streamsafe with torch producers/consumers.
 
 Per frame: a torch producer (default stream or a side stream) writes a fresh input
@@ -10,7 +10,7 @@ consumed copy is compared with a reference computed on a separate, fully synchro
 effect instance (itself cross-checked against the NumPy math on CPU).
 
 Run (from the repository root, on a GPU):
-    BUDGET_S=210 FRAMES=2700 CONTROL_FRAMES=1350 PYTHONPATH=. python3 docs/runs/2026-11-30-independent-check/race_check.py
+    BUDGET_S=210 FRAMES=2700 CONTROL_FRAMES=1350 PYTHONPATH=. python3 scripts/race_check.py
 """
 
 from __future__ import annotations
