@@ -1,4 +1,5 @@
-"""The micro-benchmarks' shared loop: callables timed in interleaved blocks, raw samples kept."""
+"""The benchmarks' shared timing loops: callables timed in interleaved blocks (every raw sample kept),
+and the best block of one callable."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def interleave(
     Returns, per name, one sample per block: host microseconds per call. ``sync`` runs
     between blocks (untimed) so no block inherits another's GPU work. ``contexts``: for some
     names, a context that the row's warm-up and each of its blocks run in, entered and left
-    outside the timing (e.g. a switch of streamsafe's set for that row only).
+    outside the timing (e.g. a setting changed for that row only).
     """
     if blocks < 1 or per_block < 1 or warmup < 0:
         raise ValueError(f"blocks and per_block must be >= 1 and warmup >= 0, got {blocks}, {per_block}, {warmup}")
