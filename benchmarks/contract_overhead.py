@@ -17,8 +17,6 @@ stream 0 converts. For each strategy (``event``; ``auto``, which picks ``async``
   (:mod:`streamsafe.bench.hand`: ``hand-sync`` beside ``event``, ``hand`` beside ``auto``);
 * ``contract.run() + out.torch(copy=False) view`` beside ``hand, same fences + raw capsule import``:
   the zero-copy helper, ordered as ``torch.from_dlpack(out.image)`` is, importing a raw capsule;
-* ``contract.run() + out.torch(copy=False) view, Python replay``: the same with the steady-state frame in
-  Python (the C extension's ``replay`` and ``import_output`` switched off for that row's blocks only);
 * ``contract.run() + out.torch() copy`` beside ``hand, same fences + raw capsule import + clone``:
   the copy helper, which asks for the capsule on torch's current stream itself and imports it as a
   raw capsule (no producer object for torch to ask its current stream of).
@@ -29,23 +27,25 @@ the capsule and orders nothing, torch's own cost for any object with ``__dlpack_
 its current stream first), which ``out.image`` pays too.
 The import step alone is also timed inside each frame: ``torch.from_dlpack(out.image)`` vs the
 hand's import fence + ``torch.from_dlpack(capsule)`` vs a bare ``torch.from_dlpack(capsule)``.
-Targets (issue 10): ``contract.run() + out.image import`` at most 5 us over ``hand, same fences +
-raw capsule import``; an ``out.image`` import as cheap as a raw capsule's. Interleaved blocks;
-every raw sample kept.
+Targets (issue 10): streamsafe's own cost at most 5 us over the hand row (the summary's
+``contract + out.torch(copy=False) - hand, same fences + import``, and ``contract + import - hand,
+same fences + import`` for ``torch.from_dlpack(out.image)``); an ``out.image`` import as cheap as a raw
+capsule's. Interleaved blocks; every raw sample kept.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import json
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from _interleave import interleave
+from _timing import interleave
+
+LEGACY_HANDLE = 1  # CUDA's legacy default stream (stream 0 as the SDK's conversion sees it)
 
 
 class NullSuperRes:
@@ -101,22 +101,6 @@ class _Producer:
         return self._capsule
 
 
-@contextlib.contextmanager
-def python_replay() -> Iterator[None]:
-    """The steady-state frame in Python (:meth:`StreamContract._replay` and ``SafeImage.__dlpack__``'s own
-    lines) instead of the C extension's ``replay`` and ``import_output``: the row beside it shows what the
-    C half saves, in one process."""
-    import streamsafe.contract as contract
-    import streamsafe.outputs as outputs
-
-    saved = contract._NATIVE_REPLAY, outputs.native_import
-    contract._NATIVE_REPLAY = outputs.native_import = None
-    try:
-        yield
-    finally:
-        contract._NATIVE_REPLAY, outputs.native_import = saved
-
-
 @dataclass
 class OverheadResult:
     samples_us: dict[str, list[float]] = field(default_factory=dict)
@@ -145,9 +129,6 @@ class OverheadResult:
             )
             out[f"contract + out.torch(copy=False) - hand, same fences + import [{s}] (us)"] = (
                 m(f"contract.run() + out.torch(copy=False) view [{s}]") - m(f"hand, same fences + raw capsule import [{s}]")
-            )
-            out[f"contract + out.torch(copy=False), Python replay - hand, same fences + import [{s}] (us)"] = (
-                m(f"contract.run() + out.torch(copy=False) view, Python replay [{s}]") - m(f"hand, same fences + raw capsule import [{s}]")
             )
             out[f"contract + out.torch() - hand, same fences + import + clone [{s}] (us)"] = (
                 m(f"contract.run() + out.torch() copy [{s}]") - m(f"hand, same fences + raw capsule import + clone [{s}]")
@@ -195,8 +176,9 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
     import time
 
     import streamsafe as ss
-    from streamsafe.bench.hand import RawFences
-    from streamsafe.streams import LEGACY_HANDLE, as_stream
+    from streamsafe.bench import RawFences
+
+    as_stream = ss.as_stream
 
     torch.cuda.set_device(0)
     be = ss.CudaBackend()
@@ -213,7 +195,6 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
     result = OverheadResult()
     result.environment = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)}
     keep: list[Any] = []
-    python_rows: list[str] = []
     from_dlpack = torch.from_dlpack
 
     raw_fx = PlainNullSuperRes(out_buf)
@@ -240,14 +221,13 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
     fences["raw effect.run()"] = fences["raw capsule import"] = fences["raw run + producer-object import"] = 0
 
     for strategy in ("event", "auto"):
-        fx, fx_import, fx_copy, fx_view, fx_py = (NullSuperRes(out_buf) for _ in range(5))
+        fx, fx_import, fx_copy, fx_view = (NullSuperRes(out_buf) for _ in range(4))
         with torch.cuda.stream(side):
             c = ss.StreamContract(fx, side, strategy=strategy)
             c_import = ss.StreamContract(fx_import, side, strategy=strategy)
             c_copy = ss.StreamContract(fx_copy, side, strategy=strategy)
             c_view = ss.StreamContract(fx_view, side, strategy=strategy)
-            c_py = ss.StreamContract(fx_py, side, strategy=strategy)
-        keep += [fx, fx_import, fx_copy, fx_view, fx_py, c, c_import, c_copy, c_view, c_py]
+        keep += [fx, fx_import, fx_copy, fx_view, c, c_import, c_copy, c_view]
         result.plans[strategy] = str(c.plan)
         import_name = f"import: out.image [{strategy}]"
 
@@ -320,8 +300,6 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
         rows[f"hand, same fences + raw capsule import [{strategy}]"] = hand_same
         rows[f"hand, minimal + raw capsule import [{strategy}]"] = hand_minimal
         rows[f"contract.run() + out.torch(copy=False) view [{strategy}]"] = contract_view
-        rows[f"contract.run() + out.torch(copy=False) view, Python replay [{strategy}]"] = functools.partial(contract_view, c_py)
-        python_rows.append(f"contract.run() + out.torch(copy=False) view, Python replay [{strategy}]")
         rows[f"contract.run() + out.torch() copy [{strategy}]"] = contract_copy
         rows[f"hand, same fences + raw capsule import + clone [{strategy}]"] = functools.partial(hand_same, copy=True)
         fences[f"hand, same fences + raw capsule import + clone [{strategy}]"] = len(before) + len(after) + len(at_import)
@@ -333,9 +311,7 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
         with torch.cuda.stream(side):
             for row, contract, label in ((contract_run, c, "contract.run()"), (contract_import, c_import, "contract.run() + out.image import"),
                                          (contract_copy, c_copy, "contract.run() + out.torch() copy"),
-                                         (contract_view, c_view, "contract.run() + out.torch(copy=False) view"),
-                                         (functools.partial(contract_view, c_py), c_py,
-                                          "contract.run() + out.torch(copy=False) view, Python replay")):
+                                         (contract_view, c_view, "contract.run() + out.torch(copy=False) view")):
                 for _ in range(3):
                     row()
                 start = contract.stats["fences"]
@@ -355,8 +331,7 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
     with torch.cuda.stream(side):
         timers.flush()  # drop the checks' timings
         timers.flushes = 0
-        result.samples_us = interleave(rows, blocks=blocks, per_block=per_block, warmup=warmup, sync=sync,
-                                       contexts={name: python_replay for name in python_rows})
+        result.samples_us = interleave(rows, blocks=blocks, per_block=per_block, warmup=warmup, sync=sync)
     result.import_samples_us = timers.samples
     result.fences_per_frame = fences
     torch.cuda.synchronize()

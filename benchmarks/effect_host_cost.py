@@ -1,6 +1,6 @@
 """Host time of one emulated run(): eager stages vs CUDA-graph stages (the bench's), per effect.
 
-Run on a GPU machine:  PYTHONPATH=. python3 benchmarks/effect_host_cost.py [--json PATH] [--profile] [--calls] [--in-frame]
+Run on a GPU machine:  PYTHONPATH=. python3 benchmarks/effect_host_cost.py [--json PATH] [--calls]
 
 Each row is the median over blocks of the host microseconds per raw ``run()`` (no contract),
 ``non_blocking=True``, no added latency, the effect's own streams. The GPU is drained before each
@@ -9,10 +9,10 @@ the host's work, not the GPU's. The last column runs 200 frames back to back ins
 queue fills and the host waits for the GPU, so it shows the GPU's time per frame when that is the
 larger. Issue 10's target: the bench's emulated SDK at most 30 us of host time per ``run()``.
 
-``--calls`` times the driver calls one graph-mode ``run()`` is made of, each alone (the floor).
-``--in-frame`` times each step of graph-mode ``run()`` inside real runs (short blocks too), with the
-timing wrappers of ``hot_path_parts.py --in-frame`` (their own cost measured and taken off; what is
-left of it lands in the steps that call other timed steps).
+``--calls`` times the calls one graph-mode ``run()`` is made of, each alone, in the same short blocks
+(the floor of a run): the driver calls through ``ctypes.PYFUNCTYPE`` on ``libcuda`` (the GIL kept for the
+call, as the emulator keeps it), torch's export of the input and CuPy's of the output. Where a run's
+host time goes, function by function: ``benchmarks/profile.py effect``.
 """
 
 from __future__ import annotations
@@ -79,50 +79,95 @@ def measure(blocks: int = 60, per_block: int = 16, sustained_blocks: int = 8, su
     return results
 
 
+_COPY_KERNEL = r"""
+extern "C" __global__ void copy_words(const unsigned long long* src, unsigned long long* dst, unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+"""
+
+
 def driver_calls(n: int = 2000, per_block: int = 16) -> dict[str, float]:
-    """Median host microseconds of each driver call a graph-mode run makes, alone, through the calls
-    that keep the GIL; and of the Python-level steps around them (the input's export and import)."""
+    """Median host microseconds of each call a graph-mode run makes, alone: the driver calls through
+    ``ctypes.PYFUNCTYPE`` (the GIL kept), and torch's and CuPy's DLPack exports around them."""
     import ctypes
 
     import cupy
     import torch
+    from cuda.bindings import driver as d
 
-    import streamsafe as ss
-    from streamsafe._dlpack import read_capsule
-    from streamsafe.backend._held import held_calls
-    from streamsafe.testing._engines import CupyEngine, _CopyLauncher
+    lib = ctypes.CDLL("libcuda.so.1")
+    P, vp, i32, u32, u64, sz = ctypes.PYFUNCTYPE, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_size_t
+    cu_record = P(i32, vp, vp)(("cuEventRecord", lib))
+    cu_wait = P(i32, vp, vp, u32)(("cuStreamWaitEvent", lib))
+    cu_ctx = P(i32, vp)(("cuCtxGetCurrent", lib))
+    cu_copy = P(i32, u64, u64, sz, vp)(("cuMemcpyDtoDAsync_v2", lib))
+    cu_graph = P(i32, vp, vp)(("cuGraphLaunch", lib))
+    cu_launch = P(i32, vp, u32, u32, u32, u32, u32, u32, u32, vp, vp, vp)(("cuLaunchKernel", lib))
 
-    held = held_calls()
-    assert held is not None, "the driver's entry points were not found"
-    be = ss.CudaBackend()
-    engine = CupyEngine(be, 0)
+    torch.cuda.set_device(0)
     side = torch.cuda.Stream()
     s = side.cuda_stream
     x = torch.rand(3, 540, 960, device="cuda")
     buf = cupy.empty((3, 540, 960), dtype=cupy.float32)
-    ev = be.acquire_event(0)
+    torch.cuda.synchronize()
+    ok = d.CUresult.CUDA_SUCCESS
+    err, ev = d.cuEventCreate(d.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+    assert err == ok, err
+    evi = int(ev)
+
+    kernel = cupy.RawKernel(_COPY_KERNEL, "copy_words")
+    kernel.compile()
+    fn = kernel.kernel.ptr
+
+    def launch_copy(pairs: list[tuple[int, int, int]], stream: int) -> int:
+        """One launch of the copy kernel per (src, dst, bytes), its arguments packed each call."""
+        rc = 0
+        for src, dst, nbytes in pairs:
+            words = nbytes // 8
+            args = (ctypes.c_uint64 * 3)(src, dst, words)
+            base = ctypes.addressof(args)
+            params = (ctypes.c_void_p * 3)(base, base + 8, base + 16)
+            rc |= cu_launch(fn, min(4096, (words + 255) // 256), 1, 1, 256, 1, 1, 0, stream, params, None)
+        return rc
+
+    # a graph of one kernel, captured on a stream of its own (the emulator captures each stage group once)
     one = cupy.empty(1, dtype=cupy.float32)
-    graph = engine.capture(lambda st: engine.launch(st, "one", lambda xp, r, w: w[0].fill(1.0), [], [one]))
-    launcher = _CopyLauncher(cupy, 0, held.cuLaunchKernel)
-    box = ctypes.c_void_p()
-    ref = ctypes.byref(box)
+    capture = torch.cuda.Stream()
+    with cupy.cuda.ExternalStream(capture.cuda_stream):
+        one.fill(1.0)  # (compiled and loaded before the capture)
+    torch.cuda.synchronize()
+    cs = d.CUstream(capture.cuda_stream)
+    assert d.cuStreamBeginCapture(cs, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)[0] == ok
+    with cupy.cuda.ExternalStream(capture.cuda_stream):
+        one.fill(1.0)
+    err, graph = d.cuStreamEndCapture(cs)
+    assert err == ok, err
+    err, exe = d.cuGraphInstantiateWithFlags(graph, 0)
+    assert err == ok, err
+    exe_handle = int(exe)
+    box = ctypes.byref(ctypes.c_void_p())
+    copy_one = [(x.data_ptr(), buf.data.ptr, buf.nbytes)]
     steps: dict[str, Any] = {
-        "cuEventRecord (SDK stream)": lambda: held.cuEventRecord(ev.handle_int, s),
-        "cuEventRecord (legacy stream)": lambda: held.cuEventRecord(ev.handle_int, 1),
-        "cuStreamWaitEvent": lambda: held.cuStreamWaitEvent(s, ev.handle_int, 0),
-        "cuCtxGetCurrent": lambda: held.cuCtxGetCurrent(ref),
-        "cuLaunchKernel (the input copy, 6 MB)": lambda: launcher([x.data_ptr(), buf.data.ptr, buf.nbytes], s),
-        "cuLaunchKernel (two inputs' copy, 2 x 6 MB)": lambda: launcher([x.data_ptr(), buf.data.ptr, buf.nbytes] * 2, s),
-        "cuMemcpyDtoDAsync (6 MB)": lambda: held.cuMemcpyDtoDAsync(buf.data.ptr, x.data_ptr(), buf.nbytes, s),
-        "cuGraphLaunch (one kernel, SDK stream)": lambda: held.cuGraphLaunch(graph.handle, s),
-        "cuGraphLaunch (one kernel, legacy stream)": lambda: held.cuGraphLaunch(graph.handle, 1),
+        "cuEventRecord (SDK stream)": lambda: cu_record(evi, s),
+        "cuEventRecord (legacy stream)": lambda: cu_record(evi, 1),
+        "cuStreamWaitEvent": lambda: cu_wait(s, evi, 0),
+        "cuCtxGetCurrent": lambda: cu_ctx(box),
+        "cuLaunchKernel (the input copy, 6 MB)": lambda: launch_copy(copy_one, s),
+        "cuLaunchKernel x2 (two inputs' copies, 2 x 6 MB)": lambda: launch_copy(copy_one * 2, s),
+        "cuMemcpyDtoDAsync (6 MB)": lambda: cu_copy(buf.data.ptr, x.data_ptr(), buf.nbytes, s),
+        "cuGraphLaunch (one kernel, SDK stream)": lambda: cu_graph(exe_handle, s),
+        "cuGraphLaunch (one kernel, legacy stream)": lambda: cu_graph(exe_handle, 1),
         "torch x.__dlpack__()": lambda: x.__dlpack__(),
-        "torch x.__dlpack__() + read_capsule": lambda: read_capsule(x.__dlpack__()),
         "torch x.__dlpack__() + cupy.from_dlpack": lambda: cupy.from_dlpack(x.__dlpack__()),
         "cupy buf.__dlpack__(stream=-1)": lambda: buf.__dlpack__(stream=-1),
     }
     out: dict[str, float] = {}
     for name, step in steps.items():
+        status = step()
+        if name.startswith("cu") and status:  # (a driver call returns its status: anything but 0 is a failure)
+            raise RuntimeError(f"{name} failed: CUresult {status}")
         samples = []
         for _ in range(max(1, n // per_block)):
             torch.cuda.synchronize()
@@ -132,129 +177,16 @@ def driver_calls(n: int = 2000, per_block: int = 16) -> dict[str, float]:
             samples.append((time.perf_counter() - t0) / per_block * 1e6)
         out[name] = statistics.median(samples)
     torch.cuda.synchronize()
-    be.release_event(ev)
+    d.cuGraphExecDestroy(exe)
+    d.cuGraphDestroy(graph)
+    d.cuEventDestroy(ev)
     return out
-
-
-def in_frame(runs: int = 4000, per_block: int = 16) -> dict[str, Any]:
-    """Each step's own host microseconds per graph-mode run, inside real runs (``--in-frame``)."""
-    import sys
-    from pathlib import Path
-
-    import torch
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from _timers import OwnTimers, patch_all
-
-    import streamsafe as ss
-    from streamsafe.testing import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
-    from streamsafe.testing import _engines, effects
-
-    be = ss.CudaBackend()
-    side = torch.cuda.Stream()
-    x = torch.rand(3, 540, 960, device="cuda")
-    y = torch.rand(3, 540, 960, device="cuda")
-    results: dict[str, Any] = {}
-    vfg = VideoFrameGeneration(backend=be, launch_mode="graph")
-    vfg.input_width, vfg.input_height = 960, 540
-    for kind, fx in (("VideoSuperRes RGB8 540p->1080p", VideoSuperRes(backend=be, launch_mode="graph", image_encoding=ImageEncoding.RGB8)),
-                     ("TrueHDR 540p", TrueHDR(backend=be, launch_mode="graph")),
-                     ("VideoFrameGeneration 540p", vfg)):
-        if isinstance(fx, VideoSuperRes):
-            fx.output_width, fx.output_height = 1920, 1080
-        fx.load()
-        args, kwargs = ((x, y), {"frame_index": 1}) if fx is vfg else ((x,), {})
-
-        def frame(fx: Any = fx, args: Any = args, kwargs: Any = kwargs) -> Any:
-            return fx.run(*args, stream_ptr=side.cuda_stream, non_blocking=True, **kwargs)
-
-        for _ in range(20):
-            frame()
-        torch.cuda.synchronize()
-        plain = []
-        for _ in range(runs // per_block):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter_ns()
-            for _ in range(per_block):
-                frame()
-            plain.append((time.perf_counter_ns() - t0) / per_block / 1000)
-        timers = OwnTimers()
-        timers.calibrate()
-        eng = fx.engine
-        sites: list[tuple[Any, str, str]] = [
-            (fx, "run", "run()'s own lines"),
-            (fx, "_check_ready", "checks (_check_ready, _check_image, _check_scale)"),
-            (fx, "_check_image", "checks (_check_ready, _check_image, _check_scale)"),
-            (fx, "_acquire", "taking the input (_acquire, take)"),
-            (eng, "take", "taking the input (_acquire, take)"),
-            (torch.Tensor, "__dlpack__", "torch's export of the input (x.__dlpack__(); an SDK pays it too)"),
-            (_engines, "read_capsule", "reading the capsule (read_capsule, _numpy_dtype)"),
-            (_engines, "_numpy_dtype", "reading the capsule (read_capsule, _numpy_dtype)"),
-            (fx, "_run_stages", "_run_stages' own lines"),
-            (fx, "_run_graphed", "_run_graphed's own lines (the graph key)"),
-            (fx, "_stage_graphed", "_run_graphed's own lines (the graph key)"),
-            (eng, "shape_dtype", "buffer look-ups (shape_dtype, _internal_buffer, _output_buffer)"),
-            (fx, "_internal_buffer", "buffer look-ups (shape_dtype, _internal_buffer, _output_buffer)"),
-            (fx, "_output_buffer", "buffer look-ups (shape_dtype, _internal_buffer, _output_buffer)"),
-            (eng, "copy_inputs", "the input copy's own lines (copy_inputs)"),
-            (_engines._CopyLauncher, "__call__", "the input copy's launch (cuLaunchKernel and its arguments)"),
-            (eng, "launch_graph", "graph launches (launch_graph, cuGraphLaunch)"),
-            (eng, "stream_cached", "stream look-ups (stream_cached)"),
-            (eng, "_on_device", "the device check (_on_device)"),
-            (fx, "_mark_own_work", "the SDK's own-work events (_mark_own_work, cuEventRecord)"),
-            (eng, "export", "the output's export (export)"),
-            (effects, type(frame()).__name__, "the output object"),
-        ]
-        if fx is vfg:
-            sites.append((fx, "_generate", "run()'s own lines"))
-        if isinstance(fx, VideoSuperRes):
-            sites.append((fx, "_check_scale", "checks (_check_ready, _check_image, _check_scale)"))
-        torch.cuda.synchronize()
-        n = (runs // per_block) * per_block
-        with patch_all(timers, sites):
-            wall = timers.run_frames(frame, torch.cuda.synchronize, n, warmup=20, per_block=per_block)
-        parts, instrumented = timers.parts_us(wall, n, "the frame loop's own lines (no wrapped call)")
-        results[kind] = {"run_us": statistics.median(plain), "instrumented_us": instrumented, "parts_us": parts,
-                         "timer_overhead_ns": timers.overhead_ns, "timed_calls_per_run": sum(timers.calls.values()) / n}
-        fx.close()
-    return results
-
-
-def profile(runs: int = 2000) -> None:
-    """cProfile of graph-mode VideoSuperRes RGB8 runs: where the emulated SDK's host time goes."""
-    import cProfile
-    import pstats
-
-    import torch
-
-    import streamsafe as ss
-    from streamsafe.testing import VideoSuperRes
-
-    side = torch.cuda.Stream()
-    x = torch.rand(3, 540, 960, device="cuda")
-    fx = VideoSuperRes(backend=ss.CudaBackend(), launch_mode="graph")
-    fx.output_width, fx.output_height = 1920, 1080
-    fx.load()
-    for _ in range(20):
-        fx.run(x, stream_ptr=side.cuda_stream, non_blocking=True)
-    torch.cuda.synchronize()
-    prof = cProfile.Profile()
-    for _ in range(runs // 16):  # short blocks, the GPU drained between them (not profiled): host work only
-        torch.cuda.synchronize()
-        prof.enable()
-        for _ in range(16):
-            fx.run(x, stream_ptr=side.cuda_stream, non_blocking=True)
-        prof.disable()
-    torch.cuda.synchronize()
-    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json")
-    parser.add_argument("--profile", action="store_true", help="also a cProfile of graph-mode VideoSuperRes runs")
-    parser.add_argument("--calls", action="store_true", help="also each driver call of a graph-mode run, alone")
-    parser.add_argument("--in-frame", action="store_true", help="also each step of a graph-mode run, timed inside real runs")
+    parser.add_argument("--calls", action="store_true", help="also each call of a graph-mode run, alone")
     args = parser.parse_args()
     results = measure()
     print(f"{'effect':<36} {'eager us/run':>13} {'graph us/run':>13} {'eager/graph':>12} {'graph back to back':>19}")
@@ -267,20 +199,10 @@ def main() -> None:
         report["calls"] = calls
         print()
         for name, us in calls.items():
-            print(f"{name:<48} {us:>7.2f} us")
-    if args.in_frame:
-        steps = report["in_frame"] = in_frame()
-        for kind, r in steps.items():
-            print(f"\n{kind}, graph mode: {r['run_us']:.1f} us per run (median of short blocks); inside runs, "
-                  f"{r['instrumented_us']:.1f} us less the timers ({r['timed_calls_per_run']:.0f} timed calls a run "
-                  f"at {r['timer_overhead_ns']:.0f} ns)")
-            for name, us in sorted(r["parts_us"].items(), key=lambda kv: -kv[1]):
-                print(f"  {name:<72} {us:>7.2f} us")
+            print(f"{name:<50} {us:>7.2f} us")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
-    if args.profile:
-        profile()
 
 if __name__ == "__main__":
     main()

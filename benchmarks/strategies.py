@@ -1,16 +1,16 @@
 """Sync strategies side by side on the emulated effects: `streamsafe bench` from a script.
 
 Run on a GPU machine:  PYTHONPATH=. python3 benchmarks/strategies.py [--scenario b,c] [--frames 200]
-Without a GPU it runs on the simulated backend (counts only). Built on streamsafe.bench's harness;
-writes bench.json and bench.png next to the current directory unless told otherwise.
+Without a GPU it runs on the simulated backend (counts only). It runs ``python3 -m streamsafe bench``
+with these options (see ``docs/benchmarks.md`` for how to read it); writes bench.json and bench.png in
+the current directory unless told otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
-
-from streamsafe.cli import main as cli_main
 
 
 def main() -> int:
@@ -21,10 +21,10 @@ def main() -> int:
     parser.add_argument("--json", default="bench.json")
     parser.add_argument("--png", default="bench.png")
     args = parser.parse_args()
-    argv = ["bench", "--scenario", args.scenario, "--strategy", args.strategy, "--json", args.json, "--png", args.png]
+    argv = [sys.executable, "-m", "streamsafe", "bench", "--scenario", args.scenario, "--strategy", args.strategy, "--json", args.json, "--png", args.png]
     if args.frames:
         argv += ["--frames", args.frames]
-    return cli_main(argv)
+    return subprocess.call(argv)
 
 
 if __name__ == "__main__":

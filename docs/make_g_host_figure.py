@@ -1,19 +1,22 @@
-"""Draw docs/bench/g-host-h200.png: where a host-bound step's time goes, by row and, for ``auto``, by C section.
+"""Draw a figure of where a host-bound step's time goes, by row (and, from an older run, by C section).
 
-    python3 docs/make_g_host_figure.py SPLIT_JSON SECTIONS_JSON [PNG]     (needs matplotlib; no GPU)
+    python3 docs/make_g_host_figure.py SPLIT_JSON [SECTIONS_JSON] [--png PNG]     (needs matplotlib; no GPU)
 
-Left: one step of bench scenario ``g-host`` per row, from ``benchmarks/g_host_parts.py --split --json``:
-the bench's loop, the effect's own ``run()``, the row's own frame (fences, checks, bookkeeping) and the
-consumer (import and copy), the medians of interleaved blocks. Right: ``auto``'s C frame by section,
-from ``benchmarks/frame_sections.py --json`` (the extension built with its section timers): each
-section's host microseconds a step, the effect's own run left out, coloured by what it is.
+SPLIT_JSON is what ``PYTHONPATH=. python3 benchmarks/profile.py g-host --json SPLIT_JSON`` writes on a GPU
+machine (no such file is committed): one step of bench scenario ``g-host`` per row, split into the
+bench's loop, the effect's own ``run()``, the row's own frame (fences, checks, bookkeeping) and the
+consumer (import and copy), the medians of interleaved blocks; drawn as the left (or only) panel.
+SECTIONS_JSON, optional, is a JSON of the removed C extension's section timers (``frame_sections.py
+--json`` of an older tree): each section's host microseconds a step, drawn on the right. PNG defaults to
+``docs/bench/g-host-h200.png``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -43,10 +46,13 @@ def _kind(name: str) -> tuple[str, str]:
     raise AssertionError(name)
 
 
-def draw(split: dict, sections: dict, png: Path) -> None:
+def draw(split: dict, sections: dict | None, png: Path) -> None:
     medians = split["medians_us"]
     rows = list(medians)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6), gridspec_kw={"width_ratios": [1.1, 1]})
+    if sections is None:
+        fig, left = plt.subplots(1, 1, figsize=(8, 4.5))
+    else:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6), gridspec_kw={"width_ratios": [1.1, 1]})
     hand = medians[rows[0]]["step"]
     for y, row in enumerate(rows):
         x = 0.0
@@ -64,7 +70,14 @@ def draw(split: dict, sections: dict, png: Path) -> None:
     left.set_xlabel("host microseconds a step (median of interleaved blocks)")
     left.set_title(f"{split['scenario']}: one step, by part", fontsize=11)
     left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8, frameon=False)
+    if sections is not None:
+        _sections(right, sections)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    print(f"wrote {png}")
 
+
+def _sections(right: Any, sections: dict) -> None:
     names = [n for n in sections["medians_us"] if "effect's run()" not in n]
     per_step = [sections["medians_us"][n] * sections["calls_a_step"][n] for n in names]
     seen: set[str] = set()
@@ -79,18 +92,17 @@ def draw(split: dict, sections: dict, png: Path) -> None:
     total = sum(per_step)
     right.set_title(f"{sections['row']}: the C frame by section, {total:.1f} us a step\n(the effect's own run left out)", fontsize=11)
     right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8, frameon=False)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    print(f"wrote {png}")
 
 
 def main() -> None:
-    if len(sys.argv) < 3:
-        sys.exit(__doc__)
-    split = json.loads(Path(sys.argv[1]).read_text())
-    sections = json.loads(Path(sys.argv[2]).read_text())
-    png = Path(sys.argv[3]) if len(sys.argv) > 3 else HERE / "bench" / "g-host-h200.png"
-    draw(split, sections, png)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("split_json", type=Path, help="benchmarks/profile.py g-host --json's output")
+    parser.add_argument("sections_json", type=Path, nargs="?", help="an older run's C-frame sections (optional)")
+    parser.add_argument("--png", type=Path, default=HERE / "bench" / "g-host-h200.png")
+    args = parser.parse_args()
+    split = json.loads(args.split_json.read_text())
+    sections = json.loads(args.sections_json.read_text()) if args.sections_json else None
+    draw(split, sections, args.png)
 
 
 if __name__ == "__main__":

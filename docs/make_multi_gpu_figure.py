@@ -2,6 +2,10 @@
 
     python3 docs/make_multi_gpu_figure.py [JSON] [PNG]     (needs matplotlib; no GPU)
 
+JSON defaults to the committed run, ``docs/bench/multi-gpu-h200.json``; PNG to ``docs/bench/multi-gpu-h200.png``.
+A new run: ``PYTHONPATH=. python3 -m streamsafe.bench.multi_gpu --backend cuda --json multi-gpu.json`` on a
+machine with two GPUs, then ``python3 docs/make_multi_gpu_figure.py multi-gpu.json multi-gpu.png``.
+
 Per row: aggregate frames/s with one pipeline on one GPU, one pipeline per GPU on two, and GPU 1's
 frames/s while GPU 0's pipeline device-syncs every frame, beside GPU 1's in the plain two-GPU run.
 """
@@ -21,7 +25,7 @@ HERE = Path(__file__).parent
 
 
 def main() -> None:
-    src = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "runs/2026-11-29-perf-bench/multi-gpu-bench.json"
+    src = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "bench/multi-gpu-h200.json"
     dst = Path(sys.argv[2]) if len(sys.argv) > 2 else HERE / "bench/multi-gpu-h200.png"
     summary = json.loads(src.read_text())["summary"]
     rows = list(summary["rows"])

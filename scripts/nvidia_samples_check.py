@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """NVIDIA's nvvfx sample programs, unmodified, under ``streamsafe run --fake-nvvfx`` (issue 9).
 
-Driven by ``scripts/gpu_nvidia_samples.sh`` on the GPU machine; the pieces also run alone:
+Driven by ``scripts/gpu_lane.sh nvidia-samples`` on the GPU machine; the pieces also run alone:
 
   all      --samples DIR --out DIR   the whole check: clips, every README line x every variant,
                                      frames verified, summary.txt / summary.json
