@@ -60,7 +60,7 @@ def main() -> None:
     data = np.random.default_rng(0).random((3, 16, 16), dtype=np.float32)
 
     def setup() -> tuple[Any, Any]:
-        sim = ss.SimBackend()
+        sim = ss.sim.SimBackend()
         fx = TrueHDR(backend=sim)
         fx.load()
         return sim, ss.StreamContract(fx, strategy="auto")
@@ -124,7 +124,7 @@ def lanes(counts: list[int], *, frames: int, rounds: int) -> None:
           f"wall time), median of {rounds} rounds, auto and event taking turns")
     print(f"  {'threads':<8} {'auto':>10} {'event':>10} {'auto - event':>13} {'spread':>8}")
     for n in counts:
-        sim = ss.SimBackend()
+        sim = ss.sim.SimBackend()
         contracts: dict[str, list[Any]] = {}
         for strategy in ("auto", "event"):
             contracts[strategy] = []

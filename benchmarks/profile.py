@@ -58,6 +58,12 @@ class StubBackend:
     """The backend protocol with no work behind it: fences and waits are counted, nothing else."""
 
     name = "stub"
+    records_accesses = False  # (what a backend says it can do: streamsafe.backend.Backend)
+    framework_streams = False
+    private_handles = False
+    array_type = None
+    sanitizing = False
+    host_array_fix = ""
 
     def __init__(self) -> None:
         import streamsafe as ss

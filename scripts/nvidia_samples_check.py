@@ -368,7 +368,7 @@ def launch(ns: argparse.Namespace) -> int:
     if ns.info:
         Path(ns.info).write_text(json.dumps(info, indent=2) + "\n")
     if not ns.unguarded:
-        from streamsafe.cli import main
+        from streamsafe.tools.cli import main
 
         return int(main(argv, exiting=True))  # (this process ends with it: as the streamsafe command does)
     # control: the emulation, no guard

@@ -26,7 +26,7 @@ import operator
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import guarding, hooks, occupancy, steady
 from ._dlpack import array_key
@@ -43,6 +43,9 @@ from .plan import FencePlan, plan_fences
 from .profile import profile_of
 from .strategy import Strategy, StrategyName, as_strategy
 from .streams import LEGACY_HANDLE, Stream, on_this_thread
+
+if TYPE_CHECKING:  # (the type of what nvvfx's profile hands out; the contract never imports the outputs)
+    from .outputs import SafeOutput
 
 __all__ = ["StreamContract", "restore_counters", "contract_sinks"]
 
@@ -238,7 +241,7 @@ class StreamContract(SteadyFrames):
 
     # -- running -------------------------------------------------------------------------------
 
-    def run(self, *args: Any, **kwargs: Any) -> Any:
+    def run(self, *args: Any, **kwargs: Any) -> SafeOutput:
         """``effect.run(...)`` with the plan's fences. Blocks the host only where the plan says
         (the SDK's own wait under ``event``/``stream``/``device``, host waits under ``stream``/``device``,
         and a wait for outstanding copies when an input's size changes, since the SDK may then
@@ -251,7 +254,7 @@ class StreamContract(SteadyFrames):
         shared = occupancy.note_run(self.device) and self.strategy is Strategy.AUTO
         return self._call("run", args, kwargs, shared)
 
-    def run_at_timestep(self, *args: Any, **kwargs: Any) -> Any:
+    def run_at_timestep(self, *args: Any, **kwargs: Any) -> SafeOutput:
         """``effect.run_at_timestep(...)`` with the plan's fences (see :meth:`run`). An effect without
         the method (only ``VideoFrameGeneration`` interpolates at a timestep) raises
         :class:`~streamsafe.errors.MissingCallError` (an ``AttributeError``) before anything is issued."""
@@ -265,7 +268,7 @@ class StreamContract(SteadyFrames):
     def _refuse_closed(self, call: str) -> NoReturn:
         raise EffectStateError(self.effect_name, call, "closed", "Create a new effect and contract.")
 
-    def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> Any:
+    def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> SafeOutput:
         """A guarded call: replayed when it repeats a recipe, else planned. ``shared``: other threads drive
         guarded effects on the device (:func:`~streamsafe.occupancy.note_run`, which the caller made)."""
         if self._recipes and not hooks.observers and steady.enabled:

@@ -240,8 +240,8 @@ class SafeOutput:
         backend = image._ledger.resolved_backend()
         try:
             if backend.records_accesses:  # the model: its own import and host copy
-                view = backend.from_dlpack(image)
-                result = backend.download(view)
+                model: Any = backend
+                result = model.download(model.from_dlpack(image))
             elif "torch" in sys.modules or _importable("torch"):
                 result = self.torch().cpu().numpy()
             else:

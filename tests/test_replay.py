@@ -14,7 +14,7 @@ import pytest
 
 import streamsafe as ss
 from streamsafe import steady
-from streamsafe.testing import fuzz
+import tests.fuzzing as fuzz
 from streamsafe.testing.effects import TrueHDR, VideoSuperRes
 
 KINDS = ("replayed", "planned")

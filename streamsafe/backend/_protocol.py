@@ -22,25 +22,44 @@ class Backend(Protocol):
     """Ordering primitives, implemented by the driver (:class:`CudaBackend`) or a model (:class:`SimBackend`).
 
     Each method's docstring in the implementations says whether it blocks the host. The ordering
-    core asks a backend what it can do through these attributes, never what class it is:
+    core asks a backend what it can do through the properties below (plain class attributes in the
+    implementations), never what class it is.
     """
 
     name: str
-    records_accesses: bool
-    """The backend sees every memory access itself (a model): contracts report nothing to observers
-    for its memory, and draw no NVTX ranges."""
-    framework_streams: bool
-    """The current stream is an array framework's (torch's, CuPy's): a stream object the program holds."""
-    private_handles: bool
-    """Its stream handles are numbers of its own (a model): a stream of it names nothing in another backend."""
-    array_type: type | None
-    """The type of the arrays the backend itself makes (a model's), or ``None``: the fast paths compare
-    an input's type with it. Such an array has ``backend``, ``shape``, ``record_stream(stream)`` and
-    ``__streamsafe_key__`` (what identifies its memory)."""
-    sanitizing: bool
-    """Races raise at once (sanitize mode on a model); an unguarded change then raises too."""
-    host_array_fix: str
-    """How to make a device array of this backend from host data (for error messages), or ``""``."""
+
+    @property
+    def records_accesses(self) -> bool:
+        """The backend sees every memory access itself (a model): contracts report nothing to observers
+        for its memory, and draw no NVTX ranges."""
+        ...
+
+    @property
+    def framework_streams(self) -> bool:
+        """The current stream is an array framework's (torch's, CuPy's): a stream object the program holds."""
+        ...
+
+    @property
+    def private_handles(self) -> bool:
+        """Its stream handles are numbers of its own (a model): a stream of it names nothing in another backend."""
+        ...
+
+    @property
+    def array_type(self) -> type | None:
+        """The type of the arrays the backend itself makes (a model's), or ``None``: the fast paths compare
+        an input's type with it. Such an array has ``backend``, ``shape``, ``record_stream(stream)`` and
+        ``__streamsafe_key__`` (what identifies its memory)."""
+        ...
+
+    @property
+    def sanitizing(self) -> bool:
+        """Races raise at once (sanitize mode on a model); an unguarded change then raises too."""
+        ...
+
+    @property
+    def host_array_fix(self) -> str:
+        """How to make a device array of this backend from host data (for error messages), or ``""``."""
+        ...
 
     def device_count(self) -> int: ...
 

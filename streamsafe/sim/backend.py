@@ -363,6 +363,7 @@ class SimBackend:
     records_accesses = True
     framework_streams = False
     private_handles = True
+    array_type: type | None = SimArray
     host_array_fix = "On the simulated backend (this effect's): sim.array(x), a device copy, or sim.empty(shape, dtype) and a kernel."
 
     @property
@@ -1298,9 +1299,6 @@ class SimBackend:
 
     def __repr__(self) -> str:
         return f"SimBackend(devices={self._devices}, scheduler={type(self.scheduler).__name__})"
-
-
-SimBackend.array_type = SimArray  # type: ignore[misc]
 
 
 _UNKNOWN_RELEASE = Access("release", "write", HOST, "host", 0, VectorClock(), -1)
