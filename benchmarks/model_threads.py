@@ -133,7 +133,7 @@ def lanes(counts: list[int], *, frames: int, rounds: int) -> None:
                 fx.load()
                 contracts[strategy].append(ss.StreamContract(fx, strategy=strategy))
 
-        def lane(contract: Any, start: threading.Barrier) -> None:
+        def lane(contract: Any, start: threading.Barrier, sim: Any = sim) -> None:
             s = sim.per_thread_stream(0)
             start.wait()
             for _ in range(frames):
