@@ -9,7 +9,7 @@ pdoc runs in a fresh interpreter: streamsafe puts guard dispatchers (marked
 ``__streamsafe_dispatch__``) on an effect class's ``run``/``run_at_timestep``/``close``/``__setattr__``
 once a contract is made for one of its instances, and a process that had made one would document
 the dispatchers instead of the effect's own methods. The fresh interpreter also puts back any
-original it finds (``streamsafe.guarding._originals``) before rendering.
+original it finds (``streamsafe.guarding.uninstall_all()``) before rendering.
 """
 
 from __future__ import annotations
@@ -21,26 +21,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = ROOT / "docs" / "api"
-MODULES = ["streamsafe", "streamsafe.testing", "streamsafe.testing.pytest_plugin", "streamsafe.bench"]
+MODULES = ["streamsafe", "streamsafe.errors", "streamsafe.sim", "streamsafe.profile", "streamsafe.profiles",
+           "streamsafe.testing", "streamsafe.testing.pytest_plugin", "streamsafe.bench"]
 """The public modules; pdoc adds the submodules each names in its ``__all__``."""
-MARK = "__streamsafe_dispatch__"
 
 
 def _restore_originals() -> int:
     """Put the effects' own methods back where a guard dispatcher stands; returns how many."""
     from streamsafe import guarding
 
-    restored = 0
-    for cls, saved in list(guarding._originals.items()):
-        for name, original in saved.items():
-            if not getattr(cls.__dict__.get(name), MARK, False):
-                continue
-            if original is None:  # the dispatcher stood in for an inherited method
-                delattr(cls, name)
-            else:
-                setattr(cls, name, original)
-            restored += 1
-    return restored
+    return guarding.uninstall_all()
 
 
 def _render_here(output: Path) -> int:

@@ -46,6 +46,7 @@ __all__ = [
     "in_raw_call",
     "next_raw_method",
     "snapshot",
+    "uninstall_all",
 ]
 
 _MARK = "__streamsafe_dispatch__"
@@ -187,6 +188,23 @@ def install(cls: type) -> bool:
         _originals[cls] = saved
         _raw_cache.clear()
         return True
+
+
+def uninstall_all() -> int:
+    """Put every class's own methods back where a dispatcher stands (for tools that document the
+    classes, e.g. the API reference); returns how many. Effects made guarded before keep their ledgers,
+    and their plain calls are the SDK's own again. Does not block."""
+    restored = 0
+    with _lock:
+        for cls, saved in list(_originals.items()):
+            for name, original in saved.items():
+                if not getattr(cls.__dict__.get(name), _MARK, False):
+                    continue
+                _restore(cls, name, original)
+                restored += 1
+            del _originals[cls]
+        _raw_cache.clear()
+    return restored
 
 
 def _restore(cls: type, name: str, value: Any) -> None:

@@ -1,6 +1,6 @@
 """The example programs under examples/ on a CPU: options, the no-GPU message, the PyAV helpers,
 and the --verify references against the emulation on the model. (They run on a GPU in
-scripts/gpu_examples.sh.)"""
+scripts/gpu_lane.sh examples.)"""
 
 from __future__ import annotations
 

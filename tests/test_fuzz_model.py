@@ -1,4 +1,4 @@
-"""The pipeline fuzzer on the model: seeded random programs (streamsafe.testing.fuzz) under every strategy.
+"""The pipeline fuzzer on the model: seeded random programs (tests/fuzzing) under every strategy.
 
 Each program is run on a SimBackend with the adversarial scheduler and with two seeded random
 schedules; a frame is corrupt when its copy differs from the NumPy reference, and every race

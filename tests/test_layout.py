@@ -1,40 +1,59 @@
-"""The package's layout shows its layers, and the old module paths still import (as aliases)."""
+"""The package's layout: the model and the tools each live together, the old module paths are gone,
+and the names streamsafe exported before warn with the module they live in now."""
 
 from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from pathlib import Path
+
+import pytest
+
+import streamsafe as ss
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_model_and_the_tools_each_live_together() -> None:
-    for name in ("backend", "schedule", "clocks", "races", "mirror"):
+    for name in ("backend", "schedule", "clocks", "races", "mirror", "sanitize"):
         assert (ROOT / "streamsafe" / "sim" / f"{name}.py").is_file(), name
     for name in ("cli", "doctor", "hazards", "runner"):
         assert (ROOT / "streamsafe" / "tools" / f"{name}.py").is_file(), name
 
 
-def test_old_paths_are_the_same_modules() -> None:
-    pairs = {
-        "streamsafe.sim.backend": "streamsafe.sim.backend",
-        "streamsafe.sim.schedule": "streamsafe.sim.schedule",
-        "streamsafe.sim.clocks": "streamsafe.sim.clocks",
-        "streamsafe.sim.races": "streamsafe.sim.races",
-        "streamsafe.tools.cli": "streamsafe.tools.cli",
-        "streamsafe.tools.doctor": "streamsafe.tools.doctor",
-        "streamsafe.tools.hazards": "streamsafe.tools.hazards",
-        "streamsafe.tools.runner": "streamsafe.tools.runner",
-    }
-    for old, new in pairs.items():
-        assert importlib.import_module(old) is importlib.import_module(new), old
+@pytest.mark.parametrize("old", ["streamsafe.backend.sim", "streamsafe.backend.schedule", "streamsafe.clocks", "streamsafe.races",
+                                 "streamsafe.cli", "streamsafe.doctor", "streamsafe.hazards", "streamsafe.runner",
+                                 "streamsafe._native", "streamsafe._accel", "streamsafe.sanitize"])
+def test_old_module_paths_are_gone(old: str) -> None:
+    if old == "streamsafe.sanitize":  # the name is the function now, not a module
+        assert callable(ss.sanitize) and "streamsafe.sanitize" not in sys.modules
+        return
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
 
 
-def test_the_core_imports_nothing_of_the_tools() -> None:
-    for name in ("contract", "ledger", "guarding", "outputs", "plan", "streams", "hooks", "class_guard"):
-        text = (ROOT / "streamsafe" / f"{name}.py").read_text()
-        assert "tools" not in [part for line in text.splitlines() if line.startswith(("from", "import")) for part in line.replace(".", " ").split()], name
+def test_the_public_api_is_small_and_every_name_is_there() -> None:
+    assert len(ss.__all__) <= 25
+    for name in ss.__all__:
+        assert getattr(ss, name) is not None, name
+
+
+@pytest.mark.parametrize(("name", "where"), [("SimBackend", "streamsafe.sim"), ("StaleOutputError", "streamsafe.errors"),
+                                             ("AdversarialScheduler", "streamsafe.sim"), ("plan_fences", "streamsafe.plan"),
+                                             ("implicitly_ordered", "streamsafe.streams"), ("Ledger", "streamsafe.ledger")])
+def test_a_name_that_moved_warns_with_its_new_module_and_still_works(name: str, where: str) -> None:
+    with pytest.warns(DeprecationWarning, match=rf"streamsafe\.{name} is deprecated: it lives in {where}"):
+        value = getattr(ss, name)
+    assert value is getattr(importlib.import_module(where), name)
+    assert name not in ss.__all__
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+            ss.nothing_here  # noqa: B018
 
 
 def test_one_meaning_for_shadow() -> None:

@@ -34,7 +34,7 @@ def test_readme_points_to_the_cpu_quick_start() -> None:
 
 def _readme_cpu_snippet() -> str:
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    [snippet] = [b for b in blocks if "ss.sim.SimBackend(" in b]
+    [snippet] = [b for b in blocks if "SimBackend(scheduler=" in b]
     return snippet
 
 

@@ -1,7 +1,6 @@
 """A stream the ledger will fence later must outlive that fence: its framework object is held.
 
-A destroyed stream's handle cannot be waited on (on an H200 the process died of SIGSEGV:
-``docs/runs/2026-11-30-per-thread-2``), and CuPy destroys a stream when its object goes. The model
+A destroyed stream's handle cannot be waited on (on an H200 the process died of SIGSEGV), and CuPy destroys a stream when its object goes. The model
 never destroys streams, so these tests follow the objects' lifetimes with weak references; the GPU
 test ``test_a_stream_made_for_each_frame_lives_until_the_next_run_has_fenced_it`` runs the programs.
 """

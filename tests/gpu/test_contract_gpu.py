@@ -331,7 +331,7 @@ def test_a_stream_made_for_each_frame_lives_until_the_next_run_has_fenced_it(tor
     issued, so that wait never names a destroyed handle. In a subprocess, each frame compared with NumPy; the same
     program with the old ledger (the object not held) is run too and its outcome printed: a destroyed
     handle is undefined behaviour (on the lent H200 the process died of SIGSEGV under ``event``, and
-    passed by chance under ``auto`` and ``async``: docs/runs/2026-11-30-per-thread-2), so it is not asserted."""
+    passed by chance under ``auto`` and ``async`` on an H200), so it is not asserted."""
     import subprocess
     import sys
 

@@ -1,7 +1,7 @@
 """The GPU timing fuzzer: the model fuzzer's seeded programs on real kernels, with random delays.
 
-The same programs as ``tests/test_fuzz_model.py`` (``streamsafe.testing.fuzz.generate``), longer,
-run by :class:`~streamsafe.testing.fuzz.GpuRunner`: fresh inputs from torch's caching allocator and
+The same programs as ``tests/test_fuzz_model.py`` (``tests.fuzzing.generate``), longer,
+run by :class:`tests.fuzzing.GpuRunner`: fresh inputs from torch's caching allocator and
 CuPy's pool that the program drops after ``run()``, or surfaces rewritten in place; random spin
 delays on the producer stream, the SDK's transfer and inference, the RGB8 conversion and the
 consumer; torch, CuPy, JAX and NumPy consumers (helpers and raw ``from_dlpack`` + copy). Each copy
