@@ -7,11 +7,14 @@ Inside a block, or a call of a decorated function, plain ``sr.run(...)`` goes th
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
-from typing import Any, TypeVar
+import inspect
+from collections.abc import Callable, Generator
+from typing import Any, NoReturn, TypeVar
 
 from .contract import StreamContract
+from .errors import UnguardedResultError
 from .strategy import Strategy, StrategyName
 
 __all__ = ["stream_contract", "stream_safe"]
@@ -38,16 +41,126 @@ def stream_safe(effect: Any, stream: Any = None, strategy: Strategy | StrategyNa
     ``stream``, else the current stream at each call. The wrapper's ``.contract`` is the contract.
     It shares the effect's ledger with every other guard: the next run, through any of them,
     waits on the device for the copies of this one's outputs. Unlike a ``with`` block, the host
-    does not wait for anything when the function returns: a frame per call, at the GPU's pace."""
+    does not wait for anything when the function returns: a frame per call, at the GPU's pace.
+
+    A generator function, an ``async def`` and an async generator function are guarded for their whole
+    life: each resumption (``next()``, ``send()``, each step of an ``await``) runs inside the guard, and
+    the caller's code between two resumptions does not. A plain function that returns a generator,
+    coroutine or async generator it did not make itself (a generator expression, say) is refused with
+    :class:`~streamsafe.errors.UnguardedResultError`: its body would run after the guard ended."""
     contract = StreamContract(effect, stream, strategy=strategy, **kwargs)
 
     def decorate(fn: F) -> F:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kw: Any) -> Any:
-            with contract.guarded(host_wait_on_exit=False):
-                return fn(*args, **kw)
+        if inspect.isasyncgenfunction(fn):
+            wrapper: Any = _async_generator_wrapper(fn, contract)
+        elif inspect.iscoroutinefunction(fn):
+            wrapper = _coroutine_wrapper(fn, contract)
+        elif inspect.isgeneratorfunction(fn):
+            wrapper = _generator_wrapper(fn, contract)
+        else:
 
-        wrapper.contract = contract  # type: ignore[attr-defined]
-        return wrapper  # type: ignore[return-value]
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **kw: Any) -> Any:
+                with contract.guarded(host_wait_on_exit=False):
+                    result = fn(*args, **kw)
+                if inspect.isgenerator(result) or inspect.iscoroutine(result) or inspect.isasyncgen(result):
+                    _refuse_lazy_result(fn, result)
+                return result
+
+        wrapper.contract = contract
+        return wrapper  # type: ignore[no-any-return]
 
     return decorate
+
+
+def _refuse_lazy_result(fn: Any, result: Any) -> NoReturn:
+    kind = "a coroutine" if inspect.iscoroutine(result) else "an async generator" if inspect.isasyncgen(result) else "a generator"
+    close = getattr(result, "close", None) or getattr(result, "aclose", None)
+    if inspect.iscoroutine(result) or inspect.isgenerator(result):
+        result.close()  # (never run: no "never awaited" warning, nothing left half-done)
+    elif close is not None:
+        with contextlib.suppress(Exception):
+            result.aclose().close()
+    raise UnguardedResultError(getattr(fn, "__qualname__", repr(fn)), kind)
+
+
+def _generator_wrapper(fn: Any, contract: StreamContract) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kw: Any) -> Any:
+        with contract.guarded(host_wait_on_exit=False):
+            inner = fn(*args, **kw)
+        return (yield from _guarded_steps(inner, contract))
+
+    return wrapper
+
+
+def _guarded_steps(inner: Any, contract: StreamContract) -> Any:
+    """Drive the generator (or an ``__await__`` iterator) ``inner``, each step inside the guard; what the
+    caller sends or throws in is passed on, and ``close()`` closes ``inner`` (inside the guard too)."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        with contract.guarded(host_wait_on_exit=False):
+            try:
+                item = inner.send(value) if error is None else inner.throw(error)
+            except StopIteration as stop:
+                return stop.value
+        value, error = None, None
+        try:
+            value = yield item
+        except GeneratorExit:
+            with contract.guarded(host_wait_on_exit=False):
+                inner.close()
+            raise
+        except BaseException as e:  # (thrown in by the caller: the inner generator gets it)
+            error = e
+
+
+class _GuardedAwait:
+    """An awaitable that steps ``inner`` (an ``__await__`` iterator) inside the guard."""
+
+    __slots__ = ("inner", "contract")
+
+    def __init__(self, inner: Any, contract: StreamContract) -> None:
+        self.inner = inner
+        self.contract = contract
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return (yield from _guarded_steps(self.inner, self.contract))
+
+
+def _coroutine_wrapper(fn: Any, contract: StreamContract) -> Any:
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kw: Any) -> Any:
+        with contract.guarded(host_wait_on_exit=False):
+            coroutine = fn(*args, **kw)
+        return await _GuardedAwait(coroutine.__await__(), contract)
+
+    return wrapper
+
+
+def _async_generator_wrapper(fn: Any, contract: StreamContract) -> Any:
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kw: Any) -> Any:
+        with contract.guarded(host_wait_on_exit=False):
+            agen = fn(*args, **kw)
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                step = agen.asend(value) if error is None else agen.athrow(error)
+                value, error = None, None
+                try:
+                    item = await _GuardedAwait(step.__await__(), contract)
+                except StopAsyncIteration:
+                    return
+                try:
+                    value = yield item
+                except GeneratorExit:
+                    raise
+                except BaseException as e:  # (thrown in by the caller: the inner generator gets it)
+                    error = e
+        finally:
+            await _GuardedAwait(agen.aclose().__await__(), contract)
+
+    return wrapper

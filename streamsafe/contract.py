@@ -21,11 +21,11 @@ conversion stream (the legacy stream; none for RGB10A2), **C** the consumer's st
 
 from __future__ import annotations
 
-import contextlib
 import operator
+import sys
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import guarding, hooks, occupancy, steady
@@ -47,7 +47,7 @@ from .streams import LEGACY_HANDLE, Stream, on_this_thread
 if TYPE_CHECKING:  # (the type of what nvvfx's profile hands out; the contract never imports the outputs)
     from .outputs import SafeOutput
 
-__all__ = ["StreamContract", "restore_counters", "contract_sinks"]
+__all__ = ["StreamContract", "GuardBlock", "restore_counters", "contract_sinks"]
 
 
 class StreamContract(SteadyFrames):
@@ -236,6 +236,7 @@ class StreamContract(SteadyFrames):
             plan = self._plans[key] = plan_fences(
                 self.strategy, sdk=sdk, conversion=conversion, consumer=consumer, producer=producer,
                 shadow=shadow, user_non_blocking=non_blocking, input_writers=input_writers,
+                writers_known=self._input is not None,
             )
         return plan
 
@@ -480,35 +481,31 @@ class StreamContract(SteadyFrames):
     # -- the guard (``with`` and the decorator) --------------------------------------------------
 
     def __enter__(self) -> StreamContract:
-        """``with contract:`` as :meth:`guarded` (plain calls of the effect go through the contract).
-        Does not block."""
-        self._install_guard()
+        """``with contract:`` as :meth:`guarded` (plain calls of the effect made by the code inside the
+        block go through the contract). Does not block."""
+        self._install_guard(sys._getframe(1))
         return self
 
     def __exit__(self, *exc: object) -> None:
         """Stop routing plain calls; blocks the host until the last output's known copies and the
         SDK's own work are done (as :meth:`synchronize`)."""
-        self._remove_guard(host_wait=True)
+        self._remove_guard(sys._getframe(1), host_wait=True)
 
-    @contextlib.contextmanager
-    def guarded(self, *, host_wait_on_exit: bool = True) -> Iterator[StreamContract]:
-        """Route ``effect.run``/``run_at_timestep``/``close`` and configuration changes through
-        this contract inside the block. Blocks nest: the innermost guard takes plain calls.
-        Leaving the block blocks the host, by default, until the copies of the last output that
-        streamsafe knows of and the SDK's own work are done (as :meth:`synchronize`);
-        ``host_wait_on_exit=False`` leaves without waiting (the next run still waits for them
-        on the device)."""
-        self._install_guard()
-        try:
-            yield self
-        finally:
-            self._remove_guard(host_wait=host_wait_on_exit)
+    def guarded(self, *, host_wait_on_exit: bool = True) -> GuardBlock:
+        """Route ``effect.run``/``run_at_timestep``/``close`` and configuration changes made by the code
+        inside the block (a context manager) through this contract. Blocks nest: the innermost guard
+        takes plain calls; a block in a generator or a coroutine guards its code, not the caller's between
+        two resumptions (threads, asyncio tasks and generators each keep their own). Leaving the block
+        blocks the host, by default, until the copies of the last output that streamsafe knows of and the
+        SDK's own work are done (as :meth:`synchronize`); ``host_wait_on_exit=False`` leaves without waiting
+        (the next run still waits for them on the device)."""
+        return GuardBlock(self, host_wait_on_exit)
 
-    def _install_guard(self) -> None:
+    def _install_guard(self, frame: Any) -> None:
         if self.closed:
             self._refuse_closed("stream_contract")
         if self._tracked:
-            guarding.push(self.effect, self)
+            guarding.push(self.effect, self, frame)
             return
         # A class that refuses new attributes: patch the instance, if it has a __dict__.
         instance_dict = getattr(self.effect, "__dict__", None)
@@ -524,9 +521,9 @@ class StreamContract(SteadyFrames):
                 instance_dict[name] = getattr(self, name)
         self._patched_instance = True
 
-    def _remove_guard(self, *, host_wait: bool) -> None:
+    def _remove_guard(self, frame: Any, *, host_wait: bool) -> None:
         if self._tracked:
-            guarding.pop(self.effect, self)
+            guarding.pop(self.effect, self, frame)
         elif self._patched_instance:
             for name in (*self.profile.calls, *self.profile.releases):
                 self.effect.__dict__.pop(name, None)
@@ -552,6 +549,27 @@ class StreamContract(SteadyFrames):
 def _is_framework_stream(obj: Any) -> bool:
     """A stream object of torch, CuPy or cuda.core (destroyed when it goes; it holds no effect)."""
     return framework_of(obj) in ("torch", "cupy") or (type(obj).__module__ or "").startswith("cuda.")
+
+
+class GuardBlock:
+    """A guard block of one contract (:meth:`StreamContract.guarded`): the code of the frame that enters it
+    calls the effect through the contract until it leaves. Does not block on entry."""
+
+    __slots__ = ("contract", "host_wait", "frame")
+
+    def __init__(self, contract: StreamContract, host_wait: bool) -> None:
+        self.contract = contract
+        self.host_wait = host_wait
+        self.frame: Any = None
+
+    def __enter__(self) -> StreamContract:
+        self.frame = sys._getframe(1)
+        self.contract._install_guard(self.frame)
+        return self.contract
+
+    def __exit__(self, *exc: object) -> None:
+        frame, self.frame = self.frame, None
+        self.contract._remove_guard(frame, host_wait=self.host_wait)
 
 
 contract_sinks: list[Any] = []

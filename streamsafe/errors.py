@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "UnguardedResultError",
     "another_models_array",
     "StreamsafeError",
     "EnvironmentSettingError",
@@ -247,6 +248,22 @@ class HostArrayError(InputArrayError):
 class NotAnEffectError(StreamsafeError, TypeError):
     """Something that is not an effect instance (``None``, a number, a class, a module) was given
     where an effect is needed."""
+
+
+class UnguardedResultError(StreamsafeError, TypeError):
+    """A function decorated with ``@stream_safe`` returned a generator, coroutine or async generator it
+    did not make itself: its body would run after the guard ended, unguarded."""
+
+    def __init__(self, function: str, kind: str) -> None:
+        self.function = function
+        self.kind = kind
+        super().__init__(
+            f"@stream_safe: {function}() returned {kind} that it did not make itself (a generator expression, or a call "
+            f"of another generator or async function), so its body would run after the guard ended, unguarded; it was "
+            f"closed. Decorate the function that holds the loop: a generator function, an async def or an async "
+            f"generator function is guarded at each resumption for its whole life (or use `with stream_contract(...)` "
+            f"inside it)"
+        )
 
 
 class FrameworkUnavailableError(StreamsafeError, ImportError):

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import sys
+
 from . import steady
 from .frameworks import TORCH
 from .guarding import call_raw
 from .inputs import Inputs, is_number
 from .ledger import Ledger, views_exist
 from .plan import FencePlan
+from .program import FenceProgram
 from .profile import Profile
 from .streams import Stream, thread_token
 
@@ -212,10 +215,30 @@ class SteadyFrames:
             if old.facts == facts and old.state == state and old.thread in (None, thread_token()):
                 return
         be, dev = self.backend, self.device
-        recipe = steady.Recipe(facts, state, plan, shapes, steady.FenceProgram(be, dev, before),
-                               steady.FenceProgram(be, dev, after), protect, default_consumer)
+        holds = _stream_objects(facts, dev)
+        if holds is None:  # a raw handle whose stream no object keeps alive: it could name another stream later
+            return
+        recipe = steady.Recipe(facts, state, plan, shapes, FenceProgram(be, dev, before),
+                               FenceProgram(be, dev, after), protect, default_consumer)
+        recipe.holds = holds
         self._recipes = [recipe, *self._recipes[:3]]
 
+
+def _stream_objects(facts: tuple[Any, ...], device: int) -> tuple[Any, ...] | None:
+    """The framework objects of the streams a recipe's facts name by raw handle (torch's current stream),
+    kept by the recipe: while it is kept, its handle names that stream, with that stream's kind (the driver
+    hands a destroyed stream's handle to the next stream it creates, of either kind). ``None`` when a
+    handle is not torch's current stream (nothing to keep alive: the call is planned each time)."""
+    handles = {f for f in facts[1:] if type(f) is int and f != 0}
+    if not handles:
+        return ()
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    current = torch.cuda.current_stream(device)
+    if handles != {int(current.cuda_stream)}:
+        return None
+    return (current,)
 
 def restore_counters(stats: dict[str, int], counted: dict[str, int]) -> None:
     """Put ``stats`` back to ``counted`` in place (the ledger and the run report hold the same dict), never

@@ -22,6 +22,8 @@ nesting of blocks, decorators and class guards, and whether or not instances hav
 from __future__ import annotations
 
 import functools
+import inspect
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -56,11 +58,21 @@ _raw_cache: dict[tuple[Any, ...], Any] = {}
 """The SDK's own methods by (class, name) or (class, name, the class a dispatcher was put on)."""
 
 
-class _Blocks(threading.local):
-    """Per thread: effect id -> the guard blocks open on it in this thread, innermost last."""
+class _Block:
+    """One open guard block on an effect: its contract, the frame whose code it guards (the ``with``
+    statement's, the decorated function's wrapper), and the thread that opened it."""
 
-    def __init__(self) -> None:
-        self.stacks: dict[int, list[Any]] = {}
+    __slots__ = ("contract", "frame", "thread", "suspendable")
+
+    def __init__(self, contract: Any, frame: Any, thread: int) -> None:
+        self.contract = contract
+        self.frame = frame
+        self.thread = thread
+        self.suspendable = bool(frame.f_code.co_flags & _SUSPENDABLE)
+        """The frame is a generator's or a coroutine's: it can be suspended with the block open."""
+
+
+_SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 
 
 class _RawCalls(threading.local):
@@ -74,15 +86,14 @@ class _RawCalls(threading.local):
 
 # (threading.local subclasses: each thread's attributes exist from its first access, so the hot path
 # reads them without the AttributeError a missing attribute of a plain threading.local costs)
-_blocks = _Blocks()
+_open: dict[int, list[_Block]] = {}
+"""Effect id -> the guard blocks open on it, in the order they were opened (every thread's)."""
+_suspendable: dict[int, int] = {}
+"""Effect id -> how many of its open blocks are in a generator's or a coroutine's frame."""
 _local = _RawCalls()
 _class_guards: dict[type, Any] = {}
 """Class-level guards by class (:class:`streamsafe.class_guard.ClassGuard`: anything with ``contract_for``)."""
 _lock = threading.Lock()
-
-
-def _stacks() -> dict[int, list[Any]]:
-    return _blocks.stacks
 
 
 def register_class_guard(cls: type, guard: Any) -> None:
@@ -269,30 +280,67 @@ def _dispatcher(name: str, owner: type, profile: Profile) -> Callable[..., Any]:
 # -- blocks -------------------------------------------------------------------------------------------------
 
 
-def push(effect: Any, contract: Any) -> None:
-    """Route ``effect``'s plain calls from this thread through ``contract`` until :func:`pop` (blocks nest)."""
-    _stacks().setdefault(id(effect), []).append(contract)
+def push(effect: Any, contract: Any, frame: Any) -> None:
+    """Route ``effect``'s plain calls made by the code of ``frame`` (and what it calls) through ``contract``
+    until :func:`pop`. Blocks nest: the innermost block whose frame is running takes a call. A block in a
+    generator or a coroutine guards its code only while it runs (not the caller's code between two of its
+    resumptions), so blocks held across ``yield`` or ``await`` interleave correctly in one thread."""
+    block = _Block(contract, frame, threading.get_ident())
+    with _lock:
+        _open.setdefault(id(effect), []).append(block)
+        if block.suspendable:
+            _suspendable[id(effect)] = _suspendable.get(id(effect), 0) + 1
 
 
-def pop(effect: Any, contract: Any) -> None:
-    stacks = _stacks()
-    stack = stacks.get(id(effect))
-    if not stack:
-        return
-    for i in range(len(stack) - 1, -1, -1):
-        if stack[i] is contract:
-            del stack[i]
-            break
-    if not stack:
-        del stacks[id(effect)]
+def pop(effect: Any, contract: Any, frame: Any) -> None:
+    """End the innermost block of ``contract`` on ``effect`` opened by ``frame`` (nothing when none is open)."""
+    with _lock:
+        blocks = _open.get(id(effect))
+        if not blocks:
+            return
+        for i in range(len(blocks) - 1, -1, -1):
+            block = blocks[i]
+            if block.contract is contract and block.frame is frame:
+                del blocks[i]
+                if block.suspendable:
+                    left = _suspendable[id(effect)] - 1
+                    if left:
+                        _suspendable[id(effect)] = left
+                    else:
+                        del _suspendable[id(effect)]
+                break
+        if not blocks:
+            del _open[id(effect)]
+
+
+def _running_block(blocks: list[_Block], effect_id: int) -> _Block | None:
+    """The innermost of ``blocks`` whose code is running now in this thread: when none is in a generator's
+    or coroutine's frame, the newest of this thread's (an ordinary frame's block is open only while its
+    frame runs); else the block of the innermost frame on this thread's stack that has one."""
+    if effect_id not in _suspendable:
+        me = threading.get_ident()
+        for i in range(len(blocks) - 1, -1, -1):
+            if blocks[i].thread == me:
+                return blocks[i]
+        return None
+    by_frame = {id(b.frame): b for b in blocks}
+    frame = sys._getframe(2)
+    while frame is not None:
+        found = by_frame.get(id(frame))
+        if found is not None and found.frame is frame:
+            return found
+        frame = frame.f_back
+    return None
 
 
 def active_contract(effect: Any) -> Any:
-    """The contract a plain call on ``effect`` from this thread goes through now, or ``None``
-    (guard blocks belong to the thread that opened them; class guards to every thread)."""
-    stack = _blocks.stacks.get(id(effect))
-    if stack:
-        return stack[-1]
+    """The contract a plain call on ``effect`` goes through now, or ``None``: the innermost open guard
+    block whose code makes the call (:func:`push`), else a class guard (every thread's)."""
+    blocks = _open.get(id(effect))
+    if blocks:
+        block = _running_block(blocks, id(effect))
+        if block is not None:
+            return block.contract
     if _class_guards:
         for base in type(effect).__mro__:
             cg = _class_guards.get(base)

@@ -237,7 +237,7 @@ class Ledger:
         """Streams by handle whose kind is settled: their framework objects are held here (so the
         handle cannot be freed and reused with other flags while the entry stands)."""
         self.keepalive: deque[tuple[Any, Any]] = deque()
-        self.torch_streams: dict[int, Any] = {}
+        self.torch_streams: dict[Stream, Any] = {}
         self.raw_plans: dict[tuple[Stream, Stream | None, bool], FencePlan] = {}
         """The plans of tracked raw calls, by (SDK stream, conversion stream, non_blocking)."""
         self.import_programs: dict[Stream, FenceProgram] = {}
@@ -511,7 +511,7 @@ class Ledger:
             be.release_event(event)
 
     def torch_stream(self, stream: Stream) -> Any:
-        ts = self.torch_streams.get(stream.handle)
+        ts = self.torch_streams.get(stream)
         if ts is None:
             import torch
 
@@ -519,7 +519,7 @@ class Ledger:
                 ts = torch.cuda.default_stream(self.device)
             else:
                 ts = torch.cuda.ExternalStream(stream.ptr, device=self.device)
-            self.torch_streams[stream.handle] = ts
+            self.torch_streams[stream] = ts
         return ts
 
     # -- consumer stream objects ----------------------------------------------------------------------------

@@ -204,15 +204,27 @@ def plan_fences(
     shadow: Stream | None = None,
     user_non_blocking: bool = False,
     input_writers: Iterable[Stream] = (),
+    writers_known: bool = True,
 ) -> FencePlan:
     """The plan for one call. ``conversion`` is ``None`` for RGB10A2 output; ``producer`` is
     ``None`` when the input's stream is unknown (then ``__dlpack__(stream=...)`` is forwarded);
     ``shadow`` is the blocking stream ``async`` runs the SDK on; ``input_writers`` are the
     streams that may write or recycle an input after the call (the producer and the SDK stream
-    are always among them). A pure function: issues nothing, blocks nothing."""
+    are always among them). ``writers_known``: the contract knows every stream that may write an input
+    next (its ``input_stream`` is declared); else a program may write an input on an undeclared stream
+    once ``run()`` returns, having synchronised that stream before the call (the vendor's recipe), and
+    only the SDK's own host wait (``non_blocking=False``) keeps that write after the SDK's read: ``auto``
+    and ``async`` keep it then. A pure function: issues nothing, blocks nothing."""
     requested = strategy
     h2_open = conversion is not None and not implicitly_ordered(sdk, conversion)
-    if strategy is Strategy.AUTO:
+    if strategy is Strategy.AUTO and not writers_known:
+        strategy = Strategy.EVENT
+        reason = (
+            "no input_stream is declared, so a stream streamsafe does not know may write an input once run() returns "
+            "(the vendor's recipe synchronises it before the call and relies on run() returning after the SDK read "
+            "the input): the SDK makes the host wait (non_blocking=False); declare input_stream= to let auto drop that wait"
+        )
+    elif strategy is Strategy.AUTO:
         if h2_open and conversion is not None and conversion.kind is StreamKind.LEGACY and shadow is not None:
             strategy = Strategy.ASYNC
             reason = (
@@ -256,7 +268,7 @@ def plan_fences(
     run_stream = shadow if strategy is Strategy.ASYNC and shadow is not None else sdk
     if strategy is Strategy.NONE:
         non_blocking = user_non_blocking
-    elif strategy is Strategy.ASYNC or (requested is Strategy.AUTO and not h2_open):
+    elif (strategy is Strategy.ASYNC or (requested is Strategy.AUTO and not h2_open)) and writers_known:
         non_blocking = True
     else:
         non_blocking = False
@@ -268,7 +280,11 @@ def plan_fences(
         if conversion is not None and not implicitly_ordered(run_stream, conversion):
             fences.append(Fence("H2", "inside run", "sdk-blocking", None, run_stream, f"stream 0 does not wait for {run_stream.kind} streams"))
         elif strategy is Strategy.ASYNC and conversion is not None:
-            fences.append(Fence("H2", "inside run", "shadow-stream", run_stream, sdk, "no host wait for inference"))
+            fences.append(Fence("H2", "inside run", "shadow-stream", run_stream, sdk,
+                                "no host wait for inference" if non_blocking else "stream 0 waits for it on the device"))
+        if not non_blocking and not writers_known and strategy is Strategy.ASYNC:
+            fences.append(Fence("H12", "inside run", "sdk-blocking", None, run_stream,
+                                "no input_stream is declared: an undeclared stream may write an input once run() returns"))
         writers = _unique([w for w in (producer, sdk, *input_writers) if w is not None])
         if non_blocking:
             open_writers = [w for w in writers if not implicitly_ordered(w, run_stream)]

@@ -47,7 +47,7 @@ class Recipe:
     __slots__ = (
         "facts", "state", "readers", "escaped", "previous_plan", "previous_sdk", "input_shapes", "ledger_config", "config",
         "plan", "shapes", "before", "after", "protect", "default_consumer", "run_stream", "run_ptr", "non_blocking",
-        "run_counts", "arrays_only", "thread",
+        "run_counts", "arrays_only", "thread", "holds",
     )
 
     def __init__(
@@ -78,6 +78,8 @@ class Recipe:
         """What a replayed run adds to the contract's counters besides its fences."""
         self.arrays_only = int not in facts and float not in facts
         """Whether every positional argument is an input array (no scalar such as a timestep)."""
+        self.holds: tuple[Any, ...] = ()
+        """The framework objects of the streams its facts name by raw handle, kept alive with it."""
         self.thread = thread_token() if _names_per_thread(facts, state, plan, default_consumer, before, after) else None
         """The thread it was made in, when it names a per-thread default stream (handle 2 is another
         stream in each thread: such a recipe replays only in its own thread)."""

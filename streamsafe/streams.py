@@ -68,7 +68,9 @@ class Stream:
     """One CUDA stream, identified by device and canonical handle.
 
     ``handle`` is 1 for the legacy default stream, 2 for the per-thread default stream,
-    and the ``CUstream`` pointer otherwise. ``backend`` is the backend that owns the
+    and the ``CUstream`` pointer otherwise. The kind is part of the identity (and of every cache key
+    a stream is): a destroyed stream's handle comes back from the driver as the next stream it
+    creates, of either kind. ``backend`` is the backend that owns the
     stream (the driver, or a :class:`~streamsafe.sim.SimBackend`); it takes no
     part in equality.
 
@@ -91,8 +93,10 @@ class Stream:
                 object.__setattr__(self, "thread", _local_token.token)
         elif self.thread:
             object.__setattr__(self, "thread", 0)
-        # streams key dicts on every frame: the hash is computed once (an attribute, not a field)
-        object.__setattr__(self, "_hash", hash((self.device, self.handle, self.thread)))
+        # streams key dicts on every frame: the hash is computed once (an attribute, not a field). The kind is
+        # part of the identity: the driver hands a destroyed stream's handle to the next stream it creates,
+        # whatever its flags, so one handle may name a blocking stream and later a non-blocking one.
+        object.__setattr__(self, "_hash", hash((self.device, self.handle, self.thread, self.kind.value)))
 
     @property
     def ptr(self) -> int:
@@ -109,14 +113,14 @@ class Stream:
         """``(device, handle)``, and the thread for a per-thread stream: the stream's key in a vector clock."""
         return (self.device, self.handle, self.thread) if self.thread else (self.device, self.handle)
 
-    def __hash__(self) -> int:  # device and handle identify a stream (hashing the kind enum is slow)
+    def __hash__(self) -> int:  # device, handle, thread and kind identify a stream (computed once)
         return self._hash  # type: ignore[attr-defined,no-any-return]
 
-    def __eq__(self, other: object) -> bool:  # the same identity as the hash (the kind follows from it)
+    def __eq__(self, other: object) -> bool:  # the same identity as the hash
         if other.__class__ is Stream:
             return (
                 self.handle == other.handle and self.device == other.device  # type: ignore[attr-defined]
-                and self.thread == other.thread  # type: ignore[attr-defined]
+                and self.thread == other.thread and self.kind is other.kind  # type: ignore[attr-defined]
             )
         return NotImplemented
 

@@ -183,7 +183,7 @@ class _Runner:
             self.hand = HandRunner(effect, stream, row, hand_sites, conversion=sc.conversion, legacy=legacy,
                                    consumer_on_sdk=consumer_on_sdk)
         elif row is not Strategy.NONE:
-            self.contract = StreamContract(effect, stream, strategy=row)
+            self.contract = StreamContract(effect, stream, strategy=row, input_stream=stream)  # (the inputs are written on S)
 
     def run(self, sc: BenchScenario, inputs: list[Any], consume: Any) -> list[Any]:
         """One step: one output (three for frame generation x4), each consumed before the next
