@@ -455,10 +455,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(format_summary(run.summary))
     if args.json:
-        from .report import _clean, to_json
+        from .report import clean_json, to_json
 
         with open(args.json, "w") as f:
-            json.dump(_clean({"summary": run.summary, "raw": to_json(run.result)}), f, indent=1, default=_json_default)
+            json.dump(clean_json({"summary": run.summary, "raw": to_json(run.result)}), f, indent=1, default=_json_default)
         print(f"wrote the figures and every raw sample to {args.json}", file=sys.stderr)
     unsafe = {"none"}
     bad = [(name, c["corrupt"]) for name, row in run.summary["rows"].items() if name not in unsafe

@@ -116,19 +116,20 @@ def to_json(result: BenchResult) -> dict[str, Any]:
     }
 
 
-def _clean(obj: Any) -> Any:
+def clean_json(obj: Any) -> Any:
+    """``obj`` (dicts and lists of numbers) with every NaN and infinity as ``None``: strict JSON."""
     if isinstance(obj, float) and (obj != obj or math.isinf(obj)):
         return None
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
+        return {k: clean_json(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_clean(v) for v in obj]
+        return [clean_json(v) for v in obj]
     return obj
 
 
 def write_json(result: BenchResult, path: str) -> None:
     with open(path, "w") as f:
-        json.dump(_clean(to_json(result)), f, indent=1)
+        json.dump(clean_json(to_json(result)), f, indent=1)
 
 
 _SAMPLE_LISTS = {"block_wall_s": float, "block_cpu_s": float, "block_frames": int, "latency_ms": float}

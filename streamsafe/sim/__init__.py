@@ -1,7 +1,9 @@
 """The model: CUDA's ordering rules in pure Python, with real (NumPy) data.
 
 * :mod:`~streamsafe.sim.backend`: :class:`SimBackend` (streams, events, host syncs, a caching
-  allocator, vector clocks) and :class:`SimArray`;
+  allocator, vector clocks), built on :mod:`~streamsafe.sim.engine` (issuing and running operations,
+  race checks), :mod:`~streamsafe.sim.ops` (:class:`Op`, :class:`SimEvent`) and
+  :mod:`~streamsafe.sim.memory` (:class:`SimBuffer`, :class:`SimArray`, :class:`SimCapsule`);
 * :mod:`~streamsafe.sim.schedule`: which ready operation runs next (in order, random, adversarial);
 * :mod:`~streamsafe.sim.clocks` and :mod:`~streamsafe.sim.races`: happens-before and race reports;
 * :mod:`~streamsafe.sim.mirror`: the model fed by hooks from real GPU calls (sanitize mode).

@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from .. import hooks
 from ..backend import Backend, current_backend, require_backend
 from . import mirror
-from .backend import SimBackend, sanitize_everywhere
+from .backend import SimBackend
+from .engine import sanitize_everywhere
 
 __all__ = ["sanitize"]
 

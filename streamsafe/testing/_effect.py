@@ -1,8 +1,8 @@
 """The emulated effects' shared base: life cycle, input checks, the stages and the SDK-owned output.
 
-:class:`_Effect` is what :class:`~streamsafe.testing.VideoSuperRes`,
+:class:`EffectBase` is what :class:`~streamsafe.testing.VideoSuperRes`,
 :class:`~streamsafe.testing.VideoFrameGeneration` and :class:`~streamsafe.testing.TrueHDR` share:
-each ``run()`` hands :meth:`_Effect._run_stages` its inputs and its inference, which stages them,
+each ``run()`` hands :meth:`EffectBase._run_stages` its inputs and its inference, which stages them,
 runs them on the engine (:mod:`streamsafe.testing._engines`; eagerly, or as CUDA graphs in graph
 mode) and returns the raw capsule of the one output buffer. What a ``run()`` does, stage by stage,
 and the rules the effects validate are described in :mod:`streamsafe.testing.effects`.
@@ -42,20 +42,22 @@ MIN_SIDE = 16
 """The emulation's smallest input side (the SDK documents 90; kept small for cheap model tests)."""
 
 
-def _positive_int(effect: str, name: str, value: Any, lo: int = 1, hi: int = 16384, fix: str = "") -> int:
+def positive_int(effect: str, name: str, value: Any, lo: int = 1, hi: int = 16384, fix: str = "") -> int:
+    """``value`` as an int when it is one in ``[lo, hi]``; else :class:`~streamsafe.errors.EffectConfigError`."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= int(value) <= hi:
         raise EffectConfigError(effect, name, value, f"must be an integer in [{lo}, {hi}]{fix}")
     return int(value)
 
 
-def _members(enum_type: type[enum.IntEnum]) -> str:
+def members(enum_type: type[enum.IntEnum]) -> str:
+    """The members of ``enum_type`` for a message: ``"NAME (value), ..."``."""
     return ", ".join(f"{m.name} ({int(m)})" for m in enum_type)
 
 
-_Encoding = ImageEncoding  # for annotations inside classes that re-export the enums as attributes
+Encoding = ImageEncoding  # for annotations inside classes that re-export the enums as attributes
 
 
-class _Effect:
+class EffectBase:
     """What the three effects share: life cycle, inputs, stages and the output buffer."""
 
     ImageEncoding: ClassVar[type[ImageEncoding]] = ImageEncoding
@@ -65,13 +67,13 @@ class _Effect:
         self,
         *,
         device: int,
-        image_encoding: _Encoding,
+        image_encoding: Encoding,
         backend: Backend | None,
         latency_us: float | Mapping[str, float] | None,
         launch_mode: str = "eager",
         host_cost_us: float = 0.0,
     ) -> None:
-        self._device = _positive_int(self._name, "device", device, 0, 1024)
+        self._device = positive_int(self._name, "device", device, 0, 1024)
         self._encoding = self._check_encoding(image_encoding)
         self._backend = backend
         self._engine: Engine | None = None
@@ -112,23 +114,23 @@ class _Effect:
         return self._device
 
     @property
-    def image_encoding(self) -> _Encoding:
+    def image_encoding(self) -> Encoding:
         return self._encoding
 
     @image_encoding.setter
-    def image_encoding(self, value: _Encoding) -> None:
+    def image_encoding(self, value: Encoding) -> None:
         value = self._check_encoding(value)
         if value != self._encoding:
             self._release_output("encoding change")
         self._encoding = value
         self._steady = None
 
-    def _check_encoding(self, value: Any) -> _Encoding:
+    def _check_encoding(self, value: Any) -> Encoding:
         try:
             return ImageEncoding(value)
         except ValueError:
             raise EffectConfigError(
-                self._name, "image_encoding", value, f"must be an ImageEncoding value, one of {_members(ImageEncoding)}"
+                self._name, "image_encoding", value, f"must be an ImageEncoding value, one of {members(ImageEncoding)}"
             ) from None
 
     @property
@@ -213,7 +215,7 @@ class _Effect:
     def closed(self) -> bool:
         return self._closed
 
-    def __enter__(self) -> _Effect:
+    def __enter__(self) -> EffectBase:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -232,7 +234,7 @@ class _Effect:
         (on the GPU, read in place until a stage runs eagerly)."""
         return self.engine.take(obj, what)
 
-    def _check_image(self, what: str, array: Any, encoding: _Encoding) -> tuple[int, int]:
+    def _check_image(self, what: str, array: Any, encoding: Encoding) -> tuple[int, int]:
         shape, dtype = (array.shape, array.dtype) if type(array) is TakenInput else self.engine.shape_dtype(array)
         if encoding is ImageEncoding.RGB8:
             if len(shape) != 3 or shape[0] != 3 or dtype != np.float32:

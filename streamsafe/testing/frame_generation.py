@@ -15,7 +15,7 @@ import numpy as np
 from ..backend import Backend
 from ..errors import EffectConfigError, EffectStateError
 from . import _kernels as K
-from ._effect import MIN_SIDE, ImageEncoding, _Effect, _Encoding, _members, _positive_int
+from ._effect import MIN_SIDE, EffectBase, Encoding, ImageEncoding, members, positive_int
 
 __all__ = ["Mode", "VideoFrameGeneration", "VideoFrameGenerationOutput"]
 
@@ -39,7 +39,7 @@ class VideoFrameGenerationOutput:
 _Mode = Mode  # for annotations inside the class, which re-exports the enum as an attribute
 
 
-class VideoFrameGeneration(_Effect):
+class VideoFrameGeneration(EffectBase):
     """Emulated ``nvvfx.VideoFrameGeneration``: a blend of two frames at a timestep."""
 
     Mode: ClassVar[type[Mode]] = Mode
@@ -49,7 +49,7 @@ class VideoFrameGeneration(_Effect):
         mode: _Mode = Mode.MEDIUM,
         automatic_shot_change_detection_enabled: bool = True,
         device: int = 0,
-        image_encoding: _Encoding = ImageEncoding.RGB8,
+        image_encoding: Encoding = ImageEncoding.RGB8,
         *,
         backend: Backend | None = None,
         latency_us: float | Mapping[str, float] | None = None,
@@ -76,7 +76,7 @@ class VideoFrameGeneration(_Effect):
                 self._name,
                 "mode",
                 value,
-                f"must be a Mode value, one of {_members(Mode)}; pass a member, e.g. VideoFrameGeneration.Mode.MEDIUM",
+                f"must be a Mode value, one of {members(Mode)}; pass a member, e.g. VideoFrameGeneration.Mode.MEDIUM",
             ) from None
 
     @property
@@ -86,7 +86,7 @@ class VideoFrameGeneration(_Effect):
     @frame_multiplier.setter
     def frame_multiplier(self, value: int) -> None:
         """M in [2, 8]: ``run(frame_index=i)`` makes the frame at i / M, for i in [1, M - 1]."""
-        self._multiplier = _positive_int(
+        self._multiplier = positive_int(
             self._name,
             "frame_multiplier",
             value,
@@ -100,7 +100,7 @@ class VideoFrameGeneration(_Effect):
     input_height = property(lambda self: self._in[1], lambda self, v: self._set_in(1, "input_height", v))
 
     def _set_in(self, i: int, name: str, value: int) -> None:
-        value = _positive_int(self._name, name, value, MIN_SIDE, 8192, "; pass a pixel count in that range")
+        value = positive_int(self._name, name, value, MIN_SIDE, 8192, "; pass a pixel count in that range")
         if self._in[i] is not None and self._in[i] != value:
             self._release_output("output-size change")
         self._in[i] = value

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from ..backend import Backend
 from ..errors import EffectConfigError, EffectStateError
 from . import _kernels as K
-from ._effect import MIN_SIDE, ImageEncoding, _Effect, _Encoding, _members, _positive_int
+from ._effect import MIN_SIDE, EffectBase, Encoding, ImageEncoding, members, positive_int
 
 __all__ = ["QualityLevel", "SAME_RESOLUTION_QUALITIES", "INPUT_LIMITS", "VideoSuperRes", "VideoSuperResOutput"]
 
@@ -65,7 +65,7 @@ class VideoSuperResOutput:
 _Quality = QualityLevel  # for annotations inside the class, which re-exports the enum as an attribute
 
 
-class VideoSuperRes(_Effect):
+class VideoSuperRes(EffectBase):
     """Emulated ``nvvfx.VideoSuperRes``: bilinear upscaling with the SDK's stream behaviour."""
 
     QualityLevel: ClassVar[type[QualityLevel]] = QualityLevel
@@ -75,7 +75,7 @@ class VideoSuperRes(_Effect):
         quality: _Quality = QualityLevel.HIGH,
         device: int = 0,
         strength: float = 1.0,
-        image_encoding: _Encoding = ImageEncoding.RGB8,
+        image_encoding: Encoding = ImageEncoding.RGB8,
         *,
         backend: Backend | None = None,
         latency_us: float | Mapping[str, float] | None = None,
@@ -105,7 +105,7 @@ class VideoSuperRes(_Effect):
                 self._name,
                 "quality",
                 value,
-                f"must be a QualityLevel value, one of {_members(QualityLevel)}; "
+                f"must be a QualityLevel value, one of {members(QualityLevel)}; "
                 "pass a member, e.g. VideoSuperRes.QualityLevel.HIGH or VideoSuperRes.QualityLevel['DENOISE_HIGH']",
             ) from None
 
@@ -127,7 +127,7 @@ class VideoSuperRes(_Effect):
     output_height = property(lambda self: self._out[1], lambda self, v: self._set_dim(self._out, 1, "output_height", v, True))
 
     def _set_dim(self, dims: list[int | None], i: int, name: str, value: int, output: bool = False) -> None:
-        value = _positive_int(self._name, name, value, MIN_SIDE, 16384, "; pass a pixel count in that range")
+        value = positive_int(self._name, name, value, MIN_SIDE, 16384, "; pass a pixel count in that range")
         if output and dims[i] is not None and dims[i] != value:
             self._release_output("output-size change")
         dims[i] = value

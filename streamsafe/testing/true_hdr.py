@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from ..backend import Backend
 from ..errors import EffectConfigError
 from . import _kernels as K
-from ._effect import ImageEncoding, _Effect, _Encoding, _positive_int
+from ._effect import EffectBase, Encoding, ImageEncoding, positive_int
 
 __all__ = ["TrueHDR", "TrueHDROutput"]
 
@@ -24,7 +24,7 @@ class TrueHDROutput:
 
 
 
-class TrueHDR(_Effect):
+class TrueHDR(EffectBase):
     """Emulated ``nvvfx.TrueHDR``: SDR float RGB to PQ-coded RGB10A2; no RGB8 conversion stage."""
 
     _has_rgb8_conversion = False
@@ -66,12 +66,12 @@ class TrueHDR(_Effect):
         self.debanding_off = debanding_off
 
     @property
-    def image_encoding(self) -> _Encoding:
+    def image_encoding(self) -> Encoding:
         """Always RGB10A2: TrueHDR has no RGB8 output path."""
         return ImageEncoding.RGB10A2
 
     @image_encoding.setter
-    def image_encoding(self, value: _Encoding) -> None:
+    def image_encoding(self, value: Encoding) -> None:
         if self._check_encoding(value) is not ImageEncoding.RGB10A2:
             raise EffectConfigError(
                 "TrueHDR", "image_encoding", value, "TrueHDR output is always RGB10A2 (its input is RGB8 float32); leave it"
@@ -82,7 +82,7 @@ class TrueHDR(_Effect):
             lo, hi = TrueHDR._RANGES[name]
             if name == "debanding_off" and isinstance(value, bool):
                 value = int(value)  # chosen: a bool is taken as 0/1 (the samples pass 0 or 1)
-            value = _positive_int("TrueHDR", name, value, lo, hi, f"; {TrueHDR._MEANING[name]}")
+            value = positive_int("TrueHDR", name, value, lo, hi, f"; {TrueHDR._MEANING[name]}")
         super().__setattr__(name, value)
 
     def run(self, rgb_input: Any, *, non_blocking: bool = False, stream_ptr: int = 0) -> TrueHDROutput:
