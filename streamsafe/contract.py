@@ -21,11 +21,9 @@ conversion stream (the legacy stream; none for RGB10A2), **C** the consumer's st
 
 from __future__ import annotations
 
-import operator
 import sys
 import warnings
 import weakref
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import guarding, hooks, occupancy, steady
@@ -35,7 +33,7 @@ from .backend import Backend, current_backend
 from .backend.naming import as_stream, stream_on_device
 from .errors import EffectConfigError, EffectStateError, MissingCallError, NotAnEffectError, StreamsafeError, UnguardedChangeError
 from .frameworks import TORCH, framework_of, on_torch_device
-from .guarding import call_raw, shape_of, snapshot
+from .guarding import call_raw, config_reader, settable, shape_of, snapshot
 from .frames import UNREADABLE, SteadyFrames, restore_counters
 from .inputs import Inputs
 from .ledger import Ledger, adopt_ledger, forget_ledger, ledger_of, new_stats, views_exist
@@ -121,7 +119,7 @@ class StreamContract(SteadyFrames):
         :mod:`streamsafe.occupancy`)."""
         self._recipes: list[steady.Recipe] = []
         """Recipes of recent calls, replayed while a call repeats one (:mod:`streamsafe.steady`)."""
-        self._config_getter = _config_reader(effect, self.profile)
+        self._config_getter = config_reader(effect, self.profile)
         self._last_plan: FencePlan | None = None
         self._patched_instance = False
         self._tracked = guarding.install(self._cls)
@@ -418,11 +416,11 @@ class StreamContract(SteadyFrames):
         name = type(self.effect).__name__
         if self.closed or self.ledger.closed:
             raise EffectStateError(name, "configure", "closed", "Create a new effect and contract.")
-        settable = _settings_of(self._cls, self.effect)
+        names = settable(self._cls, self.effect)
         for attr, value in attrs.items():
-            if attr not in settable:
+            if attr not in names:
                 rule = f"{name} has no attribute {attr!r}" if not hasattr(self.effect, attr) else f"{attr!r} is read-only"
-                raise EffectConfigError(name, attr, value, f"{rule}; its settings are {', '.join(sorted(settable))}")
+                raise EffectConfigError(name, attr, value, f"{rule}; its settings are {', '.join(sorted(names))}")
         ledger = self.ledger
         with ledger.using("configure"):
             before = {k: getattr(self.effect, k, None) for k in attrs}
@@ -580,22 +578,6 @@ def _return_stream(backend: Any, stream: Stream) -> None:
     backend.release_stream(stream)
 
 
-def _settings_of(cls: type, effect: Any) -> set[str]:
-    """The public attributes of an effect that can be set: properties with a setter, plain attributes."""
-    names: set[str] = set()
-    for attr in dir(cls):
-        if attr.startswith("_"):
-            continue
-        value = getattr(cls, attr, None)
-        if isinstance(value, property):
-            if value.fset is not None:
-                names.add(attr)
-        elif not callable(value) and not isinstance(value, type):
-            names.add(attr)
-    names.update(a for a in getattr(effect, "__dict__", {}) if not a.startswith("_") and not callable(getattr(effect, a)))
-    return names
-
-
 def _check_effect(effect: Any) -> None:
     if effect is None or isinstance(effect, type) or not callable(getattr(effect, "run", None)):
         what = "a class" if isinstance(effect, type) else f"{type(effect).__name__}"
@@ -611,15 +593,5 @@ def _effect_backend(effect: Any) -> Backend | None:
     if isinstance(engine, property):
         return effect.engine.backend  # type: ignore[no-any-return]
     return None
-
-
-def _config_reader(effect: Any, profile: Any) -> Callable[[Any], Any]:
-    """A fast reader of the profile's settings the effect has (a replay compares what it reads)."""
-    present = [name for name in profile.settings if hasattr(effect, name)]
-    return operator.attrgetter(*present) if present else _nothing
-
-
-def _nothing(effect: Any) -> tuple[()]:
-    return ()
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 import sys
 import threading
 from collections.abc import Callable
@@ -49,6 +50,8 @@ __all__ = [
     "next_raw_method",
     "snapshot",
     "uninstall_all",
+    "settable",
+    "config_reader",
 ]
 
 _MARK = "__streamsafe_dispatch__"
@@ -324,7 +327,7 @@ def _running_block(blocks: list[_Block], effect_id: int) -> _Block | None:
                 return blocks[i]
         return None
     by_frame = {id(b.frame): b for b in blocks}
-    frame = sys._getframe(2)
+    frame: Any = sys._getframe(2)
     while frame is not None:
         found = by_frame.get(id(frame))
         if found is not None and found.frame is frame:
@@ -414,3 +417,29 @@ def tracked_setattr(effect: Any, ledger: Ledger, attr: str, value: Any) -> None:
 def shape_of(arr: Any) -> Any:
     shape = getattr(arr, "shape", None)
     return tuple(shape) if shape is not None else None
+
+
+def settable(cls: type, effect: Any) -> set[str]:
+    """The public attributes of an effect that can be set: properties with a setter, plain attributes."""
+    names: set[str] = set()
+    for attr in dir(cls):
+        if attr.startswith("_"):
+            continue
+        value = getattr(cls, attr, None)
+        if isinstance(value, property):
+            if value.fset is not None:
+                names.add(attr)
+        elif not callable(value) and not isinstance(value, type):
+            names.add(attr)
+    names.update(a for a in getattr(effect, "__dict__", {}) if not a.startswith("_") and not callable(getattr(effect, a)))
+    return names
+
+
+def config_reader(effect: Any, profile: Profile) -> Callable[[Any], Any]:
+    """A fast reader of the profile's settings the effect has (a replay compares what it reads)."""
+    present = [name for name in profile.settings if hasattr(effect, name)]
+    return operator.attrgetter(*present) if present else _nothing
+
+
+def _nothing(effect: Any) -> tuple[()]:
+    return ()
