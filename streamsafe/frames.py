@@ -22,7 +22,7 @@ from .ledger import Ledger, views_exist
 from .plan import FencePlan
 from .program import FenceProgram
 from .profile import Profile
-from .streams import Stream, thread_token
+from .streams import Stream, stream_from_handle, thread_token
 
 __all__ = ["SteadyFrames", "UNREADABLE", "restore_counters"]
 
@@ -107,6 +107,11 @@ class SteadyFrames:
             if sim is not self.backend:
                 return None
             facts.append(sim.current_stream(dev))
+            if stream_ptr is not None:  # (on the model a handle is cheap to name: with its kind, a destroyed one's reuse differs)
+                try:
+                    facts[1] = stream_from_handle(stream_ptr, dev, sim)
+                except Exception:  # noqa: BLE001 (not a stream: the general path says why)
+                    return None
         elif model_array is not None or TORCH.tensor is None:
             return None
         else:

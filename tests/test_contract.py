@@ -49,9 +49,9 @@ def test_everything_on_the_legacy_stream_needs_no_fence(sim: ss.sim.SimBackend) 
         plan = ss.StreamContract(make_sr(sim), legacy, strategy=strategy).plan
         fences = [f for f in plan.fences if f.action not in ("sdk-blocking", "shadow-stream", "protect-input")]
         assert fences == [], (strategy, str(plan))
-    plan = ss.StreamContract(make_sr(sim), legacy).plan
-    # auto: stream 0 waits for itself, no fence; the input is still kept from reuse while the run reads it
-    # (its memory goes back to the pool of the stream that allocated it, which may be another)
+    plan = ss.StreamContract(make_sr(sim), legacy, input_stream=legacy).plan
+    # auto (the input's writer declared): stream 0 waits for itself, no fence; the input is still kept from
+    # reuse while the run reads it (its memory goes back to the pool of the stream that allocated it)
     [h12] = plan.fences
     assert plan.non_blocking and (h12.hazard, h12.action, h12.signaller) == ("H12", "protect-input", legacy)
     [h6] = plan.on_release
@@ -105,10 +105,24 @@ def test_fences_only_where_kinds_leave_an_edge_open(sim: ss.sim.SimBackend) -> N
 
 
 def test_auto_picks_async_for_a_non_blocking_sdk_stream_and_says_why(sim: ss.sim.SimBackend) -> None:
-    plan = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True)).plan
+    s = sim.create_stream(non_blocking=True)
+    plan = ss.StreamContract(make_sr(sim), s, input_stream=s).plan
     assert plan.strategy is ss.Strategy.ASYNC and plan.non_blocking
     assert plan.run_stream.kind is StreamKind.BLOCKING and "shadow stream" in plan.reason
     assert "strategy=auto -> async" in str(plan)
+
+
+@pytest.mark.parametrize("kind", ["non-blocking", "blocking", "legacy"])
+def test_auto_keeps_the_sdks_wait_when_no_input_stream_is_declared_and_says_why(sim: ss.sim.SimBackend, kind: str) -> None:
+    """Without ``input_stream=`` an undeclared stream may write the input once ``run()`` returns (the vendor's
+    recipe synchronises it before the call): ``auto`` keeps ``non_blocking=False`` and says how to drop it."""
+    plan = ss.StreamContract(make_sr(sim), stream_of(sim, kind)).plan
+    assert plan.strategy is ss.Strategy.EVENT and not plan.non_blocking
+    assert "declare input_stream=" in plan.reason
+    fx = TrueHDR(backend=sim)
+    fx.load()
+    hdr = ss.StreamContract(fx, sim.create_stream(non_blocking=True)).plan  # (no conversion stage either)
+    assert not hdr.non_blocking
 
 
 def test_plans_compare_equal(sim: ss.sim.SimBackend) -> None:

@@ -25,7 +25,7 @@ def _pipeline(sim: ss.sim.SimBackend, device: int = 0, strategy: str = "auto") -
     sr = VideoSuperRes(backend=sim, device=device)
     sr.output_width = sr.output_height = 32
     sr.load()
-    return sr, ss.StreamContract(sr, s, strategy=strategy), s
+    return sr, ss.StreamContract(sr, s, strategy=strategy, input_stream=s), s
 
 
 def _frames(sim: ss.sim.SimBackend, c: Any, s: ss.Stream, n: int, device: int = 0, seed: int = 0) -> list[bool]:

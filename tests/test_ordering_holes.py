@@ -111,7 +111,7 @@ def test_hole1_blocking_stream_rewrite_waits_for_the_shadow_stream(sim: ss.sim.S
     """The case the issue measured: auto resolves to async (a blocking shadow stream), and the
     producer's next write on the blocking SDK stream is not ordered after the shadow's read."""
     s = sim.create_stream(non_blocking=True)
-    c = ss.StreamContract(make_sr(sim), s)
+    c = ss.StreamContract(make_sr(sim), s, input_stream=s)
     assert c.plan.strategy is ss.Strategy.ASYNC
     h12 = [f for f in c.plan.fences if f.hazard == "H12" and f.action == "device-wait"]
     # S waits for stream 0's conversion, which stream 0 issues after the shadow's read (it waits for blocking streams)
@@ -977,7 +977,7 @@ def test_a_view_used_before_the_next_run_is_not_stale(sim: ss.sim.SimBackend, st
 def test_a_view_of_a_view_is_stale_too(sim: ss.sim.SimBackend) -> None:
     sr = make_sr(sim)
     s = sim.create_stream(non_blocking=True)
-    with sim.use_stream(s), ss.stream_contract(sr, s):
+    with sim.use_stream(s), ss.stream_contract(sr, s, input_stream=s):
         view = sim.from_dlpack(sim.from_dlpack(sr.run(sim.array(np.zeros((3, 16, 16), np.float32))).image))
         sr.run(sim.array(np.zeros((3, 16, 16), np.float32)))
         sim.fill(view, 1.0)  # a write through it
@@ -1013,7 +1013,8 @@ def test_the_plan_says_why_auto_picks_event_when_threads_share_the_device(sim: s
     start = threading.Barrier(2)
 
     def pipeline(k: int) -> None:
-        c = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True))
+        s = sim.create_stream(non_blocking=True)
+        c = ss.StreamContract(make_sr(sim), s, input_stream=sim.legacy_stream())  # (sim.array writes on stream 0)
         for _ in range(6):
             start.wait()  # frame by frame, the two pipelines interleave
             c.run(sim.array(np.zeros((3, 16, 16), np.float32))).numpy()

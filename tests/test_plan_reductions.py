@@ -107,7 +107,7 @@ def test_control_the_import_on_s_relies_on_the_wait_after_run(sim: ss.sim.SimBac
 
     monkeypatch.setattr(FencePlan, "at", at)
     s = sim.create_stream(non_blocking=True)
-    c = ss.StreamContract(make_sr(sim), s, strategy="async")
+    c = ss.StreamContract(make_sr(sim), s, strategy="async", input_stream=s)
     data = data_of(0)
     surface = sim.empty((3, 16, 16), np.float32)
     with sim.use_stream(s):
