@@ -550,6 +550,8 @@ class Ledger:
         obj = self.declared.get(consumer)
         if obj is None:
             obj = self._current_stream_object(consumer.handle)
+        if obj is None:
+            obj = self.resolved_backend().hold_stream(consumer)  # (the model keeps its own streams so)
         if obj is not None:
             self.holds[consumer] = obj
             self.known[consumer.handle] = consumer

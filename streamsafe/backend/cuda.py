@@ -209,6 +209,11 @@ class CudaBackend:
         _check(self._d.cuStreamDestroy(self._cu_stream(stream.handle)), "cuStreamDestroy")
         self._cu_streams.pop(stream.handle, None)
 
+    def hold_stream(self, stream: Stream) -> None:
+        """Nothing: a stream a program made is kept alive by its framework's object (which the ledger holds
+        where it can), and one made by :meth:`create_stream` by :meth:`destroy_stream` not being called."""
+        return None
+
     def acquire_stream(self, device: int, *, non_blocking: bool = False) -> Stream:
         """A stream from this backend's pool (created when none is free); never destroyed."""
         with self._lock:

@@ -50,7 +50,8 @@ from ..errors import ArgumentError, CudaDriverError, DeviceMismatchError, anothe
 from ..streams import LEGACY_HANDLE, Stream, StreamKind
 from ..streams import thread_token as _thread_token
 from .clocks import VectorClock, is_ordered_after
-from .engine import OrderingEngine, collecting_races, entry, sanitize_everywhere, sanitizing_everywhere
+from .lifetimes import StreamLifetimes
+from .engine import collecting_races, entry, sanitize_everywhere, sanitizing_everywhere
 from .memory import FreeBlock, Lease, PoolKey, SimArray, SimBuffer, SimCapsule, as_dims, fill_poison, pool_stream
 from .ops import Op, SimEvent, StreamState
 from .races import Access
@@ -64,7 +65,7 @@ __all__ = [
 _HANDLE_BASE = 0x7F00_0000_1000
 
 
-class SimBackend(OrderingEngine):
+class SimBackend(StreamLifetimes):
     """The model of CUDA ordering. ``scheduler`` may be a name (``"in-order"``, the default: work runs
     in issue order, so a missing fence rarely changes a frame; ``"adversarial"``: ready work runs in the
     order that breaks a missing fence; ``"random"``, seeded by ``seed``) or a :class:`Scheduler`. Every
@@ -115,6 +116,11 @@ class SimBackend(OrderingEngine):
             on_race = "raise"  # sanitize mode for the whole process
         super().__init__(devices=devices, scheduler=scheduler, on_race=on_race, max_pending=max_pending)
         self._handles = itertools.count()
+        self._free_handles: dict[int, list[int]] = {}
+        """Per device, the handles of destroyed streams, handed out again by :meth:`create_stream`."""
+        self._destroyed: set[tuple[int, int, StreamKind]] = set()
+        self._stream_holds: dict[Stream, int] = {}
+        self._destroy_when_let_go: set[Stream] = set()
         self._stream_pool: dict[tuple[int, bool], list[Stream]] = {}
         self._pool: EventPool[SimEvent] = EventPool(lambda device: SimEvent(device, self), lambda e: None, max_free_events)
         self._free_blocks: dict[PoolKey, list[FreeBlock]] = {}
@@ -144,14 +150,13 @@ class SimBackend(OrderingEngine):
         """A new stream (blocking unless ``non_blocking``), like ``cuStreamCreate``."""
         dev = self.current_device() if device is None else device
         self._check_device(dev)
-        handle = _HANDLE_BASE + 0x100 * next(self._handles)
+        free = self._free_handles.get(dev)
+        handle = free.pop() if free else _HANDLE_BASE + 0x100 * next(self._handles)  # (the driver hands freed ones out again)
         kind = StreamKind.NON_BLOCKING if non_blocking else StreamKind.BLOCKING
         stream = Stream(dev, handle, kind, self)
+        self._destroyed.discard((dev, handle, kind))
         self._add_state(StreamState(stream, clock=self._host_clock))
         return stream
-
-    def destroy_stream(self, stream: Stream) -> None:
-        """Forget nothing: the model keeps a stream's history for its race reports."""
 
     @entry
     def acquire_stream(self, device: int, *, non_blocking: bool = False) -> Stream:

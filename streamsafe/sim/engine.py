@@ -89,6 +89,9 @@ class OrderingEngine:
     pending operations, clocks, the race reports. Its public calls are :meth:`launch`, :meth:`host_access`,
     :meth:`progress`, :attr:`pending`, :meth:`take_races` and :meth:`acting_as`; the rest is the model's own."""
 
+    _destroyed: set[tuple[int, int, StreamKind]]
+    """The streams destroyed by :meth:`~streamsafe.sim.backend.SimBackend.destroy_stream` (device, handle, kind)."""
+
     def __init__(self, *, devices: int, scheduler: Scheduler, on_race: str, max_pending: int) -> None:
         self.scheduler: Scheduler = scheduler
         self.on_race = on_race
@@ -188,7 +191,14 @@ class OrderingEngine:
         else:
             by_device = self._by_handle.get(stream.handle)
             state = by_device.get(stream.device) if by_device is not None else None
-        if state is None or (stream.backend is not self and stream.backend is not None):
+        if state is None or state.stream.kind is not stream.kind or (stream.backend is not self and stream.backend is not None):
+            if (stream.device, stream.handle, stream.kind) in self._destroyed:
+                raise StreamValueError(
+                    stream, "it was destroyed (destroy_stream), and work on a destroyed stream is an error, as on the driver"
+                    + (f"; its handle now names a {state.stream.kind} stream" if state is not None else ""),
+                    "Keep the stream until its last use (streamsafe keeps the streams it still orders: "
+                    "backend.hold_stream), or use a live one.",
+                )
             raise StreamValueError(stream, "the stream does not belong to this SimBackend", "Create it with create_stream().")
         return state
 
