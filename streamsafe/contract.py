@@ -36,7 +36,8 @@ from .frameworks import TORCH, framework_of, on_torch_device
 from .guarding import call_raw, config_reader, settable, shape_of, snapshot
 from .frames import UNREADABLE, SteadyFrames, restore_counters
 from .inputs import Inputs
-from .ledger import Ledger, adopt_ledger, forget_ledger, ledger_of, new_stats, views_exist
+from .ledger import Ledger, adopt_ledger, forget_ledger, ledger_of, new_stats
+from .views import views_exist
 from .plan import FencePlan, plan_fences
 from .profile import profile_of
 from .strategy import Strategy, StrategyName, as_strategy

@@ -18,7 +18,8 @@ from . import steady
 from .frameworks import TORCH
 from .guarding import call_raw
 from .inputs import Inputs, is_number
-from .ledger import Ledger, views_exist
+from .ledger import Ledger
+from .views import views_exist
 from .plan import FencePlan
 from .program import FenceProgram
 from .profile import Profile

@@ -22,7 +22,8 @@ from .backend import Backend
 from .backend.naming import as_stream
 from .errors import HostArrayError, InputArrayError, another_models_array
 from .frameworks import TORCH, framework_of, torch_current_stream_handle
-from .ledger import Ledger, view_owner
+from .ledger import Ledger
+from .views import stale_view, view_owner
 from .profile import Profile
 from .streams import LEGACY_HANDLE, Stream
 
@@ -169,10 +170,16 @@ class Inputs:
                         inner.record_stream(run_stream)
 
     def read_views(self, arrays: Sequence[Any], run_stream: Stream) -> None:
-        """An input that is a zero-copy view of another guarded effect's output (effects chained by
-        views): this run reads that output, so its effect's next run must wait for it."""
+        """An input that is a zero-copy view of a guarded effect's output (effects chained by views): this
+        run reads that output, so its effect's next run must wait for it. A view of an output that effect
+        has since overwritten (a later run, not a release: the memory is still the SDK's) raises
+        :class:`~streamsafe.errors.StaleOutputError`, as passing that output's ``image`` would."""
         for arr in arrays:
-            found = view_owner(arr.data_ptr() if TORCH.tensor is not None and type(arr) is TORCH.tensor else array_key(arr))
+            key = arr.data_ptr() if TORCH.tensor is not None and type(arr) is TORCH.tensor else array_key(arr)
+            stale = stale_view(arr, key)
+            if stale is not None:
+                stale[0].refuse_stale_view(stale[1], "input")
+            found = view_owner(key)
             if found is not None and found[0] is not self.ledger:
                 owner, generation = found
                 owner.add_reader(generation, run_stream)

@@ -31,29 +31,29 @@ from __future__ import annotations
 import dataclasses
 import sys
 import threading
-import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import hooks
+from . import hooks, views
 from .backend import Backend, current_backend
-from .errors import ConcurrentUseError, StaleOutputError
+from .errors import StaleOutputError
 from .frameworks import framework_current_stream_handle
 from .plan import Fence, FencePlan, plan_fences, release_fences
 from .program import FenceProgram, apply_fences
 from .strategy import Strategy
 from .streams import LEGACY_HANDLE, Stream, StreamKind, issuable
+from .turns import Turns
 
-__all__ = ["Ledger", "ledger_of", "adopt_ledger", "forget_ledger", "new_stats", "view_owner", "views_exist"]
+__all__ = ["Ledger", "ledger_of", "adopt_ledger", "forget_ledger", "new_stats"]
 
 _MAX_KEEPALIVE = 64
+_OUTSTANDING_BOUND = 8
+"""Past this many outstanding reader streams (a new consumer stream a frame), the ledger drops those whose
+reads are known complete (an event query; no host wait)."""
 
 _LEDGERS: weakref.WeakKeyDictionary[Any, Ledger] = weakref.WeakKeyDictionary()
-_VIEWS: dict[Any, tuple[weakref.ref[Ledger], int]] = {}
-"""Memory of outputs imported as zero-copy views: key -> (ledger, generation). A view passed as
-another guarded effect's input makes that run a reader of the output (effects chained by views)."""
 _PINNED: dict[int, tuple[Any, Ledger]] = {}
 _registry_lock = threading.Lock()
 
@@ -113,98 +113,11 @@ def _forget(effect: Any) -> None:
         del _PINNED[id(effect)]
 
 
-def view_owner(key: Any) -> tuple[Ledger, int] | None:
-    """The ledger and generation whose current output ``key`` is a view of, if any."""
-    found = _VIEWS.get(key)
-    if found is None:
-        return None
-    ledger = found[0]()
-    if ledger is None or ledger.generation != found[1]:
-        del _VIEWS[key]
-        return None
-    return ledger, found[1]
-
-
-def views_exist() -> bool:
-    return bool(_VIEWS)
-
-
-def _prune_views() -> None:
-    for key, (ref, generation) in list(_VIEWS.items()):
-        ledger = ref()
-        if ledger is None or ledger.generation != generation:
-            del _VIEWS[key]
-
-
 def new_stats() -> dict[str, int]:
     """Counters of one guard: runs; device-side fences; host waits and device syncs streamsafe
     made; runs in which the SDK itself made the host wait (``non_blocking=False``); and, under
     each hazard's name (``"H1"``, ``"H3"``, ...), the fences of any kind made for it."""
     return {"runs": 0, "fences": 0, "host_waits": 0, "device_syncs": 0, "sdk_waits": 0}
-
-
-_get_ident = threading.get_ident
-
-
-def _thread_name(ident: int | None) -> str:
-    """The name of the thread ``ident`` (for an error message), else "another thread"."""
-    for thread in threading.enumerate():
-        if thread.ident == ident:
-            return thread.name
-    return "another thread"
-
-
-class _Using:
-    """The effect held by one thread for one call (cheaper than a generator-based context manager)."""
-
-    __slots__ = ("_ledger", "_call", "_wait", "_outer")
-
-    def __init__(self, ledger: Ledger, call: str, wait: bool = False) -> None:
-        self._ledger = ledger
-        self._call = call
-        self._wait = wait
-
-    def __enter__(self) -> Ledger:
-        ledger = self._ledger
-        if self._wait:
-            # A closing wait is announced from before it waits for the lock until after it lets go: in the
-            # moments between taking the lock and recording itself as the holder (and between the two
-            # again as it lets go), a call another thread makes waits for it instead of raising.
-            ledger._closing.append(_get_ident())
-            try:
-                ledger._lock.acquire()
-            except BaseException:
-                ledger._closing.remove(_get_ident())
-                raise
-        elif not ledger._lock.acquire(False):
-            self._wait_for_a_closing_wait(ledger)
-        self._outer = ledger._took(self._wait)
-        return ledger
-
-    def _wait_for_a_closing_wait(self, ledger: Ledger) -> None:
-        """Another thread holds the effect: wait if that is a block's closing host wait (not a concurrent
-        call), else raise :class:`~streamsafe.errors.ConcurrentUseError`. A holder that has not recorded
-        itself yet (or has just let go) is looked at again until it shows. Returns holding the lock."""
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            owner = ledger._owner
-            closing = ledger._closing_wait or (owner is not None and owner in ledger._closing)
-            if not closing and owner is not None:
-                if ledger._owner != owner:  # (the holder changed while we looked: look again)
-                    continue
-                raise ConcurrentUseError(ledger.name, self._call, _thread_name(owner), threading.current_thread().name)
-            # a closing wait holds it, or a holder not recorded yet: wait a little, then look again (a call
-            # that takes the lock after the closing wait is a concurrent one, and raises)
-            if ledger._lock.acquire(timeout=0.005 if closing else 0.001):
-                return
-        raise ConcurrentUseError(ledger.name, self._call, _thread_name(ledger._owner), threading.current_thread().name)
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self._ledger.let_go(self._outer)
-        finally:
-            if self._wait:
-                self._ledger._closing.remove(_get_ident())
 
 
 class Ledger:
@@ -229,6 +142,12 @@ class Ledger:
         self.escaped = False
         self.previous_sdk: tuple[Stream, ...] = ()
         self.outstanding: dict[Stream, None] = {}
+        self.retiring: dict[Stream, Any] = {}
+        """Events recorded on outstanding readers that no longer read (see :meth:`_retire_outstanding`)."""
+        self.release_generation = 0
+        """The generation the last release started: views of an older output may point at freed memory."""
+        self.tagged_views: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        """Zero-copy views handed out by a copy helper (``out.torch(copy=False)``), with their generation."""
         self.input_shapes: tuple[Any, ...] | None = None
         self.holds: dict[Stream, Any] = {}
         self.declared: dict[Stream, Any] = {}
@@ -246,39 +165,26 @@ class Ledger:
         """The effect's output-size and encoding attributes as the last guard saw or set them."""
         self.default_contract: Any = None
         """The contract a class-level guard (:func:`streamsafe.guard`) made for this effect."""
-        self._lock = threading.RLock()
-        self._owner: int | None = None
-        self._closing_wait = False
-        self._closing: list[int] = []
-        """The threads whose closing waits are under way (list appends and removes are atomic: no lock needed)."""
+        self.turns = Turns(self.name)
+        """The thread rule: one thread at a time holds the effect (:mod:`streamsafe.turns`)."""
 
     # -- the thread rule --------------------------------------------------------------------------
 
-    def using(self, call: str, *, wait: bool = False) -> _Using:
+    def using(self, call: str, *, wait: bool = False) -> Any:
         """Hold the effect for one call (a context manager); another thread's concurrent call raises
         :class:`~streamsafe.errors.ConcurrentUseError`, or, with ``wait``, waits for it to end (the
         implicit host wait that ends a ``with`` block). Does not block otherwise."""
-        return _Using(self, call, wait)
+        return self.turns.using(call, wait, self)
 
     def try_hold(self) -> tuple[int | None, bool] | None:
         """Hold the effect for one call if no other thread does, without blocking (the hot path's
         :meth:`using`): the previous holder, to give to :meth:`let_go`; ``None`` when another thread
         holds it (then :meth:`using` waits for its closing host wait, or raises)."""
-        if not self._lock.acquire(False):
-            return None
-        return self._took(False)
-
-    def _took(self, closing_wait: bool) -> tuple[int | None, bool]:
-        """This thread now holds the lock: record it as the holder; returns the previous holder."""
-        outer = (self._owner, self._closing_wait)
-        self._owner = _get_ident()
-        self._closing_wait = closing_wait
-        return outer
+        return self.turns.try_hold()
 
     def let_go(self, outer: tuple[int | None, bool]) -> None:
         """End a hold taken by :meth:`try_hold` (or :meth:`using`): the previous holder is restored."""
-        self._owner, self._closing_wait = outer
-        self._lock.release()
+        self.turns.let_go(outer)
 
     # -- outputs ------------------------------------------------------------------------------------
 
@@ -321,6 +227,8 @@ class Ledger:
                 o.on_output_read(key, consumer, self.device)
         self.readers[consumer] = None
         self.outstanding[consumer] = None
+        if self.retiring:
+            self._unretire(consumer)
         if escapes:
             self.escaped = True
         if consumer not in self.holds:
@@ -338,9 +246,7 @@ class Ledger:
     def add_view(self, key: Any, generation: int) -> None:
         """Remember that output ``generation``'s memory (``key``) left as a zero-copy view."""
         if key is not None:
-            if len(_VIEWS) > 1024:
-                _prune_views()
-            _VIEWS[key] = (weakref.ref(self), generation)
+            views.add(key, self, generation)
 
     def add_reader(self, generation: int, stream: Stream) -> None:
         """Declare that ``stream`` reads output ``generation`` (a view used on another stream):
@@ -351,7 +257,36 @@ class Ledger:
             self.apply(self.plan.import_fences(stream), self.out_stats)
             self.readers[stream] = None
             self.outstanding[stream] = None
+            if self.retiring:
+                self._unretire(stream)
             self._hold(stream)
+
+    def refuse_stale_view(self, generation: int, what: str) -> None:
+        """Raise :class:`~streamsafe.errors.StaleOutputError` for a zero-copy view of output ``generation``."""
+        raise StaleOutputError(
+            f"this {what} (a zero-copy view of {self.name}'s output #{generation})", generation, self.generation,
+            f"{self.name} has run again since and overwrote it. Copy each output before the next run() "
+            "(out.torch(), out.cupy(), ...) and pass the copy down the pipeline.",
+            closed=self.closed,
+        )
+
+    def tag_view(self, view: Any, generation: int) -> None:
+        """Remember that ``view`` (a framework's array object) is a zero-copy view of output ``generation``."""
+        try:
+            self.tagged_views[view] = generation
+        except TypeError:  # (not weakly referenceable: the memory's address still tells, see view_generation)
+            pass
+
+    def view_generation(self, view: Any, key: Any) -> int | None:
+        """The output generation ``view`` is a zero-copy view of, if the ledger knows (a view a copy helper
+        made, a model array's own tag, else the newest view imported at its memory ``key``); else ``None``."""
+        generation = self.tagged_views.get(view) if self.tagged_views else None
+        if generation is not None:
+            return generation
+        found = views.at(key)
+        if found is not None and found[0] is self:
+            return found[1]
+        return None
 
     def reader_done(self, generation: int, stream: Stream | None) -> None:
         """The host waited for the copy on ``stream`` (a helper that blocks): it reads no more."""
@@ -390,7 +325,46 @@ class Ledger:
         self.input_shapes = input_shapes
         if new_streams:
             self._hold_sdk_streams()
+        if len(self.outstanding) > _OUTSTANDING_BOUND:
+            self._retire_outstanding()
         return self.generation
+
+    def after_interrupted_run(self, plan: FencePlan, input_shapes: tuple[Any, ...]) -> None:
+        """A guarded call left by an exception that is not an error of the SDK (``KeyboardInterrupt``,
+        ``SystemExit``: any ``BaseException`` that is not an ``Exception``) after the SDK may have issued its
+        work: treated as a run. The output may be overwritten, so every older output is stale; the next
+        run and release wait for its SDK streams as for any run's (the readers stay known)."""
+        self.generation += 1
+        self.plan = plan
+        self.escaped = False
+        self.previous_sdk = plan.sdk_streams
+        self.input_shapes = input_shapes
+        self._hold_sdk_streams()
+
+    def _retire_outstanding(self) -> None:
+        """Drop the outstanding readers whose reads are known complete: each one that reads no more (not a
+        reader of the current output) gets an event recorded once (its reads were issued before the run that
+        just returned, which waited for them), and goes once a later query finds the event complete. Bounds
+        what a consumer stream made for each frame holds (its object, kept until then) with no host wait."""
+        be = self.resolved_backend()
+        for stream in list(self.outstanding):
+            if stream in self.readers:
+                continue
+            event = self.retiring.get(stream)
+            if event is None:
+                event = self.retiring[stream] = be.acquire_event(self.device)
+                be.record(event, issuable(stream))
+            elif be.query(event):
+                del self.retiring[stream]
+                be.release_event(event)
+                del self.outstanding[stream]
+        self._release_holds()
+
+    def _unretire(self, stream: Stream) -> None:
+        """``stream`` reads again: an event recorded on it before does not cover its new reads."""
+        event = self.retiring.pop(stream, None)
+        if event is not None:
+            self.resolved_backend().release_event(event)
 
     def after_unguarded_run(self, sdk_streams: tuple[Stream, ...], input_shapes: tuple[Any, ...]) -> None:
         """A raw ``run()`` outside any guard returned: its output is not ours to hand out, but the
@@ -458,8 +432,10 @@ class Ledger:
         """The host waited for every reader and for the previous run's SDK streams (:meth:`release_fences`),
         and the SDK may have released or replaced its buffers."""
         self.generation += 1
+        self.release_generation = self.generation
         self.readers = {}
         self.outstanding = {}
+        self._drop_retiring()
         self.escaped = False
         self.previous_sdk = ()
         self.input_shapes = None
@@ -471,8 +447,16 @@ class Ledger:
         if not self.escaped:
             self.readers = {}
         self.outstanding = {s: None for s in self.readers}
+        self._drop_retiring()
         self.previous_sdk = ()
         self._release_holds()
+
+    def _drop_retiring(self) -> None:
+        if self.retiring:
+            be = self.resolved_backend()
+            for event in self.retiring.values():
+                be.release_event(event)
+            self.retiring = {}
 
     def closed_effect(self, effect: Any) -> None:
         self.released()

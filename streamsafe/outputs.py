@@ -306,10 +306,13 @@ def torch_view(image: SafeImage, stream: Any = None) -> Any:
     torch = _framework("torch", "out.torch(copy=False)", "torch")
 
     if stream is None:
-        return _torch_import(torch, image)
-    _consumer_on_device(image, stream)
-    with torch.cuda.stream(stream):
-        return _torch_import(torch, image)
+        view = _torch_import(torch, image)
+    else:
+        _consumer_on_device(image, stream)
+        with torch.cuda.stream(stream):
+            view = _torch_import(torch, image)
+    image._ledger.tag_view(view, image._generation)  # (a view passed down a pipeline late is refused: H7)
+    return view
 
 
 def _framework(name: str, helper: str, extra: str) -> Any:

@@ -100,7 +100,7 @@ def _pipeline(kind: str, strategy: str, frames: int, *, view: bool) -> dict[str,
     slots = {name: getattr(image, name) is mine[name] if name in mine else getattr(image, name)
              for name in type(image).__slots__}
     state = (ledger.generation, tuple(ledger.readers), ledger.escaped, ledger.previous_sdk, ledger.input_shapes,
-             ledger.plan, ledger._owner, ledger._closing_wait)
+             ledger.plan, ledger.turns.owner, ledger.turns.closing_wait)
     sim.synchronize_device(0)
     return {
         "stats": dict(c.stats), "out_stats": dict(ledger.out_stats), "state": state, "slots": slots,
@@ -152,7 +152,7 @@ def test_a_refused_call_leaves_counters_ledger_and_lock_as_before(kind: str) -> 
         assert steady.replays == before + (kind == "replayed"), "the refused call was a replay"
     assert dict(c.stats) == stats
     assert (c.ledger.generation, dict(c.ledger.readers)) == (generation, readers)
-    assert c.ledger._owner is None and c.ledger.try_hold() is not None, "the effect's lock was let go"
+    assert c.ledger.turns.owner is None and c.ledger.try_hold() is not None, "the effect's lock was let go"
 
 
 def test_a_replay_while_another_thread_holds_the_effect_takes_the_general_path() -> None:

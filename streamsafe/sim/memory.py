@@ -138,6 +138,11 @@ class SimArray:
         return tuple(self.buffer.data.shape)
 
     @property
+    def view_of(self) -> tuple[Any, int] | None:
+        """``(weak reference to a ledger, generation)`` for a zero-copy view of a guarded effect's output."""
+        return self._view_of
+
+    @property
     def __streamsafe_key__(self) -> SimBuffer:
         """What identifies its memory: the buffer (shared by every view of one allocation)."""
         return self.buffer
