@@ -357,12 +357,16 @@ class StreamContract(SteadyFrames):
             try:
                 with on_torch_device(dev):
                     raw = call_raw(self.effect, name, *call_args, **call_kwargs)
-            except BaseException:
+            except Exception:
                 # The SDK refused the call (an input's dtype, layout or size; the effect's state): the
                 # counters go back to what they were. The device waits already issued stay queued (they
                 # order work and change no data), a host wait already made is not undone, and the
                 # ledger is as before: the previous output stays valid, its readers known.
                 restore_counters(self.stats, counted)
+                raise
+            except BaseException:
+                # Interrupted (KeyboardInterrupt, SystemExit) after the SDK may have issued its work: a run.
+                self._interrupted(plan, shapes, after, arrays, run_stream, seen)
                 raise
             # only now: an input the SDK rejects leaves the previous output valid and its readers known
             generation = ledger.after_run(plan, shapes, self.stats, self._consumer or sdk)
@@ -377,6 +381,20 @@ class StreamContract(SteadyFrames):
             if state is not None and facts is not None and None not in producers:
                 self._remember(facts, state, plan, shapes, before, after, protect, self._consumer or sdk)
         return self._output(raw, generation, self._consumer or sdk)
+
+    def _interrupted(self, plan: FencePlan, shapes: tuple[Any, ...], after: tuple[Any, ...], arrays: Any,
+                     run_stream: Stream, seen: Any = None) -> None:
+        """The SDK's call was left by an exception that is no error of the SDK's after its work may have been
+        issued: counted as a run (the outputs before it are stale; the next run and release wait for its
+        streams), its inputs protected as after any run. Does not block."""
+        ledger = self.ledger
+        ledger.after_interrupted_run(plan, shapes)
+        if plan.at("after run"):
+            ledger.apply(after, self.stats)
+            self._inputs.protect(arrays, run_stream, seen)
+        self._last_plan = plan
+        for counter, n in steady.run_counts(plan):
+            self.stats[counter] += n
 
     # -- configuration and life cycle -----------------------------------------------------------
 

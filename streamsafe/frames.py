@@ -59,6 +59,10 @@ class SteadyFrames:
     def _plan_frame(self, sdk: Stream, arrays: list[Any], producers: list[Stream | None], user_nb: bool) -> Any:
         raise NotImplementedError
 
+    def _interrupted(self, plan: FencePlan, shapes: tuple[Any, ...], after: tuple[Any, ...], arrays: Any,
+                     run_stream: Stream, seen: Any = None) -> None:
+        raise NotImplementedError
+
     def _facts(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> tuple[Any, ...] | None:
         """This call's facts for :mod:`streamsafe.steady` (raw handles, shapes), read without a driver
         query; ``None`` when the call must take the general path (inputs passed by keyword, inputs
@@ -171,11 +175,14 @@ class SteadyFrames:
             kwargs[profile.blocking_keyword] = recipe.non_blocking
             try:
                 raw = call_raw(self.effect, name, *args, **kwargs)
-            except BaseException:  # refused (a dtype the facts do not hold): the counters as before, as planned calls
+            except Exception:  # refused (a dtype the facts do not hold): the counters as before, as planned calls
                 if counted is not None:
                     restore_counters(stats, counted)
                 elif before.fences:
                     before.uncount(stats)
+                raise
+            except BaseException:  # interrupted after the SDK may have issued its work: a run
+                self._interrupted(recipe.plan, recipe.shapes, recipe.after.fences, arrays, run_stream)
                 raise
             plan = recipe.plan
             generation = ledger.after_run(plan, recipe.shapes, stats, recipe.default_consumer)
