@@ -185,6 +185,12 @@ class OrderingEngine:
                 f"Pick one of them, or make the model with more: SimBackend(devices={max(2, device + 1)}).",
             )
 
+    @entry
+    def label_stream(self, stream: Stream, label: str) -> None:
+        """Name ``stream`` ``label`` in race reports (the mirror names each of its streams after the real one
+        it stands for). Does not block."""
+        self._state(stream).where = label
+
     def _state(self, stream: Stream) -> StreamState:
         if stream.kind is StreamKind.PER_THREAD:  # handle 2: the issuing thread's stream (CUDA's rule)
             state: StreamState | None = self._per_thread_state(stream.device)

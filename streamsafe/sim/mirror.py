@@ -48,6 +48,11 @@ def enable_from_environment() -> Mirror:
         if _ENV_MIRROR is None:
             _ENV_MIRROR = Mirror()
             hooks.register(_ENV_MIRROR)
+            from .torch_observer import observe_torch
+
+            torch_accesses = observe_torch(_ENV_MIRROR)
+            if torch_accesses is not None:  # (for the process's life, in the thread that made the first contract)
+                torch_accesses.__enter__()
         return _ENV_MIRROR
 
 
@@ -68,7 +73,7 @@ class Mirror(hooks.Observer):
     def __init__(self, devices: int = 16) -> None:
         self.sim = SimBackend(scheduler=InOrderScheduler(), on_race="raise", devices=devices)
         self._lock = threading.RLock()
-        self._streams: dict[tuple[int, ...], Stream] = {}
+        self._streams: dict[Stream, Stream] = {}
         self._buffers: dict[Any, SimArray] = {}
         self._events: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._events_by_id: dict[int, Any] = {}
@@ -80,9 +85,13 @@ class Mirror(hooks.Observer):
     def races(self) -> list[Any]:
         return self.sim.races
 
+    def tracked_keys(self) -> Any:
+        """The memory the mirror knows (guarded inputs, outputs imported, buffers the effects touch)."""
+        return self._buffers.keys()
+
     def stream(self, s: Stream) -> Stream:
         with self._lock:
-            mirror = self._streams.get(s.key)
+            mirror = self._streams.get(s)
             if mirror is None:
                 if s.kind is StreamKind.LEGACY:
                     mirror = self.sim.legacy_stream(s.device)
@@ -91,7 +100,8 @@ class Mirror(hooks.Observer):
                         mirror = self.sim.per_thread_stream(s.device)
                 else:
                     mirror = self.sim.create_stream(non_blocking=s.kind is StreamKind.NON_BLOCKING, device=s.device)
-                self._streams[s.key] = mirror
+                    self.sim.label_stream(mirror, str(s))  # (reports name the program's stream, not the mirror's)
+                self._streams[s] = mirror
             return mirror
 
     def buffer(self, key: Any, device: int = 0, name: str = "") -> SimArray:

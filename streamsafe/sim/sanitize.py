@@ -7,7 +7,9 @@ It lives with the model (:mod:`streamsafe.sim`): the core knows only :mod:`strea
 On the GPU, a happens-before model (a :class:`streamsafe.hooks.Observer`, registered for
 the block) mirrors every fence, event, synchronisation, emulated-effect stage and release
 issued through streamsafe, the input writes a contract sees and every import of a
-contract's output; a read of released memory is reported too (H7). On the simulated
+contract's output; a read of released memory is reported too (H7); and, where torch runs on CUDA,
+the torch ops of the thread that entered the block on that memory, on whichever stream they run
+(:mod:`streamsafe.sim.torch_observer`). On the simulated
 backend, the model itself raises instead of recording. ``STREAMSAFE_SANITIZE=1`` turns it
 on for the whole process.
 The mirror costs host time; it is for tests and debugging.
@@ -17,12 +19,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 from .. import hooks
 from ..backend import Backend, current_backend, require_backend
 from . import mirror
 from .backend import SimBackend
 from .engine import sanitize_everywhere
+from .torch_observer import observe_torch
 
 __all__ = ["sanitize"]
 
@@ -40,10 +44,10 @@ def sanitize(backend: Backend | None = None) -> Iterator[mirror.Mirror | SimBack
         require_backend(backend, "sanitize()")
     if backend is None:
         model = mirror.Mirror()
-        with sanitize_everywhere():
+        with sanitize_everywhere(), _torch_observed(model):
             hooks.register(model)
-            current = current_backend()
             try:
+                current = current_backend()
                 yield current if isinstance(current, SimBackend) else model
             finally:
                 hooks.unregister(model)
@@ -58,8 +62,15 @@ def sanitize(backend: Backend | None = None) -> Iterator[mirror.Mirror | SimBack
             be.on_race = saved
         return
     model = mirror.Mirror()
-    hooks.register(model)
-    try:
-        yield model
-    finally:
-        hooks.unregister(model)
+    with _torch_observed(model):
+        hooks.register(model)
+        try:
+            yield model
+        finally:
+            hooks.unregister(model)
+
+
+def _torch_observed(model: mirror.Mirror) -> Any:
+    """Torch's ops on the memory ``model`` tracks reported to it inside the block, where torch runs on CUDA."""
+    accesses = observe_torch(model)
+    return accesses if accesses is not None else contextlib.nullcontext()
