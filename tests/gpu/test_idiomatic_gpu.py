@@ -64,9 +64,10 @@ def vendor_recipe(torch: Any, bank: Any, strategy: str | None, frames: int) -> i
             guard.__enter__()
         for i in range(frames):
             with torch.cuda.stream(P):
-                _delay(torch, rng, P)
+                _delay(torch, rng, P, 40)
                 surface.copy_(xs[i % 8])  # the decoder rewrites its surface
             P.synchronize()  # the vendor's recipe
+            _delay(torch, rng, S)  # other work queued on S: the SDK's read of the surface comes after it
             out = sr.run(surface, stream_ptr=S.cuda_stream)
             _delay(torch, rng, S)
             copies.append((torch.from_dlpack(out.image).clone(), want[i % 8]))
