@@ -222,11 +222,11 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
 
     for strategy in ("event", "auto"):
         fx, fx_import, fx_copy, fx_view = (NullSuperRes(out_buf) for _ in range(4))
-        with torch.cuda.stream(side):
-            c = ss.StreamContract(fx, side, strategy=strategy)
-            c_import = ss.StreamContract(fx_import, side, strategy=strategy)
-            c_copy = ss.StreamContract(fx_copy, side, strategy=strategy)
-            c_view = ss.StreamContract(fx_view, side, strategy=strategy)
+        with torch.cuda.stream(side):  # (the input is written on the side stream: declared, as the hand row knows)
+            c = ss.StreamContract(fx, side, strategy=strategy, input_stream=side)
+            c_import = ss.StreamContract(fx_import, side, strategy=strategy, input_stream=side)
+            c_copy = ss.StreamContract(fx_copy, side, strategy=strategy, input_stream=side)
+            c_view = ss.StreamContract(fx_view, side, strategy=strategy, input_stream=side)
         keep += [fx, fx_import, fx_copy, fx_view, c, c_import, c_copy, c_view]
         result.plans[strategy] = str(c.plan)
         import_name = f"import: out.image [{strategy}]"

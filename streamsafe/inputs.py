@@ -23,7 +23,7 @@ from .backend.naming import as_stream
 from .errors import HostArrayError, InputArrayError, another_models_array
 from .frameworks import TORCH, framework_of, torch_current_stream_handle
 from .ledger import Ledger
-from .views import stale_view, view_owner
+from .views import read_by
 from .profile import Profile
 from .streams import LEGACY_HANDLE, Stream
 
@@ -176,10 +176,7 @@ class Inputs:
         :class:`~streamsafe.errors.StaleOutputError`, as passing that output's ``image`` would."""
         for arr in arrays:
             key = arr.data_ptr() if TORCH.tensor is not None and type(arr) is TORCH.tensor else array_key(arr)
-            stale = stale_view(arr, key)
-            if stale is not None:
-                stale[0].refuse_stale_view(stale[1], "input")
-            found = view_owner(key)
+            found = read_by(arr, key)
             if found is not None and found[0] is not self.ledger:
                 owner, generation = found
                 owner.add_reader(generation, run_stream)

@@ -124,6 +124,8 @@ class Ledger:
     """The ordering state of one effect instance. See the module docstring."""
 
     def __init__(self, effect: Any, backend: Backend | None) -> None:
+        self.ref = weakref.ref(self)
+        """A weak reference to the ledger (what the views registry keeps)."""
         self.adopted = False
         """Whether a contract other than the one that made it has taken it up (then it stays, whatever
         becomes of its maker: see :func:`forget_ledger`)."""
@@ -274,19 +276,8 @@ class Ledger:
         """Remember that ``view`` (a framework's array object) is a zero-copy view of output ``generation``."""
         try:
             self.tagged_views[view] = generation
-        except TypeError:  # (not weakly referenceable: the memory's address still tells, see view_generation)
+        except TypeError:  # (not weakly referenceable: the memory's address still tells, streamsafe.views.read_by)
             pass
-
-    def view_generation(self, view: Any, key: Any) -> int | None:
-        """The output generation ``view`` is a zero-copy view of, if the ledger knows (a view a copy helper
-        made, a model array's own tag, else the newest view imported at its memory ``key``); else ``None``."""
-        generation = self.tagged_views.get(view) if self.tagged_views else None
-        if generation is not None:
-            return generation
-        found = views.at(key)
-        if found is not None and found[0] is self:
-            return found[1]
-        return None
 
     def reader_done(self, generation: int, stream: Stream | None) -> None:
         """The host waited for the copy on ``stream`` (a helper that blocks): it reads no more."""

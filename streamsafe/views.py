@@ -12,7 +12,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-__all__ = ["add", "at", "view_owner", "stale_view", "views_exist"]
+__all__ = ["add", "at", "view_owner", "read_by", "views_exist"]
 
 _VIEWS: dict[Any, tuple[weakref.ref[Any], int]] = {}
 """Memory of outputs imported as zero-copy views: key -> (ledger, generation). A view passed as
@@ -25,7 +25,7 @@ def add(key: Any, ledger: Any, generation: int) -> None:
         return
     if len(_VIEWS) > 1024:
         _prune()
-    _VIEWS[key] = (weakref.ref(ledger), generation)
+    _VIEWS[key] = (ledger.ref, generation)
 
 
 def at(key: Any) -> tuple[Any, int] | None:
@@ -49,28 +49,39 @@ def view_owner(key: Any) -> tuple[Any, int] | None:
     return ledger, found[1]
 
 
-def stale_view(view: Any, key: Any) -> tuple[Any, int] | None:
-    """The ledger and generation of an output ``view`` (an array, memory ``key``) was a zero-copy view of,
-    when that effect has overwritten it since by a later run and not released the buffer meanwhile (the
-    memory is still the SDK's output buffer); else ``None``."""
-    tag = getattr(view, "view_of", None)  # (a model's view knows its run)
-    if isinstance(tag, tuple) and len(tag) == 2:
-        ledger = tag[0]() if callable(tag[0]) else None
-        generation = tag[1]
-    else:
-        found = _VIEWS.get(key) if key is not None else None
-        if found is None:
-            return None
-        ledger = found[0]()
-        generation = found[1]
-        if ledger is not None:
-            tagged = ledger.view_generation(view, None)
-            generation = tagged if tagged is not None else generation
-    if ledger is None or not isinstance(generation, int):
+def read_by(view: Any, key: Any) -> tuple[Any, int] | None:
+    """For an input of a guarded call (``view``, its memory ``key``): the ledger and generation of the current
+    output it is a zero-copy view of (the call reads that output), else ``None``. A view of an output its
+    effect has since overwritten by a later run, without releasing the buffer meanwhile (the memory is still
+    the SDK's), raises :class:`~streamsafe.errors.StaleOutputError`. A model's view knows its run
+    (``view_of``); a torch view a copy helper made is tagged by its ledger; any other view is known by the
+    newest view imported at its memory."""
+    found = _VIEWS.get(key) if key is not None else None
+    cls = type(view)
+    tagged_class = _TAGGED.get(cls)
+    if tagged_class is None:
+        tagged_class = _TAGGED[cls] = hasattr(cls, "view_of")
+    tag = view.view_of if tagged_class else None
+    if found is None and tag is None:
         return None
-    if generation != ledger.generation and generation >= ledger.release_generation and not ledger.closed:
-        return ledger, generation
-    return None
+    if tag is not None:
+        ledger, generation = tag[0](), tag[1]
+    else:
+        assert found is not None
+        ledger, generation = found[0](), found[1]
+        if ledger is not None and ledger.tagged_views:
+            generation = ledger.tagged_views.get(view, generation)
+    if ledger is None:
+        return None
+    if generation != ledger.generation:
+        if generation >= ledger.release_generation and not ledger.closed:
+            ledger.refuse_stale_view(generation, "input")
+        return None
+    return ledger, generation
+
+
+_TAGGED: dict[type, bool] = {}
+"""Per array type: whether its arrays say which output they are a view of (``view_of``)."""
 
 
 def views_exist() -> bool:

@@ -49,7 +49,7 @@ def _count(torch: Any, copies: list[tuple[Any, Any]]) -> int:
     return sum(not torch.allclose(got, want, atol=1.5 / 255) for got, want in copies)
 
 
-def vendor_recipe(torch: Any, bank: Any, strategy: str | None, frames: int) -> int:
+def vendor_recipe(torch: Any, bank: Any, strategy: str | None, frames: int, s_work_us: int = 150) -> int:
     """A decoder-style producer rewrites one surface on its own stream P, synchronised on the host before
     each ``run()`` (the vendor's recipe), inside one block on S with nothing declared; copies on S."""
     xs, want = bank
@@ -67,7 +67,7 @@ def vendor_recipe(torch: Any, bank: Any, strategy: str | None, frames: int) -> i
                 _delay(torch, rng, P, 40)
                 surface.copy_(xs[i % 8])  # the decoder rewrites its surface
             P.synchronize()  # the vendor's recipe
-            _delay(torch, rng, S)  # other work queued on S: the SDK's read of the surface comes after it
+            _delay(torch, rng, S, s_work_us)  # other work queued on S: the SDK's read of the surface comes after it
             out = sr.run(surface, stream_ptr=S.cuda_stream)
             _delay(torch, rng, S)
             copies.append((torch.from_dlpack(out.image).clone(), want[i % 8]))
@@ -95,7 +95,7 @@ def test_control_the_recipe_breaks_when_the_sdks_wait_is_dropped(torch_cuda, ban
 
     real = contract_module.plan_fences
     monkeypatch.setattr(contract_module, "plan_fences", lambda *a, **k: real(*a, **{**k, "writers_known": True}))
-    bad = vendor_recipe(torch_cuda, bank, "auto", 200)
+    bad = vendor_recipe(torch_cuda, bank, "auto", 200, s_work_us=3000)
     print(f"vendor recipe with the SDK's wait dropped: {bad} corrupt of 200")
     assert bad > 0
 
