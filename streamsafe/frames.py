@@ -197,7 +197,8 @@ class SteadyFrames:
                 stats[counter] += n
         finally:
             ledger.let_go(outer)
-        return self._output(raw, generation, recipe.default_consumer)
+        wrap = self.profile.wrap
+        return raw if wrap is None else wrap(raw, ledger, generation, self.device, recipe.default_consumer, self.effect)
 
     def _config(self) -> Any:
         """The effect's output-size and encoding attributes it had when the contract was made, now."""

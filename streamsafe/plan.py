@@ -91,10 +91,14 @@ class FencePlan:
 
     @property
     def sdk_streams(self) -> tuple[Stream, ...]:
-        """Every stream on which this plan's ``run()`` issues SDK work (run stream, conversion stream)."""
-        if self.conversion is None or self.conversion == self.run_stream:
-            return (self.run_stream,)
-        return (self.run_stream, self.conversion)
+        """Every stream on which this plan's ``run()`` issues SDK work (run stream, conversion stream). Cached
+        (a ledger reads it after every run)."""
+        found: Any = self._cache.get("sdk")
+        if found is None:
+            found = (self.run_stream,) if self.conversion is None or self.conversion == self.run_stream else (
+                self.run_stream, self.conversion)
+            self._cache["sdk"] = found
+        return found  # type: ignore[no-any-return]
 
     def import_fences(self, consumer: Stream) -> tuple[Fence, ...]:
         """H3/H4: what a consumer importing this plan's output on ``consumer`` waits for (nothing where
