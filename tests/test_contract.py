@@ -486,7 +486,7 @@ def test_true_hdr_contract(sim: ss.sim.SimBackend) -> None:
 
 
 def test_seed_torch_recipe_on_the_model(sim: ss.sim.SimBackend) -> None:
-    """The seed's recipe, with torch spelled as the model, inside a contract and with no device sync."""
+    """The vendor's documented recipe, with torch spelled as the model, inside a contract and with no device sync."""
     sr = make_sr(sim)
     stream = sim.create_stream(non_blocking=True)  # a torch side stream
     with sim.use_stream(stream), ss.stream_contract(sr, stream):
@@ -503,7 +503,7 @@ def test_seed_jax_adapter_forwards_to_a_safe_image(sim: ss.sim.SimBackend) -> No
     with ss.stream_contract(sr, sim.create_stream(non_blocking=True)):
         arr, data = frame(sim)
         result = sr.run(arr)
-        adapter = ss.JaxDLPackAdapter(result.image, device_id=0)  # the seed's code, unchanged
+        adapter = ss.JaxDLPackAdapter(result.image, device_id=0)  # the vendor's documented code, unchanged
         view = sim.from_dlpack(adapter, stream=c_stream)  # JAX passes its stream to __dlpack__
         copy = sim.copy(view, c_stream)
     np.testing.assert_array_equal(sim.download(copy, c_stream), expected(data))

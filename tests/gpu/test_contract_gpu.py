@@ -1,5 +1,5 @@
 """The contract on a real GPU: every hazard fixed by every strategy with real kernels and
-amplified latency, a soak with torch, CuPy and JAX consumers, the seed's own code samples
+amplified latency, a soak with torch, CuPy and JAX consumers, the vendor's documented code samples
 inside a contract, and sanitize mode catching a deliberately missing fence."""
 
 from __future__ import annotations
@@ -181,17 +181,17 @@ def test_seed_samples_run_inside_a_contract_without_device_syncs(torch_cuda, fra
         for i in range(n):
             x, want = frames[i % len(frames)]
             frame = torch.from_numpy(x).cuda()
-            # the seed's torch recipe, minus its torch.cuda.synchronize()
+            # the vendor's documented torch recipe, minus its torch.cuda.synchronize()
             stream = torch.cuda.current_stream()
             result = sr.run(frame, stream_ptr=stream.cuda_stream, non_blocking=False)
             output = torch.from_dlpack(result.image).clone()
             bad["torch"] += not np.allclose(output.cpu().numpy(), want, atol=1.5 / 255)
-            # the seed's CuPy note, minus its deviceSynchronize()
+            # the vendor's documented CuPy note, minus its deviceSynchronize()
             result = sr.run(frame)
             with cupy.cuda.Stream(non_blocking=True):
                 copied = cupy.from_dlpack(result.image).copy()
                 bad["cupy"] += not np.allclose(cupy.asnumpy(copied), want, atol=1.5 / 255)
-            # the seed's JAX adapter code, unchanged
+            # the vendor's documented JAX adapter code, unchanged
             result = sr.run(frame)
             adapter = ss.JaxDLPackAdapter(result.image, device_id=0)
             output_view = jax.dlpack.from_dlpack(adapter, copy=False)
