@@ -164,9 +164,10 @@ class SimBackend(StreamLifetimes):
         free = self._stream_pool.setdefault((device, non_blocking), [])
         return free.pop() if free else self.create_stream(non_blocking=non_blocking, device=device)
 
-    @entry
     def release_stream(self, stream: Stream) -> None:
-        self._stream_pool.setdefault((stream.device, stream.kind is StreamKind.NON_BLOCKING), []).append(stream)
+        """Give a pooled stream back (it issues nothing: a finalizer may call it at any time). Does not block."""
+        with self._lock:
+            self._stream_pool.setdefault((stream.device, stream.kind is StreamKind.NON_BLOCKING), []).append(stream)
 
     def legacy_stream(self, device: int = 0) -> Stream:
         """The legacy default stream (stream 0) of ``device``: it waits for, and is waited for by, every
