@@ -31,9 +31,9 @@ from ._dlpack import array_key
 from ._env import SANITIZE_MEANING, env_flag
 from .backend import Backend, current_backend
 from .backend.naming import as_stream, stream_on_device
-from .errors import EffectConfigError, EffectStateError, MissingCallError, NotAnEffectError, StreamsafeError, UnguardedChangeError
-from .frameworks import TORCH, framework_of, on_torch_device
-from .guarding import call_raw, config_reader, settable, shape_of, snapshot
+from .errors import EffectConfigError, EffectStateError, MissingCallError, StreamsafeError, UnguardedChangeError
+from .frameworks import TORCH, is_framework_stream, on_torch_device
+from .guarding import call_raw, check_effect, config_reader, settable, shape_of, snapshot
 from .frames import UNREADABLE, SteadyFrames, restore_counters
 from .inputs import Inputs
 from .ledger import Ledger, adopt_ledger, forget_ledger, ledger_of, new_stats
@@ -71,7 +71,7 @@ class StreamContract(SteadyFrames):
         backend: Backend | None = None,
         allow_none: bool = False,
     ) -> None:
-        _check_effect(effect)
+        check_effect(effect)
         self.profile = profile_of(effect)
         """The SDK profile of the effect (:mod:`streamsafe.profile`): its calls, settings and outputs."""
         self.strategy = as_strategy(strategy, allow_none=allow_none)
@@ -107,7 +107,7 @@ class StreamContract(SteadyFrames):
         # objects, which hold no effect: a ledger lives as long as its effect).
         declared = {s: obj for s, obj in ((self._declared_sdk, stream), (self._consumer, consumer_stream),
                                           (self._declared_conversion, conversion_stream))
-                    if s is not None and _is_framework_stream(obj)}
+                    if s is not None and is_framework_stream(obj)}
         if declared:
             weakref.finalize(self, self.ledger.declare(declared))
         self.closed = False
@@ -361,8 +361,10 @@ class StreamContract(SteadyFrames):
                 # The SDK refused the call (an input's dtype, layout or size; the effect's state): the
                 # counters go back to what they were. The device waits already issued stay queued (they
                 # order work and change no data), a host wait already made is not undone, and the
-                # ledger is as before: the previous output stays valid, its readers known.
+                # ledger is as before: the previous output stays valid, its readers known. (In case the SDK
+                # issued work before it raised, its streams are waited for, and its inputs protected.)
                 restore_counters(self.stats, counted)
+                self._refused(plan, after, arrays, run_stream, seen)
                 raise
             except BaseException:
                 # Interrupted (KeyboardInterrupt, SystemExit) after the SDK may have issued its work: a run.
@@ -381,6 +383,15 @@ class StreamContract(SteadyFrames):
             if state is not None and facts is not None and None not in producers:
                 self._remember(facts, state, plan, shapes, before, after, protect, self._consumer or sdk)
         return self._output(raw, generation, self._consumer or sdk)
+
+    def _refused(self, plan: FencePlan, after: tuple[Any, ...], arrays: Any, run_stream: Stream, seen: Any = None) -> None:
+        """The SDK raised an error from its call: the previous output stays valid (the SDK refuses before it
+        writes), but in case it had issued work, the next run and release also wait for this call's
+        streams and its inputs are protected as after a run. Counts nothing. Does not block."""
+        self.ledger.after_refused_run(plan)
+        if plan.at("after run"):
+            self.ledger.apply(after, {"fences": 0, "host_waits": 0, "device_syncs": 0})
+            self._inputs.protect(arrays, run_stream, seen)
 
     def _interrupted(self, plan: FencePlan, shapes: tuple[Any, ...], after: tuple[Any, ...], arrays: Any,
                      run_stream: Stream, seen: Any = None) -> None:
@@ -500,13 +511,13 @@ class StreamContract(SteadyFrames):
     def __enter__(self) -> StreamContract:
         """``with contract:`` as :meth:`guarded` (plain calls of the effect made by the code inside the
         block go through the contract). Does not block."""
-        self._install_guard(sys._getframe(1))
+        self._install_guard(guarding.code_frame(sys._getframe(1)))
         return self
 
     def __exit__(self, *exc: object) -> None:
         """Stop routing plain calls; blocks the host until the last output's known copies and the
         SDK's own work are done (as :meth:`synchronize`)."""
-        self._remove_guard(sys._getframe(1), host_wait=True)
+        self._remove_guard(guarding.code_frame(sys._getframe(1)), host_wait=True)
 
     def guarded(self, *, host_wait_on_exit: bool = True) -> GuardBlock:
         """Route ``effect.run``/``run_at_timestep``/``close`` and configuration changes made by the code
@@ -563,11 +574,6 @@ class StreamContract(SteadyFrames):
         return f"StreamContract({self.effect_name}, strategy={self.strategy.value}, backend={self.backend.name})"
 
 
-def _is_framework_stream(obj: Any) -> bool:
-    """A stream object of torch, CuPy or cuda.core (destroyed when it goes; it holds no effect)."""
-    return framework_of(obj) in ("torch", "cupy") or (type(obj).__module__ or "").startswith("cuda.")
-
-
 class GuardBlock:
     """A guard block of one contract (:meth:`StreamContract.guarded`): the code of the frame that enters it
     calls the effect through the contract until it leaves. Does not block on entry."""
@@ -580,7 +586,7 @@ class GuardBlock:
         self.frame: Any = None
 
     def __enter__(self) -> StreamContract:
-        self.frame = sys._getframe(1)
+        self.frame = guarding.code_frame(sys._getframe(1))
         self.contract._install_guard(self.frame)
         return self.contract
 
@@ -595,16 +601,6 @@ contract_sinks: list[Any] = []
 
 def _return_stream(backend: Any, stream: Stream) -> None:
     backend.release_stream(stream)
-
-
-def _check_effect(effect: Any) -> None:
-    if effect is None or isinstance(effect, type) or not callable(getattr(effect, "run", None)):
-        what = "a class" if isinstance(effect, type) else f"{type(effect).__name__}"
-        raise NotAnEffectError(
-            f"StreamContract needs an effect instance with a run() method (nvvfx.VideoSuperRes, VideoFrameGeneration, "
-            f"TrueHDR, or streamsafe.testing's), got {effect!r} ({what}). Create the effect first, e.g. "
-            "sr = VideoSuperRes(); sr.load(); then StreamContract(sr)."
-        )
 
 
 def _effect_backend(effect: Any) -> Backend | None:

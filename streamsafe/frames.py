@@ -63,6 +63,9 @@ class SteadyFrames:
                      run_stream: Stream, seen: Any = None) -> None:
         raise NotImplementedError
 
+    def _refused(self, plan: FencePlan, after: tuple[Any, ...], arrays: Any, run_stream: Stream, seen: Any = None) -> None:
+        raise NotImplementedError
+
     def _facts(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> tuple[Any, ...] | None:
         """This call's facts for :mod:`streamsafe.steady` (raw handles, shapes), read without a driver
         query; ``None`` when the call must take the general path (inputs passed by keyword, inputs
@@ -180,6 +183,7 @@ class SteadyFrames:
                     restore_counters(stats, counted)
                 elif before.fences:
                     before.uncount(stats)
+                self._refused(recipe.plan, recipe.after.fences, arrays, run_stream)
                 raise
             except BaseException:  # interrupted after the SDK may have issued its work: a run
                 self._interrupted(recipe.plan, recipe.shapes, recipe.after.fences, arrays, run_stream)

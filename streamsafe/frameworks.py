@@ -14,6 +14,7 @@ from typing import Any
 
 __all__ = [
     "TORCH",
+    "is_framework_stream",
     "TorchFacts",
     "on_torch_device",
     "cupy_external_stream",
@@ -109,3 +110,8 @@ def on_torch_device(device: int) -> Any:
     if TORCH.current_device is not None and sys.modules["torch"].cuda.is_initialized() and TORCH.current_device() != device:
         return sys.modules["torch"].cuda.device(device)
     return contextlib.nullcontext()
+
+
+def is_framework_stream(obj: Any) -> bool:
+    """A stream object of torch, CuPy or cuda.core (destroyed when it goes; it holds no effect)."""
+    return framework_of(obj) in ("torch", "cupy") or (type(obj).__module__ or "").startswith("cuda.")

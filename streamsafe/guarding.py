@@ -21,6 +21,7 @@ nesting of blocks, decorators and class guards, and whether or not instances hav
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import operator
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .backend.naming import as_stream
+from .errors import NotAnEffectError
 from .ledger import Ledger, ledger_of
 from .profile import Profile, profile_of
 from .streams import LEGACY_HANDLE
@@ -50,6 +52,8 @@ __all__ = [
     "next_raw_method",
     "snapshot",
     "uninstall_all",
+    "code_frame",
+    "check_effect",
     "settable",
     "config_reader",
 ]
@@ -76,6 +80,22 @@ class _Block:
 
 
 _SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+_CONTEXTLIB = contextlib.__file__
+
+
+def code_frame(frame: Any) -> Any:
+    """The frame whose code a guard block entered from ``frame`` guards: ``frame`` itself, unless it is
+    context-manager machinery: a frame of :mod:`contextlib` (``ExitStack``, a ``@contextmanager``'s
+    ``__enter__``) or a generator or coroutine that one drives (the body of a ``@contextmanager`` or
+    ``@asynccontextmanager``): then the frame of the code that uses that context manager."""
+    while frame is not None:
+        back = frame.f_back
+        if frame.f_code.co_filename == _CONTEXTLIB or (
+                frame.f_code.co_flags & _SUSPENDABLE and back is not None and back.f_code.co_filename == _CONTEXTLIB):
+            frame = back
+            continue
+        return frame
+    return None
 
 
 class _RawCalls(threading.local):
@@ -296,22 +316,25 @@ def push(effect: Any, contract: Any, frame: Any) -> None:
 
 
 def pop(effect: Any, contract: Any, frame: Any) -> None:
-    """End the innermost block of ``contract`` on ``effect`` opened by ``frame`` (nothing when none is open)."""
+    """End the innermost block of ``contract`` on ``effect`` opened by ``frame`` (else, entered and left
+    through helpers of different frames, this thread's newest block of ``contract``; nothing when none is
+    open)."""
     with _lock:
         blocks = _open.get(id(effect))
         if not blocks:
             return
-        for i in range(len(blocks) - 1, -1, -1):
-            block = blocks[i]
-            if block.contract is contract and block.frame is frame:
-                del blocks[i]
-                if block.suspendable:
-                    left = _suspendable[id(effect)] - 1
-                    if left:
-                        _suspendable[id(effect)] = left
-                    else:
-                        del _suspendable[id(effect)]
-                break
+        me = threading.get_ident()
+        match = [i for i in range(len(blocks)) if blocks[i].contract is contract and blocks[i].frame is frame]
+        if not match:
+            match = [i for i in range(len(blocks)) if blocks[i].contract is contract and blocks[i].thread == me]
+        if match:
+            block = blocks.pop(match[-1])
+            if block.suspendable:
+                left = _suspendable[id(effect)] - 1
+                if left:
+                    _suspendable[id(effect)] = left
+                else:
+                    del _suspendable[id(effect)]
         if not blocks:
             del _open[id(effect)]
 
@@ -333,6 +356,11 @@ def _running_block(blocks: list[_Block], effect_id: int) -> _Block | None:
         if found is not None and found.frame is frame:
             return found
         frame = frame.f_back
+    # (a block entered through a helper whose frame has returned, in an ordinary frame: it guards its thread)
+    me = threading.get_ident()
+    for i in range(len(blocks) - 1, -1, -1):
+        if blocks[i].thread == me and not blocks[i].suspendable:
+            return blocks[i]
     return None
 
 
@@ -443,3 +471,14 @@ def config_reader(effect: Any, profile: Profile) -> Callable[[Any], Any]:
 
 def _nothing(effect: Any) -> tuple[()]:
     return ()
+
+
+def check_effect(effect: Any) -> None:
+    """Raise :class:`~streamsafe.errors.NotAnEffectError` unless ``effect`` is an effect instance (it has ``run``)."""
+    if effect is None or isinstance(effect, type) or not callable(getattr(effect, "run", None)):
+        what = "a class" if isinstance(effect, type) else f"{type(effect).__name__}"
+        raise NotAnEffectError(
+            f"StreamContract needs an effect instance with a run() method (nvvfx.VideoSuperRes, VideoFrameGeneration, "
+            f"TrueHDR, or streamsafe.testing's), got {effect!r} ({what}). Create the effect first, e.g. "
+            "sr = VideoSuperRes(); sr.load(); then StreamContract(sr)."
+        )

@@ -334,6 +334,14 @@ class Ledger:
         self.input_shapes = input_shapes
         self._hold_sdk_streams()
 
+    def after_refused_run(self, plan: FencePlan) -> None:
+        """A guarded call the SDK raised an error from: its output is as before, but the next run and
+        release also wait for the call's streams, in case it issued work before it raised."""
+        extra = tuple(s for s in plan.sdk_streams if s not in self.previous_sdk)
+        if extra:
+            self.previous_sdk = (*extra, *self.previous_sdk)  # (the previous output's writer stays last)
+            self._hold_sdk_streams()
+
     def _retire_outstanding(self) -> None:
         """Drop the outstanding readers whose reads are known complete: each one that reads no more (not a
         reader of the current output) gets an event recorded once (its reads were issued before the run that

@@ -401,3 +401,93 @@ def test_control_a_current_view_is_ordered_and_passes(sim: SimBackend) -> None:
     two_stages(sim, late=False)
     sim.synchronize_device()
     assert sim.races == []
+
+
+# -- blocks entered through context-manager helpers, errors after work, recycled model handles ------------
+
+
+def _guarded_frames(sim: SimBackend, fx: Any, S: ss.Stream, C: ss.Stream, n: int = 3) -> list[tuple[Any, np.ndarray]]:
+    copies = []
+    for i in range(n):
+        x = sim.empty((3, 16, 16), np.float32, stream=S)
+        write(sim, x, data_of(i), S)
+        out = fx.run(x)
+        assert isinstance(out, ss.SafeOutput)
+        copies.append((sim.copy(sim.from_dlpack(out.image, stream=C), C), expected(fx, data_of(i))))
+    return copies
+
+
+def test_a_block_inside_a_contextmanager_or_an_exit_stack_guards_the_code_that_uses_it(sim: SimBackend) -> None:
+    import contextlib
+
+    from streamsafe import guarding
+
+    fx, S, C = make(sim), sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+
+    @contextlib.contextmanager
+    def pipeline() -> Any:
+        with ss.stream_contract(fx, S, input_stream=S) as c:
+            yield c
+
+    def elsewhere() -> Any:  # (a suspended block on the same effect: the slow path looks at frames)
+        with ss.stream_contract(fx, S, input_stream=S):
+            yield
+
+    parked = elsewhere()
+    next(parked)
+    with sim.use_stream(S):
+        with pipeline():
+            copies = _guarded_frames(sim, fx, S, C)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(ss.stream_contract(fx, S, input_stream=S))
+            copies += _guarded_frames(sim, fx, S, C)
+    parked.close()
+    assert id(fx) not in guarding._open  # (every block was popped)
+    assert (wrong(sim, copies), sim.races) == (0, [])
+
+
+def test_an_sdk_error_after_its_work_was_issued_keeps_the_next_frame_ordered(sim: SimBackend) -> None:
+    class LateError(TrueHDR):
+        fail = False
+
+        def run(self, *args: Any, **kwargs: Any) -> Any:
+            out = super().run(*args, **kwargs)
+            if self.fail:
+                raise RuntimeError("a late step failed")
+            return out
+
+    fx, P, S = make(sim, LateError), sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(fx, S, strategy="async", input_stream=P)
+    copies = []
+    with sim.use_stream(S):
+        for i in range(4):
+            x = sim.empty((3, 16, 16), np.float32, stream=P)
+            write(sim, x, data_of(i), P)
+            fx.fail = i == 1
+            try:
+                out = c.run(x)
+            except RuntimeError:
+                continue
+            finally:
+                del x  # (its memory goes back to P's pool: the next frame's write must wait for the SDK's read)
+            copies.append((sim.copy(sim.from_dlpack(out.image, stream=S), S), expected(fx, data_of(i))))
+    assert (wrong(sim, copies), sim.races) == (0, [])
+
+
+def test_the_model_gives_a_recycled_handle_of_the_same_kind_a_clock_of_its_own(sim: SimBackend) -> None:
+    L = sim.legacy_stream()
+    buf = sim.empty((4,), np.float32, stream=L)
+    sim.fill(buf, 0.0, stream=L)
+    sim.synchronize_device()
+    A = sim.create_stream(non_blocking=False)
+    for k in range(5):
+        sim.fill(buf, float(k), stream=A)
+    sim.fill(buf, -1.0, stream=L)
+    sim.synchronize_device()
+    sim.destroy_stream(A)
+    B = sim.create_stream(non_blocking=False)
+    assert B.handle == A.handle
+    sim.fill(buf, 42.0, stream=B)
+    out = sim.copy(buf, L)  # stream 0 waits for the blocking stream B
+    sim.synchronize_device()
+    assert sim.download(out, L).tolist() == [42.0] * 4 and sim.races == []

@@ -130,8 +130,11 @@ class OrderingEngine:
 
     def _add_state(self, state: StreamState) -> None:
         state.where = str(state.stream)
-        state.key = state.stream.key
-        self._streams[state.key] = state
+        key = state.stream.key
+        if key in self._streams:  # a destroyed stream's handle again: a new actor, whose clock starts afresh
+            key = (*key, len(self._by_device[state.stream.device]))
+        state.key = key
+        self._streams[state.stream.key] = state
         if state.stream.kind is StreamKind.PER_THREAD:
             self._per_thread[(state.stream.device, state.stream.thread)] = state
         else:
