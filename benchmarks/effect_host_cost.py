@@ -144,7 +144,7 @@ def driver_calls(n: int = 2000, per_block: int = 16) -> dict[str, float]:
         one.fill(1.0)
     err, graph = d.cuStreamEndCapture(cs)
     assert err == ok, err
-    err, exe = d.cuGraphInstantiateWithFlags(graph, 0)
+    err, exe = d.cuGraphInstantiate(graph, 0)  # (cuda.bindings 13: the flags form is this one)
     assert err == ok, err
     exe_handle = int(exe)
     box = ctypes.byref(ctypes.c_void_p())
