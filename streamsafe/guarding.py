@@ -310,7 +310,7 @@ def push(effect: Any, contract: Any, frame: Any) -> None:
     resumptions), so blocks held across ``yield`` or ``await`` interleave correctly in one thread."""
     block = _Block(contract, frame, threading.get_ident())
     with _lock:
-        _open.setdefault(id(effect), []).append(block)
+        _open[id(effect)] = [*_open.get(id(effect), ()), block]  # (a new list: readers take no lock)
         if block.suspendable:
             _suspendable[id(effect)] = _suspendable.get(id(effect), 0) + 1
 
@@ -328,7 +328,8 @@ def pop(effect: Any, contract: Any, frame: Any) -> None:
         if not match:
             match = [i for i in range(len(blocks)) if blocks[i].contract is contract and blocks[i].thread == me]
         if match:
-            block = blocks.pop(match[-1])
+            block = blocks[match[-1]]
+            blocks = _open[id(effect)] = blocks[:match[-1]] + blocks[match[-1] + 1:]
             if block.suspendable:
                 left = _suspendable[id(effect)] - 1
                 if left:
