@@ -201,8 +201,7 @@ class SteadyFrames:
                 stats[counter] += n
         finally:
             ledger.let_go(outer)
-        wrap = self.profile.wrap
-        return raw if wrap is None else wrap(raw, ledger, generation, self.device, recipe.default_consumer, self.effect)
+        return self._output(raw, generation, recipe.default_consumer)
 
     def _config(self) -> Any:
         """The effect's output-size and encoding attributes it had when the contract was made, now."""

@@ -48,8 +48,6 @@ __all__ = [
     "active_contract",
     "register_class_guard",
     "withdraw_class_guard",
-    "in_raw_call",
-    "next_raw_method",
     "snapshot",
     "uninstall_all",
     "code_frame",
@@ -127,17 +125,6 @@ def register_class_guard(cls: type, guard: Any) -> None:
 def withdraw_class_guard(cls: type) -> None:
     """No class guard routes ``cls``'s calls any more."""
     _class_guards.pop(cls, None)
-
-
-def in_raw_call(effect: Any) -> bool:
-    """Whether the SDK's own method is running on ``effect`` in this thread (its dispatchers call through)."""
-    return id(effect) in _local.raw
-
-
-def next_raw_method(effect: Any, method: Any) -> None:
-    """Make the next guarded call of ``effect`` in this thread run ``method`` (a dispatcher reached by
-    ``super()``), not ``type(effect)``'s own."""
-    _local.override[id(effect)] = method
 
 
 def snapshot(effect: Any, profile: Profile | None = None) -> tuple[Any, ...]:
@@ -345,11 +332,7 @@ def _running_block(blocks: list[_Block], effect_id: int) -> _Block | None:
     or coroutine's frame, the newest of this thread's (an ordinary frame's block is open only while its
     frame runs); else the block of the innermost frame on this thread's stack that has one."""
     if effect_id not in _suspendable:
-        me = threading.get_ident()
-        for i in range(len(blocks) - 1, -1, -1):
-            if blocks[i].thread == me:
-                return blocks[i]
-        return None
+        return _newest_of_this_thread(blocks, suspendable_too=True)
     by_frame = {id(b.frame): b for b in blocks}
     frame: Any = sys._getframe(2)
     while frame is not None:
@@ -358,9 +341,13 @@ def _running_block(blocks: list[_Block], effect_id: int) -> _Block | None:
             return found
         frame = frame.f_back
     # (a block entered through a helper whose frame has returned, in an ordinary frame: it guards its thread)
+    return _newest_of_this_thread(blocks, suspendable_too=False)
+
+
+def _newest_of_this_thread(blocks: list[_Block], *, suspendable_too: bool) -> _Block | None:
     me = threading.get_ident()
     for i in range(len(blocks) - 1, -1, -1):
-        if blocks[i].thread == me and not blocks[i].suspendable:
+        if blocks[i].thread == me and (suspendable_too or not blocks[i].suspendable):
             return blocks[i]
     return None
 

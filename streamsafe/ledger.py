@@ -169,8 +169,6 @@ class Ledger:
         """The contract a class-level guard (:func:`streamsafe.guard`) made for this effect."""
         self.turns = Turns(self.name)
         """The thread rule: one thread at a time holds the effect (:mod:`streamsafe.turns`)."""
-        self.try_hold = self.turns.try_hold  # type: ignore[method-assign]  # (the hot path: one call, not two)
-        self.let_go = self.turns.let_go  # type: ignore[method-assign]
 
     # -- the thread rule --------------------------------------------------------------------------
 

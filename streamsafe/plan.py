@@ -79,6 +79,11 @@ class FencePlan:
     input_writers: tuple[Stream, ...] = ()
     """The streams that may write or recycle an input next (H12): the producer, the SDK stream, the current one."""
     _cache: dict[Any, tuple[Fence, ...]] = field(default_factory=dict, compare=False, repr=False, hash=False)
+    _sdk_streams: tuple[Stream, ...] = field(init=False, compare=False, repr=False, hash=False)
+
+    def __post_init__(self) -> None:
+        run, conversion = self.run_stream, self.conversion
+        object.__setattr__(self, "_sdk_streams", (run,) if conversion is None or conversion == run else (run, conversion))
 
     def at(self, when: When) -> tuple[Fence, ...]:
         """The plan's fences placed at ``when`` (``"before run"``, ``"after run"``, ``"at import"``, ...)."""
@@ -93,12 +98,7 @@ class FencePlan:
     def sdk_streams(self) -> tuple[Stream, ...]:
         """Every stream on which this plan's ``run()`` issues SDK work (run stream, conversion stream). Cached
         (a ledger reads it after every run)."""
-        found: Any = self._cache.get("sdk")
-        if found is None:
-            found = (self.run_stream,) if self.conversion is None or self.conversion == self.run_stream else (
-                self.run_stream, self.conversion)
-            self._cache["sdk"] = found
-        return found  # type: ignore[no-any-return]
+        return self._sdk_streams
 
     def import_fences(self, consumer: Stream) -> tuple[Fence, ...]:
         """H3/H4: what a consumer importing this plan's output on ``consumer`` waits for (nothing where

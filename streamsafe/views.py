@@ -12,7 +12,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-__all__ = ["add", "at", "view_owner", "read_by", "views_exist"]
+__all__ = ["add", "read_by", "views_exist"]
 
 _VIEWS: dict[Any, tuple[weakref.ref[Any], int]] = {}
 """Memory of outputs imported as zero-copy views: key -> (ledger, generation). A view passed as
@@ -26,27 +26,6 @@ def add(key: Any, ledger: Any, generation: int) -> None:
     if len(_VIEWS) > 1024:
         _prune()
     _VIEWS[key] = (ledger.ref, generation)
-
-
-def at(key: Any) -> tuple[Any, int] | None:
-    """The ledger and generation of the newest view imported at memory ``key`` (current or not), else ``None``."""
-    found = _VIEWS.get(key) if key is not None else None
-    if found is None:
-        return None
-    ledger = found[0]()
-    return None if ledger is None else (ledger, found[1])
-
-
-def view_owner(key: Any) -> tuple[Any, int] | None:
-    """The ledger and generation whose current output ``key`` is a view of, if any."""
-    found = _VIEWS.get(key)
-    if found is None:
-        return None
-    ledger = found[0]()
-    if ledger is None or ledger.generation != found[1]:
-        del _VIEWS[key]
-        return None
-    return ledger, found[1]
 
 
 def read_by(view: Any, key: Any) -> tuple[Any, int] | None:

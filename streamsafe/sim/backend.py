@@ -120,7 +120,7 @@ class SimBackend(StreamLifetimes):
         """Per device, the handles of destroyed streams, handed out again by :meth:`create_stream`."""
         self._destroyed: set[tuple[int, int, StreamKind]] = set()
         self._stream_holds: dict[Stream, int] = {}
-        self._destroy_when_let_go: set[Stream] = set()
+        self._destroy_when_let_go: dict[Stream, StreamState] = {}
         self._stream_pool: dict[tuple[int, bool], list[Stream]] = {}
         self._pool: EventPool[SimEvent] = EventPool(lambda device: SimEvent(device, self), lambda e: None, max_free_events)
         self._free_blocks: dict[PoolKey, list[FreeBlock]] = {}

@@ -27,7 +27,7 @@ class StreamLifetimes(OrderingEngine):
 
     _free_handles: dict[int, list[int]]
     _stream_holds: dict[Stream, int]
-    _destroy_when_let_go: set[Stream]
+    _destroy_when_let_go: dict[Stream, StreamState]
 
     @entry
     def destroy_stream(self, stream: Stream) -> None:
@@ -40,7 +40,7 @@ class StreamLifetimes(OrderingEngine):
         if stream.kind in (StreamKind.LEGACY, StreamKind.PER_THREAD):
             raise StreamValueError(stream, "the default streams live as long as the device", "Destroy only streams you created.")
         if self._stream_holds.get(stream):
-            self._destroy_when_let_go.add(stream)
+            self._destroy_when_let_go[stream] = state
             return
         self._destroy_now(state)
 
@@ -72,12 +72,9 @@ class StreamLifetimes(OrderingEngine):
                 self._stream_holds[stream] = left
                 return
             self._stream_holds.pop(stream, None)
-            if stream in self._destroy_when_let_go:
-                self._destroy_when_let_go.discard(stream)
-                by_device = self._by_handle.get(stream.handle)
-                state = by_device.get(stream.device) if by_device is not None else None
-                if state is not None and state.stream.kind is stream.kind:
-                    self._destroy_now(state)
+            state = self._destroy_when_let_go.pop(stream, None)
+            if state is not None:
+                self._destroy_now(state)
 
 
 class _StreamHold:
