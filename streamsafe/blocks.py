@@ -7,7 +7,6 @@ Inside a block, or a call of a decorated function, plain ``sr.run(...)`` goes th
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 from collections.abc import Callable, Generator
@@ -75,12 +74,8 @@ def stream_safe(effect: Any, stream: Any = None, strategy: Strategy | StrategyNa
 
 def _refuse_lazy_result(fn: Any, result: Any) -> NoReturn:
     kind = "a coroutine" if inspect.iscoroutine(result) else "an async generator" if inspect.isasyncgen(result) else "a generator"
-    close = getattr(result, "close", None) or getattr(result, "aclose", None)
-    if inspect.iscoroutine(result) or inspect.isgenerator(result):
+    if not inspect.isasyncgen(result):  # (an async generator never started has nothing to close)
         result.close()  # (never run: no "never awaited" warning, nothing left half-done)
-    elif close is not None:
-        with contextlib.suppress(Exception):
-            result.aclose().close()
     raise UnguardedResultError(getattr(fn, "__qualname__", repr(fn)), kind)
 
 

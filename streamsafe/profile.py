@@ -63,14 +63,11 @@ class Profile:
     """``wrap(raw, ledger, generation, device, default_consumer, effect)``: the guarded output handed to the
     program for the SDK's ``raw`` result (``None``: the raw result)."""
 
-    @property
-    def input_keywords_set(self) -> frozenset[str]:
-        """:attr:`input_keywords` as a set (a call's keywords are compared with it on every frame)."""
-        found = self.__dict__.get("_input_keywords_set")
-        if found is None:
-            found = frozenset(self.input_keywords)
-            object.__setattr__(self, "_input_keywords_set", found)
-        return found
+    input_keywords_set: frozenset[str] = field(init=False, compare=False, repr=False)
+    """:attr:`input_keywords` as a set (a call's keywords are compared with it on every frame)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input_keywords_set", frozenset(self.input_keywords))
 
     def applies_to(self, cls: type) -> bool:
         """Whether the profile describes ``cls`` (one of :attr:`classes` is in its MRO)."""
