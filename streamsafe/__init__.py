@@ -25,8 +25,9 @@ from .blocks import stream_contract, stream_safe
 from .class_guard import ClassGuard, guard, unguard
 from .contract import StreamContract
 from .errors import StreamsafeError
-from .outputs import JaxDLPackAdapter, SafeImage, SafeOutput
+from .outputs import JaxDLPackAdapter, SafeFrame, SafeImage, SafeOutput
 from .plan import Fence, FencePlan
+from .pool_contract import PoolContract
 from .sim.sanitize import sanitize
 from .strategy import Strategy, StrategyName
 from .streams import Stream, StreamKind
@@ -38,6 +39,8 @@ __all__ = [
     "Fence",
     "FencePlan",
     "JaxDLPackAdapter",
+    "PoolContract",
+    "SafeFrame",
     "SafeImage",
     "SafeOutput",
     "Strategy",

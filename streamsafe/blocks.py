@@ -10,9 +10,10 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Generator
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar, overload
 
 from .contract import StreamContract
+from .pool_contract import PoolContract, new_contract
 from .errors import UnguardedResultError
 from .strategy import Strategy, StrategyName
 
@@ -21,8 +22,26 @@ __all__ = ["stream_contract", "stream_safe"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def stream_contract(effect: Any, stream: Any = None, strategy: Strategy | StrategyName = "auto", **kwargs: Any) -> StreamContract:
-    """A :class:`StreamContract` to use as ``with stream_contract(sr, stream) as c:``.
+class _Decoder(Protocol):
+    """What a type checker knows a video decoder by (PyNvVideoCodec's decoders hand out batches)."""
+
+    def get_batch_frames(self, batch_size: int, /) -> Any: ...
+
+
+@overload
+def stream_contract(effect: _Decoder, stream: Any = None, strategy: Strategy | StrategyName = "auto",
+                    **kwargs: Any) -> PoolContract: ...
+
+
+@overload
+def stream_contract(effect: Any, stream: Any = None, strategy: Strategy | StrategyName = "auto",
+                    **kwargs: Any) -> StreamContract: ...
+
+
+def stream_contract(effect: Any, stream: Any = None, strategy: Strategy | StrategyName = "auto",
+                    **kwargs: Any) -> StreamContract | PoolContract:
+    """A :class:`StreamContract` to use as ``with stream_contract(sr, stream) as c:`` (for a video decoder,
+    PyNvVideoCodec's, a :class:`~streamsafe.pool_contract.PoolContract`: ``stream`` is then the decoder's).
 
     Inside the block, plain ``sr.run(...)``/``sr.run_at_timestep(...)``/``sr.close()`` and
     changes of the output size or encoding go through the contract (blocks nest: the
@@ -32,7 +51,7 @@ def stream_contract(effect: Any, stream: Any = None, strategy: Strategy | Strate
     it knows of, on the device, and an output made in the block may still be imported after
     it, until the next run.
     """
-    return StreamContract(effect, stream, strategy=strategy, **kwargs)
+    return new_contract(effect, stream, strategy=strategy, **kwargs)  # type: ignore[no-any-return]
 
 
 def stream_safe(effect: Any, stream: Any = None, strategy: Strategy | StrategyName = "auto", **kwargs: Any) -> Callable[[F], F]:
@@ -47,7 +66,7 @@ def stream_safe(effect: Any, stream: Any = None, strategy: Strategy | StrategyNa
     the caller's code between two resumptions does not. A plain function that returns a generator,
     coroutine or async generator it did not make itself (a generator expression, say) is refused with
     :class:`~streamsafe.errors.UnguardedResultError`: its body would run after the guard ended."""
-    contract = StreamContract(effect, stream, strategy=strategy, **kwargs)
+    contract = new_contract(effect, stream, strategy=strategy, **kwargs)
 
     def decorate(fn: F) -> F:
         if inspect.isasyncgenfunction(fn):

@@ -20,7 +20,8 @@ from .contract import StreamContract
 from .errors import ArgumentError, NotAnEffectError, StreamsafeError
 from .guarding import install, register_class_guard, withdraw_class_guard
 from .ledger import ledger_of
-from .profile import profiles
+from .pool_contract import PoolContract, default_pool_contract
+from .profile import profile_of, profiles
 from .strategy import Strategy, StrategyName, as_strategy
 
 __all__ = ["ClassGuard", "guard", "unguard", "guarded_classes", "effect_class_names"]
@@ -39,7 +40,7 @@ class ClassGuard:
     classes: tuple[type, ...]
     strategy: Strategy | StrategyName = "auto"
     options: dict[str, Any] = field(default_factory=dict)
-    contracts: list[StreamContract] = field(default_factory=list)
+    contracts: list[StreamContract | PoolContract] = field(default_factory=list)
     """Every contract this guard made, in order (for reports)."""
     active: bool = True
     _pinned: bool = field(default=False, repr=False)
@@ -49,8 +50,13 @@ class ClassGuard:
     """Keep each contract in :attr:`contracts` (``streamsafe run``'s guard does not: it counts them elsewhere,
     without keeping every effect's ledger alive)."""
 
-    def contract_for(self, effect: Any) -> StreamContract:
+    def contract_for(self, effect: Any) -> Any:
         """The contract this guard made for ``effect`` (made at its first call, and again after a close). Does not block."""
+        if profile_of(effect).pool:  # a decoder: its pool keeps the contract
+            pooled = default_pool_contract(effect, self.strategy, _pool_options(self.options), self)
+            if self._record and pooled not in self.contracts:
+                self.contracts.append(pooled)
+            return pooled
         ledger = ledger_of(effect, create=False)
         contract = ledger.default_contract if ledger is not None else None
         if contract is None or contract.closed or contract.guard_owner is not self:
@@ -105,6 +111,12 @@ def _classes_of(target: Any) -> list[type]:
         f"cannot guard {target!r} (type {type(target).__name__}): pass an effect class, a module such as nvvfx, "
         "its name, or a list of those"
     )
+
+
+def _pool_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options of a class guard that a decoder's contract takes (an effect's input and conversion streams
+    are not a decoder's)."""
+    return {k: v for k, v in options.items() if k not in ("input_stream", "conversion_stream")}
 
 
 GUARD_OPTIONS = ("input_stream", "consumer_stream", "conversion_stream", "backend", "allow_none")

@@ -33,6 +33,7 @@ from typing import Any
 from .backend.naming import as_stream
 from .errors import NotAnEffectError
 from .ledger import Ledger, ledger_of
+from .pool import pool_of
 from .profile import Profile, profile_of
 from .streams import LEGACY_HANDLE
 
@@ -272,6 +273,12 @@ def _dispatcher(name: str, owner: type, profile: Profile) -> Callable[..., Any]:
                 return getattr(contract, name)(*args, **kwargs)
             finally:
                 overrides.pop(id(self), None)
+        if profile.pool:
+            pool = pool_of(self, create=False)
+            if pool is None:
+                return method(self, *args, **kwargs)
+            return pool.tracked_call(self, name, lambda: _call_marked(self, method, args, kwargs), profile.frames_of,
+                                     profile.buffer_key, profile.prefetches, release=name in profile.releases)
         ledger = ledger_of(self, create=False)
         if ledger is None:
             # never guarded: nothing to order, and a call the effect makes from inside finds no guard

@@ -1,10 +1,12 @@
-"""Safe outputs: the SDK's output with an ``image`` that is a proper DLPack producer.
+"""Safe outputs: the SDK's output with an ``image`` that is a proper DLPack producer; a decoder's frames.
 
 ``torch.from_dlpack(out.image)``, ``cupy.from_dlpack(out.image)`` and
 ``jax.dlpack.from_dlpack(out.image)`` pass their stream to ``__dlpack__``; the
 :class:`SafeImage` makes that stream wait for the SDK (H3/H4) before handing over the
 capsule, and tells the contract which stream now reads the buffer (for H5/H6).
 :class:`JaxDLPackAdapter` is the adapter from the vendor's documentation, complete with the protocol.
+:class:`SafeFrame` is one frame a guarded decoder handed out, in a buffer of its pool: importable any
+number of times until the decoder writes that buffer again.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from .streams import LEGACY_HANDLE as LEGACY_DLPACK, Stream, handle_of, on_this_
 if TYPE_CHECKING:
     from .ledger import Ledger
 
-__all__ = ["SafeImage", "SafeOutput", "JaxDLPackAdapter"]
+__all__ = ["SafeImage", "SafeOutput", "SafeFrame", "JaxDLPackAdapter"]
 
 _CONSUMED = (
     "this output's capsule was already imported; a DLPack capsule can be consumed once (H9). "
@@ -344,6 +346,181 @@ def _importable(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
+
+
+class SafeFrame:
+    """One frame a guarded decoder handed out, in one buffer of the decoder's pool (:mod:`streamsafe.pool`).
+
+    A DLPack producer that takes the consumer's stream, like the SDK's frame: each import on a stream makes
+    it a reader of the buffer, so the decoder's stream waits for it on the device before the decoder writes
+    the buffer again. Importable any number of times until then; after, an import raises
+    :class:`~streamsafe.errors.StaleOutputError`. Other attributes (``shape``, ``dtype``, ``timestamp``, ...)
+    are the SDK frame's. Keeps the decoder alive (the buffer is the decoder's memory)."""
+
+    __slots__ = ("raw", "_ledger", "_generation", "_device", "_default_consumer", "_owner")
+
+    def __init__(self, raw: Any, ledger: Ledger, generation: int, device: int, default_consumer: Stream, owner: Any) -> None:
+        self.raw = raw
+        """The SDK's own frame (importing it directly orders nothing streamsafe knows of)."""
+        self._ledger = ledger
+        self._generation = generation
+        self._device = device
+        self._default_consumer = default_consumer
+        self._owner = owner
+
+    @property
+    def generation(self) -> int:
+        """The buffer's generation this frame belongs to."""
+        return self._generation
+
+    @property
+    def stale(self) -> bool:
+        """Whether the decoder has written this frame's buffer again (or freed it) since."""
+        return self._generation != self._ledger.generation
+
+    def check_importable(self) -> None:
+        """Raise :class:`~streamsafe.errors.StaleOutputError` if the decoder has written the buffer since."""
+        self._ledger.check_current(self._generation, "this decoded frame")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.raw, name)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (DLPACK_CUDA, self._device)
+
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """A capsule of the frame for a consumer on ``stream`` (DLPack rules: ``None`` or 1 the legacy
+        stream, 2 per-thread, else a stream pointer; ``-1``: the guard's consumer stream, with no
+        synchronisation asked of the SDK). Records ``stream`` as a reader of the buffer (the decoder's next
+        write waits for it on the device). Raises :class:`~streamsafe.errors.StaleOutputError` if the
+        buffer was written again since. Does not block."""
+        if copy or dl_device is not None:
+            _check_export((DLPACK_CUDA, self._device), copy, dl_device)
+        return self._export(stream, escapes=True)
+
+    def _export(self, stream: Any, *, escapes: bool) -> Any:
+        ledger = self._ledger
+        if self._generation != ledger.generation:
+            self.check_importable()
+        if type(stream) is int and stream == -1:
+            consumer, raw_stream = self._default_consumer, -1
+        else:
+            raw_stream = LEGACY_DLPACK if stream is None or (type(stream) is int and stream == 0) else stream
+            consumer = (ledger.known.get(raw_stream) if type(raw_stream) is int else None) or stream_on_device(
+                raw_stream, self._device, ledger.resolved_backend(), "consumer")
+            if consumer.thread:
+                consumer = on_this_thread(consumer)
+            raw_stream = consumer.dlpack if not isinstance(raw_stream, int) else raw_stream
+        capsule = self.raw.__dlpack__(stream=raw_stream)
+        key = capsule_data_key(capsule)
+        ledger.import_output(self._generation, consumer, escapes=escapes, key=key)
+        if escapes:
+            ledger.add_view(key, self._generation)
+        if hasattr(type(capsule), "view_of"):  # a model's capsule: its view is of this generation of the buffer
+            capsule.view_of = (weakref.ref(ledger), self._generation)
+        return capsule
+
+    def record_stream(self, stream: Any) -> None:
+        """Declare that a zero-copy view of this frame is also read on ``stream`` (as ``Tensor.record_stream``):
+        the decoder's next write waits for it too. Does not block."""
+        ledger = self._ledger
+        ledger.add_reader(self._generation, stream_on_device(stream, self._device, ledger.resolved_backend(), "consumer"))
+
+    def torch(self, stream: Any = None, *, copy: bool = True) -> Any:
+        """A torch copy (``copy=False``: a zero-copy view, valid until the decoder writes the buffer again),
+        issued on ``stream`` or torch's current stream. Does not block."""
+        torch = _framework("torch", "frame.torch()", "torch")
+        if stream is not None:
+            _frame_stream_on_device(self, stream)
+            with torch.cuda.stream(stream):
+                return self._torch(torch, copy)
+        return self._torch(torch, copy)
+
+    def _torch(self, torch: Any, copy: bool) -> Any:
+        handle = torch_current_stream_handle(torch, self._device) or LEGACY_DLPACK
+        view = torch.from_dlpack(self._export(handle, escapes=not copy))
+        if not copy:
+            self._ledger.tag_view(view, self._generation)
+            return view
+        return view.clone()
+
+    def cupy(self, stream: Any = None) -> Any:
+        """A CuPy copy, issued on ``stream`` or CuPy's current stream. Does not block."""
+        cupy = _framework("cupy", "frame.cupy()", "cupy-cuda13")
+        if stream is not None:
+            _frame_stream_on_device(self, stream)
+            with stream:
+                return self._cupy(cupy)
+        return self._cupy(cupy)
+
+    def _cupy(self, cupy: Any) -> Any:
+        return cupy.from_dlpack(self._export(cupy.cuda.get_current_stream().ptr or LEGACY_DLPACK, escapes=False)).copy()
+
+    def jax(self) -> Any:
+        """A JAX copy (imported on JAX's stream, copied, waited for). Blocks the host until the copy is done."""
+        jax = _framework("jax", "frame.jax()", "jax")
+        jnp = _framework("jax.numpy", "frame.jax()", "jax")
+        view = jax.dlpack.from_dlpack(_Once(self), copy=False)
+        out = jnp.array(view, copy=True)
+        out.block_until_ready()
+        return out
+
+    def numpy(self) -> Any:
+        """A host copy (NumPy). Blocks the host until it is complete."""
+        backend = self._ledger.resolved_backend()
+        if backend.records_accesses:  # the model: its own import and host copy
+            model: Any = backend
+            consumer = model.current_stream(self._device)
+            result = model.download(model.from_dlpack(self._export(consumer.dlpack, escapes=False)), consumer)
+            self._ledger.reader_done(self._generation, consumer)
+            return result
+        if "torch" in sys.modules or _importable("torch"):
+            return self.torch().cpu().numpy()
+        return _framework("cupy", "frame.numpy() on the GPU without torch", "cupy-cuda13").asnumpy(self.cupy())
+
+    def __copy__(self) -> NoReturn:
+        raise TypeError("a SafeFrame cannot be copied: it points at a buffer the decoder reuses; copy the data (frame.torch(), ...)")
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        self.__copy__()
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("a SafeFrame cannot be pickled: it points at GPU memory the decoder owns; pickle a copy (frame.numpy())")
+
+    def __repr__(self) -> str:
+        state = "stale" if self.stale else f"buffer write #{self._generation}"
+        return f"<streamsafe SafeFrame of {self._ledger.name} cuda:{self._device} {state}>"
+
+
+class _Once:
+    """A frame as a one-import producer (what JAX's ``from_dlpack`` wants), that does not escape."""
+
+    __slots__ = ("frame",)
+
+    def __init__(self, frame: SafeFrame) -> None:
+        self.frame = frame
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.frame.__dlpack_device__()
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        return self.frame._export(stream, escapes=False)
+
+
+def _frame_stream_on_device(frame: SafeFrame, stream: Any) -> None:
+    """Raise :class:`~streamsafe.errors.DeviceMismatchError` unless ``stream`` is on the frame's device."""
+    ledger = frame._ledger
+    stream_on_device(stream, frame._device, ledger.resolved_backend(), "consumer")
 
 
 class JaxDLPackAdapter:

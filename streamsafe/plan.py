@@ -78,6 +78,9 @@ class FencePlan:
     reason: str
     input_writers: tuple[Stream, ...] = ()
     """The streams that may write or recycle an input next (H12): the producer, the SDK stream, the current one."""
+    output_complete: bool = False
+    """The SDK's call returns only once its output is written (its own host wait: a decoder's): an import
+    needs no fence."""
     _cache: dict[Any, tuple[Fence, ...]] = field(default_factory=dict, compare=False, repr=False, hash=False)
     _sdk_streams: tuple[Stream, ...] = field(init=False, compare=False, repr=False, hash=False)
 
@@ -103,6 +106,8 @@ class FencePlan:
     def import_fences(self, consumer: Stream) -> tuple[Fence, ...]:
         """H3/H4: what a consumer importing this plan's output on ``consumer`` waits for (nothing where
         the consumer already waited for the output's writer after the run). Cached."""
+        if self.output_complete:
+            return ()
         key = ("import", consumer)
         cached = self._cache.get(key)
         if cached is None:

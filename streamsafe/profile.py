@@ -5,7 +5,9 @@ of one SDK, which of their methods are *guarded calls* (each reads its inputs on
 given and writes the SDK's output buffer, which the next such call reuses), which methods release
 the buffers, which attributes replace the output buffer when they change, whether a conversion
 stage on another stream follows the call, and how a call's output leaves (``wrap``: for nvvfx, a
-raw DLPack capsule in ``.image`` becomes a :class:`~streamsafe.SafeImage` producer).
+raw DLPack capsule in ``.image`` becomes a :class:`~streamsafe.SafeImage` producer). A *pool* profile
+(``pool=True``: PyNvVideoCodec's decoders) says instead how to find the frames a call hands out and each
+one's buffer; the frames leave as :class:`~streamsafe.SafeFrame` producers that take the consumer's stream.
 
 Profiles are registered (:func:`register`) by the module that describes an SDK
 (:mod:`streamsafe.profiles.nvvfx` for nvvfx's effects, imported with streamsafe); the guards look an
@@ -62,6 +64,22 @@ class Profile:
     wrap: Callable[..., Any] | None = field(default=None, compare=False)
     """``wrap(raw, ledger, generation, device, default_consumer, effect)``: the guarded output handed to the
     program for the SDK's ``raw`` result (``None``: the raw result)."""
+
+    pool: bool = False
+    """Whether each call writes buffers of a pool and hands them out as frames (a decoder; see
+    :mod:`streamsafe.pool`), rather than one output buffer that every call rewrites (nvvfx's effects).
+    Then :attr:`wrap` is ``wrap(raw, frames, device, default_consumer, owner)`` with ``frames`` each
+    raw frame's ``(ledger, generation)``."""
+    prefetches: bool = False
+    """For a pool: whether a thread of the SDK's own writes, after each call, the buffers handed out before it
+    (a threaded decoder decoding ahead): they are stale once the next call is made."""
+    frames_of: Callable[[Any], list[Any]] = field(default=lambda raw: [], compare=False)
+    """For a pool: the raw frames a call's result holds (a frame, a list of them, or none)."""
+    buffer_key: Callable[[Any], Any] = field(default=lambda frame: None, compare=False)
+    """For a pool: what identifies a raw frame's buffer (its data pointer, or the model's buffer)."""
+    stream_of: Callable[[Any], Any] = field(default=lambda owner: None, compare=False)
+    """For a pool: the stream the object writes its buffers on, when it says (else ``None``: a guard's
+    declared stream, else the SDK's default)."""
 
     input_keywords_set: frozenset[str] = field(init=False, compare=False, repr=False)
     """:attr:`input_keywords` as a set (a call's keywords are compared with it on every frame)."""

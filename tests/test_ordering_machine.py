@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -255,4 +256,139 @@ def test_the_machine_finds_corruption_without_fences() -> None:
         run_state_machine_as_test(
             Unfenced, settings=settings(max_examples=300, stateful_step_count=12, deadline=None,
                                         suppress_health_check=list(HealthCheck), database=None, report_multiple_bugs=False)
+        )
+
+
+# -- beside the effects: NVIDIA's video decoder (the emulated PyNvVideoCodec) ----------------------------------------
+
+DECODER_EXAMPLES = int(os.environ.get("STREAMSAFE_DECODER_MACHINE_EXAMPLES", "300"))
+DECODER_KINDS = ["legacy", "blocking", "non-blocking"]  # (a decoder's cuda_stream: a handle the program made)
+
+
+class DecoderLife(RuleBasedStateMachine):
+    """One decoder over its whole life: batches, single frames, frames by index, seeks, a new source, on a random
+    stream; frames imported on random consumer streams through several guards (two contracts, a decorator, plain
+    tracked calls), copies issued late; stale frames refused. Invariant: no corrupted frame and no race, ever."""
+
+    forced: str | None = None
+
+    @initialize(
+        threaded=st.booleans(), d=st.sampled_from(DECODER_KINDS), c=st.sampled_from(KINDS), c2=st.sampled_from(KINDS),
+        strategies=st.lists(st.sampled_from(STRATEGIES), min_size=2, max_size=2),
+    )
+    def setup(self, threaded: bool, d: str, c: str, c2: str, strategies: list[str]) -> None:
+        from streamsafe.testing.fake_pynvvideocodec import OutputColorType, SimpleDecoder, ThreadedDecoder, decode_reference, sample_clip
+
+        self.sim = sim = ss.sim.SimBackend(scheduler="adversarial")
+        self.scope = ss.use_backend(sim)
+        self.scope.__enter__()
+        clip = sample_clip(24, (32, 16))
+        self.reference = decode_reference(clip)
+        stream = 0 if d == "legacy" else sim.create_stream(non_blocking=d == "non-blocking").handle
+        self.threaded = threaded
+        kw: dict[str, Any] = {"cuda_stream": stream, "output_color_type": OutputColorType.RGBP}
+        self.dec = ThreadedDecoder(clip, 4, **kw) if threaded else SimpleDecoder(clip, **kw)
+        self.clip = clip
+        strategies = [self.forced or x for x in strategies]
+        extra = {"allow_none": True} if self.forced else {}
+        self.main = ss.stream_contract(self.dec, strategy=strategies[0], **extra)
+        self.decorated = ss.stream_safe(self.dec, strategy=strategies[1], **extra)(lambda f: f())
+        self.C, self.C2 = _stream(sim, c), _stream(sim, c2)
+        self.frames: list[Any] = []
+        self.copies: list[tuple[Any, np.ndarray]] = []
+
+    def _call(self, how: str, fn: Any) -> Any:
+        if how == "main":
+            return fn(self.main)
+        if how == "decorator":
+            return self.decorated(lambda: fn(self.dec))
+        return fn(self.dec)  # a plain (tracked) call: raw frames, still ordered after the guarded readers
+
+    def _keep(self, result: Any) -> None:
+        for f in result if isinstance(result, list) else [result]:
+            if isinstance(f, ss.SafeFrame):
+                self.frames.append(f)
+
+    @rule(n=st.integers(1, 4), how=st.sampled_from(["main", "decorator", "plain"]))
+    def batch(self, n: int, how: str) -> None:
+        self._keep(self._call(how, lambda d: d.get_batch_frames(n)))
+
+    @precondition(lambda self: not self.threaded)
+    @rule(i=st.integers(0, 23), how=st.sampled_from(["main", "decorator", "plain"]))
+    def one_frame(self, i: int, how: str) -> None:
+        self._keep(self._call(how, lambda d: d[i]))
+
+    @precondition(lambda self: not self.threaded)
+    @rule(indices=st.lists(st.integers(0, 23), min_size=1, max_size=3), how=st.sampled_from(["main", "decorator"]))
+    def by_index(self, indices: list[int], how: str) -> None:
+        self._keep(self._call(how, lambda d: d.get_batch_frames_by_index(indices)))
+
+    @precondition(lambda self: not self.threaded)
+    @rule(i=st.integers(0, 23))
+    def seek(self, i: int) -> None:
+        self.main.seek_to_index(i)
+
+    @rule(how=st.sampled_from(["main", "decorator"]))
+    def new_source(self, how: str) -> None:
+        self._call(how, lambda d: d.reconfigure_decoder(self.clip))
+
+    @precondition(lambda self: self.frames)
+    @rule(j=st.integers(0, 7), second=st.booleans())
+    def consume(self, j: int, second: bool) -> None:
+        frame = self.frames[-1 - j % len(self.frames)]
+        stream = self.C2 if second else self.C
+        if frame.stale:
+            with pytest.raises(ss.errors.StaleOutputError):
+                self.sim.from_dlpack(frame, stream=stream)
+            return
+        with self.sim.use_stream(stream):
+            view = self.sim.from_dlpack(frame)
+            self.copies.append((self.sim.copy(view, stream), self.reference[frame.raw.index]))
+
+    @rule()
+    def synchronize(self) -> None:
+        self.main.synchronize()
+
+    @rule(steps=st.integers(1, 8))
+    def time_passes(self, steps: int) -> None:
+        self.sim.progress(steps)
+
+    @invariant()
+    def no_race(self) -> None:
+        if hasattr(self, "sim"):
+            assert self.sim.races == [], [str(r) for r in self.sim.races[:3]]
+
+    def teardown(self) -> None:
+        if not hasattr(self, "sim"):
+            return
+        try:
+            sim = self.sim
+            sim.synchronize_device()
+            assert sim.races == [], [str(r) for r in sim.races[:3]]
+            for copy, want in self.copies:
+                np.testing.assert_array_equal(sim.download(copy, sim.legacy_stream()), want)
+        finally:
+            self.scope.__exit__(None, None, None)
+
+
+DecoderLife.TestCase.settings = settings(
+    max_examples=DECODER_EXAMPLES, stateful_step_count=14, deadline=None, suppress_health_check=list(HealthCheck)
+)
+TestDecoderLife = pytest.importorskip("av") and DecoderLife.TestCase
+
+
+class UnfencedDecoder(DecoderLife):
+    forced = "none"
+
+
+def test_the_decoder_machine_finds_corruption_without_fences() -> None:
+    """The control: with no fences the decoder's machine fails too."""
+    pytest.importorskip("av")
+    from hypothesis.stateful import run_state_machine_as_test
+
+    with pytest.raises(AssertionError):
+        run_state_machine_as_test(
+            UnfencedDecoder, settings=settings(max_examples=200, stateful_step_count=14, deadline=None,
+                                               suppress_health_check=list(HealthCheck), database=None,
+                                               report_multiple_bugs=False)
         )

@@ -2,10 +2,13 @@
 
 * :mod:`~streamsafe.profiles.nvvfx`: NVIDIA's video effects, ``VideoSuperRes``,
   ``VideoFrameGeneration`` and ``TrueHDR`` (and any class duck-typed on their API).
+* :mod:`~streamsafe.profiles.pynvvideocodec`: NVIDIA's video decoder, PyNvVideoCodec's
+  ``SimpleDecoder`` and ``ThreadedDecoder`` (pool profiles: each call writes buffers of a pool).
 
 Importing a profile module registers its profiles; ``import streamsafe`` imports these.
 """
 
 from . import nvvfx as nvvfx
+from . import pynvvideocodec as pynvvideocodec
 
-__all__ = ["nvvfx"]
+__all__ = ["nvvfx", "pynvvideocodec"]

@@ -2,7 +2,9 @@
 
 On a GPU the stages are real CuPy kernels on the real streams; without one they run on
 the :class:`~streamsafe.sim.SimBackend` model, with the same ordering, so every hazard can be
-tested in CI. ``install_fake_nvvfx()`` lets ``from nvvfx import VideoSuperRes`` run here.
+tested in CI. ``install_fake_nvvfx()`` lets ``from nvvfx import VideoSuperRes`` run here, and
+``install_fake_pynvvideocodec()`` lets ``import PyNvVideoCodec`` load an emulated video decoder (on the
+model; it decodes real files with PyAV).
 """
 
 from __future__ import annotations
@@ -22,6 +24,14 @@ from .effects import (
     VideoSuperResOutput,
 )
 from .fake_nvvfx import build_fake_nvvfx, fake_nvvfx, install_fake_nvvfx, is_fake_nvvfx, uninstall_fake_nvvfx
+from .fake_pynvvideocodec import (
+    fake_pynvvideocodec,
+    install_fake_pynvvideocodec,
+    is_fake_pynvvideocodec,
+    make_test_clip,
+    sample_clip,
+    uninstall_fake_pynvvideocodec,
+)
 
 __all__ = [
     "INPUT_LIMITS",
@@ -38,7 +48,13 @@ __all__ = [
     "VideoSuperResOutput",
     "build_fake_nvvfx",
     "fake_nvvfx",
+    "fake_pynvvideocodec",
     "install_fake_nvvfx",
+    "install_fake_pynvvideocodec",
     "is_fake_nvvfx",
+    "is_fake_pynvvideocodec",
+    "make_test_clip",
+    "sample_clip",
     "uninstall_fake_nvvfx",
+    "uninstall_fake_pynvvideocodec",
 ]

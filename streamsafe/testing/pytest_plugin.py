@@ -5,6 +5,8 @@
   is back after it. An emulation installed for the whole session (``install_fake_nvvfx()`` in a
   ``conftest.py``) is used as it is and left in place; a real ``nvvfx`` is shadowed for the
   test only.
+* ``fake_pynvvideocodec``: ``import PyNvVideoCodec`` resolves to the emulated decoder during the test
+  (:mod:`streamsafe.testing.fake_pynvvideocodec`), the same way.
 * ``sim_backend``: a fresh :class:`~streamsafe.sim.SimBackend` (race-directed adversarial
   scheduler) made current for the test, in every thread (also threads the test starts), so
   effects created without ``backend=`` use it.
@@ -29,6 +31,19 @@ def fake_nvvfx(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
         return current  # a session-wide install: use it, leave it
     mod = build_fake_nvvfx()
     monkeypatch.setitem(sys.modules, "nvvfx", mod)  # undone (restored or removed) after the test
+    return mod
+
+
+@pytest.fixture
+def fake_pynvvideocodec(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    from .fake_pynvvideocodec import build_fake_pynvvideocodec, is_fake_pynvvideocodec
+
+    current = sys.modules.get("PyNvVideoCodec")
+    if is_fake_pynvvideocodec(current):
+        assert current is not None
+        return current  # a session-wide install: use it, leave it
+    mod = build_fake_pynvvideocodec()
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", mod)
     return mod
 
 

@@ -71,6 +71,17 @@ class RunReport:
         return json.dumps(asdict(self), indent=2)
 
 
+def _state_of(contract: Any) -> Any:
+    """The ordering state a contract's counts belong to: an effect's ledger, or a decoder's buffer pool."""
+    ledger = getattr(contract, "ledger", None)
+    return ledger if ledger is not None else contract.pool
+
+
+def _is_hazard(counter: str) -> bool:
+    """Whether a counter is a hazard's (``H5``, ``D5``), not a total (``fences``, ``runs``)."""
+    return len(counter) > 1 and counter[0] in "HD" and counter[1:].isdigit()
+
+
 class _EffectTally:
     """One effect's counts over every contract made on it. A contract that is gone has its counts added
     into the totals at the next look (unless its counters are still the effect's current output's, which
@@ -79,8 +90,8 @@ class _EffectTally:
 
     def __init__(self, contract: Any) -> None:
         self.effect, self.device = contract.effect_name, contract.device
-        self.ledger = weakref.ref(contract.ledger)
-        self.plan: Any = contract.ledger.plan
+        self.ledger = weakref.ref(_state_of(contract))
+        self.plan: Any = _state_of(contract).plan
         self.totals: dict[str, int] = {}
         self.runs_by_strategy: dict[str, int] = {}
         self.live: list[tuple[Any, dict[str, int], str]] = []
@@ -119,7 +130,7 @@ class _EffectTally:
                else "not known: the effect went before the report, with its last plan")
         return EffectReport(
             effect=self.effect, device=self.device, runs=totals.get("runs", 0), fences=totals.get("fences", 0),
-            fences_by_hazard={k: v for k, v in sorted(totals.items()) if k.startswith("H")},
+            fences_by_hazard={k: v for k, v in sorted(totals.items()) if _is_hazard(k)},
             host_waits=totals.get("host_waits", 0), device_syncs=totals.get("device_syncs", 0),
             sdk_waits=totals.get("sdk_waits", 0), requested=requested,
             strategy=plan.strategy.value if plan is not None else "-", why=why,
@@ -138,7 +149,7 @@ class ContractTally:
         """Contracts are made on any thread."""
 
     def add(self, contract: Any) -> None:
-        ledger = contract.ledger
+        ledger = _state_of(contract)
         key = id(ledger)
         with self._lock:
             entry = self._effects.get(key)
@@ -215,15 +226,26 @@ def run_program(
             fake_model = _Sim(scheduler="adversarial")
             model_scope = process_default(fake_model)  # every thread's default, not only this one's
     import importlib
+    import importlib.util
 
     nvvfx = importlib.import_module("nvvfx")
+    if fake_nvvfx and importlib.util.find_spec("PyNvVideoCodec") is None and "PyNvVideoCodec" not in sys.modules:
+        from ..testing.fake_pynvvideocodec import install_fake_pynvvideocodec
+
+        install_fake_pynvvideocodec()  # (the decoder's emulation too, where the real one is not installed)
+    targets: list[Any] = [nvvfx]
+    if "PyNvVideoCodec" in sys.modules or importlib.util.find_spec("PyNvVideoCodec") is not None:
+        try:
+            targets.append(importlib.import_module("PyNvVideoCodec"))  # NVIDIA's video decoder, guarded too
+        except Exception:  # noqa: S110  (installed but broken, e.g. no driver: the program's own import says why)
+            pass
     model = None
     if sanitize:
         os.environ.pop("STREAMSAFE_SANITIZE", None)
         model = mirror.Mirror()
         model.sim.on_race = "record"  # report at exit; the program runs to its end
         hooks.register(model)
-    cg: ClassGuard = guard(nvvfx, strategy=as_strategy(strategy))
+    cg: ClassGuard = guard(targets, strategy=as_strategy(strategy))
     cg._pinned = True  # the program's own unguard() leaves it
     cg._record = False  # (the tally counts its contracts; a list of them would keep every effect's ledger)
     argv, path0 = sys.argv[:], sys.path[0] if sys.path else None

@@ -1,0 +1,253 @@
+"""PoolContract: the guard of an SDK object whose calls write buffers of a pool (a video decoder).
+
+The same three ways in as an effect's contract::
+
+    with ss.stream_contract(decoder, stream) as c:     # decoder.get_batch_frames, decoder[i], ... guarded
+        frames = decoder.get_batch_frames(8)           # SafeFrame each: a reader of its buffer at each import
+        y = torch.from_dlpack(frames[0]).clone()       # the next decode waits for this stream on the device
+
+``stream`` is the decoder's stream: the ``cuda_stream`` it was created with (``None``: what the decoder
+says of itself, else its default, 0, the legacy stream). Before each call that may write a buffer, that
+stream waits on the device for every stream that imported a frame (D5); the decoder's own host wait then
+covers them, so streamsafe adds no host wait. A frame whose buffer the decoder has written since raises
+:class:`~streamsafe.errors.StaleOutputError` on import. :func:`new_contract` picks the contract an SDK
+object's profile asks for (``stream_contract``, ``stream_safe`` and the class guard use it).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, NoReturn
+
+from . import guarding
+from .backend import Backend, current_backend
+from .backend.naming import as_stream, stream_on_device
+from .contract import GuardBlock, StreamContract, contract_sinks
+from .errors import ArgumentError, EffectStateError, NotAnEffectError, StreamsafeError
+from .frames import restore_counters
+from .guarding import call_raw
+from .ledger import new_stats
+from .plan import FencePlan
+from .pool import BufferPool, pool_of, pool_plan
+from .profile import Profile, profile_of
+from .strategy import Strategy, StrategyName, as_strategy
+from .streams import LEGACY_HANDLE, Stream
+
+__all__ = ["PoolContract", "new_contract", "default_pool_contract"]
+
+
+def new_contract(obj: Any, stream: Any = None, *, strategy: Strategy | StrategyName = "auto", **options: Any) -> Any:
+    """The contract ``obj``'s profile asks for: a :class:`PoolContract` for a pooled SDK (a decoder), else a
+    :class:`~streamsafe.StreamContract`. Does not block."""
+    if obj is not None and not isinstance(obj, type) and _is_pool(obj):
+        return PoolContract(obj, stream, strategy=strategy, **options)
+    return StreamContract(obj, stream, strategy=strategy, **options)
+
+
+def _is_pool(obj: Any) -> bool:
+    try:
+        return profile_of(obj).pool
+    except NotAnEffectError:
+        return False
+
+
+class PoolContract:
+    """Fences one pooled SDK object's calls (see the module docstring). ``strategy``: ``auto``, ``event`` and
+    ``async`` fence on the device; ``stream`` host-waits each reader, ``device`` the whole device, before a
+    decode; ``none`` (with ``allow_none=True``) fences nothing. ``consumer_stream``: the stream an import that
+    names none (``stream=-1``) reads on (default: the decoder's). Constructing one does not block."""
+
+    def __init__(
+        self,
+        sdk: Any,
+        stream: Any = None,
+        *,
+        strategy: Strategy | StrategyName = "auto",
+        consumer_stream: Any = None,
+        backend: Backend | None = None,
+        allow_none: bool = False,
+        input_stream: Any = None,
+        conversion_stream: Any = None,
+    ) -> None:
+        self.profile: Profile = profile_of(sdk)
+        """The SDK profile of the object (:mod:`streamsafe.profile`; a pool profile)."""
+        self.strategy = as_strategy(strategy, allow_none=allow_none)
+        self.effect_name = type(sdk).__name__
+        for name, value in (("input_stream", input_stream), ("conversion_stream", conversion_stream)):
+            if value is not None:
+                raise ArgumentError(
+                    f"{name}={value!r}: a {self.effect_name} takes no input and converts nothing on another stream; "
+                    "declare only its stream (the cuda_stream it was created with) and, if you like, consumer_stream="
+                )
+        self._effect: Any = sdk
+        self.device = int(getattr(sdk, "device", 0) or 0)
+        existing = pool_of(sdk, create=False)
+        self.backend: Backend = backend or getattr(sdk, "backend", None) or (existing.backend if existing else None) or current_backend()
+        dev, be = self.device, self.backend
+        own = self.profile.stream_of(sdk)
+        if stream is not None:
+            self.stream: Stream = stream_on_device(stream, dev, be, "sdk")
+            if own is not None and as_stream(own or LEGACY_HANDLE, device=dev, backend=be) != self.stream:
+                raise ArgumentError(
+                    f"stream {self.stream} is not {self.effect_name}'s stream ({as_stream(own or LEGACY_HANDLE, device=dev, backend=be)}): "
+                    "the decoder writes its frames on the cuda_stream it was created with. Pass that stream, or none"
+                )
+        else:
+            self.stream = as_stream(own or LEGACY_HANDLE, device=dev, backend=be)
+        """The stream the SDK writes its buffers on (the decoder's ``cuda_stream``)."""
+        self._consumer = None if consumer_stream is None else stream_on_device(consumer_stream, dev, be, "consumer")
+        self._stream_objects = (stream, consumer_stream)  # (the streams the contract fences live as long as it)
+        self.pool: BufferPool = existing or pool_of(sdk, self.backend)  # type: ignore[assignment]
+        if self.pool.backend is None:
+            self.pool.backend = self.backend
+        self.pool.writer = self.stream
+        self.plan: FencePlan = pool_plan(self.strategy, self.stream)
+        """The plan of every call (a value you can print)."""
+        self.stats = new_stats()
+        """Counters: calls, device-side fences, host waits and device syncs streamsafe made, and calls in which
+        the decoder made the host wait for its own stream (every call)."""
+        self.closed = False
+        self.guard_owner: Any = None
+        self._tracked = guarding.install(type(sdk))
+        for sink in contract_sinks:
+            sink.add(self)
+
+    @property
+    def effect(self) -> Any:
+        """The guarded SDK object."""
+        return self._effect
+
+    @property
+    def generation(self) -> int:
+        """The number of calls that wrote the pool's buffers (through any guard)."""
+        return self.pool.calls
+
+    def __getattr__(self, name: str) -> Any:
+        profile = self.__dict__.get("profile")
+        if profile is not None and (name in profile.calls or name in profile.releases):
+            return functools.partial(self.call, name)
+        raise AttributeError(f"{type(self).__name__} of {self.__dict__.get('effect_name', '?')} has no attribute {name!r}")
+
+    def __getitem__(self, key: Any) -> Any:
+        """``decoder[key]`` through the contract (see :meth:`call`)."""
+        return self.call("__getitem__", key)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """``sdk.name(*args, **kwargs)`` with the fences: before a call that writes buffers, the SDK's stream
+        waits for every reader (D5, on the device under ``event``); a releasing call first makes the host wait
+        for them (D6). Returns the SDK's result with each frame a :class:`~streamsafe.SafeFrame`. Blocks the host
+        only for a release, under ``stream``/``device``, and in the SDK's own wait."""
+        if self.closed:
+            self._refuse_closed(name)
+        if name in self.profile.releases:
+            return self._release(name, args, kwargs)
+        if name not in self.profile.calls:
+            raise ArgumentError(f"{name!r} is not a call of {self.profile.name}: its calls are {', '.join(self.profile.calls)}")
+        pool, plan, stats = self.pool, self.plan, self.stats
+        default_consumer = self._consumer or self.stream
+        with pool.turns.using(name, False, pool):
+            pool.writer, pool.plan = self.stream, plan
+            counted = dict(stats)
+            pool.apply(pool.before_call(plan), stats)
+            try:
+                raw = call_raw(self.effect, name, *args, **kwargs)
+            except Exception:
+                restore_counters(stats, counted)  # (the SDK refused: its frames are as they were; the waits stay queued)
+                raise
+            except BaseException:
+                pool.after_interrupted_call(self.effect, plan, stats, default_consumer)
+                raise
+            profile = self.profile
+            raws = profile.frames_of(raw)
+            made = pool.after_call(self.effect, plan, [profile.buffer_key(f) for f in raws], stats, default_consumer,
+                                   prefetches=profile.prefetches)
+            stats["runs"] += 1
+            if plan.strategy is not Strategy.NONE:
+                stats["sdk_waits"] += 1
+                stats["D1"] = stats.get("D1", 0) + 1
+        wrap = self.profile.wrap
+        return raw if wrap is None else wrap(raw, made, self.device, default_consumer, self.effect)
+
+    def _release(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        pool = self.pool
+        with pool.turns.using(name, False, pool):
+            pool.apply(pool.release_fences(self.strategy), self.stats)
+            try:
+                return call_raw(self.effect, name, *args, **kwargs)
+            finally:
+                pool.released()  # (refused or not, the SDK may have freed its buffers on the way)
+
+    def synchronize(self) -> None:
+        """Block the host until every read of a frame streamsafe knows of is done. Frames stay valid."""
+        pool = self.pool
+        with pool.turns.using("synchronize", True, pool):
+            pool.apply(pool.release_fences(self.strategy), self.stats)
+            pool.waited()
+
+    def close(self) -> None:
+        """End the contract once every known read is done (blocks the host for them). The decoder itself stays
+        usable (it has no close; ``ThreadedDecoder.end()`` is guarded as a release). Idempotent."""
+        if not self.closed:
+            self.synchronize()
+            self.closed = True
+
+    def _refuse_closed(self, call: str) -> NoReturn:
+        raise EffectStateError(self.effect_name, call, "closed", "Make a new contract for the decoder.")
+
+    # -- the guard (``with`` and the decorator), as an effect's contract ------------------------------------
+
+    def __enter__(self) -> PoolContract:
+        """``with contract:``: plain calls of the decoder made by the code inside go through the contract."""
+        self._install_guard(guarding.code_frame(sys._getframe(1)))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop routing plain calls; blocks the host until the known reads of frames are done."""
+        self._remove_guard(guarding.code_frame(sys._getframe(1)), host_wait=True)
+
+    def guarded(self, *, host_wait_on_exit: bool = True) -> GuardBlock:
+        """A guard block (a context manager), as :meth:`StreamContract.guarded <streamsafe.StreamContract.guarded>`."""
+        return GuardBlock(self, host_wait_on_exit)  # type: ignore[arg-type]
+
+    def _hold_effect_weakly(self) -> None:
+        """(A class guard's contract: the pool keeps it; the decoder is the program's.)"""
+
+    def _install_guard(self, frame: Any) -> None:
+        if self.closed:
+            self._refuse_closed("stream_contract")
+        if not self._tracked:
+            raise StreamsafeError(
+                f"cannot guard plain {self.effect_name} calls: its class refuses new attributes. "
+                "Call the contract instead: c.get_batch_frames(...), c[i]."
+            )
+        guarding.push(self.effect, self, frame)
+
+    def _remove_guard(self, frame: Any, *, host_wait: bool) -> None:
+        guarding.pop(self.effect, self, frame)
+        if host_wait and not self.closed and self.strategy is not Strategy.NONE:
+            self.synchronize()
+
+    def __copy__(self) -> NoReturn:
+        raise TypeError("a PoolContract cannot be copied: it orders one decoder's buffers; make another for another decoder")
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        self.__copy__()
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("a PoolContract cannot be pickled: it holds live CUDA streams and a decoder")
+
+    def __repr__(self) -> str:
+        return f"PoolContract({self.effect_name}, strategy={self.strategy.value}, stream={self.stream}, backend={self.backend.name})"
+
+
+def default_pool_contract(sdk: Any, strategy: Strategy | StrategyName, options: dict[str, Any], owner: Any) -> PoolContract:
+    """The contract a class guard ``owner`` made for ``sdk`` (made at its first call). Does not block."""
+    pool = pool_of(sdk, create=False)
+    contract = pool.default_contract if pool is not None else None
+    if contract is None or contract.closed or contract.guard_owner is not owner:
+        contract = PoolContract(sdk, None, strategy=strategy, **options)
+        contract.guard_owner = owner
+        contract.pool.default_contract = contract
+    return contract  # type: ignore[no-any-return]
+

@@ -1,0 +1,79 @@
+"""PyNvVideoCodec's decoders as pool profiles: what NVIDIA's video decoder does with its output buffers.
+
+Measured on an H200 with PyNvVideoCodec 2.2.4 (``docs/decoder.md``):
+
+* ``SimpleDecoder``: ``get_batch_frames(n)``, ``decoder[i]``, ``decoder[a:b]`` and
+  ``get_batch_frames_by_index(...)`` write the frames they return into buffers of a pool the decoder
+  reuses (``get_batch_frames(8)`` hands back the same 8 data pointers batch after batch), on the
+  decoder's stream (``cuda_stream=``, default 0: the legacy stream), and wait on the host for that stream
+  before they return: the frames are complete (D1). A device wait enqueued on that stream delays the
+  decode, so the readers of a buffer are fenced there (D5). ``seek_to_index`` writes no buffer but is
+  fenced the same way (cheap, and the next decode follows it). ``reconfigure_decoder`` may reallocate
+  the pool: a release (D6).
+* ``ThreadedDecoder``: the same, and a thread of its own decodes ahead into the buffers no longer
+  handed out: a batch's buffers are rewritten at any time after the next ``get_batch_frames`` (a ring of
+  about ``2 * buffer_size + 1`` buffers). ``end()`` and ``reconfigure_decoder`` release.
+* Frames (``DecodedFrame``) are DLPack producers that take the consumer's stream (``stream=0`` raises,
+  as DLPack says); guarded, they leave as :class:`~streamsafe.SafeFrame`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..outputs import SafeFrame
+from ..profile import Profile, register
+
+__all__ = ["SIMPLE_DECODER", "THREADED_DECODER", "DECODER_CLASSES", "frames_of", "buffer_key"]
+
+DECODER_CLASSES = ("SimpleDecoder", "ThreadedDecoder")
+"""The class names of PyNvVideoCodec's decoders (what :func:`streamsafe.guard` looks for in a module)."""
+
+
+def _is_frame(obj: Any) -> bool:
+    return hasattr(obj, "__dlpack__") and not isinstance(obj, (list, tuple))
+
+
+def frames_of(raw: Any) -> list[Any]:
+    """The frames a decoder call returned: one frame, a list of frames, or none (``seek_to_index``)."""
+    if isinstance(raw, (list, tuple)):
+        return [f for f in raw if _is_frame(f)]
+    return [raw] if _is_frame(raw) else []
+
+
+def buffer_key(frame: Any) -> Any:
+    """What identifies a frame's buffer: the model's buffer (``__streamsafe_key__``), else the data pointer
+    of its first plane (``cuda()``'s CUDA array interface)."""
+    if hasattr(type(frame), "__streamsafe_key__"):
+        return frame.__streamsafe_key__
+    planes = frame.cuda()
+    first = planes[0] if isinstance(planes, (list, tuple)) else planes
+    return first.__cuda_array_interface__["data"][0]
+
+
+def _stream_of(decoder: Any) -> Any:
+    """The decoder's stream when it says (the emulation does; the real decoder keeps it in C++)."""
+    return getattr(decoder, "cuda_stream", None)
+
+
+def _wrap(raw: Any, made: list[tuple[Any, int]], device: int, default_consumer: Any, owner: Any) -> Any:
+    """The call's result with each frame a :class:`~streamsafe.SafeFrame` (a list stays a list)."""
+    frames = iter(SafeFrame(f, ledger, generation, device, default_consumer, owner)
+                  for f, (ledger, generation) in zip(frames_of(raw), made))
+    if isinstance(raw, (list, tuple)):
+        return [next(frames) if _is_frame(f) else f for f in raw]
+    return next(frames) if _is_frame(raw) else raw
+
+
+def _profile(name: str, classes: tuple[str, ...], calls: tuple[str, ...], releases: tuple[str, ...], prefetches: bool) -> Profile:
+    return Profile(
+        name=name, classes=classes, calls=calls, releases=releases, pool=True, prefetches=prefetches,
+        frames_of=frames_of, buffer_key=buffer_key, stream_of=_stream_of, wrap=_wrap,
+    )
+
+
+SIMPLE_DECODER = register(_profile(
+    "PyNvVideoCodec.SimpleDecoder", ("SimpleDecoder",),
+    ("get_batch_frames", "__getitem__", "get_batch_frames_by_index", "seek_to_index"), ("reconfigure_decoder",), False))
+THREADED_DECODER = register(_profile(
+    "PyNvVideoCodec.ThreadedDecoder", ("ThreadedDecoder",), ("get_batch_frames",), ("end", "reconfigure_decoder"), True))
