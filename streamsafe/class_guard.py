@@ -40,8 +40,10 @@ class ClassGuard:
     classes: tuple[type, ...]
     strategy: Strategy | StrategyName = "auto"
     options: dict[str, Any] = field(default_factory=dict)
-    contracts: list[StreamContract | PoolContract] = field(default_factory=list)
-    """Every contract this guard made, in order (for reports)."""
+    contracts: list[StreamContract] = field(default_factory=list)
+    """Every effect contract this guard made, in order (for reports)."""
+    pool_contracts: list[PoolContract] = field(default_factory=list)
+    """Every decoder contract this guard made, in order (for reports)."""
     active: bool = True
     _pinned: bool = field(default=False, repr=False)
     """Left by :func:`unguard` (the guard ``streamsafe run`` puts around a program); only :meth:`undo` ends it."""
@@ -54,8 +56,8 @@ class ClassGuard:
         """The contract this guard made for ``effect`` (made at its first call, and again after a close). Does not block."""
         if profile_of(effect).pool:  # a decoder: its pool keeps the contract
             pooled = default_pool_contract(effect, self.strategy, _pool_options(self.options), self)
-            if self._record and pooled not in self.contracts:
-                self.contracts.append(pooled)
+            if self._record and pooled not in self.pool_contracts:
+                self.pool_contracts.append(pooled)
             return pooled
         ledger = ledger_of(effect, create=False)
         contract = ledger.default_contract if ledger is not None else None

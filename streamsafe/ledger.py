@@ -287,6 +287,13 @@ class Ledger:
         self.outstanding.pop(stream, None)
         self._release_holds()
 
+    def reader_captured(self, generation: int, stream: Stream) -> None:
+        """The reads of output ``generation`` on ``stream`` are all issued, and an event the caller recorded
+        there right after them covers them (a copy helper's copy): ``stream`` is no longer a reader whose
+        later work the next run must wait for. It stays outstanding (a release still waits for it)."""
+        if generation == self.generation and not self.escaped:
+            self.readers.pop(stream, None)
+
     # -- runs -----------------------------------------------------------------------------------------
 
     def before_run(self, plan: FencePlan, input_shapes: tuple[Any, ...], current: Stream | None) -> list[Fence]:

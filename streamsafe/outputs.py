@@ -357,10 +357,12 @@ class SafeFrame:
     :class:`~streamsafe.errors.StaleOutputError`. Other attributes (``shape``, ``dtype``, ``timestamp``, ...)
     are the SDK frame's. Keeps the decoder alive (the buffer is the decoder's memory)."""
 
-    __slots__ = ("raw", "_ledger", "_generation", "_device", "_default_consumer", "_owner")
+    __slots__ = ("raw", "_ledger", "_generation", "_device", "_default_consumer", "_owner", "_pool")
 
-    def __init__(self, raw: Any, ledger: Ledger, generation: int, device: int, default_consumer: Stream, owner: Any) -> None:
+    def __init__(self, raw: Any, ledger: Ledger, generation: int, device: int, default_consumer: Stream, owner: Any,
+                 pool: Any = None) -> None:
         self.raw = raw
+        self._pool = pool
         """The SDK's own frame (importing it directly orders nothing streamsafe knows of)."""
         self._ledger = ledger
         self._generation = generation
@@ -405,9 +407,9 @@ class SafeFrame:
         buffer was written again since. Does not block."""
         if copy or dl_device is not None:
             _check_export((DLPACK_CUDA, self._device), copy, dl_device)
-        return self._export(stream, escapes=True)
+        return self._export(stream, escapes=True)[0]
 
-    def _export(self, stream: Any, *, escapes: bool) -> Any:
+    def _export(self, stream: Any, *, escapes: bool) -> tuple[Any, Stream]:
         ledger = self._ledger
         if self._generation != ledger.generation:
             self.check_importable()
@@ -427,7 +429,13 @@ class SafeFrame:
             ledger.add_view(key, self._generation)
         if hasattr(type(capsule), "view_of"):  # a model's capsule: its view is of this generation of the buffer
             capsule.view_of = (weakref.ref(ledger), self._generation)
-        return capsule
+        return capsule, consumer
+
+    def _copied(self, consumer: Stream) -> None:
+        """A helper's copy was issued on ``consumer`` and reads the frame no more: the decoder's next write waits
+        for an event recorded right after it, not for ``consumer``'s later work."""
+        if self._pool is not None:
+            self._pool.capture(self._ledger, self._generation, consumer)
 
     def record_stream(self, stream: Any) -> None:
         """Declare that a zero-copy view of this frame is also read on ``stream`` (as ``Tensor.record_stream``):
@@ -447,11 +455,28 @@ class SafeFrame:
 
     def _torch(self, torch: Any, copy: bool) -> Any:
         handle = torch_current_stream_handle(torch, self._device) or LEGACY_DLPACK
-        view = torch.from_dlpack(self._export(handle, escapes=not copy))
+        capsule, consumer = self._export(handle, escapes=not copy)
+        view = torch.from_dlpack(capsule)
         if not copy:
             self._ledger.tag_view(view, self._generation)
             return view
-        return view.clone()
+        out = view.clone()
+        self._copied(consumer)
+        return out
+
+    def copy(self, stream: Any = None) -> Any:
+        """A copy in the backend's own arrays, issued on ``stream`` (default: the current one): on the model a
+        :class:`~streamsafe.sim.SimArray`, on a GPU a torch tensor (else a CuPy array). Does not block."""
+        backend = self._ledger.resolved_backend()
+        if not backend.records_accesses:
+            return self.torch(stream) if "torch" in sys.modules or _importable("torch") else self.cupy(stream)
+        model: Any = backend
+        consumer = model.current_stream(self._device) if stream is None else stream_on_device(
+            stream, self._device, backend, "consumer")
+        capsule, consumer = self._export(consumer.dlpack, escapes=False)
+        out = model.copy(model.from_dlpack(capsule, stream=consumer), consumer)
+        self._copied(consumer)
+        return out
 
     def cupy(self, stream: Any = None) -> Any:
         """A CuPy copy, issued on ``stream`` or CuPy's current stream. Does not block."""
@@ -463,7 +488,10 @@ class SafeFrame:
         return self._cupy(cupy)
 
     def _cupy(self, cupy: Any) -> Any:
-        return cupy.from_dlpack(self._export(cupy.cuda.get_current_stream().ptr or LEGACY_DLPACK, escapes=False)).copy()
+        capsule, consumer = self._export(cupy.cuda.get_current_stream().ptr or LEGACY_DLPACK, escapes=False)
+        out = cupy.from_dlpack(capsule).copy()
+        self._copied(consumer)
+        return out
 
     def jax(self) -> Any:
         """A JAX copy (imported on JAX's stream, copied, waited for). Blocks the host until the copy is done."""
@@ -480,7 +508,7 @@ class SafeFrame:
         if backend.records_accesses:  # the model: its own import and host copy
             model: Any = backend
             consumer = model.current_stream(self._device)
-            result = model.download(model.from_dlpack(self._export(consumer.dlpack, escapes=False)), consumer)
+            result = model.download(model.from_dlpack(self._export(consumer.dlpack, escapes=False)[0]), consumer)
             self._ledger.reader_done(self._generation, consumer)
             return result
         if "torch" in sys.modules or _importable("torch"):
@@ -514,7 +542,7 @@ class _Once:
 
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
-        return self.frame._export(stream, escapes=False)
+        return self.frame._export(stream, escapes=False)[0]
 
 
 def _frame_stream_on_device(frame: SafeFrame, stream: Any) -> None:

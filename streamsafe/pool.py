@@ -27,10 +27,10 @@ from .ledger import Ledger, new_stats
 from .plan import Fence, FencePlan, release_fences
 from .program import apply_fences
 from .strategy import Strategy
-from .streams import Stream
+from .streams import Stream, implicitly_ordered, issuable
 from .turns import Turns
 
-__all__ = ["BufferPool", "pool_of", "pool_plan"]
+__all__ = ["BufferPool", "pool_of", "pool_plan", "waited_streams"]
 
 _RESOLVED = {
     Strategy.AUTO: Strategy.EVENT, Strategy.EVENT: Strategy.EVENT, Strategy.ASYNC: Strategy.EVENT,
@@ -59,6 +59,11 @@ def pool_plan(strategy: Strategy, writer: Stream) -> FencePlan:
         producer=writer, consumer=writer, fences=fences, on_release=tuple(release_fences(resolved, [writer])),
         reason=_REASONS[resolved], output_complete=True,
     )
+
+
+def waited_streams(fences: Iterable[Fence]) -> set[Stream]:
+    """The streams ``fences`` wait for as a whole (their later captured events need no wait of their own)."""
+    return {f.signaller for f in fences if f.signaller is not None}
 
 
 def _as_decoder_fence(f: Fence) -> Fence:
@@ -90,6 +95,9 @@ class BufferPool:
         """The plan of the last guarded call (for reports)."""
         self.out_stats: dict[str, int] | None = None
         """(Reports: a pool's counts are its contracts'.)"""
+        self.captured: dict[Stream, Any] = {}
+        """Reader streams whose reads of frames are covered by an event recorded right after them (a copy
+        helper's copy), with that event: the next call waits for the event, not for the stream's later work."""
 
     def _ledger(self, owner: Any, key: Any) -> Ledger:
         ledger = self.buffers.get(key)
@@ -123,11 +131,51 @@ class BufferPool:
 
     def before_call(self, plan: FencePlan) -> list[Fence]:
         """D5, before a call that may write any buffer: ``plan``'s stream waits for every reader of the pool
-        (on the device under ``event``; a host wait under ``stream``, a device sync under ``device``)."""
+        (on the device under ``event``; a host wait under ``stream``, a device sync under ``device``). The
+        readers whose reads an event covers (:meth:`capture`) are waited for by :meth:`wait_captured`."""
         readers = self.readers(self.current_stream() if self.escaped() else None)
         if not readers:
             return []
         return [_as_decoder_fence(f) for f in plan.reuse_fences(readers, (), ())]
+
+    def capture(self, ledger: Ledger, generation: int, stream: Stream) -> None:
+        """A copy of a frame (``ledger``'s buffer, ``generation``) was just issued on ``stream``, and the frame
+        is read there no more: record an event on ``stream`` now, which the next call waits for (the expert's
+        "event after the reader"), instead of the stream's later work. Does not block."""
+        backend = self.backend
+        assert backend is not None
+        event = self.captured.get(stream)
+        if event is None:
+            event = self.captured[stream] = backend.acquire_event(self.device)
+        backend.record(event, issuable(stream))
+        ledger.reader_captured(generation, stream)
+
+    def wait_captured(self, plan: FencePlan, stats: dict[str, int], skip: Iterable[Stream] = ()) -> None:
+        """D5 for the captured readers: ``plan``'s stream waits on each one's event (a host wait for it under
+        ``stream``, a device sync under ``device``; nothing under ``none``), except for the streams in ``skip``
+        (readers waited for as a whole already). The events go back to the pool. Blocks only as said."""
+        if not self.captured:
+            return
+        backend = self.backend
+        assert backend is not None
+        captured, self.captured = self.captured, {}
+        strategy = plan.strategy
+        skip = set(skip)
+        for stream, event in captured.items():
+            if stream in skip or strategy is Strategy.NONE or implicitly_ordered(stream, plan.run_stream):
+                pass
+            elif strategy is Strategy.EVENT:
+                backend.wait(issuable(plan.run_stream), event)
+                stats["fences"] += 1
+            elif strategy is Strategy.STREAM:
+                backend.synchronize_event(event)
+                stats["host_waits"] += 1
+            else:
+                backend.synchronize_device(self.device)
+                stats["device_syncs"] += 1
+            if stream not in skip and strategy is not Strategy.NONE and not implicitly_ordered(stream, plan.run_stream):
+                stats["D5"] = stats.get("D5", 0) + 1
+            backend.release_event(event)
 
     def after_call(self, owner: Any, plan: FencePlan, keys: Iterable[Any], stats: dict[str, int],
                    default_consumer: Stream, *, prefetches: bool) -> list[tuple[Ledger, int]]:
@@ -176,11 +224,19 @@ class BufferPool:
             ledger.released()
         self.buffers = {}
         self.handed = ()
+        self._drop_captured()
+
+    def _drop_captured(self) -> None:
+        if self.captured and self.backend is not None:
+            for event in self.captured.values():
+                self.backend.release_event(event)
+        self.captured = {}
 
     def waited(self) -> None:
         """The host waited for every reader (a guard's ``synchronize()``): frames stay valid."""
         for ledger in self.buffers.values():
             ledger.waited()
+        self._drop_captured()
 
     def apply(self, fences: Iterable[Fence], stats: dict[str, int]) -> None:
         """Issue ``fences`` through the pool's backend (device waits do not block the host)."""
@@ -205,7 +261,9 @@ class BufferPool:
                     return call()
                 finally:
                     self.released()
-            self.apply(self.before_call(plan), self.unguarded_stats)
+            fences = self.before_call(plan)
+            self.apply(fences, self.unguarded_stats)
+            self.wait_captured(plan, self.unguarded_stats, waited_streams(fences))
             raw = call()
             self.after_call(owner, plan, [key_of(f) for f in frames_of(raw)], self.unguarded_stats, writer, prefetches=prefetches)
         return raw

@@ -20,7 +20,7 @@ import functools
 import sys
 from typing import Any, NoReturn
 
-from . import guarding
+from . import guarding, hooks
 from .backend import Backend, current_backend
 from .backend.naming import as_stream, stream_on_device
 from .contract import GuardBlock, StreamContract, contract_sinks
@@ -29,7 +29,7 @@ from .frames import restore_counters
 from .guarding import call_raw
 from .ledger import new_stats
 from .plan import FencePlan
-from .pool import BufferPool, pool_of, pool_plan
+from .pool import BufferPool, pool_of, pool_plan, waited_streams
 from .profile import Profile, profile_of
 from .strategy import Strategy, StrategyName, as_strategy
 from .streams import LEGACY_HANDLE, Stream
@@ -149,7 +149,9 @@ class PoolContract:
         with pool.turns.using(name, False, pool):
             pool.writer, pool.plan = self.stream, plan
             counted = dict(stats)
-            pool.apply(pool.before_call(plan), stats)
+            fences = pool.before_call(plan)
+            pool.apply(fences, stats)
+            pool.wait_captured(plan, stats, waited_streams(fences))
             try:
                 raw = call_raw(self.effect, name, *args, **kwargs)
             except Exception:
@@ -159,15 +161,24 @@ class PoolContract:
                 pool.after_interrupted_call(self.effect, plan, stats, default_consumer)
                 raise
             profile = self.profile
-            raws = profile.frames_of(raw)
-            made = pool.after_call(self.effect, plan, [profile.buffer_key(f) for f in raws], stats, default_consumer,
-                                   prefetches=profile.prefetches)
+            keys = [profile.buffer_key(f) for f in profile.frames_of(raw)]
+            if hooks.observers and not self.backend.records_accesses:
+                self._report_writes(keys)
+            made = pool.after_call(self.effect, plan, keys, stats, default_consumer, prefetches=profile.prefetches)
             stats["runs"] += 1
             if plan.strategy is not Strategy.NONE:
                 stats["sdk_waits"] += 1
                 stats["D1"] = stats.get("D1", 0) + 1
         wrap = self.profile.wrap
-        return raw if wrap is None else wrap(raw, made, self.device, default_consumer, self.effect)
+        return raw if wrap is None else wrap(raw, made, self.device, default_consumer, self.effect, pool)
+
+    def _report_writes(self, keys: list[Any]) -> None:
+        """Sanitize mode on a GPU: the SDK's writes of its buffers, which no kernel of streamsafe's shows, go to
+        the observers (after the fences, which they saw), then its own host wait for its stream."""
+        for o in hooks.observers:
+            for key in keys:
+                o.on_launch(self.stream, f"{self.effect_name} writes a decoded frame", [], [key], self.device)
+            o.on_stream_synchronize(self.stream)
 
     def _release(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         pool = self.pool

@@ -68,8 +68,8 @@ class Profile:
     pool: bool = False
     """Whether each call writes buffers of a pool and hands them out as frames (a decoder; see
     :mod:`streamsafe.pool`), rather than one output buffer that every call rewrites (nvvfx's effects).
-    Then :attr:`wrap` is ``wrap(raw, frames, device, default_consumer, owner)`` with ``frames`` each
-    raw frame's ``(ledger, generation)``."""
+    Then :attr:`wrap` is ``wrap(raw, frames, device, default_consumer, owner, pool)`` with ``frames`` each
+    raw frame's ``(ledger, generation)`` and ``pool`` the :class:`~streamsafe.pool.BufferPool`."""
     prefetches: bool = False
     """For a pool: whether a thread of the SDK's own writes, after each call, the buffers handed out before it
     (a threaded decoder decoding ahead): they are stale once the next call is made."""

@@ -147,7 +147,7 @@ def test_a_class_guard_on_the_module_guards_every_decoder(nvc: Any, sim: SimBack
         for dec, mode in zip(decoders, ["batch", "threaded"]):
             _decode_all(dec, consumer, mode)
     assert consumer.wrong() == 0 and sim.races == []
-    assert {type(c.effect).__name__ for c in cg.contracts} == {"SimpleDecoder", "ThreadedDecoder"}
+    assert {type(c.effect).__name__ for c in cg.pool_contracts} == {"SimpleDecoder", "ThreadedDecoder"}
 
 
 def test_a_contract_called_directly(nvc: Any, sim: SimBackend, clip: str) -> None:
@@ -401,3 +401,29 @@ def test_the_fixture_and_the_install_undo_what_they_did() -> None:
 
 
 
+
+
+# -- copies: the event right after the copy --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["batch", "single", "threaded"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_copy_helper_orders_the_next_decode_after_the_copy_only(nvc: Any, sim: SimBackend, clip: str, mode: str, strategy: str) -> None:
+    """``frame.copy(C)``: the decoder's next write waits for an event recorded right after the copy (the
+    expert's fence), so C's later work (here: more work queued on C after each copy) is not waited for."""
+    dec = _decoder(nvc, clip, mode)
+    C = sim.create_stream(non_blocking=True)
+    reference = decode_reference(clip)
+    copies = []
+    with ss.stream_contract(dec, strategy=strategy) as c:
+        for _ in range(3):
+            frames = dec.get_batch_frames(4) if mode != "single" else [dec[len(copies)]]
+            for f in frames:
+                copies.append((_index(f), f.copy(C)))
+                sim.launch(C, "later work on C", lambda: None)
+        inside = dict(c.stats)
+    sim.synchronize_device()
+    assert all(np.array_equal(sim.download(got), reference[i]) for i, got in copies)
+    assert sim.races == []
+    if strategy in ("auto", "event", "async"):
+        assert inside["host_waits"] == 0 and inside["D5"] >= 2

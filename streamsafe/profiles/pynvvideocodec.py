@@ -56,9 +56,9 @@ def _stream_of(decoder: Any) -> Any:
     return getattr(decoder, "cuda_stream", None)
 
 
-def _wrap(raw: Any, made: list[tuple[Any, int]], device: int, default_consumer: Any, owner: Any) -> Any:
+def _wrap(raw: Any, made: list[tuple[Any, int]], device: int, default_consumer: Any, owner: Any, pool: Any) -> Any:
     """The call's result with each frame a :class:`~streamsafe.SafeFrame` (a list stays a list)."""
-    frames = iter(SafeFrame(f, ledger, generation, device, default_consumer, owner)
+    frames = iter(SafeFrame(f, ledger, generation, device, default_consumer, owner, pool)
                   for f, (ledger, generation) in zip(frames_of(raw), made))
     if isinstance(raw, (list, tuple)):
         return [next(frames) if _is_frame(f) else f for f in raw]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import importlib.machinery
 import functools
 import sys
 import types
@@ -381,6 +382,7 @@ def build_fake_pynvvideocodec() -> types.ModuleType:
     for name in _SDK_NAMES:
         setattr(mod, name, getattr(this, name))
     mod.__version__ = "2.2.4+streamsafe"  # type: ignore[attr-defined]
+    mod.__spec__ = importlib.machinery.ModuleSpec("PyNvVideoCodec", None)  # (importlib.util.find_spec finds it)
     setattr(mod, _MARK, True)
     mod.__all__ = list(_SDK_NAMES)  # type: ignore[attr-defined]
     return mod

@@ -229,10 +229,12 @@ def run_program(
     import importlib.util
 
     nvvfx = importlib.import_module("nvvfx")
-    if fake_nvvfx and importlib.util.find_spec("PyNvVideoCodec") is None and "PyNvVideoCodec" not in sys.modules:
+    faked_decoder = False
+    if fake_nvvfx and "PyNvVideoCodec" not in sys.modules and importlib.util.find_spec("PyNvVideoCodec") is None:
         from ..testing.fake_pynvvideocodec import install_fake_pynvvideocodec
 
         install_fake_pynvvideocodec()  # (the decoder's emulation too, where the real one is not installed)
+        faked_decoder = True
     targets: list[Any] = [nvvfx]
     if "PyNvVideoCodec" in sys.modules or importlib.util.find_spec("PyNvVideoCodec") is not None:
         try:
@@ -304,6 +306,10 @@ def run_program(
                 from ..testing.fake_nvvfx import uninstall_fake_nvvfx
 
                 uninstall_fake_nvvfx()
+            if faked_decoder and not exiting:
+                from ..testing.fake_pynvvideocodec import uninstall_fake_pynvvideocodec
+
+                uninstall_fake_pynvvideocodec()
         # (a fork's child makes no report: no wait for a lock another thread held at the fork)
         report = report_of(status, made, None if hard_exit is None or os.getpid() == hard_exit.pid else 0.0)
         if hard_exit is not None:
