@@ -17,6 +17,10 @@
 #   nvidia-samples  NVIDIA's nvvfx samples, unmodified, under `streamsafe run --fake-nvvfx` (needs .nvsamples/)
 #   race-check      scripts/race_check.py, the independent race check (GPU_LANE_CHECK_S seconds, default 90)
 #   multi-gpu       the multi-GPU tests and bench, with its figure (needs 2 GPUs; skipped on one)
+#   decoder         NVIDIA's real decoder (needs the pynvvideocodec wheel in .whl/): its GPU tests
+#                   (STREAMSAFE_DECODER_FRAMES a strategy, default 10000), examples/decode_upscale.py guarded
+#                   and unguarded with --verify, benchmarks/decode_pipeline.py, `streamsafe doctor`; a clip from
+#                   STREAMSAFE_TEST_CLIP, else made with PyAV (carried in .whl/ too)
 #   all             every part above, in that order (longer than one device call)
 #
 # Environment: OUT (results; ./gpu-out when unset), GPU_LANE_TIMEOUT (seconds, overrides each command's
@@ -32,10 +36,10 @@
 set -uo pipefail
 shopt -s nullglob
 
-ALL_PARTS=(probe tests fuzz bench overhead profile examples nvidia-samples race-check multi-gpu)
+ALL_PARTS=(probe tests fuzz bench overhead profile examples nvidia-samples race-check multi-gpu decoder)
 
 usage() {
-  sed -n '3,31p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '3,35p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 if [ $# -lt 1 ]; then
@@ -47,7 +51,7 @@ for p in "$@"; do
   case $p in
     all) parts+=("${ALL_PARTS[@]}") ;;
     -h|--help) usage; exit 0 ;;
-    probe|tests|fuzz|bench|overhead|profile|examples|nvidia-samples|race-check|multi-gpu) parts+=("$p") ;;
+    probe|tests|fuzz|bench|overhead|profile|examples|nvidia-samples|race-check|multi-gpu|decoder) parts+=("$p") ;;
     *) echo "gpu_lane.sh: unknown part '$p' (parts: ${ALL_PARTS[*]} all)" >&2; exit 2 ;;
   esac
 done
@@ -342,6 +346,38 @@ part_multi_gpu() {
     python3 docs/make_multi_gpu_figure.py "$L/multi-gpu.json" "$L/multi-gpu.png" > "$L/multi-gpu-figure.txt" 2>&1 || rc=1
   fi
   NOTE="tests: $tests_note; auto scaling $(awk '$1 == "auto" {print $4}' "$L/multi-gpu.txt")"
+  return "$rc"
+}
+
+part_decoder() {
+  if ! python3 -c "import PyNvVideoCodec" > /dev/null 2>&1; then
+    NOTE="PyNvVideoCodec does not import (carry its wheel in .whl/)"
+    return 77
+  fi
+  local rc=0 clip=${STREAMSAFE_TEST_CLIP:-}
+  if [ -z "$clip" ]; then
+    clip=$L/decoder-clip.mp4
+    python3 -c "import sys; from streamsafe.testing import make_test_clip; make_test_clip(sys.argv[1], 240, (320, 192))" "$clip" \
+      > "$L/decoder-clip.txt" 2>&1 || { NOTE="no clip: set STREAMSAFE_TEST_CLIP or carry PyAV"; return 1; }
+  fi
+  timeout "$(limit 60)" python3 -m streamsafe doctor > "$L/doctor-decoder.txt" 2>&1 || rc=1
+  grep PyNvVideoCodec "$L/doctor-decoder.txt"
+  STREAMSAFE_TEST_CLIP=$clip STREAMSAFE_DECODER_FRAMES=${STREAMSAFE_DECODER_FRAMES:-10000} \
+    pytest_gpu "$L/pytest-decoder.txt" 420 tests/gpu/test_decoder_gpu.py || rc=1
+  local tests_note=$NOTE
+  cat "$L/decoder.txt" 2>/dev/null
+  local ex=""
+  if python3 -c "import av" > /dev/null 2>&1; then
+    timeout "$(limit 120)" python3 examples/decode_upscale.py -i "$clip" --verify > "$L/decode_upscale.txt" 2>&1 || rc=1
+    timeout "$(limit 120)" python3 examples/decode_upscale.py -i "$clip" --verify --unguarded > "$L/decode_upscale-unguarded.txt" 2>&1
+    [ $? = 1 ] || rc=1  # (unguarded, it must race: --verify exits 1)
+    cat "$L/decode_upscale.txt" "$L/decode_upscale-unguarded.txt"
+    ex="; example: $(grep '^verify' "$L/decode_upscale.txt" | cut -c1-40)"
+  fi
+  timeout "$(limit 240)" python3 benchmarks/decode_pipeline.py -i "${STREAMSAFE_BENCH_CLIP:-$clip}" --json "$L/decode_pipeline.json" \
+    > "$L/decode_pipeline.txt" 2>&1 || rc=1
+  cat "$L/decode_pipeline.txt"
+  NOTE="tests: $tests_note$ex; bench streamsafe $(awk '$1 == "streamsafe" {print $3}' "$L/decode_pipeline.txt")x hand"
   return "$rc"
 }
 

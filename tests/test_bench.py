@@ -698,3 +698,22 @@ def test_the_chart_file_is_written(tmp_path) -> None:  # type: ignore[no-untyped
     path = tmp_path / "bench.png"
     assert write_png(_saved_run(), str(path)) is None
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_decode_pipeline_benchmark_counts_on_the_model(tmp_path: Any) -> None:
+    """``benchmarks/decode_pipeline.py --model``: every fenced row is correct, the unfenced one is not, and only
+    the recipe waits on the host."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("av")
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "decode.json"
+    result = subprocess.run([sys.executable, str(root / "benchmarks" / "decode_pipeline.py"), "--model", "--json", str(out)],
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = json.loads(out.read_text())["model"]
+    assert all(rows[r]["corrupt"] == 0 and rows[r]["races"] == 0 for r in ("recipe", "hand", "streamsafe", "streamsafe-view"))
+    assert rows["none"]["corrupt"] > 0
+    assert rows["recipe"]["host_waits"] > 0 and rows["streamsafe"]["host_waits"] == 0 and rows["hand"]["host_waits"] == 0

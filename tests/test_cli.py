@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -192,3 +193,19 @@ def test_doctor_shows_the_switches_that_are_set(monkeypatch: pytest.MonkeyPatch,
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "switches: " in out and "STREAMSAFE_SANITIZE=1" in out and "STREAMSAFE_REPLAY=" not in out
+
+
+def test_doctor_says_whether_nvidias_decoder_imports(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamsafe.testing.fake_pynvvideocodec import build_fake_pynvvideocodec
+
+    monkeypatch.delitem(sys.modules, "PyNvVideoCodec", raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "PyNvVideoCodec" else _find_spec(name, *a))
+    assert main(["doctor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["decoder"]["importable"] is False and "pynvvideocodec" in report["decoder"]["why"]
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", build_fake_pynvvideocodec())
+    assert main(["doctor"]) == 0
+    assert "PyNvVideoCodec (NVIDIA's video decoder): yes; NVDEC emulated" in capsys.readouterr().out
+
+
+_find_spec = importlib.util.find_spec

@@ -232,3 +232,36 @@ def test_emulation_latency_only_on_the_emulation(vio: Any, capsys: pytest.Captur
     vio.set_emulation_latency(Real(), other, 300, "x.py")
     assert other.latency_us["conversion"] == 0.0
     assert "ignored" in capsys.readouterr().err
+
+
+# -- decode_upscale.py: NVIDIA's decoder -> conversion -> VideoSuperRes -> torch -> PyAV -------------------------
+
+
+def test_decode_upscale_runs_on_the_model_and_every_frame_is_right() -> None:
+    pytest.importorskip("av")
+    result = _run("decode_upscale.py", "--model", "--verify", "--frames", "24")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "verify: 0 of 24 frames wrong" in result.stdout
+    assert "0 host waits of streamsafe's" in result.stdout
+
+
+def test_decode_upscale_unguarded_races_on_the_model() -> None:
+    pytest.importorskip("av")
+    result = _run("decode_upscale.py", "--model", "--verify", "--unguarded", "--frames", "24")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "the unguarded program races" in result.stdout
+
+
+def test_decode_upscale_writes_a_video(tmp_path: Path) -> None:
+    av = pytest.importorskip("av")
+    out = tmp_path / "up.mp4"
+    result = _run("decode_upscale.py", "--model", "--frames", "16", "--scale", "2", "-o", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    with av.open(str(out)) as container:
+        frames = list(container.decode(video=0))
+    assert len(frames) == 16 and (frames[0].width, frames[0].height) == (320, 192)
+
+
+def test_decode_upscale_says_what_is_missing(tmp_path: Path) -> None:
+    result = _run("decode_upscale.py", "--model", "-i", str(tmp_path / "missing.mp4"))
+    assert result.returncode == 2 and "no such file" in result.stderr

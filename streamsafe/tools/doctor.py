@@ -31,6 +31,8 @@ _PACKAGES = (
     "jax",
     "jaxlib",
     "nvvfx",
+    "pynvvideocodec",
+    "av",
     "nvtx",
     "tqdm",
     "pytest",
@@ -84,6 +86,34 @@ def _stream_defaults() -> list[dict[str, str]]:
     return rows
 
 
+def _decoder(gpu: bool) -> dict[str, Any]:
+    """Whether NVIDIA's video decoder (PyNvVideoCodec) imports, and, on a GPU, whether NVDEC opens for H.264."""
+    found: dict[str, Any] = {"importable": False, "nvdec": None}
+    if "PyNvVideoCodec" not in sys.modules and importlib.util.find_spec("PyNvVideoCodec") is None:
+        found["why"] = "not installed (pip install 'streamsafe[pynvvideocodec]'; on a CPU: streamsafe.testing.install_fake_pynvvideocodec())"
+        return found
+    try:
+        import PyNvVideoCodec as nvc
+    except Exception as e:  # (installed but broken: a missing driver library, say)
+        found["why"] = f"installed, but its import fails: {type(e).__name__}: {e}"
+        return found
+    found["importable"] = True
+    if getattr(nvc, "__streamsafe_fake__", False):
+        found["nvdec"] = "emulated (streamsafe.testing's PyNvVideoCodec, on the model)"
+        return found
+    if not gpu:
+        found["nvdec"] = "no GPU"
+        return found
+    try:
+        caps = nvc.GetDecoderCaps(gpuid=0, codec=nvc.cudaVideoCodec.H264, chromaformat=nvc.cudaVideoChromaFormat.YUV420,
+                                  bitdepth=8)
+        ok = bool(caps.get("is_supported", caps.get("num_decoder_engines", 0))) if isinstance(caps, dict) else bool(caps)
+        found["nvdec"] = ("opens: H.264 8-bit 4:2:0 supported" if ok else "H.264 8-bit 4:2:0 not supported") + f" ({caps})"
+    except Exception as e:
+        found["nvdec"] = f"could not ask the decoder's capabilities: {type(e).__name__}: {e}"
+    return found
+
+
 def _gpus() -> tuple[str | None, list[dict[str, Any]]]:
     from cuda.bindings import driver as d
 
@@ -116,6 +146,7 @@ def collect() -> dict[str, Any]:
     }
     reason = CudaBackend.probe()
     report["cuda"] = {"available": reason is None, "reason": reason}
+    report["decoder"] = _decoder(reason is None)
     if cuda_available():
         driver, gpus = _gpus()
         from ..backend._held import held_calls
@@ -143,6 +174,10 @@ def format_report(report: dict[str, Any]) -> str:
     for name, version in report["packages"].items():
         lines.append(f"  {name:<16} {version or '-'}")
     lines.append(f"  nvvfx importable: {'yes' if report['nvvfx_importable'] else 'no (use streamsafe.testing.install_fake_nvvfx())'}")
+    decoder = report.get("decoder", {})
+    if decoder:
+        state = decoder["nvdec"] if decoder["importable"] else decoder.get("why", "no")
+        lines.append(f"  PyNvVideoCodec (NVIDIA's video decoder): {'yes; NVDEC ' + state if decoder['importable'] else state}")
     set_switches = {k: v for k, v in report["switches"].items() if v is not None}
     lines.append("  switches: " + (", ".join(f"{k}={v}" for k, v in set_switches.items()) or "none set (" + ", ".join(_SWITCHES) + ")"))
     cuda = report["cuda"]
