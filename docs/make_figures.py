@@ -1,5 +1,6 @@
 """Draw docs/img/<hazard>.png: the model's timeline of each hazard, unfenced and fenced (and H11.png:
-two threads' per-thread streams, fenced the old way and streamsafe's).
+two threads' per-thread streams, fenced the old way and streamsafe's; D5.png: NVIDIA's decoder
+rewriting a frame a consumer still copies, unguarded and guarded).
 
     python3 docs/make_figures.py        (needs matplotlib; runs on the model, no GPU)
 
@@ -26,6 +27,8 @@ COLORS = {"transfer": "#a6cee3", "inference": "#1f78b4", "conversion": "#33a02c"
 
 def _label(name: str) -> tuple[str, str]:
     short = name.split(".")[-1] if "." in name else name
+    if name.startswith("decode frame"):
+        return "dec " + name.split()[-1], "producer"
     for key in ("transfer", "inference", "conversion", "release"):
         if key in name:
             return key, "release" if key == "release" else key
@@ -154,6 +157,37 @@ def per_thread_figure() -> None:
     print("wrote", OUT / "H11.png")
 
 
+def decoder_figure() -> None:
+    """D5: a decoder's next batch rewrites the buffers of the last one while a consumer on another stream
+    still copies them; guarded, the decoder's stream waits for the copies on the device."""
+    import contextlib
+
+    import streamsafe as ss
+    from streamsafe.testing.fake_pynvvideocodec import OutputColorType, SimpleDecoder, sample_clip
+
+    clip = sample_clip(8, (32, 16))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 2.8), sharey=False)
+    for ax, guarded in zip(axes, (False, True)):
+        sim = ss.sim.SimBackend(scheduler="adversarial")
+        with ss.use_backend(sim):
+            dec = SimpleDecoder(clip, cuda_stream=sim.create_stream(non_blocking=True).handle, output_color_type=OutputColorType.RGBP)
+            consumer = sim.create_stream(non_blocking=True)
+            sim.trace = []
+            with ss.stream_contract(dec) if guarded else contextlib.nullcontext():
+                for _ in range(2):
+                    for frame in dec.get_batch_frames(2):
+                        sim.copy(sim.from_dlpack(frame, stream=consumer), consumer, name="consumer.copy")
+            sim.synchronize_device()
+        verdict = f"{len(sim.races)} race(s)" if sim.races else "no race"
+        how = "guarded: the decoder's stream waits for the copies" if guarded else "unguarded: the next batch overwrites them"
+        draw(ax, sim.trace, sim.races, f"D5 - {how}: {verdict}")
+    fig.tight_layout()
+    fig.savefig(OUT / "D5.png", dpi=100)
+    plt.close(fig)
+    print("wrote", OUT / "D5.png")
+
+
 if __name__ == "__main__":
     main()
     per_thread_figure()
+    decoder_figure()

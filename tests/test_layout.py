@@ -69,3 +69,10 @@ def test_the_license_is_an_spdx_string() -> None:
 
         project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
         assert project["license"] == "Apache-2.0"
+
+
+def test_the_changelog_says_what_changed_for_users_in_at_most_100_lines() -> None:
+    text = (ROOT / "CHANGELOG.md").read_text()
+    unreleased = text.split("## [Unreleased]", 1)[1].split("\n## [", 1)[0]
+    assert len(unreleased.strip("\n").splitlines()) <= 100
+    assert "docs/runs" not in unreleased.replace("`docs/runs/` (raw GPU run output) is no longer", "")

@@ -1,6 +1,6 @@
 """PyNvVideoCodec's decoders as pool profiles: what NVIDIA's video decoder does with its output buffers.
 
-Measured on an H200 with PyNvVideoCodec 2.2.4 (``docs/decoder.md``):
+Measured on an H200 with PyNvVideoCodec 2.2.4 (``docs/guide.md``, "NVIDIA's video decoder"):
 
 * ``SimpleDecoder``: ``get_batch_frames(n)``, ``decoder[i]``, ``decoder[a:b]`` and
   ``get_batch_frames_by_index(...)`` write the frames they return into buffers of a pool the decoder

@@ -105,8 +105,9 @@ def _decoder(gpu: bool) -> dict[str, Any]:
         found["nvdec"] = "no GPU"
         return found
     try:
-        caps = nvc.GetDecoderCaps(gpuid=0, codec=nvc.cudaVideoCodec.H264, chromaformat=nvc.cudaVideoChromaFormat.YUV420,
-                                  bitdepth=8)
+        codec = next(v for k, v in nvc.cudaVideoCodec.__members__.items() if "H264" in k.upper())
+        chroma = next(v for k, v in nvc.cudaVideoChromaFormat.__members__.items() if "420" in k)
+        caps = nvc.GetDecoderCaps(gpuid=0, codec=codec, chromaformat=chroma, bitdepth=8)
         ok = bool(caps.get("is_supported", caps.get("num_decoder_engines", 0))) if isinstance(caps, dict) else bool(caps)
         found["nvdec"] = ("opens: H.264 8-bit 4:2:0 supported" if ok else "H.264 8-bit 4:2:0 not supported") + f" ({caps})"
     except Exception as e:

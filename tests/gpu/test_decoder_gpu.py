@@ -156,7 +156,7 @@ def test_the_whole_pipeline_decode_convert_upscale_consume(torch_cuda: Any, clip
     with guards:
         for _ in range(6):
             for frame in dec.get_batch_frames(8):
-                _delay(torch, rng, U, 300)
+                _delay(torch, rng, U, 2000)  # (the conversion late: the next decode overwrites what it reads, unfenced)
                 with torch.cuda.stream(U):
                     out = sr.run(torch.from_dlpack(frame).float().div_(255))  # the user's conversion, then the effect
                 _delay(torch, rng, C, 300)
