@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .contract import StreamContract
-from .errors import ArgumentError, NotAnEffectError, StreamsafeError
+from .errors import ArgumentError, FrameworkUnavailableError, NotAnEffectError, StreamsafeError
 from .guarding import install, register_class_guard, withdraw_class_guard
 from .ledger import ledger_of
 from .pool_contract import PoolContract, default_pool_contract
@@ -105,7 +105,16 @@ def _classes_of(target: Any) -> list[type]:
         if module is None:
             import importlib
 
-            module = importlib.import_module(target)
+            try:
+                module = importlib.import_module(target)
+            except ImportError as e:
+                fakes = {"nvvfx": "install_fake_nvvfx()", "PyNvVideoCodec": "install_fake_pynvvideocodec()"}
+                fake = fakes.get(target)
+                raise FrameworkUnavailableError(
+                    target, f"guard({target!r})", str(e), "pynvvideocodec" if target == "PyNvVideoCodec" else None,
+                    f"or, on a machine without it, call streamsafe.testing.{fake} first (the emulation)" if fake
+                    else "or pass the module or class itself",
+                ) from e
         return _classes_of(module)
     if isinstance(target, Iterable):
         return [cls for item in target for cls in _classes_of(item)]

@@ -31,11 +31,11 @@ from ._dlpack import array_key
 from ._env import SANITIZE_MEANING, env_flag
 from .backend import Backend, current_backend
 from .backend.naming import as_stream, stream_on_device
-from .errors import EffectConfigError, EffectStateError, MissingCallError, StreamsafeError, UnguardedChangeError
+from .errors import ArgumentError, EffectConfigError, EffectStateError, MissingCallError, StreamsafeError, UnguardedChangeError
 from .frameworks import TORCH, is_framework_stream, on_torch_device
-from .guarding import call_raw, check_effect, config_reader, settable, shape_of, snapshot
+from .guarding import GuardBlock, call_raw, check_effect, config_reader, settable, shape_of, snapshot
 from .frames import UNREADABLE, SteadyFrames, restore_counters
-from .inputs import Inputs
+from .inputs import Inputs, call_keywords
 from .ledger import Ledger, adopt_ledger, forget_ledger, ledger_of, new_stats
 from .views import views_exist
 from .plan import FencePlan, plan_fences
@@ -46,7 +46,7 @@ from .streams import LEGACY_HANDLE, Stream, on_this_thread
 if TYPE_CHECKING:  # (the type of what nvvfx's profile hands out; the contract never imports the outputs)
     from .outputs import SafeOutput
 
-__all__ = ["StreamContract", "GuardBlock", "restore_counters", "contract_sinks"]
+__all__ = ["StreamContract", "GuardBlock", "restore_counters", "contract_sinks"]  # (GuardBlock: streamsafe.guarding's)
 
 
 class StreamContract(SteadyFrames):
@@ -63,8 +63,8 @@ class StreamContract(SteadyFrames):
         self,
         effect: Any,
         stream: Any = None,
-        *,
         strategy: Strategy | StrategyName = "auto",
+        *,
         input_stream: Any = None,
         consumer_stream: Any = None,
         conversion_stream: Any = None,
@@ -285,14 +285,21 @@ class StreamContract(SteadyFrames):
     # -- the general path --------------------------------------------------------------------------
 
     def _call_inputs(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], name: str = "run"
     ) -> tuple[Stream, bool, list[Any], list[Stream | None]]:
         """The SDK stream, the caller's ``non_blocking``, the inputs and their producers' streams
         (``None``: unknown) of a call; validates every input first. Issues nothing."""
-        profile = self.profile
-        stream_ptr = kwargs.get(profile.stream_keyword)
-        user_nb = bool(kwargs.get(profile.blocking_keyword, False))
-        sdk = self._sdk_stream() if stream_ptr is None else on_this_thread(stream_on_device(stream_ptr, self.device, self.backend, "sdk"))
+        stream_ptr, user_nb = call_keywords(self.profile, self._cls, name, args, kwargs)
+        if stream_ptr is None:
+            sdk = self._sdk_stream()
+        else:
+            sdk = on_this_thread(stream_on_device(stream_ptr, self.device, self.backend, "sdk"))
+            if self._sdk_fixed is not None and sdk != self._sdk_fixed:
+                raise ArgumentError(
+                    f"{self.profile.stream_keyword}={stream_ptr!r} names {sdk}, but this contract runs {self.effect_name} on "
+                    f"its stream, {self._sdk_fixed}. Leave {self.profile.stream_keyword} out (the contract passes its own), "
+                    "or make a contract for that stream: ss.stream_contract(effect, stream)"
+                )
         arrays, producers = self._inputs.of_call(args, kwargs)
         return sdk, user_nb, arrays, producers
 
@@ -329,7 +336,7 @@ class StreamContract(SteadyFrames):
         TORCH.refresh()
         facts = self._facts(name, args, kwargs, shared) if not hooks.observers else None
         be, dev = self.backend, self.device
-        sdk, user_nb, arrays, producers = self._call_inputs(args, kwargs)
+        sdk, user_nb, arrays, producers = self._call_inputs(args, kwargs, name)
         with ledger.using(name):
             self._shared = shared
             self._check_unguarded_change()
@@ -478,11 +485,16 @@ class StreamContract(SteadyFrames):
                     ledger.released()
                 ledger.config = self._snapshot()
 
-    def synchronize(self, *, _wait_for_other_threads: bool = False) -> None:
+    def synchronize(self) -> None:
         """Block the host until every copy of the current output that streamsafe knows of, and the
         SDK's own work, is done. Outputs stay valid."""
+        self._synchronize(False)
+
+    def _synchronize(self, wait_for_other_threads: bool) -> None:
+        """:meth:`synchronize`; ``wait_for_other_threads``: a block's closing wait, which waits for another
+        thread's call instead of raising."""
         ledger = self.ledger
-        with ledger.using("synchronize", wait=_wait_for_other_threads):
+        with ledger.using("synchronize", wait=wait_for_other_threads):
             ledger.wait_for_readers(self._last_plan, self.strategy, self.stats)
             ledger.waited()
             ledger.drain_keepalive()
@@ -511,13 +523,13 @@ class StreamContract(SteadyFrames):
     def __enter__(self) -> StreamContract:
         """``with contract:`` as :meth:`guarded` (plain calls of the effect made by the code inside the
         block go through the contract). Does not block."""
-        self._install_guard(guarding.code_frame(sys._getframe(1)))
+        self.enter_block(guarding.code_frame(sys._getframe(1)))
         return self
 
     def __exit__(self, *exc: object) -> None:
         """Stop routing plain calls; blocks the host until the last output's known copies and the
         SDK's own work are done (as :meth:`synchronize`)."""
-        self._remove_guard(guarding.code_frame(sys._getframe(1)), host_wait=True)
+        self.leave_block(guarding.code_frame(sys._getframe(1)), host_wait=True)
 
     def guarded(self, *, host_wait_on_exit: bool = True) -> GuardBlock:
         """Route ``effect.run``/``run_at_timestep``/``close`` and configuration changes made by the code
@@ -529,7 +541,9 @@ class StreamContract(SteadyFrames):
         (the next run still waits for them on the device)."""
         return GuardBlock(self, host_wait_on_exit)
 
-    def _install_guard(self, frame: Any) -> None:
+    def enter_block(self, frame: Any) -> None:
+        """Route the plain calls made by ``frame``'s code through this contract (what a guard block does on
+        entry: :meth:`guarded`, ``with``, the decorator). Does not block."""
         if self.closed:
             self._refuse_closed("stream_contract")
         if self._tracked:
@@ -549,7 +563,8 @@ class StreamContract(SteadyFrames):
                 instance_dict[name] = getattr(self, name)
         self._patched_instance = True
 
-    def _remove_guard(self, frame: Any, *, host_wait: bool) -> None:
+    def leave_block(self, frame: Any, *, host_wait: bool) -> None:
+        """End :meth:`enter_block` for ``frame``; with ``host_wait``, block the host as :meth:`synchronize`."""
         if self._tracked:
             guarding.pop(self.effect, self, frame)
         elif self._patched_instance:
@@ -559,7 +574,7 @@ class StreamContract(SteadyFrames):
         if host_wait and not self.closed and not self.ledger.closed and self.strategy is not Strategy.NONE:
             # The copies made in the block are complete when it ends, as the vendor's recipe ends
             # with a wait for the copy stream (and untracked later use may run on any stream).
-            self.synchronize(_wait_for_other_threads=True)
+            self._synchronize(True)
 
     def __copy__(self) -> NoReturn:
         raise TypeError("a StreamContract cannot be copied: it orders one effect's streams; make another for another effect")
@@ -572,27 +587,6 @@ class StreamContract(SteadyFrames):
 
     def __repr__(self) -> str:
         return f"StreamContract({self.effect_name}, strategy={self.strategy.value}, backend={self.backend.name})"
-
-
-class GuardBlock:
-    """A guard block of one contract (:meth:`StreamContract.guarded`): the code of the frame that enters it
-    calls the effect through the contract until it leaves. Does not block on entry."""
-
-    __slots__ = ("contract", "host_wait", "frame")
-
-    def __init__(self, contract: StreamContract, host_wait: bool) -> None:
-        self.contract = contract
-        self.host_wait = host_wait
-        self.frame: Any = None
-
-    def __enter__(self) -> StreamContract:
-        self.frame = guarding.code_frame(sys._getframe(1))
-        self.contract._install_guard(self.frame)
-        return self.contract
-
-    def __exit__(self, *exc: object) -> None:
-        frame, self.frame = self.frame, None
-        self.contract._remove_guard(frame, host_wait=self.host_wait)
 
 
 contract_sinks: list[Any] = []

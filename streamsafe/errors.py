@@ -267,17 +267,17 @@ class UnguardedResultError(StreamsafeError, TypeError):
 
 
 class FrameworkUnavailableError(StreamsafeError, ImportError):
-    """A copy helper (``out.torch()``, ``out.cupy()``, ``out.jax()``) needs a framework that cannot be imported."""
+    """A call needs a module that cannot be imported: a copy helper's framework (``out.torch()``, ``out.cupy()``,
+    ``out.jax()``), PyAV for the emulated decoder, the SDK a class guard names (``ss.guard("nvvfx")``)."""
 
-    def __init__(self, framework: str, helper: str, reason: str, extra: str) -> None:
+    def __init__(self, framework: str, helper: str, reason: str, extra: str | None,
+                 alternative: str = "or take a host copy with out.numpy(); the output is untouched") -> None:
         self.framework = framework
         self.helper = helper
         self.reason = reason
-        super().__init__(
-            f"{helper} needs {framework}, which cannot be imported here ({reason}). Install it "
-            f"(pip install 'streamsafe[{extra}]'), or take a host copy with out.numpy(); the output is untouched",
-            name=framework,
-        )
+        install = f"Install it (pip install 'streamsafe[{extra}]'), " if extra else "Install it, "
+        super().__init__(f"{helper} needs {framework}, which cannot be imported here ({reason}). {install}{alternative}",
+                         name=framework)
 
 
 class EnvironmentSettingError(StreamsafeError, ValueError):

@@ -53,7 +53,7 @@ class SteadyFrames:
     def _output(self, raw: Any, generation: int, default_consumer: Stream) -> Any:
         raise NotImplementedError
 
-    def _call_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _call_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any], name: str = "run") -> Any:
         raise NotImplementedError
 
     def _plan_frame(self, sdk: Stream, arrays: list[Any], producers: list[Stream | None], user_nb: bool) -> Any:
@@ -212,7 +212,7 @@ class SteadyFrames:
 
     def _check_recipe(self, recipe: steady.Recipe, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``STREAMSAFE_CHECK_REPLAY=1``: plan the call again; the recipe must say the same."""
-        sdk, user_nb, arrays, producers = self._call_inputs(args, kwargs)
+        sdk, user_nb, arrays, producers = self._call_inputs(args, kwargs, name)
         frame = self._plan_frame(sdk, arrays, producers, user_nb)
         got = (recipe.plan, recipe.shapes, recipe.before.fences, recipe.after.fences, recipe.default_consumer,
                recipe.run_stream, recipe.run_counts, recipe.arrays_only)

@@ -27,6 +27,7 @@ import inspect
 import operator
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +39,7 @@ from .profile import Profile, profile_of
 from .streams import LEGACY_HANDLE
 
 __all__ = [
+    "GuardBlock",
     "install",
     "tracked_raw_call",
     "tracked_setattr",
@@ -55,6 +57,8 @@ __all__ = [
     "check_effect",
     "settable",
     "config_reader",
+    "positional_capacity",
+    "made_with",
 ]
 
 _MARK = "__streamsafe_dispatch__"
@@ -182,6 +186,37 @@ def _call_marked(effect: Any, method: Any, args: tuple[Any, ...], kwargs: dict[s
         ids.discard(key)
 
 
+_made_with: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+"""Objects made while their class was guarded: the constructor arguments their profile names."""
+
+
+def made_with(obj: Any, name: str) -> Any:
+    """The constructor argument ``name`` ``obj`` was made with, if its class was guarded then and its profile
+    names it (:attr:`~streamsafe.profile.Profile.constructor_keywords`), else ``None``. Does not block."""
+    try:
+        return _made_with.get(obj, {}).get(name)
+    except TypeError:
+        return None
+
+
+def _recording_init(cls: type, original: Any, names: tuple[str, ...]) -> Callable[..., None]:
+    """``cls.__init__`` that also records the constructor arguments ``names`` (their defaults when not given)."""
+    signature = inspect.signature(original)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            _made_with[self] = {n: bound.arguments[n] for n in names if n in bound.arguments}
+        except (TypeError, ValueError):  # (arguments the signature does not take: the SDK accepted them, record nothing)
+            pass
+
+    functools.update_wrapper(__init__, original)
+    setattr(__init__, _MARK, True)
+    return __init__
+
+
 def install(cls: type) -> bool:
     """Put the dispatchers on ``cls`` (once): on its profile's guarded and releasing calls and on
     ``__setattr__``. False when the class refuses new attributes."""
@@ -193,6 +228,10 @@ def install(cls: type) -> bool:
             return True
         saved: dict[str, Any] = {}
         try:
+            init = getattr(cls, "__init__", None)  # (its own or inherited)
+            if profile.constructor_keywords and inspect.isfunction(init) and not getattr(init, _MARK, False):
+                saved["__init__"] = cls.__dict__.get("__init__")
+                cls.__init__ = _recording_init(cls, init, profile.constructor_keywords)  # type: ignore[misc]
             for name in (*profile.calls, *profile.releases, "__setattr__"):
                 if name != "__setattr__" and not hasattr(cls, name):
                     continue
@@ -375,6 +414,27 @@ def active_contract(effect: Any) -> Any:
     return None
 
 
+class GuardBlock:
+    """A guard block of one contract (:meth:`StreamContract.guarded`): the code of the frame that enters it
+    calls the effect through the contract until it leaves. Does not block on entry."""
+
+    __slots__ = ("contract", "host_wait", "frame")
+
+    def __init__(self, contract: Any, host_wait: bool) -> None:
+        self.contract = contract
+        self.host_wait = host_wait
+        self.frame: Any = None
+
+    def __enter__(self) -> Any:
+        self.frame = code_frame(sys._getframe(1))
+        self.contract.enter_block(self.frame)
+        return self.contract
+
+    def __exit__(self, *exc: object) -> None:
+        frame, self.frame = self.frame, None
+        self.contract.leave_block(frame, host_wait=self.host_wait)
+
+
 # -- tracked raw calls -------------------------------------------------------------------------------------
 
 
@@ -435,6 +495,29 @@ def tracked_setattr(effect: Any, ledger: Ledger, attr: str, value: Any) -> None:
         call_raw(effect, "__setattr__", attr, value)
         ledger.released()
         ledger.config = snapshot(effect, profile)
+
+
+_positional: dict[tuple[type, str], int | None] = {}
+
+
+def positional_capacity(cls: type, name: str) -> int | None:
+    """How many positional arguments the SDK's own ``cls.name`` takes (``None``: any number, or unknown)."""
+    key = (cls, name)
+    if key not in _positional:
+        method = raw_method(cls, name)
+        params = None
+        if inspect.isfunction(method):  # (a plain function taking self first; anything else is not checked)
+            try:
+                every = list(inspect.signature(method).parameters.values())
+            except (TypeError, ValueError):
+                every = []
+            if every and every[0].kind in (every[0].POSITIONAL_ONLY, every[0].POSITIONAL_OR_KEYWORD):
+                params = every[1:]
+        if params is None or any(p.kind is p.VAR_POSITIONAL for p in params):
+            _positional[key] = None
+        else:
+            _positional[key] = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    return _positional[key]
 
 
 def shape_of(arr: Any) -> Any:

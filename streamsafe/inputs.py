@@ -20,14 +20,34 @@ from typing import Any
 from ._dlpack import DLPACK_CPU, DLPACK_CUDA, array_key, check_input_device, require_cuda_input
 from .backend import Backend
 from .backend.naming import as_stream
-from .errors import HostArrayError, InputArrayError, another_models_array
+from .errors import ArgumentError, HostArrayError, InputArrayError, another_models_array
 from .frameworks import TORCH, framework_of, torch_current_stream_handle
+from .guarding import positional_capacity
 from .ledger import Ledger
 from .views import read_by
 from .profile import Profile
 from .streams import LEGACY_HANDLE, Stream
 
-__all__ = ["Inputs", "Forwarding", "is_number"]
+__all__ = ["Inputs", "Forwarding", "is_number", "call_keywords"]
+
+
+def call_keywords(profile: Profile, cls: type, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, bool]:
+    """A guarded call's ``stream_ptr`` (``None``: not given) and ``non_blocking``, checked: no more positional
+    arguments than the SDK's ``name`` takes, and a ``non_blocking`` that is a bool. Issues nothing."""
+    capacity = positional_capacity(cls, name)
+    if capacity is not None and len(args) > capacity:
+        raise ArgumentError(
+            f"{cls.__name__}.{name}() takes {capacity} positional argument(s) (its input(s)); {len(args)} were given. "
+            f"Pass the others by keyword ({profile.blocking_keyword}=, {profile.stream_keyword}=); the contract passes "
+            "those two itself"
+        )
+    user_nb = kwargs.get(profile.blocking_keyword, False)
+    if type(user_nb) is not bool:
+        raise ArgumentError(
+            f"{profile.blocking_keyword}={user_nb!r}: it must be True or False. The contract decides whether the SDK "
+            f"waits (its plan says why); a caller's {profile.blocking_keyword} counts only under strategy 'none'"
+        )
+    return kwargs.get(profile.stream_keyword), user_nb
 
 
 def is_number(value: Any) -> bool:

@@ -190,14 +190,21 @@ class Ledger:
 
     # -- outputs ------------------------------------------------------------------------------------
 
-    def check_current(self, generation: int, what: str = "this output") -> None:
-        """Raise :class:`~streamsafe.errors.StaleOutputError` unless ``generation`` is the current output."""
+    def check_current(self, generation: int, what: str = "this output", fix: str | None = None) -> None:
+        """Raise :class:`~streamsafe.errors.StaleOutputError` unless ``generation`` is the current output
+        (``fix``: what the message tells the user to do, if not the effect's rule)."""
         if generation != self.generation:
             raise StaleOutputError(
                 what, generation, self.generation,
-                "Copy each output before the next run(), close() or resize (out.torch(), out.cupy(), ...).",
+                fix or "Copy each output before the next run(), close() or resize (out.torch(), out.cupy(), ...).",
                 closed=self.closed,
             )
+
+    def view_escaped(self, generation: int) -> None:
+        """Output ``generation`` left as a view streamsafe does not see read (a CUDA array interface): the
+        framework's current stream at the next run may read it, as for any escaped view."""
+        self.check_current(generation)
+        self.escaped = True
 
     def import_output(self, generation: int, consumer: Stream, *, escapes: bool, key: Any = None) -> None:
         """A consumer on ``consumer`` imports output ``generation``: order it after the SDK's writes

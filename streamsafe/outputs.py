@@ -382,7 +382,15 @@ class SafeFrame:
 
     def check_importable(self) -> None:
         """Raise :class:`~streamsafe.errors.StaleOutputError` if the decoder has written the buffer since."""
-        self._ledger.check_current(self._generation, "this decoded frame")
+        self._ledger.check_current(self._generation, "this decoded frame", _FRAME_FIX)
+
+    def cuda(self) -> Any:
+        """The SDK frame's CUDA array interface views (``DecodedFrame.cuda()``): streamsafe does not see them read,
+        so the framework's current stream at the next decode is taken to read them. Raises
+        :class:`~streamsafe.errors.StaleOutputError` if the buffer was written again since."""
+        self.check_importable()
+        self._ledger.view_escaped(self._generation)
+        return self.raw.cuda()
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -394,13 +402,13 @@ class SafeFrame:
 
     def __dlpack__(
         self,
-        *,
         stream: Any = None,
+        *,
         max_version: tuple[int, int] | None = None,
         dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
     ) -> Any:
-        """A capsule of the frame for a consumer on ``stream`` (DLPack rules: ``None`` or 1 the legacy
+        """A capsule of the frame for a consumer on ``stream`` (positional too, as the SDK's frame takes it; DLPack rules: ``None`` or 1 the legacy
         stream, 2 per-thread, else a stream pointer; ``-1``: the guard's consumer stream, with no
         synchronisation asked of the SDK). Records ``stream`` as a reader of the buffer (the decoder's next
         write waits for it on the device). Raises :class:`~streamsafe.errors.StaleOutputError` if the
@@ -527,6 +535,13 @@ class SafeFrame:
     def __repr__(self) -> str:
         state = "stale" if self.stale else f"buffer write #{self._generation}"
         return f"<streamsafe SafeFrame of {self._ledger.name} cuda:{self._device} {state}>"
+
+
+_FRAME_FIX = (
+    "The decoder has written this frame's buffer again since (the next batch of the same size, the call after next "
+    "for decoder[i], the next call for a ThreadedDecoder, or a new source). Copy a frame you keep (frame.torch(), "
+    "frame.cupy()) before the decoder's next call"
+)
 
 
 class _Once:

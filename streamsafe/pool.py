@@ -45,12 +45,22 @@ _REASONS = {
 }
 
 
-def pool_plan(strategy: Strategy, writer: Stream) -> FencePlan:
+def pool_plan(strategy: Strategy, writer: Stream, *, writer_known: bool = True) -> FencePlan:
     """The plan of a pooled SDK's calls on ``writer`` (the stream it writes its buffers on) under
     ``strategy``: its frames are complete when a call returns (D1, the SDK's own host wait); before a
     call, ``writer`` waits for the readers (D5). ``auto`` and ``async`` resolve to ``event``: a decoder
-    has no ``non_blocking`` to drop and no conversion stage. A pure function."""
+    has no ``non_blocking`` to drop and no conversion stage. ``writer_known=False`` (the decoder's stream is
+    only assumed): a device wait might be on the wrong stream, so ``auto``, ``event`` and ``async`` make the
+    host wait for the readers instead. A pure function."""
     resolved = _RESOLVED[strategy]
+    if not writer_known and resolved is Strategy.EVENT:
+        return dataclasses.replace(
+            pool_plan(Strategy.STREAM, writer), requested=strategy, _cache={},
+            reason="the decoder's stream is not known (it was made before its class was guarded, and no stream was "
+                   "declared), so a device wait could be on the wrong stream: the host waits for the readers before each "
+                   "decode. Declare it, stream_contract(decoder, stream), or guard the class before making the decoder "
+                   "(ss.guard(PyNvVideoCodec)), for device-side fences",
+        )
     fences = () if resolved is Strategy.NONE else (
         Fence("D1", "inside run", "sdk-blocking", None, writer, "the decoder waits for its stream before it hands out the frames"),
     )
@@ -74,9 +84,9 @@ def _as_decoder_fence(f: Fence) -> Fence:
 class BufferPool:
     """The buffers of one SDK object's pool, each with its own ledger. See the module docstring."""
 
-    def __init__(self, owner: Any, backend: Backend | None) -> None:
+    def __init__(self, owner: Any, backend: Backend | None, device: int = 0) -> None:
         self.name = type(owner).__name__
-        self.device = int(getattr(owner, "device", 0) or 0)
+        self.device = device
         self.backend = backend
         self.buffers: dict[Any, Ledger] = {}
         """Each buffer's ledger, by its memory (a data pointer, or the model's buffer)."""
@@ -85,7 +95,9 @@ class BufferPool:
         self.turns = Turns(self.name)
         """The thread rule (:mod:`streamsafe.turns`): one thread at a time calls the SDK object."""
         self.writer: Stream | None = None
-        """The stream the SDK writes its buffers on, as the last guard declared it."""
+        """The stream the SDK writes its buffers on, as the last guard knew it."""
+        self.writer_known = False
+        """Whether :attr:`writer` is known to be the SDK's stream (else assumed: its default)."""
         self.unguarded_stats: dict[str, int] = new_stats()
         self.default_contract: Any = None
         """The contract a class-level guard made for this object."""
@@ -103,6 +115,7 @@ class BufferPool:
         ledger = self.buffers.get(key)
         if ledger is None:
             ledger = self.buffers[key] = Ledger(owner, self.backend)
+            ledger.turns = self.turns  # (one thread rule for the pool: an import waits for, or refuses, a decode)
         return ledger
 
     # -- calls --------------------------------------------------------------------------------------------
@@ -158,10 +171,9 @@ class BufferPool:
             return
         backend = self.backend
         assert backend is not None
-        captured, self.captured = self.captured, {}
         strategy = plan.strategy
         skip = set(skip)
-        for stream, event in captured.items():
+        for stream, event in list(self.captured.items()):  # (each leaves once its wait is queued: an interrupt keeps the rest)
             if stream in skip or strategy is Strategy.NONE or implicitly_ordered(stream, plan.run_stream):
                 pass
             elif strategy is Strategy.EVENT:
@@ -175,6 +187,7 @@ class BufferPool:
                 stats["device_syncs"] += 1
             if stream not in skip and strategy is not Strategy.NONE and not implicitly_ordered(stream, plan.run_stream):
                 stats["D5"] = stats.get("D5", 0) + 1
+            del self.captured[stream]
             backend.release_event(event)
 
     def after_call(self, owner: Any, plan: FencePlan, keys: Iterable[Any], stats: dict[str, int],
@@ -253,7 +266,7 @@ class BufferPool:
         writer = self.writer
         if writer is None or self.backend is None:
             return call()
-        plan = pool_plan(Strategy.EVENT, writer)
+        plan = pool_plan(Strategy.EVENT, writer, writer_known=self.writer_known)
         with self.turns.using(name, False, self):
             if release:
                 self.apply(self.release_fences(Strategy.EVENT), self.unguarded_stats)
@@ -264,7 +277,13 @@ class BufferPool:
             fences = self.before_call(plan)
             self.apply(fences, self.unguarded_stats)
             self.wait_captured(plan, self.unguarded_stats, waited_streams(fences))
-            raw = call()
+            try:
+                raw = call()
+            except Exception:
+                raise  # (the SDK refused: its frames are as they were)
+            except BaseException:
+                self.after_interrupted_call(owner, plan, self.unguarded_stats, writer)
+                raise
             self.after_call(owner, plan, [key_of(f) for f in frames_of(raw)], self.unguarded_stats, writer, prefetches=prefetches)
         return raw
 
@@ -277,17 +296,18 @@ _PINNED: dict[int, tuple[Any, BufferPool]] = {}
 _lock = threading.Lock()
 
 
-def pool_of(owner: Any, backend: Backend | None = None, *, create: bool = True) -> BufferPool | None:
-    """The buffer pool of ``owner`` (made on first use when ``create``; held weakly by ``owner``). Does not block."""
+def pool_of(owner: Any, backend: Backend | None = None, *, create: bool = True, device: int = 0) -> BufferPool | None:
+    """The buffer pool of ``owner`` on ``device`` (made on first use when ``create``; held weakly by ``owner``).
+    Does not block."""
     with _lock:
         try:
             pool = _POOLS.get(owner)
             if pool is None and create:
-                pool = _POOLS[owner] = BufferPool(owner, backend)
+                pool = _POOLS[owner] = BufferPool(owner, backend, device)
         except TypeError:  # cannot be weakly referenced: held for the life of the process
             pinned = _PINNED.get(id(owner))
             pool = pinned[1] if pinned is not None and pinned[0] is owner else None
             if pool is None and create:
-                pool = BufferPool(owner, backend)
+                pool = BufferPool(owner, backend, device)
                 _PINNED[id(owner)] = (owner, pool)
     return pool

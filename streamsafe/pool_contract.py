@@ -23,10 +23,10 @@ from typing import Any, NoReturn
 from . import guarding, hooks
 from .backend import Backend, current_backend
 from .backend.naming import as_stream, stream_on_device
-from .contract import GuardBlock, StreamContract, contract_sinks
+from .contract import StreamContract, contract_sinks
 from .errors import ArgumentError, EffectStateError, NotAnEffectError, StreamsafeError
 from .frames import restore_counters
-from .guarding import call_raw
+from .guarding import GuardBlock, call_raw
 from .ledger import new_stats
 from .plan import FencePlan
 from .pool import BufferPool, pool_of, pool_plan, waited_streams
@@ -34,13 +34,21 @@ from .profile import Profile, profile_of
 from .strategy import Strategy, StrategyName, as_strategy
 from .streams import LEGACY_HANDLE, Stream
 
-__all__ = ["PoolContract", "new_contract", "default_pool_contract"]
+__all__ = ["PoolContract", "new_contract", "default_pool_contract", "OPTIONS"]
+
+
+OPTIONS = ("input_stream", "consumer_stream", "conversion_stream", "backend", "allow_none")
+"""The keyword options a contract takes (a decoder's refuses an input and a conversion stream)."""
 
 
 def new_contract(obj: Any, stream: Any = None, *, strategy: Strategy | StrategyName = "auto", **options: Any) -> Any:
     """The contract ``obj``'s profile asks for: a :class:`PoolContract` for a pooled SDK (a decoder), else a
-    :class:`~streamsafe.StreamContract`. Does not block."""
-    if obj is not None and not isinstance(obj, type) and _is_pool(obj):
+    :class:`~streamsafe.StreamContract`. An unknown option raises :class:`~streamsafe.errors.ArgumentError`.
+    Does not block."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ArgumentError(f"a contract has no option {unknown[0]!r}: its options are strategy= and {', '.join(OPTIONS)}")
+    if obj is not None and _is_pool(obj):
         return PoolContract(obj, stream, strategy=strategy, **options)
     return StreamContract(obj, stream, strategy=strategy, **options)
 
@@ -62,8 +70,8 @@ class PoolContract:
         self,
         sdk: Any,
         stream: Any = None,
-        *,
         strategy: Strategy | StrategyName = "auto",
+        *,
         consumer_stream: Any = None,
         backend: Backend | None = None,
         allow_none: bool = False,
@@ -72,6 +80,13 @@ class PoolContract:
     ) -> None:
         self.profile: Profile = profile_of(sdk)
         """The SDK profile of the object (:mod:`streamsafe.profile`; a pool profile)."""
+        if isinstance(sdk, type) or not self.profile.pool:
+            what = f"the class {sdk.__qualname__}" if isinstance(sdk, type) else f"{sdk!r} ({type(sdk).__name__})"
+            raise NotAnEffectError(
+                f"PoolContract needs an SDK object whose calls write a pool of buffers (a PyNvVideoCodec SimpleDecoder or "
+                f"ThreadedDecoder instance), got {what}. Make the decoder first; for an nvvfx effect use "
+                "ss.StreamContract (ss.stream_contract picks the right one)"
+            )
         self.strategy = as_strategy(strategy, allow_none=allow_none)
         self.effect_name = type(sdk).__name__
         for name, value in (("input_stream", input_stream), ("conversion_stream", conversion_stream)):
@@ -81,28 +96,43 @@ class PoolContract:
                     "declare only its stream (the cuda_stream it was created with) and, if you like, consumer_stream="
                 )
         self._effect: Any = sdk
-        self.device = int(getattr(sdk, "device", 0) or 0)
+        self.device = self.profile.device_of(sdk)
         existing = pool_of(sdk, create=False)
-        self.backend: Backend = backend or getattr(sdk, "backend", None) or (existing.backend if existing else None) or current_backend()
+        own_backend = getattr(sdk, "backend", None) or (existing.backend if existing else None)
+        if backend is not None and own_backend is not None and backend is not own_backend:
+            raise ArgumentError(
+                f"backend={backend!r}: {self.effect_name} decodes on {own_backend!r}, and its frames are that backend's "
+                "memory. Leave backend= out (the decoder's is used), or make the decoder on that backend"
+            )
+        self.backend: Backend = backend or own_backend or current_backend()
         dev, be = self.device, self.backend
-        own = self.profile.stream_of(sdk)
+        own = self.profile.stream_of(sdk)  # (what the decoder says, or was made with)
+        said = None if own is None else as_stream(own or LEGACY_HANDLE, device=dev, backend=be)
+        self.stream_known = True
         if stream is not None:
             self.stream: Stream = stream_on_device(stream, dev, be, "sdk")
-            if own is not None and as_stream(own or LEGACY_HANDLE, device=dev, backend=be) != self.stream:
+            if said is not None and said != self.stream:
                 raise ArgumentError(
-                    f"stream {self.stream} is not {self.effect_name}'s stream ({as_stream(own or LEGACY_HANDLE, device=dev, backend=be)}): "
-                    "the decoder writes its frames on the cuda_stream it was created with. Pass that stream, or none"
+                    f"stream {self.stream} is not {self.effect_name}'s stream ({said}): the decoder writes its frames on "
+                    "the cuda_stream it was created with. Pass that stream, or none"
                 )
+        elif said is not None:
+            self.stream = said
+        elif existing is not None and existing.writer is not None and existing.writer_known:
+            self.stream = existing.writer  # (a guard declared the decoder's stream before; it has not changed)
         else:
-            self.stream = as_stream(own or LEGACY_HANDLE, device=dev, backend=be)
-        """The stream the SDK writes its buffers on (the decoder's ``cuda_stream``)."""
+            self.stream = as_stream(LEGACY_HANDLE, device=dev, backend=be)  # the SDK's default, cuda_stream=0
+            self.stream_known = False
+        """:attr:`stream` is the decoder's stream (declared, said by the decoder, recorded when it was made, or
+        declared to an earlier guard), rather than assumed to be its default (then ``auto`` waits on the host)."""
         self._consumer = None if consumer_stream is None else stream_on_device(consumer_stream, dev, be, "consumer")
         self._stream_objects = (stream, consumer_stream)  # (the streams the contract fences live as long as it)
-        self.pool: BufferPool = existing or pool_of(sdk, self.backend)  # type: ignore[assignment]
+        self.pool: BufferPool = existing or pool_of(sdk, self.backend, device=dev)  # type: ignore[assignment]
         if self.pool.backend is None:
             self.pool.backend = self.backend
-        self.pool.writer = self.stream
-        self.plan: FencePlan = pool_plan(self.strategy, self.stream)
+        if self.stream_known or self.pool.writer is None:
+            self.pool.writer, self.pool.writer_known = self.stream, self.stream_known
+        self.plan: FencePlan = pool_plan(self.strategy, self.stream, writer_known=self.stream_known)
         """The plan of every call (a value you can print)."""
         self.stats = new_stats()
         """Counters: calls, device-side fences, host waits and device syncs streamsafe made, and calls in which
@@ -147,15 +177,19 @@ class PoolContract:
         pool, plan, stats = self.pool, self.plan, self.stats
         default_consumer = self._consumer or self.stream
         with pool.turns.using(name, False, pool):
-            pool.writer, pool.plan = self.stream, plan
+            pool.plan = plan
+            if self.stream_known or not pool.writer_known:
+                pool.writer, pool.writer_known = self.stream, self.stream_known
             counted = dict(stats)
             fences = pool.before_call(plan)
             pool.apply(fences, stats)
             pool.wait_captured(plan, stats, waited_streams(fences))
             try:
                 raw = call_raw(self.effect, name, *args, **kwargs)
-            except Exception:
-                restore_counters(stats, counted)  # (the SDK refused: its frames are as they were; the waits stay queued)
+            except Exception as e:
+                restore_counters(stats, counted)  # (the SDK refused; the waits stay queued)
+                if type(e).__name__ in self.profile.errors_after_writes:  # its own error: it may have written some
+                    pool.after_interrupted_call(self.effect, plan, stats, default_consumer)
                 raise
             except BaseException:
                 pool.after_interrupted_call(self.effect, plan, stats, default_consumer)
@@ -166,9 +200,7 @@ class PoolContract:
                 self._report_writes(keys)
             made = pool.after_call(self.effect, plan, keys, stats, default_consumer, prefetches=profile.prefetches)
             stats["runs"] += 1
-            if plan.strategy is not Strategy.NONE:
-                stats["sdk_waits"] += 1
-                stats["D1"] = stats.get("D1", 0) + 1
+            stats["sdk_waits"] += 1  # (D1: the decoder's own host wait, every call)
         wrap = self.profile.wrap
         return raw if wrap is None else wrap(raw, made, self.device, default_consumer, self.effect, pool)
 
@@ -210,21 +242,23 @@ class PoolContract:
 
     def __enter__(self) -> PoolContract:
         """``with contract:``: plain calls of the decoder made by the code inside go through the contract."""
-        self._install_guard(guarding.code_frame(sys._getframe(1)))
+        self.enter_block(guarding.code_frame(sys._getframe(1)))
         return self
 
     def __exit__(self, *exc: object) -> None:
         """Stop routing plain calls; blocks the host until the known reads of frames are done."""
-        self._remove_guard(guarding.code_frame(sys._getframe(1)), host_wait=True)
+        self.leave_block(guarding.code_frame(sys._getframe(1)), host_wait=True)
 
     def guarded(self, *, host_wait_on_exit: bool = True) -> GuardBlock:
         """A guard block (a context manager), as :meth:`StreamContract.guarded <streamsafe.StreamContract.guarded>`."""
-        return GuardBlock(self, host_wait_on_exit)  # type: ignore[arg-type]
+        return GuardBlock(self, host_wait_on_exit)
 
     def _hold_effect_weakly(self) -> None:
         """(A class guard's contract: the pool keeps it; the decoder is the program's.)"""
 
-    def _install_guard(self, frame: Any) -> None:
+    def enter_block(self, frame: Any) -> None:
+        """Route the plain calls made by ``frame``'s code through this contract (what a guard block does on
+        entry: :meth:`guarded`, ``with``, the decorator). Does not block."""
         if self.closed:
             self._refuse_closed("stream_contract")
         if not self._tracked:
@@ -234,7 +268,8 @@ class PoolContract:
             )
         guarding.push(self.effect, self, frame)
 
-    def _remove_guard(self, frame: Any, *, host_wait: bool) -> None:
+    def leave_block(self, frame: Any, *, host_wait: bool) -> None:
+        """End :meth:`enter_block` for ``frame``; with ``host_wait``, block the host as :meth:`synchronize`."""
         guarding.pop(self.effect, self, frame)
         if host_wait and not self.closed and self.strategy is not Strategy.NONE:
             self.synchronize()

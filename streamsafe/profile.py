@@ -80,6 +80,15 @@ class Profile:
     stream_of: Callable[[Any], Any] = field(default=lambda owner: None, compare=False)
     """For a pool: the stream the object writes its buffers on, when it says (else ``None``: a guard's
     declared stream, else the SDK's default)."""
+    device_of: Callable[[Any], int] = field(default=lambda owner: int(getattr(owner, "device", 0) or 0), compare=False)
+    """The CUDA device of an object (an effect's ``device``; a decoder's ``gpu_id``)."""
+    constructor_keywords: tuple[str, ...] = ()
+    """Constructor arguments worth remembering (a decoder's ``cuda_stream`` and ``gpu_id``, which it keeps in
+    C++): recorded for objects made while their class is guarded (:func:`streamsafe.guarding.made_with`)."""
+    errors_after_writes: tuple[str, ...] = ()
+    """For a pool: the names of the SDK's exception classes that may come after some buffers were written (its
+    own errors from inside a call), so every frame handed out so far goes stale; others (an index out of range)
+    come before any write."""
 
     input_keywords_set: frozenset[str] = field(init=False, compare=False, repr=False)
     """:attr:`input_keywords` as a set (a call's keywords are compared with it on every frame)."""

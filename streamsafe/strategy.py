@@ -41,14 +41,20 @@ class Strategy(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    @classmethod
+    def _missing_(cls, value: object) -> Strategy:
+        """``Strategy("fast")``: a :class:`~streamsafe.errors.StrategyError` naming the strategies (any case works)."""
+        if isinstance(value, str):
+            for member in cls:
+                if member.value == value.lower():
+                    return member
+        names = ", ".join(repr(s.value) for s in cls)
+        raise StrategyError(value, f"it is not one of {names}", "Pass a streamsafe.Strategy or one of those strings.")
+
 
 def as_strategy(value: Any, *, allow_none: bool = False) -> Strategy:
     """``value`` as a :class:`Strategy`; a clear error for anything else."""
-    try:
-        strategy = Strategy(value.lower() if isinstance(value, str) else value)
-    except ValueError:
-        names = ", ".join(repr(s.value) for s in Strategy)
-        raise StrategyError(value, f"it is not one of {names}", "Pass a streamsafe.Strategy or one of those strings.") from None
+    strategy = Strategy(value)  # (anything else: StrategyError, from Strategy._missing_)
     if strategy is Strategy.NONE and not allow_none:
         raise StrategyError(
             value,

@@ -427,3 +427,208 @@ def test_a_copy_helper_orders_the_next_decode_after_the_copy_only(nvc: Any, sim:
     assert sim.races == []
     if strategy in ("auto", "event", "async"):
         assert inside["host_waits"] == 0 and inside["D5"] >= 2
+
+
+# -- a review's findings: each program below broke before its fix --------------------------------------------------
+
+
+def _check(sim: SimBackend, clip: str, copies: list[tuple[int, Any]]) -> int:
+    sim.synchronize_device()
+    reference = decode_reference(clip)
+    return sum(not np.array_equal(sim.download(c), reference[i]) for i, c in copies)
+
+
+def test_an_interrupted_plain_call_makes_every_frame_stale(nvc: Any, sim: SimBackend, clip: str) -> None:
+    """Ctrl-C in a plain (tracked) call after the decoder wrote: as in a guarded call, nothing older is importable."""
+    dec = _decoder(nvc, clip, "batch")
+    frames = ss.stream_safe(dec)(lambda: dec.get_batch_frames(8))()
+    original = type(dec)._decode_and_wait
+
+    def interrupted(self: Any, indices: list[int]) -> Any:
+        original(self, indices)
+        raise KeyboardInterrupt
+
+    type(dec)._decode_and_wait = interrupted  # type: ignore[method-assign]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            dec.get_batch_frames(8)
+    finally:
+        type(dec)._decode_and_wait = original  # type: ignore[method-assign]
+    assert all(f.stale for f in frames)
+
+
+def test_an_sdk_error_from_inside_a_call_makes_every_frame_stale(nvc: Any, sim: SimBackend, clip: str) -> None:
+    """The SDK's own error (PyNvVCException) may come after some buffers were written; an IndexError comes before."""
+    dec = _decoder(nvc, clip, "batch")
+    with ss.stream_contract(dec):
+        frames = dec.get_batch_frames(8)
+        with pytest.raises(IndexError):
+            dec[FRAMES + 5]
+        assert not any(f.stale for f in frames)
+        original = type(dec)._decode_and_wait
+
+        def fails_after_writing(self: Any, indices: list[int]) -> Any:
+            self._write(indices[:4])
+            raise PyNvVCException("decode error")
+
+        type(dec)._decode_and_wait = fails_after_writing  # type: ignore[method-assign]
+        try:
+            with pytest.raises(PyNvVCException):
+                dec.get_batch_frames(8)
+        finally:
+            type(dec)._decode_and_wait = original  # type: ignore[method-assign]
+        assert all(f.stale for f in frames)
+
+
+def test_an_interrupt_while_the_guard_queues_its_waits_loses_none(nvc: Any, sim: SimBackend, clip: str) -> None:
+    D, C = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    dec = _decoder(nvc, clip, "batch", cuda_stream=D.handle)
+    copies = []
+    with ss.stream_contract(dec):
+        for f in dec.get_batch_frames(8):
+            copies.append((_index(f), f.copy(C)))
+        original = sim.wait
+
+        def interrupted(*args: Any, **kwargs: Any) -> None:
+            sim.wait = original  # type: ignore[method-assign]
+            raise KeyboardInterrupt
+
+        sim.wait = interrupted  # type: ignore[method-assign]
+        with pytest.raises(KeyboardInterrupt):
+            dec.get_batch_frames(8)
+        dec.get_batch_frames(8)  # the program goes on
+    assert _check(sim, clip, copies) == 0 and sim.races == []
+
+
+def _hidden_stream(dec: Any) -> Any:
+    del dec.cuda_stream  # (the real decoder keeps its stream in C++: streamsafe cannot read it)
+    return dec
+
+
+def test_a_decoder_whose_stream_is_unknown_is_fenced_by_host_waits(nvc: Any, sim: SimBackend, clip: str) -> None:
+    """Made before its class was guarded, on a stream no one declares: a device wait could be on the wrong stream."""
+    import inspect
+
+    D, C = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    dec = nvc.SimpleDecoder.__new__(nvc.SimpleDecoder)  # made as before any guard: its own __init__, not a guard's
+    inspect.unwrap(nvc.SimpleDecoder.__init__)(dec, clip, cuda_stream=D.handle, output_color_type=nvc.OutputColorType.RGBP)
+    _hidden_stream(dec)
+    copies = []
+    with ss.stream_contract(dec) as c:
+        while frames := dec.get_batch_frames(8):
+            for f in frames:
+                with sim.use_stream(C):
+                    copies.append((_index(f), sim.copy(sim.from_dlpack(f), C)))
+        inside = dict(c.stats)
+    assert not c.stream_known and "not known" in c.plan.reason
+    assert inside["host_waits"] > 0
+    assert _check(sim, clip, copies) == 0 and sim.races == []
+
+
+def test_a_decoder_made_under_a_class_guard_has_its_stream_recorded(nvc: Any, sim: SimBackend, clip: str) -> None:
+    D, C = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    with ss.guard(nvc):
+        dec = _hidden_stream(_decoder(nvc, clip, "batch", cuda_stream=D.handle))
+        copies = []
+        while frames := dec.get_batch_frames(8):
+            for f in frames:
+                with sim.use_stream(C):
+                    copies.append((_index(f), sim.copy(sim.from_dlpack(f), C)))
+        contract = ss.stream_contract(dec)
+    assert contract.stream == D and contract.stream_known and contract.plan.strategy is ss.Strategy.EVENT
+    assert _check(sim, clip, copies) == 0 and sim.races == []
+    with pytest.raises(ArgumentError, match="not SimpleDecoder's stream"):
+        ss.stream_contract(dec, C)
+
+
+def test_a_frame_import_during_another_threads_decode_is_refused(nvc: Any, sim: SimBackend, clip: str) -> None:
+    import threading
+
+    C = sim.create_stream(non_blocking=True)
+    dec = _decoder(nvc, clip, "batch", cuda_stream=sim.create_stream(non_blocking=True).handle)
+    c = ss.stream_contract(dec)
+    first = c.get_batch_frames(8)
+    inside, done, result = threading.Event(), threading.Event(), {}
+    launch = sim.launch
+
+    def slow_launch(stream: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "decode frame 8":
+            inside.set()
+            done.wait(5)
+        return launch(stream, name, *args, **kwargs)
+
+    def reader() -> None:
+        inside.wait(5)
+        try:
+            with ss.use_backend(sim), sim.use_stream(C):
+                sim.copy(sim.from_dlpack(first[0]), C)
+        except Exception as e:  # noqa: BLE001
+            result["error"] = e
+        done.set()
+
+    sim.launch = slow_launch  # type: ignore[method-assign]
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        c.get_batch_frames(8)
+    finally:
+        thread.join()
+        sim.launch = launch  # type: ignore[method-assign]
+    assert isinstance(result.get("error"), ss.errors.ConcurrentUseError)
+
+
+@pytest.mark.parametrize("target", ["object", "class", "effect"])
+def test_a_pool_contract_refuses_what_is_not_a_decoder(nvc: Any, sim: SimBackend, clip: str, target: str) -> None:
+    obj = {"object": object(), "class": nvc.SimpleDecoder, "effect": VideoSuperRes(backend=sim)}[target]
+    with pytest.raises(ss.errors.NotAnEffectError, match="SimpleDecoder or ThreadedDecoder instance"):
+        ss.PoolContract(obj)
+
+
+def test_a_backend_other_than_the_decoders_is_refused(nvc: Any, sim: SimBackend, clip: str) -> None:
+    dec = _decoder(nvc, clip, "batch")
+    with pytest.raises(ArgumentError, match="decodes on"):
+        ss.stream_contract(dec, backend=SimBackend())
+    assert ss.stream_contract(dec).backend is sim
+
+
+def test_an_unknown_option_is_refused(nvc: Any, sim: SimBackend, clip: str) -> None:
+    with pytest.raises(ArgumentError, match="no option 'bogus'"):
+        ss.stream_contract(_decoder(nvc, clip, "batch"), bogus=1)
+
+
+def test_a_guarded_frame_takes_its_stream_positionally_as_the_sdks(nvc: Any, sim: SimBackend, clip: str) -> None:
+    C = sim.create_stream(non_blocking=True)
+    c = ss.stream_contract(_decoder(nvc, clip, "batch"))
+    frame = c.get_batch_frames(1)[0]
+    assert sim.from_dlpack(frame.__dlpack__(C.dlpack)).shape == (3, 48, 64)
+    c.get_batch_frames(1)
+    c.get_batch_frames(1)  # (one frame a call cycles two buffers)
+    with pytest.raises(StaleOutputError, match="before the decoder's next call"):
+        frame.__dlpack__(C.dlpack)
+
+
+def test_streamsafe_run_guards_a_program_of_the_decoder_alone(tmp_path: Any, clip: str) -> None:
+    import subprocess
+    from pathlib import Path
+
+    program = tmp_path / "decode_only.py"
+    program.write_text(
+        "import numpy as np, streamsafe as ss\n"
+        "import PyNvVideoCodec as nvc\n"
+        f"dec = nvc.SimpleDecoder({clip!r}, output_color_type=nvc.OutputColorType.RGBP)\n"
+        "sim = ss.current_backend()\n"
+        "C = sim.create_stream(non_blocking=True)\n"
+        "copies = []\n"
+        "while frames := dec.get_batch_frames(8):\n"
+        "    for f in frames:\n"
+        "        copies.append(sim.copy(sim.from_dlpack(f, stream=C), C))\n"
+        "sim.synchronize_device()\n"
+        "print('decoded', len(copies))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {**__import__("os").environ, "PYTHONPATH": str(root)}
+    result = subprocess.run([sys.executable, "-m", "streamsafe", "run", "--fake-nvvfx", "--sanitize", str(program)],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"decoded {FRAMES}" in result.stdout and "SimpleDecoder (cuda:0): 6 run(s)" in result.stderr
+    assert "0 host waits" in result.stderr and "sanitize: no race found" in result.stderr

@@ -853,7 +853,7 @@ def size_set_and_set_back(sim: ss.sim.SimBackend, strategy: str, how: str, encod
     nxt = s2 if next_on_another_stream else s
     with sim.use_stream(nxt):
         x, data = frame(1, nxt)
-        out = c.run(x, stream_ptr=nxt.ptr)
+        out = (contract(sr, nxt, strategy) if next_on_another_stream else c).run(x)  # (a contract of that stream, same ledger)
         want = data if rgb10 else sr_expected(data)
         copies = [(import_copy(sim, out, nxt), want)]
     return verify(sim, copies), len(sim.races)

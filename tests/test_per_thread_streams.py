@@ -161,7 +161,7 @@ def sdk_on_per_thread_streams(sim: ss.sim.SimBackend, strategy: str, how: str, f
     ``stream_ptr=2`` each call); only every third frame is consumed, so nothing but the contract orders a
     run after the previous one in the other thread (the strategies that let the SDK make the host wait
     order it that way). Returns (wrong frames, races)."""
-    declared = sim.per_thread_stream() if how == "declared" else sim.create_stream(non_blocking=True)
+    declared = sim.per_thread_stream() if how == "declared" else None  # (stream_ptr: the call names its stream)
     c = ss.StreamContract(make_hdr(sim), declared, strategy=strategy, allow_none=strategy == "none")
     rng = np.random.default_rng(11)
     datas = [rng.random((3, 16, 16), dtype=np.float32) for _ in range(frames)]

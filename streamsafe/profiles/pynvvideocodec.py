@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..guarding import made_with
 from ..outputs import SafeFrame
 from ..profile import Profile, register
 
@@ -52,8 +53,16 @@ def buffer_key(frame: Any) -> Any:
 
 
 def _stream_of(decoder: Any) -> Any:
-    """The decoder's stream when it says (the emulation does; the real decoder keeps it in C++)."""
-    return getattr(decoder, "cuda_stream", None)
+    """The decoder's stream: what it says (the emulation does), else the ``cuda_stream`` it was made with, where
+    its class was guarded then (the real decoder keeps it in C++), else ``None``."""
+    own = getattr(decoder, "cuda_stream", None)
+    return own if own is not None else made_with(decoder, "cuda_stream")
+
+
+def _device_of(decoder: Any) -> int:
+    """The decoder's GPU: what it says, else the ``gpu_id`` it was made with (where recorded), else 0."""
+    own = getattr(decoder, "device", None)
+    return int(own if own is not None else made_with(decoder, "gpu_id") or 0)
 
 
 def _wrap(raw: Any, made: list[tuple[Any, int]], device: int, default_consumer: Any, owner: Any, pool: Any) -> Any:
@@ -68,7 +77,8 @@ def _wrap(raw: Any, made: list[tuple[Any, int]], device: int, default_consumer: 
 def _profile(name: str, classes: tuple[str, ...], calls: tuple[str, ...], releases: tuple[str, ...], prefetches: bool) -> Profile:
     return Profile(
         name=name, classes=classes, calls=calls, releases=releases, pool=True, prefetches=prefetches,
-        frames_of=frames_of, buffer_key=buffer_key, stream_of=_stream_of, wrap=_wrap,
+        frames_of=frames_of, buffer_key=buffer_key, stream_of=_stream_of, device_of=_device_of, wrap=_wrap,
+        constructor_keywords=("cuda_stream", "gpu_id"), errors_after_writes=("PyNvVCException",),
     )
 
 

@@ -600,5 +600,9 @@ class SimBackend(StreamLifetimes):
             imported._view_of = view_of
         return imported
 
+    def __reduce__(self) -> Any:
+        raise ArgumentError("a SimBackend cannot be pickled: it models live streams, events and pending work; "
+                            "make a new SimBackend where it is needed (copy arrays out with download())")
+
     def __repr__(self) -> str:
         return f"SimBackend(devices={self._devices}, scheduler={type(self.scheduler).__name__})"

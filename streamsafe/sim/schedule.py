@@ -105,4 +105,9 @@ def make_scheduler(name: str, seed: int | None = 0) -> Scheduler:
         return RandomScheduler(seed)
     if name == "adversarial":
         return AdversarialScheduler()
-    raise ValueError(f"unknown scheduler {name!r}: choose one of {', '.join(SCHEDULERS)}")
+    from ..errors import ArgumentError
+
+    raise ArgumentError(
+        f"scheduler={name!r} is not a scheduler of the model: pass one of {', '.join(map(repr, SCHEDULERS))}, or a "
+        "Scheduler object (streamsafe.sim.AdversarialScheduler(), ChoiceScheduler(...))"
+    )

@@ -22,7 +22,7 @@ import numpy as np
 from .. import hooks
 from ..sim.backend import SimCapsule
 from ..backend import Backend
-from ..errors import EffectConfigError, EffectStateError
+from ..errors import ArgumentError, EffectConfigError, EffectStateError
 from . import _kernels as K
 from ._engines import Engine, TakenInput, engine_for
 
@@ -93,7 +93,7 @@ class EffectBase:
         the same key and layouts reuses them with no look-up. Cleared by anything that changes a buffer,
         a latency or the encoding."""
         self.latency_us = latency_us  # type: ignore[assignment]
-        self.runs = 0
+        self._runs = 0
         self.launch_mode = launch_mode
         self.host_cost_us = host_cost_us
         self._graphs: dict[Any, Any] = {}
@@ -111,7 +111,17 @@ class EffectBase:
 
     @property
     def device(self) -> int:
+        """The CUDA device the effect runs on (given at construction; read-only)."""
         return self._device
+
+    @property
+    def runs(self) -> int:
+        """How many runs the effect has made (the emulation's counter; read-only, not a setting)."""
+        return self._runs
+
+    def __reduce__(self) -> Any:
+        raise ArgumentError(f"a {self._name} cannot be pickled: it holds GPU buffers and live streams; make a new one "
+                            "with the same settings where it is needed (pickle a copy of an output: out.numpy())")
 
     @property
     def image_encoding(self) -> Encoding:
@@ -399,7 +409,7 @@ class EffectBase:
             if staged:  # what did launch on the SDK stream is the SDK's own work: a release waits for it
                 self._mark_own_work([s])
             raise
-        self.runs += 1
+        self._runs += 1
         capsule = eng.export(out)
         if type(capsule) is SimCapsule:  # on the model: a view of it is of this run's output (H7 once the next run writes)
             runs = self._output_runs
@@ -431,7 +441,7 @@ class EffectBase:
             eng.host_wait(s)
         if graphs[1] is not None:
             eng.launch_graph(graphs[1], eng.stream_cached(0))
-        self.runs += 1
+        self._runs += 1
         return eng.export(out)
 
     def _stage_graphed(self, inputs: Sequence[Any], infer: Any, out_shape: tuple[int, ...], s: Any, key: Any) -> tuple[Any, Any, Any]:

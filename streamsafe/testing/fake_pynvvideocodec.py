@@ -77,7 +77,8 @@ def _av() -> Any:
     try:
         import av
     except ImportError as e:
-        raise FrameworkUnavailableError("av", "the emulated PyNvVideoCodec", str(e), "video") from e
+        raise FrameworkUnavailableError("av", "the emulated PyNvVideoCodec", str(e), "video",
+                                        "or, on a GPU, use the real decoder (pip install 'streamsafe[pynvvideocodec]')") from e
     return av
 
 

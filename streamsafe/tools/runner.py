@@ -41,10 +41,13 @@ class EffectReport:
     device: int
     runs: int
     fences: int
+    """Device-side fences (a stream waiting on an event)."""
     fences_by_hazard: dict[str, int]
+    """Every fence streamsafe made, of any kind, by hazard: they add up to ``fences + host_waits + device_syncs``."""
     host_waits: int
     device_syncs: int
     sdk_waits: int
+    """Runs in which the SDK itself made the host wait (``non_blocking=False``; a decoder's every call): not streamsafe's."""
     requested: str
     strategy: str
     why: str
@@ -228,14 +231,19 @@ def run_program(
     import importlib
     import importlib.util
 
-    nvvfx = importlib.import_module("nvvfx")
+    try:
+        nvvfx: Any = importlib.import_module("nvvfx")
+    except ImportError:  # a program of NVIDIA's decoder alone needs no nvvfx
+        if "PyNvVideoCodec" not in sys.modules and importlib.util.find_spec("PyNvVideoCodec") is None:
+            raise
+        nvvfx = None
     faked_decoder = False
     if fake_nvvfx and "PyNvVideoCodec" not in sys.modules and importlib.util.find_spec("PyNvVideoCodec") is None:
         from ..testing.fake_pynvvideocodec import install_fake_pynvvideocodec
 
         install_fake_pynvvideocodec()  # (the decoder's emulation too, where the real one is not installed)
         faked_decoder = True
-    targets: list[Any] = [nvvfx]
+    targets: list[Any] = [nvvfx] if nvvfx is not None else []
     if "PyNvVideoCodec" in sys.modules or importlib.util.find_spec("PyNvVideoCodec") is not None:
         try:
             targets.append(importlib.import_module("PyNvVideoCodec"))  # NVIDIA's video decoder, guarded too
@@ -495,10 +503,11 @@ def format_report(report: RunReport) -> str:
         + (" (emulated nvvfx)" if report.fake_nvvfx else ""),
     ]
     for i, e in enumerate(report.effects, 1):
-        hazards = ", ".join(f"{k} {v}" for k, v in e.fences_by_hazard.items()) or "none needed"
+        hazards = ", ".join(f"{k} {v}" for k, v in sorted(e.fences_by_hazard.items(), key=lambda kv: (kv[0][0], int(kv[0][1:]))))
         lines.append(
-            f"  {i}. {e.effect} (cuda:{e.device}): {e.runs} run(s); fences {e.fences} ({hazards}); "
-            f"host waits {e.host_waits}; device syncs {e.device_syncs}; SDK waits {e.sdk_waits}"
+            f"  {i}. {e.effect} (cuda:{e.device}): {e.runs} run(s); {e.fences} device fences, {e.host_waits} host waits, "
+            f"{e.device_syncs} device syncs" + (f" (by hazard: {hazards})" if hazards else " (none needed)")
+            + f"; the SDK's own host waits {e.sdk_waits}"
         )
         chosen = e.requested if e.strategy == e.requested else f"{e.requested} -> {e.strategy}"
         lines.append(f"     strategy {chosen} (its last run's plan): {e.why}")

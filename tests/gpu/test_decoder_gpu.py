@@ -79,8 +79,8 @@ def decode_and_consume(torch: Any, clip: str, reference: list[Any], mode: str, o
     C = torch.cuda.Stream()
     n = len(reference)
     dec = _decoder(clip, mode, own.cuda_stream if own is not None else 0)
-    guard: Any = (ss.stream_contract(dec, own, strategy=strategy, allow_none=strategy == "none") if strategy
-                  else contextlib.nullcontext())
+    guard: Any = (ss.stream_contract(dec, D, strategy=strategy, allow_none=strategy == "none") if strategy
+                  else contextlib.nullcontext())  # (D: the decoder's stream, declared as the guide says)
     copies: list[tuple[Any, int]] = []
     position = 0
     with guard:
