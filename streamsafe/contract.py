@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from . import guarding, hooks, occupancy, steady
 from ._dlpack import array_key
 from ._env import SANITIZE_MEANING, env_flag
-from .backend import Backend, current_backend
+from .backend import Backend, current_backend, require_backend
 from .backend.naming import as_stream, stream_on_device
 from .errors import ArgumentError, EffectConfigError, EffectStateError, MissingCallError, StreamsafeError, UnguardedChangeError
 from .frameworks import TORCH, is_framework_stream, on_torch_device
@@ -82,6 +82,8 @@ class StreamContract(SteadyFrames):
         self.effect_name = type(effect).__name__
         self._cls = type(effect)
         self.device = int(getattr(effect, "device", 0))
+        if backend is not None:
+            require_backend(backend, "StreamContract(backend=...)")
         existing = adopt_ledger(effect)
         self.backend: Backend = backend or _effect_backend(effect) or (existing.backend if existing else None) or current_backend()
         dev, be = self.device, self.backend
@@ -202,6 +204,7 @@ class StreamContract(SteadyFrames):
             return None
         if self._shadow is None:
             self._shadow = self.backend.acquire_stream(self.device, non_blocking=False)  # type: ignore[attr-defined]
+            hooks.label(self._shadow, "streamsafe's shadow stream (async runs the SDK there)")
             # A contract that is never closed (a `with` block per frame, a decorator) gives it back when it goes.
             self._shadow_finalizer = weakref.finalize(self, _return_stream, self.backend, self._shadow)
         return self._shadow

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-__all__ = ["Observer", "observers", "register", "unregister", "observing", "strict", "set_environment_observer", "observe_from_environment"]
+__all__ = ["Observer", "observers", "register", "unregister", "observing", "label", "strict", "set_environment_observer", "observe_from_environment"]
 
 
 class Observer:
@@ -57,6 +57,9 @@ class Observer:
     def on_output_read(self, key: Any, consumer: Any, device: int) -> None:
         """A consumer on ``consumer`` imported the output whose memory is ``key`` and reads it from now on."""
 
+    def on_label(self, stream: Any, label: str) -> None:
+        """``stream`` is streamsafe's own (a shadow stream): race reports should call it ``label``."""
+
     strict: bool = False
     """A checking observer (sanitize mode's): while one listens, what streamsafe would only warn of raises."""
 
@@ -81,6 +84,16 @@ def unregister(observer: Observer) -> None:
     global observers
     with _lock:
         observers = tuple(o for o in observers if o is not observer)
+
+
+def label(stream: Any, name: str) -> None:
+    """Name one of streamsafe's own streams ``name`` in race reports: in its backend's model, if it keeps one
+    (``label_stream``), and for every observer. Does not block."""
+    own = getattr(getattr(stream, "backend", None), "label_stream", None)
+    if own is not None:
+        own(stream, name)
+    for o in observers:
+        o.on_label(stream, name)
 
 
 def observing() -> bool:

@@ -70,6 +70,7 @@ class SafeImage:
 
     @property
     def consumed(self) -> bool:
+        """Whether the capsule was imported (an output imports once)."""
         return self._consumed
 
     @property

@@ -21,7 +21,7 @@ import sys
 from typing import Any, NoReturn
 
 from . import guarding, hooks
-from .backend import Backend, current_backend
+from .backend import Backend, current_backend, require_backend
 from .backend.naming import as_stream, stream_on_device
 from .contract import StreamContract, contract_sinks
 from .errors import ArgumentError, EffectStateError, NotAnEffectError, StreamsafeError
@@ -97,6 +97,8 @@ class PoolContract:
                 )
         self._effect: Any = sdk
         self.device = self.profile.device_of(sdk)
+        if backend is not None:
+            require_backend(backend, "PoolContract(backend=...)")
         existing = pool_of(sdk, create=False)
         own_backend = getattr(sdk, "backend", None) or (existing.backend if existing else None)
         if backend is not None and own_backend is not None and backend is not own_backend:

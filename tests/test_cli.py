@@ -122,8 +122,8 @@ def test_unfenced_races_and_controls_corrupted_by_another_hazard_pass() -> None:
     assert format_verdict(rows).startswith("VERDICT: PASS")
     summary = format_summary(rows)
     control = next(line for line in summary.splitlines() if line.strip().startswith("a control"))
-    assert "no" in control.split() and "3/4*" in control and control.split()[-1] == "ok"
-    assert "* H5 races here without streamsafe (see its table), H2 does not: the control passes" in summary
+    assert "no" in control.split() and "3/4 (H5)" in control and control.split()[-1] == "ok"
+    assert "(H5 corrupts these frames without streamsafe; H2 itself does not race: the control passes)" in summary
 
 
 def test_only_strategy_none_has_no_verdict_to_give() -> None:

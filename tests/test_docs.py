@@ -86,3 +86,41 @@ def test_pictures_exist_for_every_hazard() -> None:
 
 def test_python_version_floor() -> None:
     assert sys.version_info >= (3, 10)
+
+
+def test_every_public_member_has_a_docstring() -> None:
+    """Every method and property of the public classes of streamsafe, streamsafe.testing and streamsafe.sim says what it is."""
+    import inspect
+
+    missing = []
+    for module in (ss, testing, ss.sim):
+        for name in module.__all__:
+            obj = getattr(module, name, None)
+            if not inspect.isclass(obj):
+                continue
+            for klass in obj.__mro__:
+                if not klass.__module__.startswith("streamsafe"):
+                    continue
+                for attr, value in vars(klass).items():
+                    target = value if isinstance(value, property) or inspect.isfunction(value) else None
+                    if not attr.startswith("_") and target is not None and not target.__doc__:
+                        missing.append(f"{klass.__qualname__}.{attr}")
+    assert sorted(set(missing)) == []
+
+
+def test_user_facing_text_calls_the_vendors_documentation_by_its_name() -> None:
+    for path in [*(ROOT / "streamsafe").rglob("*.py"), *(ROOT / "docs").glob("*.md"), ROOT / "README.md", *(ROOT / "examples").glob("*.py")]:
+        text = path.read_text()
+        for phrase in ("the seed's", "seed document", "seed's recipe"):
+            assert phrase not in text, f"{path.relative_to(ROOT)} says {phrase!r}: say the vendor's documentation"
+
+
+def test_the_errors_page_lists_every_error_with_an_example() -> None:
+    from streamsafe import errors
+
+    text = (ROOT / "docs" / "errors.md").read_text()
+    table, examples = text.split("## Examples", 1)
+    classes = [n for n in errors.__all__ if isinstance(getattr(errors, n), type)]
+    assert [n for n in classes if f"| `{n}` |" not in table] == []
+    assert [n for n in classes if n != "StreamsafeError" and f"{n}:" not in examples] == []
+    assert "errors.md" in (ROOT / "docs" / "guide.md").read_text()

@@ -108,7 +108,7 @@ class CudaBackend:
             raise BackendUnavailableError(
                 "CUDA",
                 reason,
-                "Install the NVIDIA driver and `cuda-python`, or use streamsafe.SimBackend() to run without a GPU",
+                "Install the NVIDIA driver and `cuda-python`, or use streamsafe.sim.SimBackend() (the model) to run without a GPU",
             )
         self._d = _load_driver()
         self._pool: EventPool[CudaEvent] = EventPool(self._create_event, self._destroy_event, max_free_events)
@@ -140,6 +140,7 @@ class CudaBackend:
     # -- devices and contexts -------------------------------------------------------------
 
     def device_count(self) -> int:
+        """How many CUDA devices the driver sees. Does not block."""
         return self._count
 
     def current_device(self) -> int:

@@ -46,7 +46,7 @@ import numpy as np
 from .._env import SANITIZE_MEANING as _SANITIZE_MEANING, env_flag
 from ..backend._pool import EventPool, EventPoolStats
 from ..backend.naming import as_stream
-from ..errors import ArgumentError, CudaDriverError, DeviceMismatchError, another_models_array
+from ..errors import ArgumentError, CudaDriverError, DeviceMismatchError, RaceError, another_models_array
 from ..streams import LEGACY_HANDLE, Stream, StreamKind
 from ..streams import thread_token as _thread_token
 from .clocks import VectorClock, is_ordered_after
@@ -128,6 +128,7 @@ class SimBackend(StreamLifetimes):
     # -- devices and streams --------------------------------------------------------------------
 
     def device_count(self) -> int:
+        """How many devices the model has (``devices=`` at construction)."""
         return self._devices
 
     def current_device(self) -> int:
@@ -442,15 +443,18 @@ class SimBackend(StreamLifetimes):
 
     @entry
     def acquire_event(self, device: int) -> SimEvent:
+        """An event of ``device`` from the model's pool (give it back with :meth:`release_event`). Does not block."""
         self._check_device(device)
         return self._pool.acquire(device)
 
     @entry
     def release_event(self, event: SimEvent) -> None:
+        """Give a pooled event back (a later record reuses it; a wait already queued keeps its record)."""
         self._own_event(event, "release_event")
         self._pool.release(event.device, event)
 
     def pool_stats(self, device: int = 0) -> EventPoolStats:
+        """The event pool's counts on ``device`` (events made, in use, free): what a long run keeps."""
         return self._pool.stats(device)
 
     def create_event(self, device: int | None = None) -> SimEvent:
@@ -599,6 +603,13 @@ class SimBackend(StreamLifetimes):
         if view_of is not None:  # a view of a guarded effect's output, or of such a view
             imported._view_of = view_of
         return imported
+
+    def assert_no_races(self) -> None:
+        """Raise ``AssertionError`` naming every race found so far (both accesses and the fix, one a line, as sanitize
+        mode reports them) unless there is none: ``sim.assert_no_races()`` in a test reads better than
+        ``assert sim.races == []``. Does not block."""
+        if self.races:
+            raise AssertionError(str(RaceError(list(self.races))))
 
     def __reduce__(self) -> Any:
         raise ArgumentError("a SimBackend cannot be pickled: it models live streams, events and pending work; "

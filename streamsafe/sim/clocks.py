@@ -37,6 +37,7 @@ class VectorClock:
         return self._entries.get(actor, 0)
 
     def items(self) -> Iterable[tuple[ActorId, SeqNum]]:
+        """The clock's (actor, count) pairs."""
         return self._entries.items()
 
     @classmethod

@@ -78,11 +78,13 @@ class SimCapsule:
 
     @property
     def name(self) -> str:
+        """The capsule's DLPack name: ``dltensor`` (``_versioned``), ``used_...`` once imported."""
         base = "dltensor_versioned" if self.versioned else "dltensor"
         return f"used_{base}" if self._consumed else base
 
     @property
     def consumed(self) -> bool:
+        """Whether the capsule was imported (a capsule imports once)."""
         return self._consumed
 
     @property
@@ -135,6 +137,7 @@ class SimArray:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The array's shape."""
         return tuple(self.buffer.data.shape)
 
     @property
@@ -149,14 +152,17 @@ class SimArray:
 
     @property
     def dtype(self) -> np.dtype[Any]:
+        """The array's NumPy dtype."""
         return self.buffer.data.dtype
 
     @property
     def device(self) -> int:
+        """The CUDA device the memory is on."""
         return self.buffer.device
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions."""
         return self.buffer.data.ndim
 
     def record_stream(self, stream: Any) -> None:

@@ -184,6 +184,10 @@ class Mirror(hooks.Observer):
         with self.sim.acting_as(_thread_of(producer)):  # (a declared producer thread's stream 2: that thread's)
             self.sim.launch(self.stream(producer), "producer.write", writes=[mirror])
 
+    def on_label(self, stream: Any, label: str) -> None:
+        if not _is_model(stream):
+            self.sim.label_stream(self.stream(stream), label)
+
     def on_output_read(self, key: Any, consumer: Any, device: int) -> None:
         if key is None or isinstance(key, SimBuffer) or _is_model(consumer):
             return

@@ -69,6 +69,11 @@ class Race:
         if self.first.where == "host" or self.second.where == "host":
             waiter = self.second.where if self.first.where == "host" else "the host"
             return f"make {waiter} wait for {self.first.where} (a host wait on an event recorded after {self.first.op!r})"
+        if self.second.op.endswith(".transfer") and self.second.kind == "read":  # the SDK reading its input
+            return (f"the SDK read its input before {self.first.op!r} on {self.first.where} wrote it: tell streamsafe "
+                    f"where the input comes from (declare input_stream= to the guard: the stream {self.first.where} is, "
+                    f"or make that stream current when calling run()); by hand: record an event there after "
+                    f"{self.first.op!r} and make the SDK's stream wait on it before run()")
         fix = (
             f"record an event on {self.first.where} after {self.first.op!r} "
             f"and make {self.second.where} wait on it before {self.second.op!r}"

@@ -45,9 +45,11 @@ class InOrderScheduler:
     """Runs everything at once, in issue order: a fast GPU that happens to hide most races."""
 
     def eager_steps(self, ready: int) -> int:
+        """How many ready operations to run before the host goes on (0: none until the host waits)."""
         return ready
 
     def pick(self, ready: Sequence[int], urgent: Sequence[int] = ()) -> int:
+        """Which of ``ready`` runs next, by index (``urgent``: the later sides of unordered pairs)."""
         return 0
 
 
@@ -58,9 +60,11 @@ class RandomScheduler:
         self._rng = random.Random(seed)
 
     def eager_steps(self, ready: int) -> int:
+        """How many ready operations to run before the host goes on (0: none until the host waits)."""
         return self._rng.randint(0, ready)
 
     def pick(self, ready: Sequence[int], urgent: Sequence[int] = ()) -> int:
+        """Which of ``ready`` runs next, by index (``urgent``: the later sides of unordered pairs)."""
         return self._rng.randrange(len(ready))
 
 
@@ -73,9 +77,11 @@ class AdversarialScheduler:
     """
 
     def eager_steps(self, ready: int) -> int:
+        """How many ready operations to run before the host goes on (0: none until the host waits)."""
         return 0
 
     def pick(self, ready: Sequence[int], urgent: Sequence[int] = ()) -> int:
+        """Which of ``ready`` runs next, by index (``urgent``: the later sides of unordered pairs)."""
         if urgent:
             return list(ready).index(max(urgent))
         return len(ready) - 1
@@ -88,9 +94,11 @@ class ChoiceScheduler:
         self._choose = choose
 
     def eager_steps(self, ready: int) -> int:
+        """How many ready operations to run before the host goes on (0: none until the host waits)."""
         return self._choose(ready + 1)
 
     def pick(self, ready: Sequence[int], urgent: Sequence[int] = ()) -> int:
+        """Which of ``ready`` runs next, by index (``urgent``: the later sides of unordered pairs)."""
         return self._choose(len(ready))
 
 

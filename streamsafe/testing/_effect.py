@@ -125,6 +125,8 @@ class EffectBase:
 
     @property
     def image_encoding(self) -> Encoding:
+        """``RGB8`` (float32 ``(3, H, W)`` in [0, 1], through a conversion on stream 0) or ``RGB10A2`` (packed uint32
+        ``(H, W)``). Changing it releases the output buffer."""
         return self._encoding
 
     @image_encoding.setter
@@ -188,10 +190,12 @@ class EffectBase:
 
     @property
     def is_loaded(self) -> bool:
+        """Whether ``load()`` succeeded and the effect is not closed."""
         return self._loaded and not self._closed
 
     @property
     def engine(self) -> Engine:
+        """Where the stages run: CuPy kernels on a GPU, or the model (made at first use; read-only)."""
         if self._engine is None:
             self._engine = engine_for(self._backend, self._device)
         return self._engine
@@ -201,7 +205,14 @@ class EffectBase:
         if self._closed:
             raise EffectStateError(self._name, "load", "closed", "Create a new effect.")
         self._validate_config()
-        _ = self.engine
+        backend = self.engine.backend
+        count = backend.device_count() if backend is not None else None
+        if count is not None and self._device >= count:
+            raise EffectConfigError(
+                self._name, "device", self._device,
+                f"the backend it runs on ({backend.name}) has {count} device(s), 0 to {count - 1}: make the effect with "
+                f"device=0..{count - 1}, or a model with more devices (SimBackend(devices={self._device + 1}))",
+            )
         self._loaded = True
 
     def _validate_config(self) -> None:
@@ -223,6 +234,7 @@ class EffectBase:
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` was called (a closed effect refuses every call)."""
         return self._closed
 
     def __enter__(self) -> EffectBase:

@@ -32,7 +32,9 @@ class Mode(enum.IntEnum):
 @dataclass(frozen=True)
 class VideoFrameGenerationOutput:
     image: Any
-    """A raw DLPack capsule of the SDK-owned output buffer (the same buffer for every generated frame)."""
+    """A raw DLPack capsule of the SDK-owned output buffer (the same buffer for every generated frame): RGB8, float32
+    ``(3, H, W)`` holding k / 255; RGB10A2, packed uint32 ``(H, W)``. Valid until the next ``run()``/``run_at_timestep()``,
+    a size or encoding change, or ``close()``."""
 
 
 
@@ -40,7 +42,13 @@ _Mode = Mode  # for annotations inside the class, which re-exports the enum as a
 
 
 class VideoFrameGeneration(EffectBase):
-    """Emulated ``nvvfx.VideoFrameGeneration``: a blend of two frames at a timestep."""
+    """Emulated ``nvvfx.VideoFrameGeneration``: a blend of two frames at a timestep.
+
+    Inputs: two float32 ``(3, H, W)`` RGB frames in [0, 1] (``previous``, ``current``; clamped, NaN reads as 0).
+    ``run(previous, current, frame_index=i)`` makes the frame at i / ``frame_multiplier``;
+    ``run_at_timestep(previous, current, t)`` the one at ``t`` in (0, 1). The output has the inputs' size; RGB8 is
+    converted on stream 0 and comes back as float32 k / 255 (:class:`VideoFrameGenerationOutput`).
+    """
 
     Mode: ClassVar[type[Mode]] = Mode
 
@@ -65,6 +73,7 @@ class VideoFrameGeneration(EffectBase):
 
     @property
     def mode(self) -> _Mode:
+        """The ``Mode`` (quality/speed trade-off of the interpolation); changeable between runs."""
         return self._mode
 
     @mode.setter
@@ -81,6 +90,7 @@ class VideoFrameGeneration(EffectBase):
 
     @property
     def frame_multiplier(self) -> int:
+        """M in [2, 8]: ``run(frame_index=i)`` makes the frame at i / M between the two inputs, for i in [1, M - 1]."""
         return self._multiplier
 
     @frame_multiplier.setter
@@ -96,8 +106,10 @@ class VideoFrameGeneration(EffectBase):
             "For other positions (the C API's FrameMultiplier = 0) call run_at_timestep() instead",
         )
 
-    input_width = property(lambda self: self._in[0], lambda self, v: self._set_in(0, "input_width", v))
-    input_height = property(lambda self: self._in[1], lambda self, v: self._set_in(1, "input_height", v))
+    input_width = property(lambda self: self._in[0], lambda self, v: self._set_in(0, "input_width", v),
+                           doc="The frames' width in pixels (the output's too). Changing it releases the output buffer.")
+    input_height = property(lambda self: self._in[1], lambda self, v: self._set_in(1, "input_height", v),
+                            doc="The frames' height in pixels (the output's too). Changing it releases the output buffer.")
 
     def _set_in(self, i: int, name: str, value: int) -> None:
         value = positive_int(self._name, name, value, MIN_SIDE, 8192, "; pass a pixel count in that range")

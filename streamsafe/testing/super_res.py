@@ -58,7 +58,9 @@ INPUT_LIMITS: dict[int, tuple[int, int]] = {1: (3840, 2160), 2: (3840, 2160), 3:
 @dataclass(frozen=True)
 class VideoSuperResOutput:
     image: Any
-    """A raw DLPack capsule of the SDK-owned output buffer."""
+    """A raw DLPack capsule of the SDK-owned output buffer: RGB8, float32 ``(3, OH, OW)`` holding k / 255 for 8-bit codes
+    k (the SDK converts to 8 bits on stream 0, then hands the codes back as floats); RGB10A2, uint32 ``(OH, OW)`` packed
+    R10G10B10A2. Valid until the next ``run()``, an output-size or encoding change, or ``close()``."""
 
 
 
@@ -66,7 +68,17 @@ _Quality = QualityLevel  # for annotations inside the class, which re-exports th
 
 
 class VideoSuperRes(EffectBase):
-    """Emulated ``nvvfx.VideoSuperRes``: bilinear upscaling with the SDK's stream behaviour."""
+    """Emulated ``nvvfx.VideoSuperRes``: bilinear upscaling with the SDK's stream behaviour.
+
+    Input: float32 ``(3, H, W)`` RGB in [0, 1] on the effect's device (any DLPack producer; taken with
+    ``__dlpack__()`` and no stream, as the SDK does). Set ``output_width``/``output_height`` (1x to 4x the input;
+    1x only for the ``DENOISE_*``/``DEBLUR_*`` qualities), then ``load()``. ``run(x, stream_ptr=s)`` transfers and
+    infers on ``s``; RGB8 output is converted to 8-bit codes on stream 0 and comes back as float32 k / 255
+    (:class:`VideoSuperResOutput`); RGB10A2 output is packed uint32. Values outside [0, 1] are clamped and NaN
+    reads as 0, as an 8-bit conversion does (the vendor's documentation says nothing of them). ``latency_us``
+    spins each stage on the GPU to widen race windows; on the model (``backend=SimBackend(...)``) the stages are
+    kernels of the model.
+    """
 
     QualityLevel: ClassVar[type[QualityLevel]] = QualityLevel
 
@@ -93,6 +105,7 @@ class VideoSuperRes(EffectBase):
 
     @property
     def quality(self) -> _Quality:
+        """The ``QualityLevel``: ``HIGH`` and the other upscaling levels, or a ``DENOISE_*``/``DEBLUR_*`` level (1x only)."""
         return self._quality
 
     @quality.setter
@@ -111,6 +124,7 @@ class VideoSuperRes(EffectBase):
 
     @property
     def strength(self) -> float:
+        """How strongly the effect applies, in [0.0, 1.0] (1.0: full); a blend of the upscaled and a plain resize."""
         return self._strength
 
     @strength.setter
@@ -121,10 +135,14 @@ class VideoSuperRes(EffectBase):
             )
         self._strength = float(value)
 
-    input_width = property(lambda self: self._in[0], lambda self, v: self._set_dim(self._in, 0, "input_width", v))
-    input_height = property(lambda self: self._in[1], lambda self, v: self._set_dim(self._in, 1, "input_height", v))
-    output_width = property(lambda self: self._out[0], lambda self, v: self._set_dim(self._out, 0, "output_width", v, True))
-    output_height = property(lambda self: self._out[1], lambda self, v: self._set_dim(self._out, 1, "output_height", v, True))
+    input_width = property(lambda self: self._in[0], lambda self, v: self._set_dim(self._in, 0, "input_width", v),
+                           doc="The input's width in pixels (``None``: taken from the first input). Changing it releases nothing.")
+    input_height = property(lambda self: self._in[1], lambda self, v: self._set_dim(self._in, 1, "input_height", v),
+                            doc="The input's height in pixels (``None``: taken from the first input).")
+    output_width = property(lambda self: self._out[0], lambda self, v: self._set_dim(self._out, 0, "output_width", v, True),
+                            doc="The output's width in pixels; set before ``load()``. Changing it releases the output buffer.")
+    output_height = property(lambda self: self._out[1], lambda self, v: self._set_dim(self._out, 1, "output_height", v, True),
+                             doc="The output's height in pixels; set before ``load()``. Changing it releases the output buffer.")
 
     def _set_dim(self, dims: list[int | None], i: int, name: str, value: int, output: bool = False) -> None:
         value = positive_int(self._name, name, value, MIN_SIDE, 16384, "; pass a pixel count in that range")

@@ -20,12 +20,19 @@ __all__ = ["TrueHDR", "TrueHDROutput"]
 @dataclass(frozen=True)
 class TrueHDROutput:
     image: Any
-    """A raw DLPack capsule of the SDK-owned RGB10A2 output buffer."""
+    """A raw DLPack capsule of the SDK-owned RGB10A2 output buffer: uint32 ``(H, W)``, each pixel packed R10G10B10A2
+    (bits 0-9 red, 10-19 green, 20-29 blue: 10-bit PQ-coded values; bits 30-31 alpha, 3). Unpack a copy with
+    ``(x >> 10 * c) & 1023`` for channel c. Valid until the next ``run()``, a size change or ``close()``."""
 
 
 
 class TrueHDR(EffectBase):
-    """Emulated ``nvvfx.TrueHDR``: SDR float RGB to PQ-coded RGB10A2; no RGB8 conversion stage."""
+    """Emulated ``nvvfx.TrueHDR``: SDR float RGB to PQ-coded RGB10A2; no RGB8 conversion stage.
+
+    Input: float32 ``(3, H, W)`` SDR RGB in [0, 1] (clamped; NaN reads as 0). ``run(x, stream_ptr=s)`` runs
+    everything on ``s``; the output (:class:`TrueHDROutput`) is packed uint32 RGB10A2, written on ``s`` only, so
+    a consumer on ``s`` needs no fence (H4 is the only consumer edge).
+    """
 
     _has_rgb8_conversion = False
     _RANGES: ClassVar[dict[str, tuple[int, int]]] = {

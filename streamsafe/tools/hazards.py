@@ -376,7 +376,8 @@ Legend
   ok       no corrupt frame and no race: the strategy fixed it
   2/4 H3   2 of 4 frames corrupt; H3 = a race of hazard H3 the fence missed. Any such cell FAILs
   control  stream kinds that make the hazard impossible: they show no fence is needed there.
-           Another hazard may still race there without streamsafe (marked *): not a failure
+           Another hazard may still corrupt frames there without streamsafe (its name follows the
+           count, e.g. "3/4 (H5)"): not a failure
   fence    what auto does for this hazard on that row's streams ("X waits on Y": a device-side
            event wait, the host does not block)"""
 
@@ -511,7 +512,8 @@ def auto_fence(sc: Scenario) -> str:
     resolved = plan.strategy.value
     label = "auto" if resolved == "auto" else f"auto = {resolved}"
     texts = list(dict.fromkeys(_fence_text(f, named, plan.run_stream) for f in fences))
-    return f"fence ({label}): " + ("; ".join(texts) if texts else "none needed")
+    return f"fence ({label}): " + ("; ".join(texts) if texts else
+                                   "no fence of its own: the plan's other fences order this edge too")
 
 
 def format_summary(rows: Sequence[Row], scenarios: Sequence[Scenario] = SCENARIOS) -> str:
@@ -531,12 +533,10 @@ def format_summary(rows: Sequence[Row], scenarios: Sequence[Scenario] = SCENARIO
             corrupt = f"{base.corrupt_frames}/{base.frames}"
             others = [h for h in base.hazards_reported if h != hazard]
             if safe and not base.race_reported and (base.corrupt_frames or others):
-                corrupt += "*"
+                corrupt += f" ({', '.join(others)})" if others else " (other)"
                 culprit = ", ".join(others) or "another hazard"
-                notes[len(body)] = (
-                    f"* {culprit} races here without streamsafe (see its table), {hazard} does not: the control passes"
-                    if others else f"* frames corrupted by another hazard, not {hazard}: the control passes"
-                )
+                notes[len(body)] = (f"({culprit} corrupts these frames without streamsafe; {hazard} itself does not "
+                                    "race: the control passes)")
             elif not safe and hazard != "-" and not base.race_reported:
                 notes[len(body)] = "! this scenario did not show its hazard without streamsafe"
         cells = [_cell(by_cell[(hazard, title, safe, s)]) if (hazard, title, safe, s) in by_cell else "-" for s in strategies]
@@ -560,6 +560,10 @@ def format_summary(rows: Sequence[Row], scenarios: Sequence[Scenario] = SCENARIO
             lines.append(f"  controls (these stream kinds make {hazard} impossible):")
         for j in controls:
             lines += [text[j], *([f"    {notes[j]}"] if j in notes else [])]
+    lines += ["", "Not in this matrix (tested in the suite; the guide's hazard table explains each): H7 a zero-copy",
+              "view kept past the next run (StaleOutputError), H8 JAX's import, H9 a capsule imported twice, H10",
+              "several GPUs, H11 the per-thread default stream, H13 several guards on one effect; D1, D5, D6",
+              "NVIDIA's decoder (tests/test_decoder.py)."]
     return "\n".join(lines)
 
 
