@@ -512,8 +512,7 @@ def auto_fence(sc: Scenario) -> str:
     resolved = plan.strategy.value
     label = "auto" if resolved == "auto" else f"auto = {resolved}"
     texts = list(dict.fromkeys(_fence_text(f, named, plan.run_stream) for f in fences))
-    return f"fence ({label}): " + ("; ".join(texts) if texts else
-                                   "no fence of its own: the plan's other fences order this edge too")
+    return f"fence ({label}): " + ("; ".join(texts) if texts else "no fence of its own: the plan's other fences order this edge")
 
 
 def format_summary(rows: Sequence[Row], scenarios: Sequence[Scenario] = SCENARIOS) -> str:
@@ -535,8 +534,7 @@ def format_summary(rows: Sequence[Row], scenarios: Sequence[Scenario] = SCENARIO
             if safe and not base.race_reported and (base.corrupt_frames or others):
                 corrupt += f" ({', '.join(others)})" if others else " (other)"
                 culprit = ", ".join(others) or "another hazard"
-                notes[len(body)] = (f"({culprit} corrupts these frames without streamsafe; {hazard} itself does not "
-                                    "race: the control passes)")
+                notes[len(body)] = f"({culprit} corrupts these frames without streamsafe; {hazard} does not race: the control passes)"
             elif not safe and hazard != "-" and not base.race_reported:
                 notes[len(body)] = "! this scenario did not show its hazard without streamsafe"
         cells = [_cell(by_cell[(hazard, title, safe, s)]) if (hazard, title, safe, s) in by_cell else "-" for s in strategies]
