@@ -124,3 +124,12 @@ def test_the_errors_page_lists_every_error_with_an_example() -> None:
     assert [n for n in classes if f"| `{n}` |" not in table] == []
     assert [n for n in classes if n != "StreamsafeError" and f"{n}:" not in examples] == []
     assert "errors.md" in (ROOT / "docs" / "guide.md").read_text()
+
+
+def test_the_readme_says_which_scheduler_the_fake_nvvfx_gets_and_starts_the_cpu_path_with_make_run() -> None:
+    text = " ".join((ROOT / "README.md").read_text().split())
+    assert "install_fake_nvvfx()` loads the emulation on the current backend" in text
+    assert 'SimBackend(scheduler="adversarial")' in text and "does the same" not in text
+    cpu = text[text.index("### On a CPU"):text.index("### NVIDIA's video decoder")]
+    assert "make run" in cpu and "make test" not in cpu.split("examples/quickstart_cpu.py")[0]
+    assert "docs/design.md#layers-and-the-module-map" in text
