@@ -7,7 +7,9 @@ The same three ways in as an effect's contract::
         y = torch.from_dlpack(frames[0]).clone()       # the next decode waits for this stream on the device
 
 ``stream`` is the decoder's stream: the ``cuda_stream`` it was created with (``None``: what the decoder
-says of itself, else its default, 0, the legacy stream). Before each call that may write a buffer, that
+says of itself, or the ``cuda_stream`` it was made with while its class was guarded, or what an earlier guard
+declared; else its default, 0, the legacy stream, only assumed: then ``auto`` makes the host wait for the
+readers, since a device wait could be on the wrong stream). Before each call that may write a buffer, that
 stream waits on the device for every stream that imported a frame (D5); the decoder's own host wait then
 covers them, so streamsafe adds no host wait. A frame whose buffer the decoder has written since raises
 :class:`~streamsafe.errors.StaleOutputError` on import. :func:`new_contract` picks the contract an SDK
