@@ -173,19 +173,24 @@ class BufferPool:
         assert backend is not None
         strategy = plan.strategy
         skip = set(skip)
+        synced = False
         for stream, event in list(self.captured.items()):  # (each leaves once its wait is queued: an interrupt keeps the rest)
+            counted = True
             if stream in skip or strategy is Strategy.NONE or implicitly_ordered(stream, plan.run_stream):
-                pass
+                counted = False
             elif strategy is Strategy.EVENT:
                 backend.wait(issuable(plan.run_stream), event)
                 stats["fences"] += 1
             elif strategy is Strategy.STREAM:
                 backend.synchronize_event(event)
                 stats["host_waits"] += 1
-            else:
+            elif not synced:  # (one device sync covers every reader)
                 backend.synchronize_device(self.device)
                 stats["device_syncs"] += 1
-            if stream not in skip and strategy is not Strategy.NONE and not implicitly_ordered(stream, plan.run_stream):
+                synced = True
+            else:
+                counted = False
+            if counted:
                 stats["D5"] = stats.get("D5", 0) + 1
             del self.captured[stream]
             backend.release_event(event)
