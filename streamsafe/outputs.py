@@ -107,11 +107,7 @@ class SafeImage:
         if stream is None or (type(stream) is int and stream == -1):
             consumer = self._default_consumer
         else:
-            consumer = (ledger.known.get(stream) if type(stream) is int else None) or stream_on_device(
-                stream, self._device, ledger.resolved_backend(), "consumer"
-            )
-            if consumer.thread:  # a per-thread stream: the import's (and the read's) thread's, whoever named it
-                consumer = on_this_thread(consumer)
+            consumer = _reader_stream(ledger, stream, self._device)
         key = capsule_data_key(self._capsule) if hooks.observers or self._escapes else None
         ledger.import_output(self._generation, consumer, escapes=self._escapes, key=key)
         if self._escapes:
@@ -245,7 +241,7 @@ class SafeOutput:
             if backend.records_accesses:  # the model: its own import and host copy
                 model: Any = backend
                 result = model.download(model.from_dlpack(image))
-            elif "torch" in sys.modules or _importable("torch"):
+            elif _have_torch():
                 result = self.torch().cpu().numpy()
             else:
                 result = _framework("cupy", "out.numpy() on the GPU without torch", "cupy-cuda13").asnumpy(self.cupy())
@@ -254,6 +250,14 @@ class SafeOutput:
             raise
         image._ledger.reader_done(image._generation, image._consumer)
         return result
+
+
+def _reader_stream(ledger: Ledger, stream: Any, device: int) -> Stream:
+    """The :class:`Stream` a consumer names in ``__dlpack__(stream=...)``: a handle the ledger holds needs no
+    driver query; a per-thread stream is the importing thread's (whoever named it). Does not block."""
+    consumer = (ledger.known.get(stream) if type(stream) is int else None) or stream_on_device(
+        stream, device, ledger.resolved_backend(), "consumer")
+    return on_this_thread(consumer) if consumer.thread else consumer
 
 
 def _for_copy(image: SafeImage) -> SafeImage:
@@ -271,7 +275,7 @@ def _copy_failed(image: SafeImage) -> None:
         image._escapes = True
 
 
-def _consumer_on_device(image: SafeImage, stream: Any) -> None:
+def _consumer_on_device(output: SafeImage | SafeFrame, stream: Any) -> None:
     """Raise :class:`~streamsafe.errors.DeviceMismatchError` unless ``stream`` (a framework's stream
     object) is on the output's device: a helper imports on the current stream of that device. A stream
     object that names the output's device passes without a driver query."""
@@ -283,8 +287,8 @@ def _consumer_on_device(image: SafeImage, stream: Any) -> None:
             device = handle_of(stream)[1]
         except StreamsafeError:
             device = None  # not a stream object: the full check below raises the right error
-    if device != image._device:
-        stream_on_device(stream, image._device, image._ledger.resolved_backend(), "consumer")
+    if device != output._device:
+        stream_on_device(stream, output._device, output._ledger.resolved_backend(), "consumer")
 
 
 def torch_copy(image: SafeImage, stream: Any = None) -> Any:
@@ -343,10 +347,11 @@ def _torch_copy(torch: Any, image: SafeImage) -> Any:
     return _torch_import(torch, image).clone()
 
 
-def _importable(name: str) -> bool:
+def _have_torch() -> bool:
+    """Whether torch is there to copy with (imported, or importable): the GPU copy helpers' first choice."""
     import importlib.util
 
-    return importlib.util.find_spec(name) is not None
+    return "torch" in sys.modules or importlib.util.find_spec("torch") is not None
 
 
 class SafeFrame:
@@ -426,10 +431,7 @@ class SafeFrame:
             consumer, raw_stream = self._default_consumer, -1
         else:
             raw_stream = LEGACY_DLPACK if stream is None or (type(stream) is int and stream == 0) else stream
-            consumer = (ledger.known.get(raw_stream) if type(raw_stream) is int else None) or stream_on_device(
-                raw_stream, self._device, ledger.resolved_backend(), "consumer")
-            if consumer.thread:
-                consumer = on_this_thread(consumer)
+            consumer = _reader_stream(ledger, raw_stream, self._device)
             raw_stream = consumer.dlpack if not isinstance(raw_stream, int) else raw_stream
         capsule = self.raw.__dlpack__(stream=raw_stream)
         key = capsule_data_key(capsule)
@@ -457,7 +459,7 @@ class SafeFrame:
         issued on ``stream`` or torch's current stream. Does not block."""
         torch = _framework("torch", "frame.torch()", "torch")
         if stream is not None:
-            _frame_stream_on_device(self, stream)
+            _consumer_on_device(self, stream)
             with torch.cuda.stream(stream):
                 return self._torch(torch, copy)
         return self._torch(torch, copy)
@@ -478,7 +480,7 @@ class SafeFrame:
         :class:`~streamsafe.sim.SimArray`, on a GPU a torch tensor (else a CuPy array). Does not block."""
         backend = self._ledger.resolved_backend()
         if not backend.records_accesses:
-            return self.torch(stream) if "torch" in sys.modules or _importable("torch") else self.cupy(stream)
+            return self.torch(stream) if _have_torch() else self.cupy(stream)
         model: Any = backend
         consumer = model.current_stream(self._device) if stream is None else stream_on_device(
             stream, self._device, backend, "consumer")
@@ -491,7 +493,7 @@ class SafeFrame:
         """A CuPy copy, issued on ``stream`` or CuPy's current stream. Does not block."""
         cupy = _framework("cupy", "frame.cupy()", "cupy-cuda13")
         if stream is not None:
-            _frame_stream_on_device(self, stream)
+            _consumer_on_device(self, stream)
             with stream:
                 return self._cupy(cupy)
         return self._cupy(cupy)
@@ -520,7 +522,7 @@ class SafeFrame:
             result = model.download(model.from_dlpack(self._export(consumer.dlpack, escapes=False)[0]), consumer)
             self._ledger.reader_done(self._generation, consumer)
             return result
-        if "torch" in sys.modules or _importable("torch"):
+        if _have_torch():
             return self.torch().cpu().numpy()
         return _framework("cupy", "frame.numpy() on the GPU without torch", "cupy-cuda13").asnumpy(self.cupy())
 
@@ -559,12 +561,6 @@ class _Once:
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
         return self.frame._export(stream, escapes=False)[0]
-
-
-def _frame_stream_on_device(frame: SafeFrame, stream: Any) -> None:
-    """Raise :class:`~streamsafe.errors.DeviceMismatchError` unless ``stream`` is on the frame's device."""
-    ledger = frame._ledger
-    stream_on_device(stream, frame._device, ledger.resolved_backend(), "consumer")
 
 
 class JaxDLPackAdapter:
