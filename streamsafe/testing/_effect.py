@@ -54,6 +54,18 @@ def members(enum_type: type[enum.IntEnum]) -> str:
     return ", ".join(f"{m.name} ({int(m)})" for m in enum_type)
 
 
+def member_of(effect: str, setting: str, enum_type: Any, value: Any, hint: str = "") -> Any:
+    """``enum_type(value)``, or an :class:`~streamsafe.errors.EffectConfigError` naming ``effect``'s ``setting``,
+    the members and ``hint`` (how to pass one)."""
+    try:
+        return enum_type(value)
+    except ValueError:
+        raise EffectConfigError(
+            effect, setting, value, f"must be {'an' if enum_type.__name__[0] in 'AEIOU' else 'a'} {enum_type.__name__} value, "
+            f"one of {members(enum_type)}" + (f"; {hint}" if hint else ""),
+        ) from None
+
+
 Encoding = ImageEncoding  # for annotations inside classes that re-export the enums as attributes
 
 
@@ -138,12 +150,7 @@ class EffectBase:
         self._steady = None
 
     def _check_encoding(self, value: Any) -> Encoding:
-        try:
-            return ImageEncoding(value)
-        except ValueError:
-            raise EffectConfigError(
-                self._name, "image_encoding", value, f"must be an ImageEncoding value, one of {members(ImageEncoding)}"
-            ) from None
+        return member_of(self._name, "image_encoding", ImageEncoding, value)  # type: ignore[no-any-return]
 
     @property
     def latency_us(self) -> dict[str, float]:

@@ -15,7 +15,7 @@ import numpy as np
 from ..backend import Backend
 from ..errors import EffectConfigError, EffectStateError
 from . import _kernels as K
-from ._effect import MIN_SIDE, EffectBase, Encoding, ImageEncoding, members, positive_int
+from ._effect import MIN_SIDE, EffectBase, Encoding, ImageEncoding, member_of, positive_int
 
 __all__ = ["Mode", "VideoFrameGeneration", "VideoFrameGenerationOutput"]
 
@@ -78,15 +78,7 @@ class VideoFrameGeneration(EffectBase):
 
     @mode.setter
     def mode(self, value: _Mode) -> None:
-        try:
-            self._mode = Mode(value)
-        except ValueError:
-            raise EffectConfigError(
-                self._name,
-                "mode",
-                value,
-                f"must be a Mode value, one of {members(Mode)}; pass a member, e.g. VideoFrameGeneration.Mode.MEDIUM",
-            ) from None
+        self._mode = member_of(self._name, "mode", Mode, value, "pass a member, e.g. VideoFrameGeneration.Mode.MEDIUM")
 
     @property
     def frame_multiplier(self) -> int:

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from ..backend import Backend
 from ..errors import EffectConfigError, EffectStateError
 from . import _kernels as K
-from ._effect import MIN_SIDE, EffectBase, Encoding, ImageEncoding, members, positive_int
+from ._effect import MIN_SIDE, EffectBase, Encoding, ImageEncoding, member_of, positive_int
 
 __all__ = ["QualityLevel", "SAME_RESOLUTION_QUALITIES", "INPUT_LIMITS", "VideoSuperRes", "VideoSuperResOutput"]
 
@@ -111,16 +111,8 @@ class VideoSuperRes(EffectBase):
     @quality.setter
     def quality(self, value: _Quality) -> None:
         """Changeable between runs; the scale rules are checked at ``load()`` and each ``run()``."""
-        try:
-            self._quality = QualityLevel(value)
-        except ValueError:
-            raise EffectConfigError(
-                self._name,
-                "quality",
-                value,
-                f"must be a QualityLevel value, one of {members(QualityLevel)}; "
-                "pass a member, e.g. VideoSuperRes.QualityLevel.HIGH or VideoSuperRes.QualityLevel['DENOISE_HIGH']",
-            ) from None
+        self._quality = member_of(self._name, "quality", QualityLevel, value,
+                                  "pass a member, e.g. VideoSuperRes.QualityLevel.HIGH or VideoSuperRes.QualityLevel['DENOISE_HIGH']")
 
     @property
     def strength(self) -> float:
