@@ -16,15 +16,13 @@ it in place.
 from __future__ import annotations
 
 import contextlib
-import sys
 import types
-from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["install_fake_nvvfx", "uninstall_fake_nvvfx", "fake_nvvfx", "is_fake_nvvfx", "build_fake_nvvfx"]
+from ._fake_module import MARK, ModuleFake
 
-_MARK = "__streamsafe_fake__"
-_saved: list[Any] = []
+__all__ = ["install_fake_nvvfx", "uninstall_fake_nvvfx", "fake_nvvfx", "is_fake_nvvfx", "build_fake_nvvfx", "nvvfx_for_test"]
+
 
 # The names the emulated module exports: the SDK's effect classes, their outputs and enums.
 _SDK_NAMES = (
@@ -42,7 +40,7 @@ _SDK_NAMES = (
 
 def is_fake_nvvfx(module: Any) -> bool:
     """True when ``module`` is streamsafe's emulated ``nvvfx``."""
-    return module is not None and bool(getattr(module, _MARK, False))
+    return _FAKE.is_fake(module)
 
 
 def build_fake_nvvfx() -> types.ModuleType:
@@ -53,9 +51,12 @@ def build_fake_nvvfx() -> types.ModuleType:
     for name in _SDK_NAMES:
         setattr(mod, name, getattr(effects, name))
     mod.__version__ = "0.2.0+streamsafe"  # type: ignore[attr-defined]
-    setattr(mod, _MARK, True)
+    setattr(mod, MARK, True)
     mod.__all__ = list(_SDK_NAMES)  # type: ignore[attr-defined]
     return mod
+
+
+_FAKE = ModuleFake("nvvfx", build_fake_nvvfx, "uninstall_fake_nvvfx()")
 
 
 def install_fake_nvvfx(*, force: bool = False) -> types.ModuleType:
@@ -65,45 +66,23 @@ def install_fake_nvvfx(*, force: bool = False) -> types.ModuleType:
     restored by :func:`uninstall_fake_nvvfx`). Installing twice is harmless: the second call
     returns the module already there.
     """
-    current = sys.modules.get("nvvfx")
-    if is_fake_nvvfx(current):
-        return current  # type: ignore[return-value]
-    if current is not None and not force:
-        from ..errors import BackendUnavailableError
-
-        raise BackendUnavailableError(  # (a StreamsafeError and a RuntimeError)
-            "emulated nvvfx", "a real nvvfx module is already imported",
-            "Pass force=True to shadow it with the emulation (uninstall_fake_nvvfx() puts it back)",
-        )
-    _saved.append(current)
-    mod = build_fake_nvvfx()
-    sys.modules["nvvfx"] = mod
-    return mod
+    return _FAKE.install(force=force)
 
 
 def uninstall_fake_nvvfx() -> None:
     """Remove the emulated ``nvvfx`` and restore what was there before (if anything)."""
-    current = sys.modules.get("nvvfx")
-    if not is_fake_nvvfx(current):
-        return
-    previous = _saved.pop() if _saved else None
-    if previous is None:
-        del sys.modules["nvvfx"]
-    else:
-        sys.modules["nvvfx"] = previous
+    _FAKE.uninstall()
 
 
-@contextlib.contextmanager
-def fake_nvvfx(*, force: bool = False) -> Iterator[types.ModuleType]:
+def fake_nvvfx(*, force: bool = False) -> contextlib.AbstractContextManager[types.ModuleType]:
     """``with fake_nvvfx() as nvvfx:``: the emulation inside the block.
 
     Undone after the block only if the block installed it: an emulation that was already in
     place (a process-wide :func:`install_fake_nvvfx`) stays.
     """
-    already = is_fake_nvvfx(sys.modules.get("nvvfx"))
-    mod = install_fake_nvvfx(force=force)
-    try:
-        yield mod
-    finally:
-        if not already and sys.modules.get("nvvfx") is mod:
-            uninstall_fake_nvvfx()
+    return _FAKE.block(force=force)
+
+
+def nvvfx_for_test(monkeypatch: Any) -> types.ModuleType:
+    """The ``fake_nvvfx`` fixture's module (:meth:`ModuleFake.for_test`)."""
+    return _FAKE.for_test(monkeypatch)

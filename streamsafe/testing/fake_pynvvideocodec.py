@@ -30,7 +30,6 @@ import importlib.machinery
 import functools
 import sys
 import types
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,15 +38,14 @@ import numpy as np
 from ..backend import current_backend
 from ..backend.naming import as_stream
 from ..errors import BackendUnavailableError, FrameworkUnavailableError
+from ._fake_module import MARK, ModuleFake
 
 __all__ = [
     "install_fake_pynvvideocodec", "uninstall_fake_pynvvideocodec", "fake_pynvvideocodec", "is_fake_pynvvideocodec",
-    "build_fake_pynvvideocodec", "make_test_clip", "sample_clip", "decode_reference",
+    "build_fake_pynvvideocodec", "make_test_clip", "sample_clip", "decode_reference", "pynvvideocodec_for_test",
     "SimpleDecoder", "ThreadedDecoder", "DecodedFrame", "OutputColorType", "PyNvVCException",
 ]
 
-_MARK = "__streamsafe_fake__"
-_saved: list[Any] = []
 
 
 class PyNvVCException(Exception):
@@ -373,7 +371,7 @@ _SDK_NAMES = ("SimpleDecoder", "ThreadedDecoder", "DecodedFrame", "OutputColorTy
 
 def is_fake_pynvvideocodec(module: Any) -> bool:
     """True when ``module`` is streamsafe's emulated ``PyNvVideoCodec``."""
-    return module is not None and bool(getattr(module, _MARK, False))
+    return _FAKE.is_fake(module)
 
 
 def build_fake_pynvvideocodec() -> types.ModuleType:
@@ -384,46 +382,30 @@ def build_fake_pynvvideocodec() -> types.ModuleType:
         setattr(mod, name, getattr(this, name))
     mod.__version__ = "2.2.4+streamsafe"  # type: ignore[attr-defined]
     mod.__spec__ = importlib.machinery.ModuleSpec("PyNvVideoCodec", None)  # (importlib.util.find_spec finds it)
-    setattr(mod, _MARK, True)
+    setattr(mod, MARK, True)
     mod.__all__ = list(_SDK_NAMES)  # type: ignore[attr-defined]
     return mod
+
+
+_FAKE = ModuleFake("PyNvVideoCodec", build_fake_pynvvideocodec, "uninstall_fake_pynvvideocodec()")
 
 
 def install_fake_pynvvideocodec(*, force: bool = False) -> types.ModuleType:
     """Put the emulated ``PyNvVideoCodec`` in ``sys.modules``; returns it. A real one already imported is kept
     unless ``force=True`` (then :func:`uninstall_fake_pynvvideocodec` puts it back). Installing twice is harmless."""
-    current = sys.modules.get("PyNvVideoCodec")
-    if is_fake_pynvvideocodec(current):
-        return current  # type: ignore[return-value]
-    if current is not None and not force:
-        raise BackendUnavailableError(
-            "emulated PyNvVideoCodec", "a real PyNvVideoCodec module is already imported",
-            "Pass force=True to shadow it with the emulation (uninstall_fake_pynvvideocodec() puts it back)",
-        )
-    _saved.append(current)
-    mod = build_fake_pynvvideocodec()
-    sys.modules["PyNvVideoCodec"] = mod
-    return mod
+    return _FAKE.install(force=force)
 
 
 def uninstall_fake_pynvvideocodec() -> None:
     """Remove the emulated ``PyNvVideoCodec`` and restore what was there before (if anything)."""
-    if not is_fake_pynvvideocodec(sys.modules.get("PyNvVideoCodec")):
-        return
-    previous = _saved.pop() if _saved else None
-    if previous is None:
-        del sys.modules["PyNvVideoCodec"]
-    else:
-        sys.modules["PyNvVideoCodec"] = previous
+    _FAKE.uninstall()
 
 
-@contextlib.contextmanager
-def fake_pynvvideocodec(*, force: bool = False) -> Iterator[types.ModuleType]:
+def fake_pynvvideocodec(*, force: bool = False) -> contextlib.AbstractContextManager[types.ModuleType]:
     """``with fake_pynvvideocodec() as nvc:``: the emulation inside the block (undone only if the block put it there)."""
-    already = is_fake_pynvvideocodec(sys.modules.get("PyNvVideoCodec"))
-    mod = install_fake_pynvvideocodec(force=force)
-    try:
-        yield mod
-    finally:
-        if not already and sys.modules.get("PyNvVideoCodec") is mod:
-            uninstall_fake_pynvvideocodec()
+    return _FAKE.block(force=force)
+
+
+def pynvvideocodec_for_test(monkeypatch: Any) -> types.ModuleType:
+    """The ``fake_pynvvideocodec`` fixture's module (:meth:`ModuleFake.for_test`)."""
+    return _FAKE.for_test(monkeypatch)

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from types import ModuleType
 
@@ -23,28 +22,16 @@ import pytest
 
 @pytest.fixture
 def fake_nvvfx(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    from .fake_nvvfx import build_fake_nvvfx, is_fake_nvvfx
+    from .fake_nvvfx import nvvfx_for_test
 
-    current = sys.modules.get("nvvfx")
-    if is_fake_nvvfx(current):
-        assert current is not None
-        return current  # a session-wide install: use it, leave it
-    mod = build_fake_nvvfx()
-    monkeypatch.setitem(sys.modules, "nvvfx", mod)  # undone (restored or removed) after the test
-    return mod
+    return nvvfx_for_test(monkeypatch)
 
 
 @pytest.fixture
 def fake_pynvvideocodec(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    from .fake_pynvvideocodec import build_fake_pynvvideocodec, is_fake_pynvvideocodec
+    from .fake_pynvvideocodec import pynvvideocodec_for_test
 
-    current = sys.modules.get("PyNvVideoCodec")
-    if is_fake_pynvvideocodec(current):
-        assert current is not None
-        return current  # a session-wide install: use it, leave it
-    mod = build_fake_pynvvideocodec()
-    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", mod)
-    return mod
+    return pynvvideocodec_for_test(monkeypatch)
 
 
 @pytest.fixture
