@@ -21,7 +21,6 @@ conversion stream (the legacy stream; none for RGB10A2), **C** the consumer's st
 
 from __future__ import annotations
 
-import sys
 import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -33,7 +32,7 @@ from .backend import Backend, current_backend, require_backend
 from .backend.naming import as_stream, stream_on_device
 from .errors import ArgumentError, EffectConfigError, EffectStateError, MissingCallError, StreamsafeError, UnguardedChangeError
 from .frameworks import TORCH, is_framework_stream, on_torch_device
-from .guarding import GuardBlock, call_raw, check_effect, config_reader, settable, shape_of, snapshot
+from .guarding import GuardBlock, GuardedBlocks, call_raw, check_effect, config_reader, settable, shape_of, snapshot
 from .frames import UNREADABLE, SteadyFrames, restore_counters
 from .inputs import Inputs, call_keywords
 from .ledger import Ledger, adopt_ledger, forget_ledger, ledger_of, new_stats
@@ -49,7 +48,7 @@ if TYPE_CHECKING:  # (the type of what nvvfx's profile hands out; the contract n
 __all__ = ["StreamContract", "GuardBlock", "restore_counters", "contract_sinks"]  # (GuardBlock: streamsafe.guarding's)
 
 
-class StreamContract(SteadyFrames):
+class StreamContract(SteadyFrames, GuardedBlocks):
     """Fences one effect's calls. See the module docstring for the streams and the three ways in.
 
     ``strategy`` is a :class:`~streamsafe.Strategy` or its name; ``"none"`` also needs
@@ -522,27 +521,6 @@ class StreamContract(SteadyFrames):
             self._shadow = None
 
     # -- the guard (``with`` and the decorator) --------------------------------------------------
-
-    def __enter__(self) -> StreamContract:
-        """``with contract:`` as :meth:`guarded` (plain calls of the effect made by the code inside the
-        block go through the contract). Does not block."""
-        self.enter_block(guarding.code_frame(sys._getframe(1)))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        """Stop routing plain calls; blocks the host until the last output's known copies and the
-        SDK's own work are done (as :meth:`synchronize`)."""
-        self.leave_block(guarding.code_frame(sys._getframe(1)), host_wait=True)
-
-    def guarded(self, *, host_wait_on_exit: bool = True) -> GuardBlock:
-        """Route ``effect.run``/``run_at_timestep``/``close`` and configuration changes made by the code
-        inside the block (a context manager) through this contract. Blocks nest: the innermost guard
-        takes plain calls; a block in a generator or a coroutine guards its code, not the caller's between
-        two resumptions (threads, asyncio tasks and generators each keep their own). Leaving the block
-        blocks the host, by default, until the copies of the last output that streamsafe knows of and the
-        SDK's own work are done (as :meth:`synchronize`); ``host_wait_on_exit=False`` leaves without waiting
-        (the next run still waits for them on the device)."""
-        return GuardBlock(self, host_wait_on_exit)
 
     def enter_block(self, frame: Any) -> None:
         """Route the plain calls made by ``frame``'s code through this contract (what a guard block does on

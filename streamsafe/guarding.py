@@ -29,7 +29,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from .backend.naming import as_stream
 from .errors import NotAnEffectError
@@ -40,6 +40,7 @@ from .streams import LEGACY_HANDLE
 
 __all__ = [
     "GuardBlock",
+    "GuardedBlocks",
     "install",
     "tracked_raw_call",
     "tracked_setattr",
@@ -433,6 +434,43 @@ class GuardBlock:
     def __exit__(self, *exc: object) -> None:
         frame, self.frame = self.frame, None
         self.contract.leave_block(frame, host_wait=self.host_wait)
+
+
+_C = TypeVar("_C", bound="GuardedBlocks")
+
+
+class GuardedBlocks:
+    """``with contract:`` and ``contract.guarded()`` for a contract with ``enter_block`` and ``leave_block``
+    (an effect's and a decoder's)."""
+
+    def enter_block(self, frame: Any) -> None:
+        """Route the plain calls made by ``frame``'s code through this contract (each contract's own)."""
+        raise NotImplementedError
+
+    def leave_block(self, frame: Any, *, host_wait: bool) -> None:
+        """End :meth:`enter_block` for ``frame`` (each contract's own)."""
+        raise NotImplementedError
+
+    def __enter__(self: _C) -> _C:
+        """``with contract:`` as :meth:`guarded` (plain calls made by the code inside the block go through the
+        contract). Does not block."""
+        self.enter_block(code_frame(sys._getframe(1)))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop routing plain calls; blocks the host until the reads streamsafe knows of and the SDK's own work
+        are done (as the contract's ``synchronize()``)."""
+        self.leave_block(code_frame(sys._getframe(1)), host_wait=True)
+
+    def guarded(self, *, host_wait_on_exit: bool = True) -> GuardBlock:
+        """Route the plain calls of the guarded object (its profile's calls and releases, and configuration
+        changes) made by the code inside the block (a context manager) through this contract. Blocks nest:
+        the innermost guard takes plain calls; a block in a generator or a coroutine guards its code, not the
+        caller's between two resumptions (threads, asyncio tasks and generators each keep their own). Leaving
+        the block blocks the host, by default, until the reads streamsafe knows of and the SDK's own work are
+        done (as ``synchronize()``); ``host_wait_on_exit=False`` leaves without waiting (the next call still
+        waits for them on the device)."""
+        return GuardBlock(self, host_wait_on_exit)
 
 
 # -- tracked raw calls -------------------------------------------------------------------------------------

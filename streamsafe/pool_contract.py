@@ -19,7 +19,6 @@ object's profile asks for (``stream_contract``, ``stream_safe`` and the class gu
 from __future__ import annotations
 
 import functools
-import sys
 from typing import Any, NoReturn
 
 from . import guarding, hooks
@@ -28,7 +27,7 @@ from .backend.naming import as_stream, stream_on_device
 from .contract import StreamContract, contract_sinks
 from .errors import ArgumentError, EffectStateError, NotAnEffectError, StreamsafeError
 from .frames import restore_counters
-from .guarding import GuardBlock, call_raw
+from .guarding import GuardedBlocks, call_raw
 from .ledger import new_stats
 from .plan import FencePlan
 from .pool import BufferPool, pool_of, pool_plan, waited_streams
@@ -62,7 +61,7 @@ def _is_pool(obj: Any) -> bool:
         return False
 
 
-class PoolContract:
+class PoolContract(GuardedBlocks):
     """Fences one pooled SDK object's calls (see the module docstring). ``strategy``: ``auto``, ``event`` and
     ``async`` fence on the device; ``stream`` host-waits each reader, ``device`` the whole device, before a
     decode; ``none`` (with ``allow_none=True``) fences nothing. ``consumer_stream``: the stream an import that
@@ -243,19 +242,6 @@ class PoolContract:
         raise EffectStateError(self.effect_name, call, "closed", "Make a new contract for the decoder.")
 
     # -- the guard (``with`` and the decorator), as an effect's contract ------------------------------------
-
-    def __enter__(self) -> PoolContract:
-        """``with contract:``: plain calls of the decoder made by the code inside go through the contract."""
-        self.enter_block(guarding.code_frame(sys._getframe(1)))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        """Stop routing plain calls; blocks the host until the known reads of frames are done."""
-        self.leave_block(guarding.code_frame(sys._getframe(1)), host_wait=True)
-
-    def guarded(self, *, host_wait_on_exit: bool = True) -> GuardBlock:
-        """A guard block (a context manager), as :meth:`StreamContract.guarded <streamsafe.StreamContract.guarded>`."""
-        return GuardBlock(self, host_wait_on_exit)
 
     def _hold_effect_weakly(self) -> None:
         """(A class guard's contract: the pool keeps it; the decoder is the program's.)"""
