@@ -438,26 +438,25 @@ def _check(sim: SimBackend, clip: str, copies: list[tuple[int, Any]]) -> int:
     return sum(not np.array_equal(sim.download(c), reference[i]) for i, c in copies)
 
 
-def test_an_interrupted_plain_call_makes_every_frame_stale(nvc: Any, sim: SimBackend, clip: str) -> None:
+def test_an_interrupted_plain_call_makes_every_frame_stale(nvc: Any, sim: SimBackend, clip: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C in a plain (tracked) call after the decoder wrote: as in a guarded call, nothing older is importable."""
     dec = _decoder(nvc, clip, "batch")
     frames = ss.stream_safe(dec)(lambda: dec.get_batch_frames(8))()
-    original = type(dec)._decode_and_wait
+    decode = dec._decode_and_wait
 
-    def interrupted(self: Any, indices: list[int]) -> Any:
-        original(self, indices)
+    def interrupted(indices: list[int]) -> Any:
+        decode(indices)
         raise KeyboardInterrupt
 
-    type(dec)._decode_and_wait = interrupted  # type: ignore[method-assign]
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            dec.get_batch_frames(8)
-    finally:
-        type(dec)._decode_and_wait = original  # type: ignore[method-assign]
+    monkeypatch.setattr(dec, "_decode_and_wait", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        dec.get_batch_frames(8)
     assert all(f.stale for f in frames)
 
 
-def test_an_sdk_error_from_inside_a_call_makes_every_frame_stale(nvc: Any, sim: SimBackend, clip: str) -> None:
+def test_an_sdk_error_from_inside_a_call_makes_every_frame_stale(nvc: Any, sim: SimBackend, clip: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The SDK's own error (PyNvVCException) may come after some buffers were written; an IndexError comes before."""
     dec = _decoder(nvc, clip, "batch")
     with ss.stream_contract(dec):
@@ -465,18 +464,14 @@ def test_an_sdk_error_from_inside_a_call_makes_every_frame_stale(nvc: Any, sim: 
         with pytest.raises(IndexError):
             dec[FRAMES + 5]
         assert not any(f.stale for f in frames)
-        original = type(dec)._decode_and_wait
 
-        def fails_after_writing(self: Any, indices: list[int]) -> Any:
-            self._write(indices[:4])
+        def fails_after_writing(indices: list[int]) -> Any:
+            dec._write(indices[:4])
             raise PyNvVCException("decode error")
 
-        type(dec)._decode_and_wait = fails_after_writing  # type: ignore[method-assign]
-        try:
-            with pytest.raises(PyNvVCException):
-                dec.get_batch_frames(8)
-        finally:
-            type(dec)._decode_and_wait = original  # type: ignore[method-assign]
+        monkeypatch.setattr(dec, "_decode_and_wait", fails_after_writing)
+        with pytest.raises(PyNvVCException):
+            dec.get_batch_frames(8)
         assert all(f.stale for f in frames)
 
 
@@ -541,7 +536,8 @@ def test_a_decoder_made_under_a_class_guard_has_its_stream_recorded(nvc: Any, si
         ss.stream_contract(dec, C)
 
 
-def test_a_frame_import_during_another_threads_decode_is_refused(nvc: Any, sim: SimBackend, clip: str) -> None:
+def test_a_frame_import_during_another_threads_decode_is_refused(nvc: Any, sim: SimBackend, clip: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
     C = sim.create_stream(non_blocking=True)
@@ -566,14 +562,13 @@ def test_a_frame_import_during_another_threads_decode_is_refused(nvc: Any, sim: 
             result["error"] = e
         done.set()
 
-    sim.launch = slow_launch  # type: ignore[method-assign]
+    monkeypatch.setattr(sim, "launch", slow_launch)
     thread = threading.Thread(target=reader)
     thread.start()
     try:
         c.get_batch_frames(8)
     finally:
         thread.join()
-        sim.launch = launch  # type: ignore[method-assign]
     assert isinstance(result.get("error"), ss.errors.ConcurrentUseError)
 
 

@@ -37,7 +37,22 @@ def _stream(sim: ss.sim.SimBackend, kind: str) -> ss.Stream:
     return sim.create_stream(non_blocking=kind == "non-blocking")
 
 
-class EffectLife(RuleBasedStateMachine):
+class OnTheModel(RuleBasedStateMachine):
+    """What both machines share: time passes on the model's GPU, and no race is ever found."""
+
+    sim: ss.sim.SimBackend
+
+    @rule(steps=st.integers(1, 8))
+    def time_passes(self, steps: int) -> None:
+        self.sim.progress(steps)  # the GPU runs some ready work (the scheduler picks which)
+
+    @invariant()
+    def no_race(self) -> None:
+        if hasattr(self, "sim"):
+            assert self.sim.races == [], [str(r) for r in self.sim.races[:3]]
+
+
+class EffectLife(OnTheModel):
     """One effect over its whole life, driven by every guard a program can put on it."""
 
     forced: str | None = None
@@ -216,15 +231,6 @@ class EffectLife(RuleBasedStateMachine):
         self.closed = True
         self._new_generation()
 
-    @rule(steps=st.integers(1, 8))
-    def time_passes(self, steps: int) -> None:
-        self.sim.progress(steps)  # the GPU runs some ready work (the scheduler picks which)
-
-    @invariant()
-    def no_race(self) -> None:
-        if hasattr(self, "sim"):
-            assert self.sim.races == [], [str(r) for r in self.sim.races[:3]]
-
     def teardown(self) -> None:
         if not hasattr(self, "sim"):
             return
@@ -265,7 +271,7 @@ DECODER_EXAMPLES = int(os.environ.get("STREAMSAFE_DECODER_MACHINE_EXAMPLES", "30
 DECODER_KINDS = ["legacy", "blocking", "non-blocking"]  # (a decoder's cuda_stream: a handle the program made)
 
 
-class DecoderLife(RuleBasedStateMachine):
+class DecoderLife(OnTheModel):
     """One decoder over its whole life: batches, single frames, frames by index, seeks, a new source, on a random
     stream; frames imported on random consumer streams through several guards (two contracts, a decorator, plain
     tracked calls), copies issued late; stale frames refused. Invariant: no corrupted frame and no race, ever."""
@@ -348,15 +354,6 @@ class DecoderLife(RuleBasedStateMachine):
     @rule()
     def synchronize(self) -> None:
         self.main.synchronize()
-
-    @rule(steps=st.integers(1, 8))
-    def time_passes(self, steps: int) -> None:
-        self.sim.progress(steps)
-
-    @invariant()
-    def no_race(self) -> None:
-        if hasattr(self, "sim"):
-            assert self.sim.races == [], [str(r) for r in self.sim.races[:3]]
 
     def teardown(self) -> None:
         if not hasattr(self, "sim"):
