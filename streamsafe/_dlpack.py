@@ -130,8 +130,13 @@ def capsule_data_key(capsule: Any) -> Any:
     key = getattr(type(capsule), "__streamsafe_key__", None)
     if key is not None:
         return capsule.__streamsafe_key__
+    # DLManagedTensor starts with DLTensor, whose first field is the data pointer: for the plain capsule the
+    # SDK makes, one call reads it (a name mismatch raises)
+    try:
+        return _capsule_words()(capsule, b"dltensor")[0] or None
+    except Exception:
+        pass
     address = _dltensor_address(capsule)
-    # DLManagedTensor starts with DLTensor, whose first field is the data pointer
     return ctypes.c_void_p.from_address(address).value if address is not None else None
 
 
@@ -197,6 +202,17 @@ def read_capsule(capsule: Any) -> CapsuleTensor | None:
 
 
 _CAPSULE_API: Any = None
+_CAPSULE_WORDS: Any = None
+
+
+def _capsule_words() -> Any:
+    """``PyCapsule_GetPointer`` returning the pointer as an array of 64-bit words (its first is the data
+    pointer of the ``DLTensor`` a plain ``dltensor`` capsule holds), made once."""
+    global _CAPSULE_WORDS
+    if _CAPSULE_WORDS is None:
+        _CAPSULE_WORDS = ctypes.PYFUNCTYPE(ctypes.POINTER(ctypes.c_uint64), ctypes.py_object, ctypes.c_char_p)(
+            ("PyCapsule_GetPointer", ctypes.pythonapi))
+    return _CAPSULE_WORDS
 
 
 def _capsule_api() -> Any:

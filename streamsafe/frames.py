@@ -141,7 +141,8 @@ class SteadyFrames:
         else:
             return None
         ledger = self.ledger
-        outer = ledger.try_hold()
+        turns = ledger.turns
+        outer = turns.try_hold()
         if outer is None:  # another thread holds the effect: the general path waits or raises, as the rule says
             return None
         try:
@@ -200,7 +201,7 @@ class SteadyFrames:
             for counter, n in recipe.run_counts:
                 stats[counter] += n
         finally:
-            ledger.let_go(outer)
+            turns.let_go(outer)
         return self._output(raw, generation, recipe.default_consumer)
 
     def _config(self) -> Any:

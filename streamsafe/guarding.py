@@ -171,7 +171,15 @@ def call_raw(effect: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     method = overrides.pop(id(effect), None) if overrides else None
     if method is None:
         method = _raw_cache.get((type(effect), name)) or raw_method(type(effect), name)
-    return _call_marked(effect, method, args, kwargs)
+    ids = _local.raw  # (_call_marked, written out: this is every guarded call's)
+    key = id(effect)
+    if key in ids:
+        return method(effect, *args, **kwargs)
+    ids.add(key)
+    try:
+        return method(effect, *args, **kwargs)
+    finally:
+        ids.discard(key)
 
 
 def _call_marked(effect: Any, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

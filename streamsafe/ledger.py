@@ -211,7 +211,8 @@ class Ledger:
         (H3/H4, on the device, or by a host wait under ``stream``/``device``) and remember it as a
         reader until the next run, and as outstanding until the next release. ``escapes``: the
         consumer keeps a zero-copy view (not one of streamsafe's copy helpers)."""
-        outer = self.try_hold()
+        turns = self.turns
+        outer = turns.try_hold()
         if outer is None:
             with self.using("import"):  # another thread holds the effect: wait for its closing wait, or raise
                 self._import_held(generation, consumer, escapes, key)
@@ -219,7 +220,7 @@ class Ledger:
         try:
             self._import_held(generation, consumer, escapes, key)
         finally:
-            self.let_go(outer)
+            turns.let_go(outer)
 
     def _import_held(self, generation: int, consumer: Stream, escapes: bool, key: Any) -> None:
         if generation != self.generation:

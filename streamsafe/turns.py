@@ -55,7 +55,10 @@ class Turns:
         closing host wait, or raises)."""
         if not self.lock.acquire(False):
             return None
-        return self.took(False)
+        outer = (self.owner, self.closing_wait)  # (what took() does, written out: this is every guarded call's)
+        self.owner = _get_ident()
+        self.closing_wait = False
+        return outer
 
     def took(self, closing_wait: bool) -> tuple[int | None, bool]:
         """This thread now holds the lock: record it as the holder; returns the previous holder."""
