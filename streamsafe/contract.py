@@ -32,7 +32,8 @@ from .backend import Backend, current_backend, require_backend
 from .backend.naming import as_stream, stream_on_device
 from .errors import ArgumentError, EffectConfigError, EffectStateError, MissingCallError, StreamsafeError, UnguardedChangeError
 from .frameworks import TORCH, is_framework_stream, on_torch_device
-from .guarding import GuardBlock, GuardedBlocks, call_raw, check_effect, config_reader, settable, shape_of, snapshot
+from .guarding import GuardBlock, GuardedBlocks, call_raw, check_effect, config_reader, raised_after_sdk, settable, shape_of, snapshot
+from .interrupts import after_writes
 from .frames import UNREADABLE, SteadyFrames, restore_counters
 from .inputs import Inputs, call_keywords
 from .ledger import Ledger, adopt_ledger, forget_ledger, ledger_of, new_stats
@@ -353,38 +354,43 @@ class StreamContract(SteadyFrames, GuardedBlocks):
                     if producer is not None:
                         for o in hooks.observers:
                             o.on_input_write(array_key(arr), producer, dev)
+            if views_exist():  # (first: a stale view is refused before anything is issued or counted)
+                self._inputs.read_views(arrays, run_stream)
             counted = dict(self.stats)  # (restored if the SDK refuses the call: its counters count runs)
             ledger.apply(before, self.stats)
-            if views_exist():
-                self._inputs.read_views(arrays, run_stream)
             forward = plan.strategy is not Strategy.NONE and None in producers
             record = plan.strategy is not Strategy.NONE and be.records_accesses
             call_args, call_kwargs, seen = self._inputs.for_sdk(
                 args, kwargs, arrays, producers, run_stream, forward=forward, record=record)
             call_kwargs[self.profile.stream_keyword] = run_stream.ptr
             call_kwargs[self.profile.blocking_keyword] = plan.non_blocking
+            returned = recorded = False
             try:
                 with on_torch_device(dev):
                     raw = call_raw(self.effect, name, *call_args, **call_kwargs)
-            except Exception:
-                # The SDK refused the call (an input's dtype, layout or size; the effect's state): the
-                # counters go back to what they were. The device waits already issued stay queued (they
-                # order work and change no data), a host wait already made is not undone, and the
-                # ledger is as before: the previous output stays valid, its readers known. (In case the SDK
-                # issued work before it raised, its streams are waited for, and its inputs protected.)
-                restore_counters(self.stats, counted)
-                self._refused(plan, after, arrays, run_stream, seen)
+                    returned = True
+                # only now: an input the SDK rejects leaves the previous output valid and its readers known
+                generation = ledger.after_run(plan, shapes, self.stats, self._consumer or sdk)
+                protect = bool(plan.at("after run"))
+                if protect:
+                    ledger.apply(after, self.stats)
+                    self._inputs.protect(arrays, run_stream, seen)
+                recorded = True
+            except BaseException as e:
+                if recorded:
+                    raise
+                if returned or after_writes(e, sdk_returned=raised_after_sdk(self.effect, name, self.profile)):
+                    # Interrupted after the SDK may have issued its work (streamsafe.interrupts): a run.
+                    self._interrupted(plan, shapes, after, arrays, run_stream, seen)
+                else:
+                    # The SDK refused the call (an input's dtype, layout or size; the effect's state): the
+                    # counters go back to what they were. The device waits already issued stay queued (they
+                    # order work and change no data), a host wait already made is not undone, and the
+                    # ledger is as before: the previous output stays valid, its readers known. (In case the
+                    # SDK issued work before it raised, its streams are waited for, and its inputs protected.)
+                    restore_counters(self.stats, counted)
+                    self._refused(plan, after, arrays, run_stream, seen)
                 raise
-            except BaseException:
-                # Interrupted (KeyboardInterrupt, SystemExit) after the SDK may have issued its work: a run.
-                self._interrupted(plan, shapes, after, arrays, run_stream, seen)
-                raise
-            # only now: an input the SDK rejects leaves the previous output valid and its readers known
-            generation = ledger.after_run(plan, shapes, self.stats, self._consumer or sdk)
-            protect = bool(plan.at("after run"))
-            if protect:
-                ledger.apply(after, self.stats)
-                self._inputs.protect(arrays, run_stream, seen)
             ledger.prune_keepalive()
             self._last_plan = plan  # (run() changes no output-size or encoding attribute: the snapshot stays)
             for counter, n in steady.run_counts(plan):

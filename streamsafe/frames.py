@@ -16,7 +16,8 @@ import sys
 
 from . import steady
 from .frameworks import TORCH
-from .guarding import call_raw
+from .guarding import call_raw, raised_after_sdk
+from .interrupts import after_writes
 from .inputs import Inputs, is_number
 from .ledger import Ledger
 from .views import views_exist
@@ -161,6 +162,10 @@ class SteadyFrames:
             steady.replays += 1
             if steady.check_replay:
                 self._check_recipe(recipe, name, args, kwargs)
+            arrays = args if recipe.arrays_only else tuple(a for a in args if type(a) is not int and type(a) is not float)
+            run_stream = recipe.run_stream
+            if views_exist():  # (first: a stale view is refused before anything is issued or counted)
+                self._inputs.read_views(arrays, run_stream)
             stats = self.stats
             before = recipe.before
             counted = None
@@ -168,33 +173,35 @@ class SteadyFrames:
                 if not before.counts_exactly:
                     counted = dict(stats)  # (host waits or device syncs: counted as planned calls count them)
                 before(stats)
-            arrays = args if recipe.arrays_only else tuple(a for a in args if type(a) is not int and type(a) is not float)
-            run_stream = recipe.run_stream
-            if views_exist():
-                self._inputs.read_views(arrays, run_stream)
             profile = self.profile
             if kwargs:
                 kwargs = {k: v for k, v in kwargs.items() if k != profile.stream_keyword and k != profile.blocking_keyword}
             kwargs[profile.stream_keyword] = recipe.run_ptr
             kwargs[profile.blocking_keyword] = recipe.non_blocking
+            plan = recipe.plan
+            returned = recorded = False
             try:
                 raw = call_raw(self.effect, name, *args, **kwargs)
-            except Exception:  # refused (a dtype the facts do not hold): the counters as before, as planned calls
-                if counted is not None:
-                    restore_counters(stats, counted)
-                elif before.fences:
-                    before.uncount(stats)
-                self._refused(recipe.plan, recipe.after.fences, arrays, run_stream)
+                returned = True
+                generation = ledger.after_run(plan, recipe.shapes, stats, recipe.default_consumer)
+                if recipe.protect:
+                    if recipe.after.fences:
+                        recipe.after(stats)
+                    self._inputs.protect(arrays, run_stream)
+                recorded = True
+            except BaseException as e:
+                if recorded:
+                    raise
+                if returned or after_writes(e, sdk_returned=raised_after_sdk(self.effect, name, self.profile)):
+                    # interrupted after the SDK may have issued its work (streamsafe.interrupts): a run
+                    self._interrupted(plan, recipe.shapes, recipe.after.fences, arrays, run_stream)
+                else:  # refused (a dtype the facts do not hold): the counters as before, as planned calls
+                    if counted is not None:
+                        restore_counters(stats, counted)
+                    elif before.fences:
+                        before.uncount(stats)
+                    self._refused(plan, recipe.after.fences, arrays, run_stream)
                 raise
-            except BaseException:  # interrupted after the SDK may have issued its work: a run
-                self._interrupted(recipe.plan, recipe.shapes, recipe.after.fences, arrays, run_stream)
-                raise
-            plan = recipe.plan
-            generation = ledger.after_run(plan, recipe.shapes, stats, recipe.default_consumer)
-            if recipe.protect:
-                if recipe.after.fences:
-                    recipe.after(stats)
-                self._inputs.protect(arrays, run_stream)
             if ledger.keepalive:
                 ledger.prune_keepalive()
             self._last_plan = plan

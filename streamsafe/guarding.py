@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from .backend.naming import as_stream
 from .errors import NotAnEffectError
+from .interrupts import after_writes
 from .ledger import Ledger, ledger_of
 from .pool import pool_of
 from .profile import Profile, profile_of
@@ -47,6 +48,7 @@ __all__ = [
     "shape_of",
     "call_raw",
     "raw_method",
+    "raised_after_sdk",
     "push",
     "pop",
     "active_contract",
@@ -58,7 +60,6 @@ __all__ = [
     "check_effect",
     "settable",
     "config_reader",
-    "positional_capacity",
     "made_with",
 ]
 
@@ -103,12 +104,14 @@ def code_frame(frame: Any) -> Any:
 
 
 class _RawCalls(threading.local):
-    """Per thread: ids of the effects whose own methods are running (their dispatchers call through), and
-    the method a guarded call is to run instead of ``type(effect)``'s (a dispatcher reached by ``super()``)."""
+    """Per thread: ids of the effects whose own methods are running (their dispatchers call through), the
+    method a guarded call is to run instead of ``type(effect)``'s (a dispatcher reached by ``super()``), and
+    the effects whose SDK class's own method returned inside their running call (a subclass's ``super()``)."""
 
     def __init__(self) -> None:
         self.raw: set[int] = set()
         self.override: dict[int, Any] = {}
+        self.returned: set[int] = set()
 
 
 # (threading.local subclasses: each thread's attributes exist from its first access, so the hot path
@@ -171,15 +174,19 @@ def call_raw(effect: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     method = overrides.pop(id(effect), None) if overrides else None
     if method is None:
         method = _raw_cache.get((type(effect), name)) or raw_method(type(effect), name)
-    ids = _local.raw  # (_call_marked, written out: this is every guarded call's)
-    key = id(effect)
-    if key in ids:
-        return method(effect, *args, **kwargs)
-    ids.add(key)
-    try:
-        return method(effect, *args, **kwargs)
-    finally:
-        ids.discard(key)
+    return _call_marked(effect, method, args, kwargs)
+
+
+def raised_after_sdk(effect: Any, name: str, profile: Profile) -> bool:
+    """Whether the guarded call of ``effect.name`` now raising ran a user's subclass's method whose
+    ``super().name()`` had returned (the SDK wrote), or one where that cannot be seen."""
+    cls = type(effect)
+    method = raw_method(cls, name)
+    for base in cls.__mro__:
+        if base.__dict__.get(name) is method or _originals.get(base, {}).get(name) is method:
+            sdk = [c for c in base.__mro__[1:] if c.__name__ in profile.classes]
+            return bool(sdk) and (sdk[0] not in _originals or id(effect) in _local.returned)
+    return False
 
 
 def _call_marked(effect: Any, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -189,6 +196,7 @@ def _call_marked(effect: Any, method: Any, args: tuple[Any, ...], kwargs: dict[s
     if key in ids:
         return method(effect, *args, **kwargs)
     ids.add(key)
+    _local.returned.discard(key)
     try:
         return method(effect, *args, **kwargs)
     finally:
@@ -232,6 +240,9 @@ def install(cls: type) -> bool:
     if cls in _originals:
         return True
     profile = profile_of(cls)
+    for base in cls.__mro__[1:]:  # (an SDK class under a user's subclass: its dispatcher sees super()'s calls)
+        if base.__name__ in profile.classes and base is not object:
+            install(base)
     with _lock:
         if cls in _originals:
             return True
@@ -304,11 +315,17 @@ def _dispatcher(name: str, owner: type, profile: Profile) -> Callable[..., Any]:
         setattr(dispatch_setattr, _MARK, True)
         return dispatch_setattr
 
+    sdk_class = owner.__name__ in profile.classes
+
     def dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
         cls = type(self)
         method = _raw_cache.get((cls, name) if cls is owner else (cls, name, owner)) or raw_method(cls, name, owner)
         if id(self) in _local.raw:
-            return method(self, *args, **kwargs)
+            if not sdk_class:
+                return method(self, *args, **kwargs)
+            result = method(self, *args, **kwargs)
+            _local.returned.add(id(self))  # (a subclass's super() call returned: the SDK wrote)
+            return result
         contract = active_contract(self)
         if contract is not None:
             if cls is owner or method is raw_method(cls, name):
@@ -326,7 +343,8 @@ def _dispatcher(name: str, owner: type, profile: Profile) -> Callable[..., Any]:
             if pool is None:
                 return method(self, *args, **kwargs)
             return pool.tracked_call(self, name, lambda: _call_marked(self, method, args, kwargs), profile.frames_of,
-                                     profile.buffer_key, profile.prefetches, release=name in profile.releases)
+                                     profile.buffer_key, profile.prefetches, release=name in profile.releases,
+                                     error_names=profile.errors_after_writes, sdk_returned=lambda: raised_after_sdk(self, name, profile))
         ledger = ledger_of(self, create=False)
         if ledger is None:
             # never guarded: nothing to order, and a call the effect makes from inside finds no guard
@@ -523,8 +541,16 @@ def tracked_raw_call(
     with ledger.using(name):
         current = ledger.current_stream() if ledger.escaped else None
         ledger.apply(ledger.before_run(plan, shapes, current), ledger.unguarded_stats)
-        result = _call_marked(effect, method, args, kwargs)
-        ledger.after_unguarded_run(plan.sdk_streams, shapes)
+        returned = recorded = False
+        try:
+            result = _call_marked(effect, method, args, kwargs)
+            returned = True
+            ledger.after_unguarded_run(plan.sdk_streams, shapes)
+            recorded = True
+        except BaseException as e:  # interrupted after it may have written, or refused (streamsafe.interrupts)
+            if not recorded and (returned or after_writes(e, sdk_returned=raised_after_sdk(effect, name, profile))):
+                ledger.after_unguarded_run(plan.sdk_streams, shapes)
+            raise
     return result
 
 
@@ -541,29 +567,6 @@ def tracked_setattr(effect: Any, ledger: Ledger, attr: str, value: Any) -> None:
         call_raw(effect, "__setattr__", attr, value)
         ledger.released()
         ledger.config = snapshot(effect, profile)
-
-
-_positional: dict[tuple[type, str], int | None] = {}
-
-
-def positional_capacity(cls: type, name: str) -> int | None:
-    """How many positional arguments the SDK's own ``cls.name`` takes (``None``: any number, or unknown)."""
-    key = (cls, name)
-    if key not in _positional:
-        method = raw_method(cls, name)
-        params = None
-        if inspect.isfunction(method):  # (a plain function taking self first; anything else is not checked)
-            try:
-                every = list(inspect.signature(method).parameters.values())
-            except (TypeError, ValueError):
-                every = []
-            if every and every[0].kind in (every[0].POSITIONAL_ONLY, every[0].POSITIONAL_OR_KEYWORD):
-                params = every[1:]
-        if params is None or any(p.kind is p.VAR_POSITIONAL for p in params):
-            _positional[key] = None
-        else:
-            _positional[key] = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
-    return _positional[key]
 
 
 def shape_of(arr: Any) -> Any:

@@ -13,6 +13,7 @@ Nothing here blocks the host.
 
 from __future__ import annotations
 
+import inspect
 import numbers
 from collections.abc import Sequence
 from typing import Any
@@ -22,7 +23,7 @@ from .backend import Backend
 from .backend.naming import as_stream
 from .errors import ArgumentError, HostArrayError, InputArrayError, another_models_array
 from .frameworks import TORCH, framework_of, torch_current_stream_handle
-from .guarding import positional_capacity
+from .guarding import raw_method
 from .ledger import Ledger
 from .views import read_by
 from .profile import Profile
@@ -241,3 +242,26 @@ class Forwarding:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._arr, name)
+
+
+_positional: dict[tuple[type, str], int | None] = {}
+
+
+def positional_capacity(cls: type, name: str) -> int | None:
+    """How many positional arguments the SDK's own ``cls.name`` takes (``None``: any number, or unknown)."""
+    key = (cls, name)
+    if key not in _positional:
+        method = raw_method(cls, name)
+        params = None
+        if inspect.isfunction(method):  # (a plain function taking self first; anything else is not checked)
+            try:
+                every = list(inspect.signature(method).parameters.values())
+            except (TypeError, ValueError):
+                every = []
+            if every and every[0].kind in (every[0].POSITIONAL_ONLY, every[0].POSITIONAL_OR_KEYWORD):
+                params = every[1:]
+        if params is None or any(p.kind is p.VAR_POSITIONAL for p in params):
+            _positional[key] = None
+        else:
+            _positional[key] = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    return _positional[key]

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .backend import Backend
+from .interrupts import after_writes
 from .ledger import Ledger, new_stats
 from .plan import Fence, FencePlan, release_fences
 from .program import apply_fences
@@ -263,11 +264,14 @@ class BufferPool:
         apply_fences(backend, self.device, fences, stats)
 
     def tracked_call(self, owner: Any, name: str, call: Callable[[], Any], frames_of: Callable[[Any], list[Any]],
-                     key_of: Callable[[Any], Any], prefetches: bool, *, release: bool = False) -> Any:
+                     key_of: Callable[[Any], Any], prefetches: bool, *, release: bool = False,
+                     error_names: tuple[str, ...] = (), sdk_returned: Callable[[], bool] = lambda: False) -> Any:
         """A plain call on an object no guard holds now, but which has a pool: the SDK's raw frames, after
         the device waits that keep the frames streamsafe handed out safe (D5); the buffers it wrote are
         rewritten (their older frames stale). A releasing call (``release``) first makes the host wait for
-        every reader (D6). Does not block otherwise, beyond the SDK's own wait."""
+        every reader (D6). ``error_names``: the SDK's errors that may come after writes; ``sdk_returned()``: whether the SDK's own
+        method returned inside a subclass's (:func:`streamsafe.interrupts.after_writes`). Does not block
+        otherwise, beyond the SDK's own wait."""
         writer = self.writer
         if writer is None or self.backend is None:
             return call()
@@ -282,14 +286,17 @@ class BufferPool:
             fences = self.before_call(plan)
             self.apply(fences, self.unguarded_stats)
             self.wait_captured(plan, self.unguarded_stats, waited_streams(fences))
+            returned = recorded = False
             try:
                 raw = call()
-            except Exception:
-                raise  # (the SDK refused: its frames are as they were)
-            except BaseException:
-                self.after_interrupted_call(owner, plan, self.unguarded_stats, writer)
+                returned = True
+                self.after_call(owner, plan, [key_of(f) for f in frames_of(raw)], self.unguarded_stats, writer,
+                                prefetches=prefetches)
+                recorded = True
+            except BaseException as e:  # interrupted after it may have written, or refused (streamsafe.interrupts)
+                if not recorded and (returned or after_writes(e, error_names, sdk_returned=sdk_returned())):
+                    self.after_interrupted_call(owner, plan, self.unguarded_stats, writer)
                 raise
-            self.after_call(owner, plan, [key_of(f) for f in frames_of(raw)], self.unguarded_stats, writer, prefetches=prefetches)
         return raw
 
     def __repr__(self) -> str:

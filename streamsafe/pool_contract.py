@@ -28,6 +28,7 @@ from .contract import StreamContract, contract_sinks
 from .errors import ArgumentError, EffectStateError, NotAnEffectError, StreamsafeError
 from .frames import restore_counters
 from .guarding import GuardedBlocks, call_raw
+from .interrupts import after_writes
 from .ledger import new_stats
 from .plan import FencePlan
 from .pool import BufferPool, pool_of, pool_plan, waited_streams
@@ -187,21 +188,24 @@ class PoolContract(GuardedBlocks):
             fences = pool.before_call(plan)
             pool.apply(fences, stats)
             pool.wait_captured(plan, stats, waited_streams(fences))
+            profile = self.profile
+            returned = recorded = False
             try:
                 raw = call_raw(self.effect, name, *args, **kwargs)
-            except Exception as e:
-                restore_counters(stats, counted)  # (the SDK refused; the waits stay queued)
-                if type(e).__name__ in self.profile.errors_after_writes:  # its own error: it may have written some
-                    pool.after_interrupted_call(self.effect, plan, stats, default_consumer)
+                returned = True
+                keys = [profile.buffer_key(f) for f in profile.frames_of(raw)]
+                if hooks.observers and not self.backend.records_accesses:
+                    self._report_writes(keys)
+                made = pool.after_call(self.effect, plan, keys, stats, default_consumer, prefetches=profile.prefetches)
+                recorded = True
+            except BaseException as e:  # interrupted after it may have written, or refused (streamsafe.interrupts)
+                if not recorded:
+                    if not returned and isinstance(e, Exception):
+                        restore_counters(stats, counted)  # (the SDK raised: the counters count runs; the waits stay queued)
+                    if returned or after_writes(e, profile.errors_after_writes,
+                                                sdk_returned=guarding.raised_after_sdk(self.effect, name, profile)):
+                        pool.after_interrupted_call(self.effect, plan, stats, default_consumer)
                 raise
-            except BaseException:
-                pool.after_interrupted_call(self.effect, plan, stats, default_consumer)
-                raise
-            profile = self.profile
-            keys = [profile.buffer_key(f) for f in profile.frames_of(raw)]
-            if hooks.observers and not self.backend.records_accesses:
-                self._report_writes(keys)
-            made = pool.after_call(self.effect, plan, keys, stats, default_consumer, prefetches=profile.prefetches)
             stats["runs"] += 1
             stats["sdk_waits"] += 1  # (D1: the decoder's own host wait, every call)
         wrap = self.profile.wrap

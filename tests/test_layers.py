@@ -28,7 +28,7 @@ LAYERS = {
     "errors": 0, "_env": 0, "_version": 0, "streams": 0, "hooks": 0, "frameworks": 0, "strategy": 0, "_dlpack": 0,
     "backend": 1,
     "sim": 2,
-    "plan": 3, "program": 3, "ledger": 3, "turns": 3, "views": 3, "steady": 3, "occupancy": 3, "profile": 3, "pool": 3,
+    "plan": 3, "program": 3, "ledger": 3, "turns": 3, "interrupts": 3, "views": 3, "steady": 3, "occupancy": 3, "profile": 3, "pool": 3,
     "guarding": 4, "inputs": 4, "frames": 4, "contract": 4, "pool_contract": 4, "blocks": 4, "class_guard": 4,
     "outputs": 5,
     "profiles": 6,
