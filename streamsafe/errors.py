@@ -15,6 +15,7 @@ __all__ = [
     "UnguardedResultError",
     "another_models_array",
     "StreamsafeError",
+    "ExportError",
     "EnvironmentSettingError",
     "ArgumentError",
     "MissingCallError",
@@ -181,6 +182,16 @@ class StaleOutputError(StreamsafeError, BufferError):
             f"{output} came from run #{run}, but the effect has since {since} "
             f"(now at #{current}); its memory holds other data. {fix}"
         )
+
+
+class ExportError(StreamsafeError, BufferError):
+    """An output's capsule cannot be handed out as asked: it was imported already (H9), or the consumer asks
+    for a copy during export or for another device (DLPack's ``BufferError``)."""
+
+    def __init__(self, rule: str, fix: str) -> None:
+        self.rule = rule
+        self.fix = fix
+        super().__init__(f"{rule}. {fix}")
 
 
 class UnguardedChangeError(StreamsafeError, RuntimeError):

@@ -273,9 +273,11 @@ class Ledger:
 
     def refuse_stale_view(self, generation: int, what: str) -> None:
         """Raise :class:`~streamsafe.errors.StaleOutputError` for a zero-copy view of output ``generation``."""
+        how = ("has released its buffer since (close(), a change of output size or encoding): the view points at "
+               "freed memory" if generation < self.release_generation else "has run again since and overwrote it")
         raise StaleOutputError(
             f"this {what} (a zero-copy view of {self.name}'s output #{generation})", generation, self.generation,
-            f"{self.name} has run again since and overwrote it. Copy each output before the next run() "
+            f"{self.name} {how}. Copy each output before the next run() "
             "(out.torch(), out.cupy(), ...) and pass the copy down the pipeline.",
             closed=self.closed,
         )

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from . import hooks
 from ._dlpack import DLPACK_CUDA, capsule_data_key
 from .backend.naming import stream_on_device
-from .errors import DeviceMismatchError, FrameworkUnavailableError, StreamsafeError
+from .errors import DeviceMismatchError, ExportError, FrameworkUnavailableError, StreamsafeError
 from .frameworks import torch_current_stream_handle
 from .streams import LEGACY_HANDLE as LEGACY_DLPACK, Stream, handle_of, on_this_thread
 
@@ -29,21 +29,24 @@ if TYPE_CHECKING:
 __all__ = ["SafeImage", "SafeOutput", "SafeFrame", "JaxDLPackAdapter"]
 
 _CONSUMED = (
-    "this output's capsule was already imported; a DLPack capsule can be consumed once (H9). "
+    "this output's capsule was already imported; a DLPack capsule can be consumed once (H9)",
     "Import it once and keep that copy (out.torch(), out.cupy(), out.jax(), out.numpy() each import once), "
-    "or copy the array the first import gave you"
+    "or copy the array the first import gave you",
 )
 
 
 def _check_export(device: tuple[int, int], copy: bool | None, dl_device: tuple[int, int] | None) -> None:
     """The export rules both producers here share: no copy during export, no other device."""
     if copy:
-        raise BufferError(
-            "the output cannot be copied during export (copy=True; JAX's PJRT does not support it either): "
-            "import with copy=False and copy afterwards (the vendor's documented JAX recipe: jnp.array(view, copy=True))"
+        raise ExportError(
+            "the output cannot be copied during export (copy=True; JAX's PJRT does not support it either)",
+            "Import with copy=False and copy afterwards (the vendor's documented JAX recipe: jnp.array(view, copy=True))",
         )
     if dl_device is not None and tuple(dl_device) != device:
-        raise BufferError(f"the output lives on {device} and cannot be exported to {tuple(dl_device)}")
+        raise ExportError(
+            f"the output lives on DLPack device {device} and cannot be exported to dl_device={tuple(dl_device)}",
+            f"Import it on its own device (leave dl_device out, or pass {device}) and copy it to the other one afterwards",
+        )
 
 
 class SafeImage:
@@ -94,11 +97,11 @@ class SafeImage:
 
         Orders the consumer stream after the SDK's writes on the device (or by a host wait
         under the ``stream``/``device`` strategies), and the effect's next run and release after
-        the consumer. Raises :class:`BufferError` on a second import and
+        the consumer. Raises :class:`~streamsafe.errors.ExportError` (a ``BufferError``) on a second import and
         :class:`~streamsafe.errors.StaleOutputError` if the buffer was reused since.
         """
         if self._consumed:
-            raise BufferError(_CONSUMED)
+            raise ExportError(*_CONSUMED)
         ledger = self._ledger
         if self._generation != ledger.generation:
             ledger.check_current(self._generation)
@@ -121,7 +124,7 @@ class SafeImage:
     def check_importable(self) -> None:
         """Raise if the capsule was consumed or its buffer has been reused or released."""
         if self._consumed:
-            raise BufferError(_CONSUMED)
+            raise ExportError(*_CONSUMED)
         self._ledger.check_current(self._generation)
 
     def __copy__(self) -> NoReturn:
@@ -569,7 +572,7 @@ class JaxDLPackAdapter:
     Wraps a raw capsule (e.g. ``result.image`` from the SDK); that orders nothing, so use
     it after the SDK's work is complete. Given a contract's ``out.image`` (inside
     ``with stream_contract(...)`` the documented code passes exactly that), it forwards JAX's
-    stream to it, so the import is fenced. Handed out once; then :class:`BufferError`.
+    stream to it, so the import is fenced. Handed out once; then :class:`~streamsafe.errors.ExportError` (a ``BufferError``).
     Never blocks the host; it orders exactly what the wrapped object's ``__dlpack__`` orders.
     """
 
@@ -602,7 +605,7 @@ class JaxDLPackAdapter:
         """The capsule, once. Orders JAX's ``stream`` after the SDK's writes when it wraps a contract's
         image (through its ``__dlpack__``); a raw capsule orders nothing. Does not block."""
         if self._used:
-            raise BufferError(_CONSUMED)
+            raise ExportError(*_CONSUMED)
         _check_export(self.__dlpack_device__(), copy, dl_device)
         if isinstance(self._capsule, SafeImage):
             capsule = self._capsule.__dlpack__(stream=stream, max_version=max_version)

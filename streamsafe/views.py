@@ -32,7 +32,8 @@ def read_by(view: Any, key: Any) -> tuple[Any, int] | None:
     """For an input of a guarded call (``view``, its memory ``key``): the ledger and generation of the current
     output it is a zero-copy view of (the call reads that output), else ``None``. A view of an output its
     effect has since overwritten by a later run, without releasing the buffer meanwhile (the memory is still
-    the SDK's), raises :class:`~streamsafe.errors.StaleOutputError`. A model's view knows its run
+    the SDK's), raises :class:`~streamsafe.errors.StaleOutputError`; so does a view known as such (tagged) of
+an output since released (``close()``, a resize: it points at freed memory). A model's view knows its run
     (``view_of``); a torch view a copy helper made is tagged by its ledger; any other view is known by the
     newest view imported at its memory."""
     found = _VIEWS.get(key) if key is not None else None
@@ -43,17 +44,21 @@ def read_by(view: Any, key: Any) -> tuple[Any, int] | None:
     tag = view.view_of if tagged_class else None
     if found is None and tag is None:
         return None
+    exact = tag is not None  # (the view itself says which output it is: not another array at a freed address)
     if tag is not None:
         ledger, generation = tag[0](), tag[1]
     else:
         assert found is not None
         ledger, generation = found[0](), found[1]
         if ledger is not None and ledger.tagged_views:
-            generation = ledger.tagged_views.get(view, generation)
+            tagged = ledger.tagged_views.get(view)
+            if tagged is not None:
+                generation, exact = tagged, True
     if ledger is None:
         return None
     if generation != ledger.generation:
-        if generation >= ledger.release_generation and not ledger.closed:
+        # a view of an overwritten output, or (known by the view itself) of a released one: freed memory
+        if exact or (generation >= ledger.release_generation and not ledger.closed):
             ledger.refuse_stale_view(generation, "input")
         return None
     return ledger, generation

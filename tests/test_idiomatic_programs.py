@@ -6,6 +6,8 @@ control that shows the hazard is real on the model (the adversarial scheduler, v
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 from typing import Any
 
 import numpy as np
@@ -370,6 +372,129 @@ def test_control_a_refusal_before_any_work_leaves_the_previous_output_valid(sim:
     assert c.stats["runs"] == 1 and wrong(sim, [(copy, expected(fx, data_of(0)))]) == 0
 
 
+def _first_then_dropped(sim: SimBackend, fx: Any, c: Any, S: ss.Stream, drop: Any, *, replayed: bool = False) -> Any:
+    """Run frame 0, then frame 1 under ``drop`` (a context that makes that call raise), as a pipeline that keeps
+    its last good frame to show again when a frame is dropped; returns frame 0's output."""
+    with sim.use_stream(S):
+        first = c.run(sim.array(data_of(0)))
+        if replayed:  # (the same call again: the next one replays its recipe)
+            first = c.run(sim.array(data_of(0)))
+        with drop:
+            c.run(sim.array(data_of(1)))
+    return first
+
+
+def _later_frames_are_right(sim: SimBackend, fx: Any, c: Any, S: ss.Stream) -> None:
+    with sim.use_stream(S):
+        copies = [(sim.copy(sim.from_dlpack(c.run(sim.array(data_of(i))).image, stream=S), S), expected(fx, data_of(i)))
+                  for i in (2, 3)]
+    assert (wrong(sim, copies), sim.races) == (0, [])
+
+
+@pytest.mark.parametrize("strategy", FENCED)
+def test_an_error_raised_after_a_subclass_super_run_returned_counts_as_a_run(sim: SimBackend, strategy: str) -> None:
+    fx, S = make(sim, _Interrupted), sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(fx, S, strategy=strategy, input_stream=S)
+    fx.interrupt = None
+
+    class Drop:
+        def __enter__(self) -> None:
+            fx.interrupt = ValueError  # (the subclass's own check after the SDK wrote: a frame deadline, say)
+
+        def __exit__(self, kind: Any, *rest: Any) -> bool:
+            fx.interrupt = None
+            return kind is ValueError
+
+    first = _first_then_dropped(sim, fx, c, S, Drop())
+    with pytest.raises(ss.errors.StaleOutputError):  # its buffer holds frame 1 now
+        first.image.__dlpack__()
+    _later_frames_are_right(sim, fx, c, S)
+
+
+class _SignalAfterConversion:
+    """Inside the SDK's own ``run()``, right after it queued its conversion (its output written), a SIGALRM whose
+    Python handler raises ``TimeoutError`` (a per-frame deadline with ``signal.alarm``); ``by_signal=False``: the
+    same exception raised there directly, no signal (the control: then it reads as the SDK's refusal)."""
+
+    def __init__(self, sim: SimBackend, by_signal: bool = True) -> None:
+        self.sim, self.by_signal, self.launch = sim, by_signal, sim.launch
+
+    def _launch(self, stream: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        result = self.launch(stream, name, *args, **kwargs)
+        if name.endswith("conversion"):
+            if self.by_signal:
+                signal.raise_signal(signal.SIGALRM)
+            else:
+                raise TimeoutError("frame deadline")
+        return result
+
+    def __enter__(self) -> None:
+        def deadline(signum: int, frame: Any) -> None:
+            raise TimeoutError("frame deadline")
+
+        self.previous = signal.signal(signal.SIGALRM, deadline)
+        self.sim.launch = self._launch  # type: ignore[method-assign]
+
+    def __exit__(self, kind: Any, *rest: Any) -> bool:
+        del self.sim.launch
+        signal.signal(signal.SIGALRM, self.previous)
+        return kind is TimeoutError
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="needs SIGALRM")
+@pytest.mark.parametrize("replayed", [False, True], ids=["planned", "replayed"])
+def test_an_exception_a_signal_handler_raises_inside_run_counts_as_a_run(sim: SimBackend, replayed: bool) -> None:
+    fx, S = make(sim), sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(fx, S, input_stream=S)
+    first = _first_then_dropped(sim, fx, c, S, _SignalAfterConversion(sim), replayed=replayed)
+    with pytest.raises(ss.errors.StaleOutputError):
+        first.image.__dlpack__()
+    _later_frames_are_right(sim, fx, c, S)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="needs SIGALRM")
+def test_control_the_same_exception_raised_without_a_signal_reads_as_a_refusal_and_the_kept_frame_is_wrong(
+        sim: SimBackend) -> None:
+    fx, S = make(sim), sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(fx, S, input_stream=S)
+    first = _first_then_dropped(sim, fx, c, S, _SignalAfterConversion(sim, by_signal=False))
+    with sim.use_stream(S):
+        kept = sim.copy(sim.from_dlpack(first.image, stream=S), S)  # taken for the SDK's refusal: still "valid"
+    assert wrong(sim, [(kept, expected(fx, data_of(0)))]) == 1  # but the buffer holds frame 1: the hazard is real
+
+
+class _InterruptAtEntry:
+    """A Ctrl-C that lands as ``code`` is entered (CPython runs a pending signal's handler there), once."""
+
+    def __init__(self, code: Any) -> None:
+        self.code = code
+
+    def __enter__(self) -> None:
+        self.previous = sys.gettrace()
+
+        def tracer(frame: Any, event: str, arg: Any) -> Any:
+            if event == "call" and frame.f_code is self.code:
+                sys.settrace(self.previous)
+                raise KeyboardInterrupt
+            return None
+
+        sys.settrace(tracer)
+
+    def __exit__(self, kind: Any, *rest: Any) -> bool:
+        sys.settrace(self.previous)
+        return kind is KeyboardInterrupt
+
+
+@pytest.mark.parametrize("replayed", [False, True], ids=["planned", "replayed"])
+def test_a_ctrl_c_between_the_sdks_return_and_the_ledgers_update_counts_as_a_run(sim: SimBackend, replayed: bool) -> None:
+    fx, S = make(sim), sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(fx, S, input_stream=S)
+    first = _first_then_dropped(sim, fx, c, S, _InterruptAtEntry(ledger_module.Ledger.after_run.__code__), replayed=replayed)
+    with pytest.raises(ss.errors.StaleOutputError):
+        first.image.__dlpack__()
+    _later_frames_are_right(sim, fx, c, S)
+
+
 # -- 7. a stale zero-copy view passed down a pipeline -------------------------------------------------------
 
 
@@ -397,10 +522,61 @@ def test_a_stale_view_handed_to_a_guarded_call_is_refused(sim: SimBackend) -> No
         two_stages(sim, late=True)
 
 
+@pytest.mark.parametrize("replayed", [False, True], ids=["planned", "replayed"])
+def test_a_refused_stale_view_leaves_the_counters_and_the_ledger_as_they_were(sim: SimBackend, replayed: bool) -> None:
+    first, second = make(sim), make(sim)
+    second.output_width = second.output_height = 64
+    S = sim.create_stream(non_blocking=True)
+    c1 = ss.StreamContract(first, S, input_stream=S)
+    c2 = ss.StreamContract(second, S, input_stream=S)
+    with sim.use_stream(S):
+        for _ in range(2 if replayed else 1):  # (twice: the stale call below would replay the recipe)
+            view = sim.from_dlpack(c1.run(sim.array(data_of(0))).image, stream=S)
+            c2.run(view)
+        stats, generation = dict(c2.stats), c2.ledger.generation
+        c1.run(sim.array(data_of(1)))
+        with pytest.raises(ss.errors.StaleOutputError):
+            c2.run(view)
+    assert (dict(c2.stats), c2.ledger.generation) == (stats, generation)
+
+
 def test_control_a_current_view_is_ordered_and_passes(sim: SimBackend) -> None:
     two_stages(sim, late=False)
     sim.synchronize_device()
     assert sim.races == []
+
+
+def _view_then_release(sim: SimBackend, release: str, guarded: bool) -> None:
+    """Stage 1's zero-copy view, then stage 1 released (``close()``, or a resize), then the view handed to
+    stage 2 (through its contract, or, ``guarded=False``, to the raw effect: the control)."""
+    first, second = make(sim), make(sim)
+    second.output_width = second.output_height = 64
+    S = sim.create_stream(non_blocking=True)
+    c1 = ss.StreamContract(first, S, input_stream=S)
+    c2 = ss.StreamContract(second, S, input_stream=S)
+    with sim.use_stream(S):
+        view = sim.from_dlpack(c1.run(sim.array(data_of(0))).image, stream=S)
+        if release == "close":
+            c1.close()
+        else:
+            c1.configure(output_width=48)
+        if guarded:
+            c2.run(view)
+        else:
+            second.run(view, stream_ptr=S.ptr)
+    sim.synchronize_device()
+
+
+@pytest.mark.parametrize("release", ["close", "resize"])
+def test_a_view_of_a_released_output_is_refused_as_an_input(sim: SimBackend, release: str) -> None:
+    with pytest.raises(ss.errors.StaleOutputError, match="released its buffer"):
+        _view_then_release(sim, release, guarded=True)
+
+
+@pytest.mark.parametrize("release", ["close", "resize"])
+def test_control_a_view_of_a_released_output_reads_freed_memory(sim: SimBackend, release: str) -> None:
+    _view_then_release(sim, release, guarded=False)
+    assert any("after it was released" in str(r) for r in sim.races)
 
 
 # -- blocks entered through context-manager helpers, errors after work, recycled model handles ------------
