@@ -195,9 +195,9 @@ def _call_marked(effect: Any, method: Any, args: tuple[Any, ...], kwargs: dict[s
     key = id(effect)
     if key in ids:
         return method(effect, *args, **kwargs)
-    ids.add(key)
     _local.returned.discard(key)
     try:
+        ids.add(key)  # (in the try: an interrupt as it returns must not leave the effect marked raw)
         return method(effect, *args, **kwargs)
     finally:
         ids.discard(key)

@@ -6,6 +6,7 @@ control that shows the hazard is real on the model (the adversarial scheduler, v
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 from typing import Any
@@ -493,6 +494,72 @@ def test_a_ctrl_c_between_the_sdks_return_and_the_ledgers_update_counts_as_a_run
     with pytest.raises(ss.errors.StaleOutputError):
         first.image.__dlpack__()
     _later_frames_are_right(sim, fx, c, S)
+
+
+class _InterruptAtNthEntry:
+    """A Ctrl-C at the ``n``-th entry of a function of streamsafe's own guard code (its model and emulations
+    aside), once; ``n=None`` counts the entries. A function's entry is where CPython runs a pending signal's
+    handler (and after a C call, and on a loop's jump back)."""
+
+    def __init__(self, n: int | None) -> None:
+        self.n, self.count, self.where = n, 0, ""
+
+    def _global(self, frame: Any, event: str, arg: Any) -> Any:
+        name = frame.f_code.co_filename
+        root = ss.__file__.rpartition("/")[0] + "/"
+        if event == "call" and name.startswith(root) and not name.startswith((root + "sim/", root + "testing/")):
+            self.count += 1
+            if self.count == self.n:
+                self.where = f"{name.rpartition('/')[2]}:{frame.f_code.co_name}"
+                sys.settrace(None)
+                raise KeyboardInterrupt
+        return None
+
+    def __enter__(self) -> None:
+        self.previous = sys.gettrace()
+        sys.settrace(self._global)
+
+    def __exit__(self, kind: Any, *rest: Any) -> bool:
+        sys.settrace(self.previous)
+        return kind is KeyboardInterrupt
+
+
+def _interrupted_pipeline(way: str, n: int | None) -> tuple[SimBackend, _InterruptAtNthEntry, int]:
+    sim = SimBackend(scheduler="adversarial")
+    fx = make(sim)
+    S, P, C = (sim.create_stream(non_blocking=True) for _ in range(3))
+    c = ss.StreamContract(fx, S, input_stream=P)
+    boom, copies, kept = _InterruptAtNthEntry(n), [], None
+    for i in range(4):  # frame 2 interrupted; frame 1 made the recipe frame 2 replays, and is read after it
+        x = sim.empty((3, 16, 16), np.float32, stream=P)
+        write(sim, x, data_of(i), P)
+        with sim.use_stream(S), (boom if i == 2 else contextlib.nullcontext()):
+            if way == "contract":
+                out = c.run(x)
+            else:
+                with ss.stream_contract(fx, S, input_stream=P):
+                    out = fx.run(x)
+            if i == 1:
+                kept = out
+            else:
+                copies.append((sim.copy(sim.from_dlpack(out.image, stream=C), C), expected(fx, data_of(i))))
+        if i == 2:
+            with contextlib.suppress(ss.errors.StaleOutputError):  # stale, or still frame 1: never other data
+                copies.append((sim.copy(sim.from_dlpack(kept.image, stream=C), C), expected(fx, data_of(1))))
+    return sim, boom, wrong(sim, copies)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # (one landing in a finalizer: ignored)
+@pytest.mark.parametrize("way", ["contract", "block"])
+def test_a_ctrl_c_at_any_function_entry_of_a_guarded_call_leaves_every_later_frame_right(way: str) -> None:
+    entries = _interrupted_pipeline(way, None)[1].count
+    assert entries > 20
+    bad = []
+    for n in range(1, entries + 1):
+        sim, boom, wrong_frames = _interrupted_pipeline(way, n)
+        if wrong_frames or sim.races:
+            bad.append((boom.where, wrong_frames, str(sim.races[0])[:120] if sim.races else ""))
+    assert bad == []
 
 
 # -- 7. a stale zero-copy view passed down a pipeline -------------------------------------------------------
