@@ -27,11 +27,11 @@ import inspect
 import operator
 import sys
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .backend.naming import as_stream
+from .construction import recording_init
 from .errors import NotAnEffectError
 from .interrupts import after_writes
 from .ledger import Ledger, ledger_of
@@ -60,7 +60,6 @@ __all__ = [
     "check_effect",
     "settable",
     "config_reader",
-    "made_with",
 ]
 
 _MARK = "__streamsafe_dispatch__"
@@ -109,7 +108,8 @@ class _RawCalls(threading.local):
     the effects whose SDK class's own method returned inside their running call (a subclass's ``super()``)."""
 
     def __init__(self) -> None:
-        self.raw: set[int] = set()
+        self.raw: dict[int, Any] = {}
+        """Effect id -> the frame of the raw call running its own method (see :func:`_in_raw_call`)."""
         self.override: dict[int, Any] = {}
         self.returned: set[int] = set()
 
@@ -191,47 +191,31 @@ def raised_after_sdk(effect: Any, name: str, profile: Profile) -> bool:
 
 def _call_marked(effect: Any, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``method(effect, ...)`` with ``effect`` in this thread's set of raw calls while it runs."""
-    ids = _local.raw
     key = id(effect)
-    if key in ids:
+    if _in_raw_call(key):
         return method(effect, *args, **kwargs)
+    ids = _local.raw
     _local.returned.discard(key)
     try:
-        ids.add(key)  # (in the try: an interrupt as it returns must not leave the effect marked raw)
+        ids[key] = sys._getframe()
         return method(effect, *args, **kwargs)
     finally:
-        ids.discard(key)
+        ids.pop(key, None)
 
 
-_made_with: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
-"""Objects made while their class was guarded: the constructor arguments their profile names."""
-
-
-def made_with(obj: Any, name: str) -> Any:
-    """The constructor argument ``name`` ``obj`` was made with, if its class was guarded then and its profile
-    names it (:attr:`~streamsafe.profile.Profile.constructor_keywords`), else ``None``. Does not block."""
-    try:
-        return _made_with.get(obj, {}).get(name)
-    except TypeError:
-        return None
-
-
-def _recording_init(cls: type, original: Any, names: tuple[str, ...]) -> Callable[..., None]:
-    """``cls.__init__`` that also records the constructor arguments ``names`` (their defaults when not given)."""
-    signature = inspect.signature(original)
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        try:
-            bound = signature.bind(self, *args, **kwargs)
-            bound.apply_defaults()
-            _made_with[self] = {n: bound.arguments[n] for n in names if n in bound.arguments}
-        except (TypeError, ValueError):  # (arguments the signature does not take: the SDK accepted them, record nothing)
-            pass
-
-    functools.update_wrapper(__init__, original)
-    setattr(__init__, _MARK, True)
-    return __init__
+def _in_raw_call(key: int) -> bool:
+    """Whether effect ``key``'s own method runs in this thread now (a call from inside it calls through). A
+    mark an interrupt left behind (it skipped the removal) is known by its frame, no longer running, and goes."""
+    frame = _local.raw.get(key)
+    if frame is None:
+        return False
+    caller: Any = sys._getframe(1)
+    while caller is not None:
+        if caller is frame:
+            return True
+        caller = caller.f_back
+    _local.raw.pop(key, None)
+    return False
 
 
 def install(cls: type) -> bool:
@@ -251,7 +235,7 @@ def install(cls: type) -> bool:
             init = getattr(cls, "__init__", None)  # (its own or inherited)
             if profile.constructor_keywords and inspect.isfunction(init) and not getattr(init, _MARK, False):
                 saved["__init__"] = cls.__dict__.get("__init__")
-                cls.__init__ = _recording_init(cls, init, profile.constructor_keywords)  # type: ignore[misc]
+                cls.__init__ = recording_init(init, profile.constructor_keywords, _MARK)  # type: ignore[misc]
             for name in (*profile.calls, *profile.releases, "__setattr__"):
                 if name != "__setattr__" and not hasattr(cls, name):
                     continue
@@ -307,7 +291,7 @@ def _dispatcher(name: str, owner: type, profile: Profile) -> Callable[..., Any]:
         settings = frozenset(profile.settings)
 
         def dispatch_setattr(self: Any, attr: str, value: Any) -> None:
-            if attr in settings and id(self) not in _local.raw:
+            if attr in settings and not _in_raw_call(id(self)):
                 _tracked_setattr(self, attr, value)
             else:
                 raw_method(type(self), "__setattr__", owner)(self, attr, value)
@@ -320,7 +304,7 @@ def _dispatcher(name: str, owner: type, profile: Profile) -> Callable[..., Any]:
     def dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
         cls = type(self)
         method = _raw_cache.get((cls, name) if cls is owner else (cls, name, owner)) or raw_method(cls, name, owner)
-        if id(self) in _local.raw:
+        if _local.raw and _in_raw_call(id(self)):
             if not sdk_class:
                 return method(self, *args, **kwargs)
             result = method(self, *args, **kwargs)

@@ -84,7 +84,7 @@ class Profile:
     """The CUDA device of an object (an effect's ``device``; a decoder's ``gpu_id``)."""
     constructor_keywords: tuple[str, ...] = ()
     """Constructor arguments worth remembering (a decoder's ``cuda_stream`` and ``gpu_id``, which it keeps in
-    C++): recorded for objects made while their class is guarded (:func:`streamsafe.guarding.made_with`)."""
+    C++): recorded for objects made while their class is guarded (:func:`streamsafe.construction.made_with`)."""
     errors_after_writes: tuple[str, ...] = ()
     """For a pool: the names of the SDK's exception classes that may come after some buffers were written (its
     own errors from inside a call), so every frame handed out so far goes stale; others (an index out of range)

@@ -29,7 +29,7 @@ LAYERS = {
     "backend": 1,
     "sim": 2,
     "plan": 3, "program": 3, "ledger": 3, "turns": 3, "interrupts": 3, "views": 3, "steady": 3, "occupancy": 3, "profile": 3, "pool": 3,
-    "guarding": 4, "inputs": 4, "frames": 4, "contract": 4, "pool_contract": 4, "blocks": 4, "class_guard": 4,
+    "guarding": 4, "construction": 4, "inputs": 4, "frames": 4, "contract": 4, "pool_contract": 4, "blocks": 4, "class_guard": 4,
     "outputs": 5,
     "profiles": 6,
     "testing": 7, "bench": 7, "tools": 7, "__init__": 7, "__main__": 7,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..guarding import made_with
+from ..construction import made_with
 from ..outputs import SafeFrame
 from ..profile import Profile, register
 

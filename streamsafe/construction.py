@@ -1,0 +1,48 @@
+"""Constructor arguments an SDK object was made with, recorded while its class is guarded.
+
+Some SDK objects keep what they were made with out of Python's reach (a decoder's ``cuda_stream`` and
+``gpu_id`` live in C++). A guarded class's ``__init__`` records the arguments its profile names
+(:attr:`~streamsafe.profile.Profile.constructor_keywords`); :func:`made_with` reads them back. Nothing here
+blocks or issues GPU work.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["made_with", "recording_init"]
+
+_made_with: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+"""Objects made while their class was guarded: the constructor arguments their profile names."""
+
+
+def made_with(obj: Any, name: str) -> Any:
+    """The constructor argument ``name`` ``obj`` was made with, if its class was guarded then and its profile
+    names it (:attr:`~streamsafe.profile.Profile.constructor_keywords`), else ``None``. Does not block."""
+    try:
+        return _made_with.get(obj, {}).get(name)
+    except TypeError:
+        return None
+
+
+def recording_init(original: Any, names: tuple[str, ...], mark: str) -> Callable[..., None]:
+    """``original`` (an ``__init__``) that also records the constructor arguments ``names`` (their defaults when
+    not given), with the attribute ``mark`` set on it (the guard's sign of its own wrappers)."""
+    signature = inspect.signature(original)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            _made_with[self] = {n: bound.arguments[n] for n in names if n in bound.arguments}
+        except (TypeError, ValueError):  # (arguments the signature does not take: the SDK accepted them, record nothing)
+            pass
+
+    functools.update_wrapper(__init__, original)
+    setattr(__init__, mark, True)
+    return __init__
