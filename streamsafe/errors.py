@@ -170,7 +170,8 @@ class StrategyError(StreamsafeError, ValueError):
 class StaleOutputError(StreamsafeError, BufferError):
     """An output was imported after its SDK buffer was reused or released (H7)."""
 
-    def __init__(self, output: str, run: int, current: int, fix: str, *, closed: bool = False) -> None:
+    def __init__(self, output: str, run: int, current: int, fix: str, *, closed: bool = False,
+                 source: str = "the effect") -> None:
         self.output = output
         self.run = run
         self.current = current
@@ -178,8 +179,11 @@ class StaleOutputError(StreamsafeError, BufferError):
         self.closed = closed
         """Whether the effect was closed (rather than run again or resized)."""
         since = "been closed, which released its buffer" if closed else "run again or released its buffer"
+        if source != "the effect":  # (a decoder's frame: its buffer, written again by a later call)
+            since = "written this buffer again or released it"
+        call = "run" if source == "the effect" else "call"
         super().__init__(
-            f"{output} came from run #{run}, but the effect has since {since} "
+            f"{output} came from {call} #{run}, but {source} has since {since} "
             f"(now at #{current}); its memory holds other data. {fix}"
         )
 

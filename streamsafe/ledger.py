@@ -190,14 +190,16 @@ class Ledger:
 
     # -- outputs ------------------------------------------------------------------------------------
 
-    def check_current(self, generation: int, what: str = "this output", fix: str | None = None) -> None:
+    def check_current(self, generation: int, what: str = "this output", fix: str | None = None,
+                      source: str = "the effect") -> None:
         """Raise :class:`~streamsafe.errors.StaleOutputError` unless ``generation`` is the current output
-        (``fix``: what the message tells the user to do, if not the effect's rule)."""
+        (``fix``: what the message tells the user to do, if not the effect's rule; ``source``: who writes the
+        buffer, for the message)."""
         if generation != self.generation:
             raise StaleOutputError(
                 what, generation, self.generation,
                 fix or "Copy each output before the next run(), close() or resize (out.torch(), out.cupy(), ...).",
-                closed=self.closed,
+                closed=self.closed, source=source,
             )
 
     def view_escaped(self, generation: int) -> None:

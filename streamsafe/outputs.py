@@ -391,7 +391,7 @@ class SafeFrame:
 
     def check_importable(self) -> None:
         """Raise :class:`~streamsafe.errors.StaleOutputError` if the decoder has written the buffer since."""
-        self._ledger.check_current(self._generation, "this decoded frame", _FRAME_FIX)
+        self._ledger.check_current(self._generation, "this decoded frame", _FRAME_FIX, source="the decoder")
 
     def cuda(self) -> Any:
         """The SDK frame's CUDA array interface views (``DecodedFrame.cuda()``): streamsafe does not see them read,

@@ -134,3 +134,20 @@ def test_a_declared_per_thread_stream_is_never_known_by_its_handle() -> None:
     assert c.ledger.known.get(2) is None and c.ledger.known_stream(2) is None
     c.close()
     assert sim.races == []
+
+
+def test_a_destroyed_streams_handle_is_refused_by_name_until_a_new_stream_gets_it() -> None:
+    import pytest
+
+    from streamsafe.backend.naming import as_stream
+    from streamsafe.errors import CudaDriverError
+    from streamsafe.sim import SimBackend
+
+    sim = SimBackend()
+    live, gone = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    sim.destroy_stream(gone)
+    assert sim.stream_info(live.handle) == (0, True)
+    with pytest.raises(CudaDriverError, match="was destroyed"):
+        as_stream(gone.handle, backend=sim)
+    again = sim.create_stream(non_blocking=False)  # (the driver hands the handle to the next stream, of either kind)
+    assert again.handle == gone.handle and sim.stream_info(gone.handle) == (0, False)

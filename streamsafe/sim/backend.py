@@ -188,17 +188,18 @@ class SimBackend(StreamLifetimes):
 
     @entry
     def stream_info(self, handle: int) -> tuple[int, bool]:
-        """``(device, non_blocking)`` of a stream created by this model; unknown handles fail like the driver."""
+        """``(device, non_blocking)`` of a stream created by this model; unknown and destroyed handles fail like
+        the driver (until a new stream gets the handle)."""
+        destroyed = False
         for state in self._streams.values():
-            if state.stream.handle == handle:
-                return state.stream.device, state.stream.kind is StreamKind.NON_BLOCKING
-        raise CudaDriverError(
-            "cuStreamGetFlags",
-            400,
-            "CUDA_ERROR_INVALID_HANDLE",
-            "invalid resource handle",
-            f"Is {handle:#x} a stream of this SimBackend?",
-        )
+            s = state.stream
+            if s.handle == handle and (s.device, handle, s.kind) in self._destroyed:
+                destroyed = True
+            elif s.handle == handle:
+                return s.device, s.kind is StreamKind.NON_BLOCKING
+        hint = "names a stream that was destroyed (destroy_stream): pass a live stream" if destroyed else "a stream of this SimBackend?"
+        raise CudaDriverError("cuStreamGetFlags", 400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle",
+                              f"{handle:#x} {hint}" if destroyed else f"Is {handle:#x} {hint}")
 
     def _current(self) -> dict[int, Stream]:
         try:
