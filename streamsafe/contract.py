@@ -364,7 +364,7 @@ class StreamContract(SteadyFrames, GuardedBlocks):
                 args, kwargs, arrays, producers, run_stream, forward=forward, record=record)
             call_kwargs[self.profile.stream_keyword] = run_stream.ptr
             call_kwargs[self.profile.blocking_keyword] = plan.non_blocking
-            returned = recorded = False
+            returned = False
             try:
                 with on_torch_device(dev):
                     raw = call_raw(self.effect, name, *call_args, **call_kwargs)
@@ -375,10 +375,7 @@ class StreamContract(SteadyFrames, GuardedBlocks):
                 if protect:
                     ledger.apply(after, self.stats)
                     self._inputs.protect(arrays, run_stream, seen)
-                recorded = True
             except BaseException as e:
-                if recorded:
-                    raise
                 if returned or after_writes(e, sdk_returned=raised_after_sdk(self.effect, name, self.profile)):
                     # Interrupted after the SDK may have issued its work (streamsafe.interrupts): a run.
                     self._interrupted(plan, shapes, after, arrays, run_stream, seen)

@@ -179,7 +179,7 @@ class SteadyFrames:
             kwargs[profile.stream_keyword] = recipe.run_ptr
             kwargs[profile.blocking_keyword] = recipe.non_blocking
             plan = recipe.plan
-            returned = recorded = False
+            returned = False
             try:
                 raw = call_raw(self.effect, name, *args, **kwargs)
                 returned = True
@@ -188,10 +188,7 @@ class SteadyFrames:
                     if recipe.after.fences:
                         recipe.after(stats)
                     self._inputs.protect(arrays, run_stream)
-                recorded = True
             except BaseException as e:
-                if recorded:
-                    raise
                 if returned or after_writes(e, sdk_returned=raised_after_sdk(self.effect, name, self.profile)):
                     # interrupted after the SDK may have issued its work (streamsafe.interrupts): a run
                     self._interrupted(plan, recipe.shapes, recipe.after.fences, arrays, run_stream)

@@ -525,14 +525,13 @@ def tracked_raw_call(
     with ledger.using(name):
         current = ledger.current_stream() if ledger.escaped else None
         ledger.apply(ledger.before_run(plan, shapes, current), ledger.unguarded_stats)
-        returned = recorded = False
+        returned = False
         try:
             result = _call_marked(effect, method, args, kwargs)
             returned = True
             ledger.after_unguarded_run(plan.sdk_streams, shapes)
-            recorded = True
         except BaseException as e:  # interrupted after it may have written, or refused (streamsafe.interrupts)
-            if not recorded and (returned or after_writes(e, sdk_returned=raised_after_sdk(effect, name, profile))):
+            if returned or after_writes(e, sdk_returned=raised_after_sdk(effect, name, profile)):
                 ledger.after_unguarded_run(plan.sdk_streams, shapes)
             raise
     return result

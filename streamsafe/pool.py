@@ -286,15 +286,14 @@ class BufferPool:
             fences = self.before_call(plan)
             self.apply(fences, self.unguarded_stats)
             self.wait_captured(plan, self.unguarded_stats, waited_streams(fences))
-            returned = recorded = False
+            returned = False
             try:
                 raw = call()
                 returned = True
                 self.after_call(owner, plan, [key_of(f) for f in frames_of(raw)], self.unguarded_stats, writer,
                                 prefetches=prefetches)
-                recorded = True
             except BaseException as e:  # interrupted after it may have written, or refused (streamsafe.interrupts)
-                if not recorded and (returned or after_writes(e, error_names, sdk_returned=sdk_returned())):
+                if returned or after_writes(e, error_names, sdk_returned=sdk_returned()):
                     self.after_interrupted_call(owner, plan, self.unguarded_stats, writer)
                 raise
         return raw

@@ -189,7 +189,7 @@ class PoolContract(GuardedBlocks):
             pool.apply(fences, stats)
             pool.wait_captured(plan, stats, waited_streams(fences))
             profile = self.profile
-            returned = recorded = False
+            returned = False
             try:
                 raw = call_raw(self.effect, name, *args, **kwargs)
                 returned = True
@@ -197,14 +197,12 @@ class PoolContract(GuardedBlocks):
                 if hooks.observers and not self.backend.records_accesses:
                     self._report_writes(keys)
                 made = pool.after_call(self.effect, plan, keys, stats, default_consumer, prefetches=profile.prefetches)
-                recorded = True
             except BaseException as e:  # interrupted after it may have written, or refused (streamsafe.interrupts)
-                if not recorded:
-                    if not returned and isinstance(e, Exception):
-                        restore_counters(stats, counted)  # (the SDK raised: the counters count runs; the waits stay queued)
-                    if returned or after_writes(e, profile.errors_after_writes,
-                                                sdk_returned=guarding.raised_after_sdk(self.effect, name, profile)):
-                        pool.after_interrupted_call(self.effect, plan, stats, default_consumer)
+                if not returned and isinstance(e, Exception):
+                    restore_counters(stats, counted)  # (the SDK raised: the counters count runs; the waits stay queued)
+                if returned or after_writes(e, profile.errors_after_writes,
+                                            sdk_returned=guarding.raised_after_sdk(self.effect, name, profile)):
+                    pool.after_interrupted_call(self.effect, plan, stats, default_consumer)
                 raise
             stats["runs"] += 1
             stats["sdk_waits"] += 1  # (D1: the decoder's own host wait, every call)
