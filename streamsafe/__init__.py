@@ -65,7 +65,8 @@ _SUBPACKAGES = ("testing", "bench", "tools")
 """Subpackages reachable as attributes without their own import (imported on first use)."""
 
 _MOVED = {
-    **{name: "streamsafe.errors" for name in errors.__all__ if name != "StreamsafeError" and name[0].isupper()},
+    **{name: "streamsafe.errors" for name in errors.__all__
+       if name not in ("StreamsafeError", "ExportError") and name[0].isupper()},  # (ExportError is new: never here)
     **{name: "streamsafe.sim" for name in (
         "SimBackend", "AdversarialScheduler", "ChoiceScheduler", "InOrderScheduler", "RandomScheduler",
         "HOST", "VectorClock", "is_ordered_after", "Access", "Race",

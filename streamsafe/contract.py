@@ -32,7 +32,7 @@ from .backend import Backend, current_backend, require_backend
 from .backend.naming import as_stream, stream_on_device
 from .errors import ArgumentError, EffectConfigError, EffectStateError, MissingCallError, StreamsafeError, UnguardedChangeError
 from .frameworks import TORCH, is_framework_stream, on_torch_device
-from .guarding import GuardBlock, GuardedBlocks, call_raw, check_effect, config_reader, raised_after_sdk, settable, shape_of, snapshot
+from .guarding import GuardBlock, GuardedBlocks, call_raw, check_effect, config_reader, settable, shape_of, snapshot
 from .interrupts import after_writes
 from .frames import UNREADABLE, SteadyFrames, restore_counters
 from .inputs import Inputs, call_keywords
@@ -376,7 +376,7 @@ class StreamContract(SteadyFrames, GuardedBlocks):
                     ledger.apply(after, self.stats)
                     self._inputs.protect(arrays, run_stream, seen)
             except BaseException as e:
-                if returned or after_writes(e, sdk_returned=raised_after_sdk(self.effect, name, self.profile)):
+                if returned or after_writes(e):
                     # Interrupted after the SDK may have issued its work (streamsafe.interrupts): a run.
                     self._interrupted(plan, shapes, after, arrays, run_stream, seen)
                 else:

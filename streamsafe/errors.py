@@ -181,11 +181,15 @@ class StaleOutputError(StreamsafeError, BufferError):
         since = "been closed, which released its buffer" if closed else "run again or released its buffer"
         if source != "the effect":  # (a decoder's frame: its buffer, written again by a later call)
             since = "written this buffer again or released it"
+        self.source = source
         call = "run" if source == "the effect" else "call"
         super().__init__(
             f"{output} came from {call} #{run}, but {source} has since {since} "
             f"(now at #{current}); its memory holds other data. {fix}"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:  # (picklable: it crosses multiprocessing)
+        return _stale, (self.output, self.run, self.current, self.fix, self.closed, self.source)
 
 
 class ExportError(StreamsafeError, BufferError):
@@ -196,6 +200,13 @@ class ExportError(StreamsafeError, BufferError):
         self.rule = rule
         self.fix = fix
         super().__init__(f"{rule}. {fix}")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # (picklable: it crosses multiprocessing)
+        return type(self), (self.rule, self.fix)
+
+
+def _stale(output: str, run: int, current: int, fix: str, closed: bool, source: str) -> StaleOutputError:
+    return StaleOutputError(output, run, current, fix, closed=closed, source=source)
 
 
 class UnguardedChangeError(StreamsafeError, RuntimeError):

@@ -16,7 +16,7 @@ import sys
 
 from . import steady
 from .frameworks import TORCH
-from .guarding import call_raw, raised_after_sdk
+from .guarding import call_raw
 from .interrupts import after_writes
 from .inputs import Inputs, is_number
 from .ledger import Ledger
@@ -189,7 +189,7 @@ class SteadyFrames:
                         recipe.after(stats)
                     self._inputs.protect(arrays, run_stream)
             except BaseException as e:
-                if returned or after_writes(e, sdk_returned=raised_after_sdk(self.effect, name, self.profile)):
+                if returned or after_writes(e):
                     # interrupted after the SDK may have issued its work (streamsafe.interrupts): a run
                     self._interrupted(plan, recipe.shapes, recipe.after.fences, arrays, run_stream)
                 else:  # refused (a dtype the facts do not hold): the counters as before, as planned calls

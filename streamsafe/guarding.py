@@ -48,7 +48,6 @@ __all__ = [
     "shape_of",
     "call_raw",
     "raw_method",
-    "raised_after_sdk",
     "push",
     "pop",
     "active_contract",
@@ -103,15 +102,13 @@ def code_frame(frame: Any) -> Any:
 
 
 class _RawCalls(threading.local):
-    """Per thread: ids of the effects whose own methods are running (their dispatchers call through), the
-    method a guarded call is to run instead of ``type(effect)``'s (a dispatcher reached by ``super()``), and
-    the effects whose SDK class's own method returned inside their running call (a subclass's ``super()``)."""
+    """Per thread: ids of the effects whose own methods are running (their dispatchers call through), and
+    the method a guarded call is to run instead of ``type(effect)``'s (a dispatcher reached by ``super()``)."""
 
     def __init__(self) -> None:
         self.raw: dict[int, Any] = {}
         """Effect id -> the frame of the raw call running its own method (see :func:`_in_raw_call`)."""
         self.override: dict[int, Any] = {}
-        self.returned: set[int] = set()
 
 
 # (threading.local subclasses: each thread's attributes exist from its first access, so the hot path
@@ -177,30 +174,23 @@ def call_raw(effect: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     return _call_marked(effect, method, args, kwargs)
 
 
-def raised_after_sdk(effect: Any, name: str, profile: Profile) -> bool:
-    """Whether the guarded call of ``effect.name`` now raising ran a user's subclass's method whose
-    ``super().name()`` had returned (the SDK wrote), or one where that cannot be seen."""
-    cls = type(effect)
-    method = raw_method(cls, name)
-    for base in cls.__mro__:
-        if base.__dict__.get(name) is method or _originals.get(base, {}).get(name) is method:
-            sdk = [c for c in base.__mro__[1:] if c.__name__ in profile.classes]
-            return bool(sdk) and (sdk[0] not in _originals or id(effect) in _local.returned)
-    return False
-
-
 def _call_marked(effect: Any, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``method(effect, ...)`` with ``effect`` in this thread's set of raw calls while it runs."""
     key = id(effect)
     if _in_raw_call(key):
         return method(effect, *args, **kwargs)
     ids = _local.raw
-    _local.returned.discard(key)
     try:
-        ids[key] = sys._getframe()
+        ids[key] = _any_thread[key] = sys._getframe()  # (held in no local: a frame holding itself would keep the inputs)
         return method(effect, *args, **kwargs)
     finally:
-        ids.pop(key, None)
+        if _any_thread.get(key) is ids.pop(key, None):
+            _any_thread.pop(key, None)
+
+
+_any_thread: dict[int, Any] = {}
+"""Effect id -> the frame of a raw call running its own method, in any thread: a ``super()`` call a worker
+thread makes for it (a deadline by ``future.result(timeout=...)``) calls through."""
 
 
 def _in_raw_call(key: int) -> bool:
@@ -214,7 +204,8 @@ def _in_raw_call(key: int) -> bool:
         if caller is frame:
             return True
         caller = caller.f_back
-    _local.raw.pop(key, None)
+    if _any_thread.get(key) is _local.raw.pop(key, None):
+        _any_thread.pop(key, None)
     return False
 
 
@@ -224,9 +215,6 @@ def install(cls: type) -> bool:
     if cls in _originals:
         return True
     profile = profile_of(cls)
-    for base in cls.__mro__[1:]:  # (an SDK class under a user's subclass: its dispatcher sees super()'s calls)
-        if base.__name__ in profile.classes and base is not object:
-            install(base)
     with _lock:
         if cls in _originals:
             return True
@@ -299,17 +287,11 @@ def _dispatcher(name: str, owner: type, profile: Profile) -> Callable[..., Any]:
         setattr(dispatch_setattr, _MARK, True)
         return dispatch_setattr
 
-    sdk_class = owner.__name__ in profile.classes
-
     def dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
         cls = type(self)
         method = _raw_cache.get((cls, name) if cls is owner else (cls, name, owner)) or raw_method(cls, name, owner)
-        if _local.raw and _in_raw_call(id(self)):
-            if not sdk_class:
-                return method(self, *args, **kwargs)
-            result = method(self, *args, **kwargs)
-            _local.returned.add(id(self))  # (a subclass's super() call returned: the SDK wrote)
-            return result
+        if (_local.raw and _in_raw_call(id(self))) or (cls is not owner and id(self) in _any_thread):
+            return method(self, *args, **kwargs)  # (from inside the effect's own method, or super()'s from its worker)
         contract = active_contract(self)
         if contract is not None:
             if cls is owner or method is raw_method(cls, name):
@@ -328,7 +310,7 @@ def _dispatcher(name: str, owner: type, profile: Profile) -> Callable[..., Any]:
                 return method(self, *args, **kwargs)
             return pool.tracked_call(self, name, lambda: _call_marked(self, method, args, kwargs), profile.frames_of,
                                      profile.buffer_key, profile.prefetches, release=name in profile.releases,
-                                     error_names=profile.errors_after_writes, sdk_returned=lambda: raised_after_sdk(self, name, profile))
+                                     error_names=profile.errors_after_writes)
         ledger = ledger_of(self, create=False)
         if ledger is None:
             # never guarded: nothing to order, and a call the effect makes from inside finds no guard
@@ -531,7 +513,7 @@ def tracked_raw_call(
             returned = True
             ledger.after_unguarded_run(plan.sdk_streams, shapes)
         except BaseException as e:  # interrupted after it may have written, or refused (streamsafe.interrupts)
-            if returned or after_writes(e, sdk_returned=raised_after_sdk(effect, name, profile)):
+            if returned or after_writes(e):
                 ledger.after_unguarded_run(plan.sdk_streams, shapes)
             raise
     return result

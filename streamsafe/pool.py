@@ -265,12 +265,11 @@ class BufferPool:
 
     def tracked_call(self, owner: Any, name: str, call: Callable[[], Any], frames_of: Callable[[Any], list[Any]],
                      key_of: Callable[[Any], Any], prefetches: bool, *, release: bool = False,
-                     error_names: tuple[str, ...] = (), sdk_returned: Callable[[], bool] = lambda: False) -> Any:
+                     error_names: tuple[str, ...] = ()) -> Any:
         """A plain call on an object no guard holds now, but which has a pool: the SDK's raw frames, after
         the device waits that keep the frames streamsafe handed out safe (D5); the buffers it wrote are
         rewritten (their older frames stale). A releasing call (``release``) first makes the host wait for
-        every reader (D6). ``error_names``: the SDK's errors that may come after writes; ``sdk_returned()``: whether the SDK's own
-        method returned inside a subclass's (:func:`streamsafe.interrupts.after_writes`). Does not block
+        every reader (D6). ``error_names``: the SDK's errors that may come after writes. Does not block
         otherwise, beyond the SDK's own wait."""
         writer = self.writer
         if writer is None or self.backend is None:
@@ -293,7 +292,7 @@ class BufferPool:
                 self.after_call(owner, plan, [key_of(f) for f in frames_of(raw)], self.unguarded_stats, writer,
                                 prefetches=prefetches)
             except BaseException as e:  # interrupted after it may have written, or refused (streamsafe.interrupts)
-                if returned or after_writes(e, error_names, sdk_returned=sdk_returned()):
+                if returned or after_writes(e, error_names):
                     self.after_interrupted_call(owner, plan, self.unguarded_stats, writer)
                 raise
         return raw

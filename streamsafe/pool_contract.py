@@ -200,8 +200,7 @@ class PoolContract(GuardedBlocks):
             except BaseException as e:  # interrupted after it may have written, or refused (streamsafe.interrupts)
                 if not returned and isinstance(e, Exception):
                     restore_counters(stats, counted)  # (the SDK raised: the counters count runs; the waits stay queued)
-                if returned or after_writes(e, profile.errors_after_writes,
-                                            sdk_returned=guarding.raised_after_sdk(self.effect, name, profile)):
+                if returned or after_writes(e, profile.errors_after_writes):
                     pool.after_interrupted_call(self.effect, plan, stats, default_consumer)
                 raise
             stats["runs"] += 1

@@ -185,3 +185,27 @@ def test_the_run_reports_fences_add_up(tmp_path: Any) -> None:
     e = report.effects[0]
     assert sum(e.fences_by_hazard.values()) == e.fences + e.host_waits + e.device_syncs
     assert e.host_waits > 0
+
+
+@pytest.mark.parametrize("how", ["second import", "copy=True", "dl_device"])
+def test_an_export_the_output_cannot_give_is_an_export_error_that_pickles(how: str) -> None:
+    from streamsafe.errors import ExportError, StreamsafeError
+
+    sim = SimBackend()
+    sr = _sr(sim)
+    S = sim.create_stream(non_blocking=True)
+    with sim.use_stream(S):
+        out = ss.StreamContract(sr, S, input_stream=S).run(_frame(sim, S))
+    if how == "second import":
+        out.image.__dlpack__()
+        call: Any = out.image.__dlpack__
+    elif how == "copy=True":
+        call = lambda: out.image.__dlpack__(copy=True)  # noqa: E731
+    else:
+        call = lambda: out.image.__dlpack__(dl_device=(1, 0))  # noqa: E731
+    with pytest.raises(ExportError) as caught:
+        call()
+    assert isinstance(caught.value, (StreamsafeError, BufferError)) and caught.value.fix
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert (type(again), str(again)) == (ExportError, str(caught.value))
+    assert not hasattr(ss, "ExportError")  # (new: only in streamsafe.errors, no deprecated top-level name)
