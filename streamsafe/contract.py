@@ -364,13 +364,14 @@ class StreamContract(SteadyFrames, GuardedBlocks):
                 args, kwargs, arrays, producers, run_stream, forward=forward, record=record)
             call_kwargs[self.profile.stream_keyword] = run_stream.ptr
             call_kwargs[self.profile.blocking_keyword] = plan.non_blocking
-            returned = False
+            returned = recorded = False
             try:
                 with on_torch_device(dev):
                     raw = call_raw(self.effect, name, *call_args, **call_kwargs)
                     returned = True
                 # only now: an input the SDK rejects leaves the previous output valid and its readers known
                 generation = ledger.after_run(plan, shapes, self.stats, self._consumer or sdk)
+                recorded = True
                 protect = bool(plan.at("after run"))
                 if protect:
                     ledger.apply(after, self.stats)
@@ -378,7 +379,7 @@ class StreamContract(SteadyFrames, GuardedBlocks):
             except BaseException as e:
                 if returned or after_writes(e):
                     # Interrupted after the SDK may have issued its work (streamsafe.interrupts): a run.
-                    self._interrupted(plan, shapes, after, arrays, run_stream, seen)
+                    self._interrupted(plan, shapes, after, arrays, run_stream, seen, recorded=recorded)
                 else:
                     # The SDK refused the call (an input's dtype, layout or size; the effect's state): the
                     # counters go back to what they were. The device waits already issued stay queued (they
@@ -406,12 +407,14 @@ class StreamContract(SteadyFrames, GuardedBlocks):
             self._inputs.protect(arrays, run_stream, seen)
 
     def _interrupted(self, plan: FencePlan, shapes: tuple[Any, ...], after: tuple[Any, ...], arrays: Any,
-                     run_stream: Stream, seen: Any = None) -> None:
+                     run_stream: Stream, seen: Any = None, *, recorded: bool = False) -> None:
         """The SDK's call was left by an exception that is no error of the SDK's after its work may have been
         issued: counted as a run (the outputs before it are stale; the next run and release wait for its
-        streams), its inputs protected as after any run. Does not block."""
+        streams), its inputs protected as after any run. ``recorded``: the ledger had recorded the run
+        already (the exception came after). Does not block."""
         ledger = self.ledger
-        ledger.after_interrupted_run(plan, shapes)
+        if not recorded:
+            ledger.after_interrupted_run(plan, shapes)
         if plan.at("after run"):
             ledger.apply(after, self.stats)
             self._inputs.protect(arrays, run_stream, seen)

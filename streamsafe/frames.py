@@ -61,7 +61,7 @@ class SteadyFrames:
         raise NotImplementedError
 
     def _interrupted(self, plan: FencePlan, shapes: tuple[Any, ...], after: tuple[Any, ...], arrays: Any,
-                     run_stream: Stream, seen: Any = None) -> None:
+                     run_stream: Stream, seen: Any = None, *, recorded: bool = False) -> None:
         raise NotImplementedError
 
     def _refused(self, plan: FencePlan, after: tuple[Any, ...], arrays: Any, run_stream: Stream, seen: Any = None) -> None:
@@ -179,11 +179,12 @@ class SteadyFrames:
             kwargs[profile.stream_keyword] = recipe.run_ptr
             kwargs[profile.blocking_keyword] = recipe.non_blocking
             plan = recipe.plan
-            returned = False
+            returned = recorded = False
             try:
                 raw = call_raw(self.effect, name, *args, **kwargs)
                 returned = True
                 generation = ledger.after_run(plan, recipe.shapes, stats, recipe.default_consumer)
+                recorded = True
                 if recipe.protect:
                     if recipe.after.fences:
                         recipe.after(stats)
@@ -191,7 +192,7 @@ class SteadyFrames:
             except BaseException as e:
                 if returned or after_writes(e):
                     # interrupted after the SDK may have issued its work (streamsafe.interrupts): a run
-                    self._interrupted(plan, recipe.shapes, recipe.after.fences, arrays, run_stream)
+                    self._interrupted(plan, recipe.shapes, recipe.after.fences, arrays, run_stream, recorded=recorded)
                 else:  # refused (a dtype the facts do not hold): the counters as before, as planned calls
                     if counted is not None:
                         restore_counters(stats, counted)

@@ -198,10 +198,12 @@ class PoolContract(GuardedBlocks):
                     self._report_writes(keys)
                 made = pool.after_call(self.effect, plan, keys, stats, default_consumer, prefetches=profile.prefetches)
             except BaseException as e:  # interrupted after it may have written, or refused (streamsafe.interrupts)
-                if not returned and isinstance(e, Exception):
-                    restore_counters(stats, counted)  # (the SDK raised: the counters count runs; the waits stay queued)
-                if returned or after_writes(e, profile.errors_after_writes):
+                if returned or after_writes(e, profile.errors_after_writes):  # a call, counted as such
                     pool.after_interrupted_call(self.effect, plan, stats, default_consumer)
+                    stats["runs"] += 1
+                    stats["sdk_waits"] += 1
+                else:
+                    restore_counters(stats, counted)  # (the SDK refused: the counters count calls; the waits stay queued)
                 raise
             stats["runs"] += 1
             stats["sdk_waits"] += 1  # (D1: the decoder's own host wait, every call)
