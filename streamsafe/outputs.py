@@ -111,14 +111,9 @@ class SafeImage:
             consumer = self._default_consumer
         else:
             consumer = _reader_stream(ledger, stream, self._device)
-        key = capsule_data_key(self._capsule) if hooks.observers or self._escapes else None
-        ledger.import_output(self._generation, consumer, escapes=self._escapes, key=key)
-        if self._escapes:
-            ledger.add_view(key, self._generation)
+        _imported(ledger, self._generation, consumer, self._capsule, self._escapes)
         self._consumer = consumer
         self._consumed = True
-        if hasattr(type(self._capsule), "view_of"):  # a model's capsule: the view it gives is of this run's output (H7)
-            self._capsule.view_of = (weakref.ref(ledger), self._generation)
         return self._capsule
 
     def check_importable(self) -> None:
@@ -177,9 +172,7 @@ class SafeOutput:
         after the SDK's writes now, and the effect's next run and release wait for it. Needed
         for a view read on a stream that is neither the one it was imported on nor the current
         one at the next run. Does not block the host."""
-        image = self.image
-        ledger = image._ledger
-        ledger.add_reader(image._generation, stream_on_device(stream, image._device, ledger.resolved_backend(), "consumer"))
+        _also_read_on(self.image, stream)
 
     def _copied(self) -> SafeImage:
         return _for_copy(self.image)
@@ -261,6 +254,24 @@ def _reader_stream(ledger: Ledger, stream: Any, device: int) -> Stream:
     consumer = (ledger.known.get(stream) if type(stream) is int else None) or stream_on_device(
         stream, device, ledger.resolved_backend(), "consumer")
     return on_this_thread(consumer) if consumer.thread else consumer
+
+
+def _imported(ledger: Ledger, generation: int, consumer: Stream, capsule: Any, escapes: bool) -> None:
+    """``capsule`` of output ``generation`` handed to a consumer on ``consumer``: the ledger orders and records
+    the read (:meth:`~streamsafe.ledger.Ledger.import_output`), a zero-copy view (``escapes``) is remembered by
+    its memory, and a model's capsule learns which output its view shows (H7). Does not block."""
+    key = capsule_data_key(capsule) if escapes or hooks.observers else None  # (a copy helper's: no address read)
+    ledger.import_output(generation, consumer, escapes=escapes, key=key)
+    if escapes:
+        ledger.add_view(key, generation)
+    if hasattr(type(capsule), "view_of"):
+        capsule.view_of = (weakref.ref(ledger), generation)
+
+
+def _also_read_on(output: SafeImage | SafeFrame, stream: Any) -> None:
+    """``record_stream``: ``stream`` (any stream object streamsafe accepts) reads ``output`` too. Does not block."""
+    ledger = output._ledger
+    ledger.add_reader(output._generation, stream_on_device(stream, output._device, ledger.resolved_backend(), "consumer"))
 
 
 def _for_copy(image: SafeImage) -> SafeImage:
@@ -437,12 +448,7 @@ class SafeFrame:
             consumer = _reader_stream(ledger, raw_stream, self._device)
             raw_stream = consumer.dlpack if not isinstance(raw_stream, int) else raw_stream
         capsule = self.raw.__dlpack__(stream=raw_stream)
-        key = capsule_data_key(capsule)
-        ledger.import_output(self._generation, consumer, escapes=escapes, key=key)
-        if escapes:
-            ledger.add_view(key, self._generation)
-        if hasattr(type(capsule), "view_of"):  # a model's capsule: its view is of this generation of the buffer
-            capsule.view_of = (weakref.ref(ledger), self._generation)
+        _imported(ledger, self._generation, consumer, capsule, escapes)
         return capsule, consumer
 
     def _copied(self, consumer: Stream) -> None:
@@ -454,8 +460,7 @@ class SafeFrame:
     def record_stream(self, stream: Any) -> None:
         """Declare that a zero-copy view of this frame is also read on ``stream`` (as ``Tensor.record_stream``):
         the decoder's next write waits for it too. Does not block."""
-        ledger = self._ledger
-        ledger.add_reader(self._generation, stream_on_device(stream, self._device, ledger.resolved_backend(), "consumer"))
+        _also_read_on(self, stream)
 
     def torch(self, stream: Any = None, *, copy: bool = True) -> Any:
         """A torch copy (``copy=False``: a zero-copy view, valid until the decoder writes the buffer again),
