@@ -136,25 +136,29 @@ def capsule_data_key(capsule: Any) -> Any:
         return _capsule_words()(capsule, b"dltensor")[0] or None
     except Exception:
         pass
-    address = _dltensor_address(capsule)
+    address = _versioned_address(capsule)
     return ctypes.c_void_p.from_address(address).value if address is not None else None
 
 
 def _dltensor_address(capsule: Any) -> int | None:
     """The address of the ``DLTensor`` in a raw ``dltensor`` or ``dltensor_versioned`` capsule, read
     without consuming it; ``None`` for a consumed capsule (``used_...``) or anything else."""
-    get_pointer = _capsule_api()
     try:  # one call for the plain capsule the SDK makes (a name mismatch raises)
-        ptr, offset = get_pointer(capsule, b"dltensor"), 0
+        return _capsule_api()(capsule, b"dltensor") or None
     except Exception:
-        try:
-            # the versioned struct puts version (8 bytes), manager_ctx, deleter and flags (8 bytes each) before DLTensor
-            ptr, offset = get_pointer(capsule, b"dltensor_versioned"), 32
-        except Exception:
-            return None
-        if ptr and ctypes.c_uint32.from_address(ptr).value != 1:  # a major version this reader does not know
-            return None
-    return ptr + offset if ptr else None
+        return _versioned_address(capsule)
+
+
+def _versioned_address(capsule: Any) -> int | None:
+    """The address of the ``DLTensor`` in a raw ``dltensor_versioned`` capsule of major version 1, else ``None``."""
+    try:
+        # the versioned struct puts version (8 bytes), manager_ctx, deleter and flags (8 bytes each) before DLTensor
+        ptr = _capsule_api()(capsule, b"dltensor_versioned")
+    except Exception:
+        return None
+    if not ptr or ctypes.c_uint32.from_address(ptr).value != 1:  # (a major version this reader does not know)
+        return None
+    return int(ptr) + 32
 
 
 class CapsuleTensor(NamedTuple):
