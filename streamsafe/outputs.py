@@ -257,9 +257,8 @@ def _reader_stream(ledger: Ledger, stream: Any, device: int) -> Stream:
 
 
 def _imported(ledger: Ledger, generation: int, consumer: Stream, capsule: Any, escapes: bool) -> None:
-    """``capsule`` of output ``generation`` handed to a consumer on ``consumer``: the ledger orders and records
-    the read (:meth:`~streamsafe.ledger.Ledger.import_output`), a zero-copy view (``escapes``) is remembered by
-    its memory, and a model's capsule learns which output its view shows (H7). Does not block."""
+    """``capsule`` of output ``generation`` imported on ``consumer``: the ledger orders and records the read, a view
+    (``escapes``) is remembered by its memory, a model's capsule learns its output (H7). Does not block."""
     key = capsule_data_key(capsule) if escapes or hooks.observers else None  # (a copy helper's: no address read)
     ledger.import_output(generation, consumer, escapes=escapes, key=key)
     if escapes:
@@ -370,7 +369,6 @@ def _have_torch() -> bool:
 
 class SafeFrame:
     """One frame a guarded decoder handed out, in one buffer of the decoder's pool (:mod:`streamsafe.pool`).
-
     A DLPack producer that takes the consumer's stream, like the SDK's frame: each import on a stream makes
     it a reader of the buffer, so the decoder's stream waits for it on the device before the decoder writes
     the buffer again. Importable any number of times until then; after, an import raises
@@ -381,9 +379,8 @@ class SafeFrame:
 
     def __init__(self, raw: Any, ledger: Ledger, generation: int, device: int, default_consumer: Stream, owner: Any,
                  pool: Any = None) -> None:
-        self.raw = raw
+        self.raw = raw  # (the SDK's own frame: importing it directly orders nothing streamsafe knows of)
         self._pool = pool
-        """The SDK's own frame (importing it directly orders nothing streamsafe knows of)."""
         self._ledger = ledger
         self._generation = generation
         self._device = device
