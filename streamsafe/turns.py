@@ -55,10 +55,7 @@ class Turns:
         closing host wait, or raises)."""
         if not self.lock.acquire(False):
             return None
-        outer = (self.owner, self.closing_wait)  # (what took() does, written out: this is every guarded call's)
-        self.owner = _get_ident()
-        self.closing_wait = False
-        return outer
+        return self.took(False)
 
     def took(self, closing_wait: bool) -> tuple[int | None, bool]:
         """This thread now holds the lock: record it as the holder; returns the previous holder."""
