@@ -606,12 +606,16 @@ def test_a_ctrl_c_at_any_function_entry_of_a_guarded_call_leaves_every_later_fra
 # -- 7. a stale zero-copy view passed down a pipeline -------------------------------------------------------
 
 
-def two_stages(sim: SimBackend, late: bool) -> None:
+def _stages(sim: SimBackend, **kw: Any) -> tuple[Any, Any, ss.Stream]:
+    """Two effects chained on one stream S (stage 2 upscales stage 1's 32x32 output to 64x64): their contracts."""
     first, second = make(sim), make(sim)
     second.output_width = second.output_height = 64
     S = sim.create_stream(non_blocking=True)
-    c1 = ss.StreamContract(first, S, strategy="event", input_stream=S)
-    c2 = ss.StreamContract(second, S, strategy="event", input_stream=S)
+    return ss.StreamContract(first, S, input_stream=S, **kw), ss.StreamContract(second, S, input_stream=S, **kw), S
+
+
+def two_stages(sim: SimBackend, late: bool) -> None:
+    c1, c2, S = _stages(sim, strategy="event")
     pending = []
     with sim.use_stream(S):
         for i in range(3):
@@ -632,11 +636,7 @@ def test_a_stale_view_handed_to_a_guarded_call_is_refused(sim: SimBackend) -> No
 
 @pytest.mark.parametrize("replayed", [False, True], ids=["planned", "replayed"])
 def test_a_refused_stale_view_leaves_the_counters_and_the_ledger_as_they_were(sim: SimBackend, replayed: bool) -> None:
-    first, second = make(sim), make(sim)
-    second.output_width = second.output_height = 64
-    S = sim.create_stream(non_blocking=True)
-    c1 = ss.StreamContract(first, S, input_stream=S)
-    c2 = ss.StreamContract(second, S, input_stream=S)
+    c1, c2, S = _stages(sim)
     with sim.use_stream(S):
         for _ in range(2 if replayed else 1):  # (twice: the stale call below would replay the recipe)
             view = sim.from_dlpack(c1.run(sim.array(data_of(0))).image, stream=S)
@@ -657,11 +657,7 @@ def test_control_a_current_view_is_ordered_and_passes(sim: SimBackend) -> None:
 def _view_then_release(sim: SimBackend, release: str, guarded: bool) -> None:
     """Stage 1's zero-copy view, then stage 1 released (``close()``, or a resize), then the view handed to
     stage 2 (through its contract, or, ``guarded=False``, to the raw effect: the control)."""
-    first, second = make(sim), make(sim)
-    second.output_width = second.output_height = 64
-    S = sim.create_stream(non_blocking=True)
-    c1 = ss.StreamContract(first, S, input_stream=S)
-    c2 = ss.StreamContract(second, S, input_stream=S)
+    c1, c2, S = _stages(sim)
     with sim.use_stream(S):
         view = sim.from_dlpack(c1.run(sim.array(data_of(0))).image, stream=S)
         if release == "close":
@@ -671,7 +667,7 @@ def _view_then_release(sim: SimBackend, release: str, guarded: bool) -> None:
         if guarded:
             c2.run(view)
         else:
-            second.run(view, stream_ptr=S.ptr)
+            c2.effect.run(view, stream_ptr=S.ptr)
     sim.synchronize_device()
 
 
