@@ -41,6 +41,7 @@ from .views import views_exist
 from .plan import FencePlan, plan_fences
 from .profile import profile_of
 from .strategy import Strategy, StrategyName, as_strategy
+from .sharing import Unshareable
 from .streams import LEGACY_HANDLE, Stream, on_this_thread
 
 if TYPE_CHECKING:  # (the type of what nvvfx's profile hands out; the contract never imports the outputs)
@@ -49,7 +50,7 @@ if TYPE_CHECKING:  # (the type of what nvvfx's profile hands out; the contract n
 __all__ = ["StreamContract", "GuardBlock", "restore_counters", "contract_sinks"]  # (GuardBlock: streamsafe.guarding's)
 
 
-class StreamContract(SteadyFrames, GuardedBlocks):
+class StreamContract(SteadyFrames, GuardedBlocks, Unshareable):
     """Fences one effect's calls. See the module docstring for the streams and the three ways in.
 
     ``strategy`` is a :class:`~streamsafe.Strategy` or its name; ``"none"`` also needs
@@ -58,6 +59,9 @@ class StreamContract(SteadyFrames, GuardedBlocks):
     :class:`~streamsafe.ledger.Ledger`, so their fences see each other's readers and outputs.
     Constructing a contract does not block and issues no GPU work.
     """
+
+    _no_copy = "a StreamContract cannot be copied: it orders one effect's streams; make another for another effect"
+    _no_pickle = "a StreamContract cannot be pickled: it holds live CUDA streams and a GPU effect"
 
     def __init__(
         self,
@@ -562,15 +566,6 @@ class StreamContract(SteadyFrames, GuardedBlocks):
             # The copies made in the block are complete when it ends, as the vendor's recipe ends
             # with a wait for the copy stream (and untracked later use may run on any stream).
             self._synchronize(True)
-
-    def __copy__(self) -> NoReturn:
-        raise TypeError("a StreamContract cannot be copied: it orders one effect's streams; make another for another effect")
-
-    def __deepcopy__(self, memo: Any) -> NoReturn:
-        self.__copy__()
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError("a StreamContract cannot be pickled: it holds live CUDA streams and a GPU effect")
 
     def __repr__(self) -> str:
         return f"StreamContract({self.effect_name}, strategy={self.strategy.value}, backend={self.backend.name})"

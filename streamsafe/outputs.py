@@ -14,13 +14,14 @@ from __future__ import annotations
 import importlib
 import sys
 import weakref
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from . import hooks
 from ._dlpack import DLPACK_CUDA, capsule_data_key
 from .backend.naming import stream_on_device
 from .errors import DeviceMismatchError, ExportError, FrameworkUnavailableError, StreamsafeError
 from .frameworks import torch_current_stream_handle
+from .sharing import Unshareable
 from .streams import LEGACY_HANDLE as LEGACY_DLPACK, Stream, handle_of, on_this_thread
 
 if TYPE_CHECKING:
@@ -49,12 +50,15 @@ def _check_export(device: tuple[int, int], copy: bool | None, dl_device: tuple[i
         )
 
 
-class SafeImage:
+class SafeImage(Unshareable):
     """A DLPack producer for one output of a guarded ``run()``; importable once.
 
     It talks to the effect's :class:`~streamsafe.ledger.Ledger`, not to the contract that made
     it, so an output of one guard is ordered against every other guard's runs.
     """
+
+    _no_copy = "a SafeImage cannot be copied: its capsule can be imported once (copy the imported array instead)"
+    _no_pickle = "a SafeImage cannot be pickled: it points at GPU memory the SDK owns; pickle a copy (out.numpy())"
 
     __slots__ = ("_ledger", "_capsule", "_generation", "_device", "_consumed", "_default_consumer", "_escapes", "_consumer", "_effect")
 
@@ -122,26 +126,20 @@ class SafeImage:
             raise ExportError(*_CONSUMED)
         self._ledger.check_current(self._generation)
 
-    def __copy__(self) -> NoReturn:
-        raise TypeError("a SafeImage cannot be copied: its capsule can be imported once (copy the imported array instead)")
-
-    def __deepcopy__(self, memo: Any) -> NoReturn:
-        self.__copy__()
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError("a SafeImage cannot be pickled: it points at GPU memory the SDK owns; pickle a copy (out.numpy())")
-
     def __repr__(self) -> str:
         state = "consumed" if self._consumed else f"run #{self._generation}"
         return f"<streamsafe SafeImage cuda:{self._device} {state}>"
 
 
-class SafeOutput:
+class SafeOutput(Unshareable):
     """The SDK's output dataclass with ``image`` replaced by a :class:`SafeImage`; other fields delegate.
 
     The copy helpers import once, copy on the given (or the framework's current) stream,
     and return an array the framework owns, which may outlive the effect.
     """
+
+    _no_copy = "a SafeOutput cannot be copied: its image can be imported once; copy the data (out.torch(), ...)"
+    _no_pickle = "a SafeOutput cannot be pickled: it points at GPU memory the SDK owns; pickle a copy (out.numpy())"
 
     __slots__ = ("raw", "image")
 
@@ -153,15 +151,6 @@ class SafeOutput:
         if name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.raw, name)
-
-    def __copy__(self) -> NoReturn:
-        raise TypeError("a SafeOutput cannot be copied: its image can be imported once; copy the data (out.torch(), ...)")
-
-    def __deepcopy__(self, memo: Any) -> NoReturn:
-        self.__copy__()
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError("a SafeOutput cannot be pickled: it points at GPU memory the SDK owns; pickle a copy (out.numpy())")
 
     def __repr__(self) -> str:
         return f"SafeOutput({type(self.raw).__name__}, image={self.image!r})"
@@ -367,13 +356,16 @@ def _have_torch() -> bool:
     return "torch" in sys.modules or importlib.util.find_spec("torch") is not None
 
 
-class SafeFrame:
+class SafeFrame(Unshareable):
     """One frame a guarded decoder handed out, in one buffer of the decoder's pool (:mod:`streamsafe.pool`).
     A DLPack producer that takes the consumer's stream, like the SDK's frame: each import on a stream makes
     it a reader of the buffer, so the decoder's stream waits for it on the device before the decoder writes
     the buffer again. Importable any number of times until then; after, an import raises
     :class:`~streamsafe.errors.StaleOutputError`. Other attributes (``shape``, ``dtype``, ``timestamp``, ...)
     are the SDK frame's. Keeps the decoder alive (the buffer is the decoder's memory)."""
+
+    _no_copy = "a SafeFrame cannot be copied: it points at a buffer the decoder reuses; copy the data (frame.torch(), ...)"
+    _no_pickle = "a SafeFrame cannot be pickled: it points at GPU memory the decoder owns; pickle a copy (frame.numpy())"
 
     __slots__ = ("raw", "_ledger", "_generation", "_device", "_default_consumer", "_owner", "_pool")
 
@@ -530,15 +522,6 @@ class SafeFrame:
         if _have_torch():
             return self.torch().cpu().numpy()
         return _framework("cupy", "frame.numpy() on the GPU without torch", "cupy-cuda13").asnumpy(self.cupy())
-
-    def __copy__(self) -> NoReturn:
-        raise TypeError("a SafeFrame cannot be copied: it points at a buffer the decoder reuses; copy the data (frame.torch(), ...)")
-
-    def __deepcopy__(self, memo: Any) -> NoReturn:
-        self.__copy__()
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError("a SafeFrame cannot be pickled: it points at GPU memory the decoder owns; pickle a copy (frame.numpy())")
 
     def __repr__(self) -> str:
         state = "stale" if self.stale else f"buffer write #{self._generation}"

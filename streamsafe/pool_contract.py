@@ -34,6 +34,7 @@ from .plan import FencePlan
 from .pool import BufferPool, pool_of, pool_plan, waited_streams
 from .profile import Profile, profile_of
 from .strategy import Strategy, StrategyName, as_strategy
+from .sharing import Unshareable
 from .streams import LEGACY_HANDLE, Stream
 
 __all__ = ["PoolContract", "new_contract", "default_pool_contract", "OPTIONS"]
@@ -62,11 +63,14 @@ def _is_pool(obj: Any) -> bool:
         return False
 
 
-class PoolContract(GuardedBlocks):
+class PoolContract(GuardedBlocks, Unshareable):
     """Fences one pooled SDK object's calls (see the module docstring). ``strategy``: ``auto``, ``event`` and
     ``async`` fence on the device; ``stream`` host-waits each reader, ``device`` the whole device, before a
     decode; ``none`` (with ``allow_none=True``) fences nothing. ``consumer_stream``: the stream an import that
     names none (``stream=-1``) reads on (default: the decoder's). Constructing one does not block."""
+
+    _no_copy = "a PoolContract cannot be copied: it orders one decoder's buffers; make another for another decoder"
+    _no_pickle = "a PoolContract cannot be pickled: it holds live CUDA streams and a decoder"
 
     def __init__(
         self,
@@ -266,15 +270,6 @@ class PoolContract(GuardedBlocks):
         guarding.pop(self.effect, self, frame)
         if host_wait and not self.closed and self.strategy is not Strategy.NONE:
             self.synchronize()
-
-    def __copy__(self) -> NoReturn:
-        raise TypeError("a PoolContract cannot be copied: it orders one decoder's buffers; make another for another decoder")
-
-    def __deepcopy__(self, memo: Any) -> NoReturn:
-        self.__copy__()
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError("a PoolContract cannot be pickled: it holds live CUDA streams and a decoder")
 
     def __repr__(self) -> str:
         return f"PoolContract({self.effect_name}, strategy={self.strategy.value}, stream={self.stream}, backend={self.backend.name})"
