@@ -133,7 +133,7 @@ def capsule_data_key(capsule: Any) -> Any:
     # DLManagedTensor starts with DLTensor, whose first field is the data pointer: for the plain capsule the
     # SDK makes, one call reads it (a name mismatch raises)
     try:
-        return _capsule_words()(capsule, b"dltensor")[0] or None
+        return _CAPSULE_WORDS(capsule, b"dltensor")[0] or None
     except Exception:
         pass
     address = _versioned_address(capsule)
@@ -144,7 +144,7 @@ def _dltensor_address(capsule: Any) -> int | None:
     """The address of the ``DLTensor`` in a raw ``dltensor`` or ``dltensor_versioned`` capsule, read
     without consuming it; ``None`` for a consumed capsule (``used_...``) or anything else."""
     try:  # one call for the plain capsule the SDK makes (a name mismatch raises)
-        return _capsule_api()(capsule, b"dltensor") or None
+        return _CAPSULE_API(capsule, b"dltensor") or None
     except Exception:
         return _versioned_address(capsule)
 
@@ -153,7 +153,7 @@ def _versioned_address(capsule: Any) -> int | None:
     """The address of the ``DLTensor`` in a raw ``dltensor_versioned`` capsule of major version 1, else ``None``."""
     try:
         # the versioned struct puts version (8 bytes), manager_ctx, deleter and flags (8 bytes each) before DLTensor
-        ptr = _capsule_api()(capsule, b"dltensor_versioned")
+        ptr = _CAPSULE_API(capsule, b"dltensor_versioned")
     except Exception:
         return None
     if not ptr or ctypes.c_uint32.from_address(ptr).value != 1:  # (a major version this reader does not know)
@@ -205,24 +205,10 @@ def read_capsule(capsule: Any) -> CapsuleTensor | None:
     return tuple.__new__(CapsuleTensor, (data + byte_offset, dev_type, dev_id, shape, strides, code, bits, lanes))
 
 
-_CAPSULE_API: Any = None
-_CAPSULE_WORDS: Any = None
-
-
-def _capsule_words() -> Any:
-    """``PyCapsule_GetPointer`` returning the pointer as an array of 64-bit words (its first is the data
-    pointer of the ``DLTensor`` a plain ``dltensor`` capsule holds), made once."""
-    global _CAPSULE_WORDS
-    if _CAPSULE_WORDS is None:
-        _CAPSULE_WORDS = ctypes.PYFUNCTYPE(ctypes.POINTER(ctypes.c_uint64), ctypes.py_object, ctypes.c_char_p)(
-            ("PyCapsule_GetPointer", ctypes.pythonapi))
-    return _CAPSULE_WORDS
-
-
-def _capsule_api() -> Any:
-    """A private prototype of ``PyCapsule_GetPointer``, made once (setting ``ctypes.pythonapi``'s
-    shared one on every call cost microseconds and changed it for everyone)."""
-    global _CAPSULE_API
-    if _CAPSULE_API is None:
-        _CAPSULE_API = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", ctypes.pythonapi))
-    return _CAPSULE_API
+_CAPSULE_API: Any = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", ctypes.pythonapi))
+"""A private prototype of ``PyCapsule_GetPointer`` (setting ``ctypes.pythonapi``'s shared one on every call
+cost microseconds and changed it for everyone)."""
+_CAPSULE_WORDS: Any = ctypes.PYFUNCTYPE(ctypes.POINTER(ctypes.c_uint64), ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+"""``PyCapsule_GetPointer`` returning the pointer as an array of 64-bit words: the first is the data pointer of
+the ``DLTensor`` a plain ``dltensor`` capsule holds."""

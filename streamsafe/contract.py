@@ -284,10 +284,10 @@ class StreamContract(SteadyFrames, GuardedBlocks, Unshareable):
                 return out
         return self._call_planned(name, args, kwargs, shared)
 
-    def _output(self, raw: Any, generation: int, default_consumer: Stream) -> Any:
-        """The guarded output for the SDK's ``raw`` result, as the profile hands it out."""
+    def _output(self, raw: Any, generation: int, default_consumer: Stream, effect: Any) -> Any:
+        """The guarded output for ``effect``'s ``raw`` result, as the profile hands it out."""
         wrap = self.profile.wrap
-        return raw if wrap is None else wrap(raw, self.ledger, generation, self.device, default_consumer, self.effect)
+        return raw if wrap is None else wrap(raw, self.ledger, generation, self.device, default_consumer, effect)
 
     # -- the general path --------------------------------------------------------------------------
 
@@ -341,6 +341,7 @@ class StreamContract(SteadyFrames, GuardedBlocks, Unshareable):
         if self.closed or ledger.closed:
             self._refuse_closed(name)
         TORCH.refresh()
+        effect = self.effect
         facts = self._facts(name, args, kwargs, shared) if not hooks.observers else None
         be, dev = self.backend, self.device
         sdk, user_nb, arrays, producers = self._call_inputs(args, kwargs, name)
@@ -348,7 +349,7 @@ class StreamContract(SteadyFrames, GuardedBlocks, Unshareable):
             self._shared = shared
             self._check_unguarded_change()
             plan, shapes, before, after = self._plan_frame(sdk, arrays, producers, user_nb)  # reads the ledger, changes nothing
-            config = self._config() if facts is not None else UNREADABLE
+            config = self._config(effect) if facts is not None else UNREADABLE
             state = steady.ledger_state(ledger, config) if config is not UNREADABLE else None
             if ledger.input_shapes is not None and ledger.input_shapes != shapes:
                 state = None  # an input-size change waits for every outstanding reader: no recipe for that
@@ -371,7 +372,7 @@ class StreamContract(SteadyFrames, GuardedBlocks, Unshareable):
             returned = recorded = False
             try:
                 with on_torch_device(dev):
-                    raw = call_raw(self.effect, name, *call_args, **call_kwargs)
+                    raw = call_raw(effect, name, call_args, call_kwargs)
                     returned = True
                 # only now: an input the SDK rejects leaves the previous output valid and its readers known
                 generation = ledger.after_run(plan, shapes, self.stats, self._consumer or sdk)
@@ -399,7 +400,7 @@ class StreamContract(SteadyFrames, GuardedBlocks, Unshareable):
                 self.stats[counter] += n
             if state is not None and facts is not None and None not in producers:
                 self._remember(facts, state, plan, shapes, before, after, protect, self._consumer or sdk)
-        return self._output(raw, generation, self._consumer or sdk)
+        return self._output(raw, generation, self._consumer or sdk, effect)
 
     def _refused(self, plan: FencePlan, after: tuple[Any, ...], arrays: Any, run_stream: Stream, seen: Any = None) -> None:
         """The SDK raised an error from its call: the previous output stays valid (the SDK refuses before it
@@ -482,12 +483,12 @@ class StreamContract(SteadyFrames, GuardedBlocks, Unshareable):
             done = []
             try:
                 for attr, value in attrs.items():
-                    call_raw(self.effect, "__setattr__", attr, value)
+                    call_raw(self.effect, "__setattr__", (attr, value))
                     done.append(attr)
             except BaseException:  # all or nothing: the values already set go back (the effect took them before)
                 for attr in reversed(done):
                     try:
-                        call_raw(self.effect, "__setattr__", attr, before[attr])
+                        call_raw(self.effect, "__setattr__", (attr, before[attr]))
                     except Exception:  # noqa: S110  (a value the effect cannot take back: the snapshot below says what it has)
                         pass
                 restore_counters(self.stats, counted)
@@ -522,7 +523,7 @@ class StreamContract(SteadyFrames, GuardedBlocks, Unshareable):
                 ledger.drain_keepalive()
                 for name in self.profile.releases:
                     if callable(getattr(self._cls, name, None)):
-                        call_raw(self.effect, name)
+                        call_raw(self.effect, name, ())
                 ledger.closed_effect(self.effect)
         self.closed = True
         if self._shadow is not None:

@@ -51,7 +51,7 @@ class SteadyFrames:
     _config_getter: Any
     _consumer: Stream | None
 
-    def _output(self, raw: Any, generation: int, default_consumer: Stream) -> Any:
+    def _output(self, raw: Any, generation: int, default_consumer: Stream, effect: Any) -> Any:
         raise NotImplementedError
 
     def _call_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any], name: str = "run") -> Any:
@@ -133,6 +133,7 @@ class SteadyFrames:
         """Replay a recorded recipe when this call's facts and the ledger's state match one; else ``None``."""
         if self.closed:
             return None
+        effect = self.effect  # (a property: read once)
         facts = self._facts(name, args, kwargs, shared)
         if facts is None:
             return None
@@ -147,7 +148,7 @@ class SteadyFrames:
         if outer is None:  # another thread holds the effect: the general path waits or raises, as the rule says
             return None
         try:
-            config = self._config()
+            config = self._config(effect)
             if ledger.closed or config is UNREADABLE:
                 return None
             if not recipe.matches(ledger, config):
@@ -181,7 +182,7 @@ class SteadyFrames:
             plan = recipe.plan
             returned = recorded = False
             try:
-                raw = call_raw(self.effect, name, *args, **kwargs)
+                raw = call_raw(effect, name, args, kwargs)
                 returned = True
                 generation = ledger.after_run(plan, recipe.shapes, stats, recipe.default_consumer)
                 recorded = True
@@ -207,12 +208,12 @@ class SteadyFrames:
                 stats[counter] += n
         finally:
             turns.let_go(outer)
-        return self._output(raw, generation, recipe.default_consumer)
+        return self._output(raw, generation, recipe.default_consumer, effect)
 
-    def _config(self) -> Any:
+    def _config(self, effect: Any) -> Any:
         """The effect's output-size and encoding attributes it had when the contract was made, now."""
         try:
-            return self._config_getter(self.effect)
+            return self._config_getter(effect)
         except AttributeError:  # an attribute went: the general path copes
             return UNREADABLE
 

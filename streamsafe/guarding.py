@@ -165,21 +165,21 @@ def raw_method(cls: type, name: str, start: type | None = None) -> Any:
     return None
 
 
-def call_raw(effect: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    """Call the effect's own ``name``; dispatchers reached from inside it call through too."""
+def call_raw(effect: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
+    """``effect.name(*args, **kwargs)``, the effect's own method; dispatchers reached from inside it call through too."""
     overrides = _local.override
     method = overrides.pop(id(effect), None) if overrides else None
     if method is None:
         method = _raw_cache.get((type(effect), name)) or raw_method(type(effect), name)
-    return _call_marked(effect, method, args, kwargs)
+    return _call_marked(effect, method, args, kwargs or {})
 
 
 def _call_marked(effect: Any, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``method(effect, ...)`` with ``effect`` in this thread's set of raw calls while it runs."""
     key = id(effect)
-    if _in_raw_call(key):
-        return method(effect, *args, **kwargs)
     ids = _local.raw
+    if ids and _in_raw_call(key):
+        return method(effect, *args, **kwargs)
     try:
         ids[key] = _any_thread[key] = sys._getframe()  # (held in no local: a frame holding itself would keep the inputs)
         return method(effect, *args, **kwargs)
@@ -475,7 +475,7 @@ def _tracked_setattr(effect: Any, attr: str, value: Any) -> None:
         return
     ledger = ledger_of(effect, create=False)
     if ledger is None or ledger.closed:
-        call_raw(effect, "__setattr__", attr, value)
+        call_raw(effect, "__setattr__", (attr, value))
         return
     tracked_setattr(effect, ledger, attr, value)
 
@@ -525,11 +525,11 @@ def tracked_setattr(effect: Any, ledger: Ledger, attr: str, value: Any) -> None:
     current = getattr(effect, attr, None)
     profile = profile_of(effect)
     if current == value or current is None or not profile.releases_output(effect, attr):  # nothing to release
-        call_raw(effect, "__setattr__", attr, value)
+        call_raw(effect, "__setattr__", (attr, value))
         return
     with ledger.using("configure"):
         ledger.wait_for_readers(None, None, ledger.unguarded_stats)
-        call_raw(effect, "__setattr__", attr, value)
+        call_raw(effect, "__setattr__", (attr, value))
         ledger.released()
         ledger.config = snapshot(effect, profile)
 

@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import hooks, views
+from . import hooks
 from .backend import Backend, current_backend
 from .errors import StaleOutputError
 from .frameworks import framework_current_stream_handle
@@ -254,11 +254,6 @@ class Ledger:
             self.resolved_backend(), self.device, plan.import_fences(consumer), plan
         )
         return program
-
-    def add_view(self, key: Any, generation: int) -> None:
-        """Remember that output ``generation``'s memory (``key``) left as a zero-copy view."""
-        if key is not None:
-            views.add(key, self, generation)
 
     def add_reader(self, generation: int, stream: Stream) -> None:
         """Declare that ``stream`` reads output ``generation`` (a view used on another stream):

@@ -16,7 +16,7 @@ import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from . import hooks
+from . import hooks, views
 from ._dlpack import DLPACK_CUDA, capsule_data_key
 from .backend.naming import stream_on_device
 from .errors import DeviceMismatchError, ExportError, FrameworkUnavailableError, StreamsafeError
@@ -251,7 +251,7 @@ def _imported(ledger: Ledger, generation: int, consumer: Stream, capsule: Any, e
     key = capsule_data_key(capsule) if escapes or hooks.observers else None  # (a copy helper's: no address read)
     ledger.import_output(generation, consumer, escapes=escapes, key=key)
     if escapes:
-        ledger.add_view(key, generation)
+        views.add(key, ledger, generation)
     if hasattr(type(capsule), "view_of"):
         capsule.view_of = (weakref.ref(ledger), generation)
 

@@ -195,7 +195,7 @@ class PoolContract(GuardedBlocks, Unshareable):
             profile = self.profile
             returned = False
             try:
-                raw = call_raw(self.effect, name, *args, **kwargs)
+                raw = call_raw(self.effect, name, args, kwargs)
                 returned = True
                 keys = [profile.buffer_key(f) for f in profile.frames_of(raw)]
                 if hooks.observers and not self.backend.records_accesses:
@@ -227,7 +227,7 @@ class PoolContract(GuardedBlocks, Unshareable):
         with pool.turns.using(name, False, pool):
             pool.apply(pool.release_fences(self.strategy), self.stats)
             try:
-                return call_raw(self.effect, name, *args, **kwargs)
+                return call_raw(self.effect, name, args, kwargs)
             finally:
                 pool.released()  # (refused or not, the SDK may have freed its buffers on the way)
 

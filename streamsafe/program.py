@@ -82,7 +82,7 @@ class FenceProgram:
     2 names that thread's stream); run from another thread, it issues its fences one by one, each
     as that thread must (:func:`~streamsafe.streams.issuable`)."""
 
-    __slots__ = ("fences", "plan", "_backend", "_device", "_bound", "_counts", "_thread", "__weakref__")
+    __slots__ = ("fences", "plan", "counts_exactly", "_backend", "_device", "_bound", "_counts", "_thread", "__weakref__")
 
     def __init__(self, backend: Any, device: int, fences: tuple[Fence, ...], plan: Any = None) -> None:
         self.fences = fences
@@ -103,6 +103,9 @@ class FenceProgram:
             for f in fences:
                 counts[f.hazard] = counts.get(f.hazard, 0) + 1
             self._counts = tuple(counts.items())
+        self.counts_exactly = self._bound is not None
+        """Whether :meth:`uncount` can take back what a run added to the counters (a program of device
+        waits only; one with host waits or device syncs counts as :func:`apply_fences` does)."""
 
     def __call__(self, stats: dict[str, int]) -> None:
         bound = self._bound
@@ -114,12 +117,6 @@ class FenceProgram:
         bound()
         for name, n in self._counts:
             stats[name] = stats.get(name, 0) + n
-
-    @property
-    def counts_exactly(self) -> bool:
-        """Whether :meth:`uncount` can take back what a run added to the counters (a program of device
-        waits only; one with host waits or device syncs counts as :func:`apply_fences` does)."""
-        return self._bound is not None
 
     def uncount(self, stats: dict[str, int]) -> None:
         """Take back from ``stats`` the counts one run of this program added (the call it fenced was
