@@ -27,7 +27,7 @@ import inspect
 import operator
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from .backend.naming import as_stream
@@ -165,7 +165,7 @@ def raw_method(cls: type, name: str, start: type | None = None) -> Any:
     return None
 
 
-def call_raw(effect: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
+def call_raw(effect: Any, name: str, args: Sequence[Any], kwargs: dict[str, Any] | None = None) -> Any:
     """``effect.name(*args, **kwargs)``, the effect's own method; dispatchers reached from inside it call through too."""
     overrides = _local.override
     method = overrides.pop(id(effect), None) if overrides else None
@@ -174,7 +174,7 @@ def call_raw(effect: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, An
     return _call_marked(effect, method, args, kwargs or {})
 
 
-def _call_marked(effect: Any, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _call_marked(effect: Any, method: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     """``method(effect, ...)`` with ``effect`` in this thread's set of raw calls while it runs."""
     key = id(effect)
     ids = _local.raw
