@@ -4,10 +4,12 @@
 
 Commands (each prints a table or a cProfile listing; none is a target):
 
-* ``stub [event|auto] [--general] [-p]`` (any machine): streamsafe's own Python per guarded frame, a
+* ``stub [event|auto] [--general] [-p] [--instructions]`` (any machine): streamsafe's own Python per guarded frame, a
   null effect on a stub backend whose fences do nothing and a stand-in for torch (the real one is never
   imported), so what is left is the contract's, the ledger's and the import's Python; ``-p`` adds a
-  cProfile. Compare two trees side by side on one machine with it.
+  cProfile; ``--instructions`` counts CPU instructions a frame with valgrind's callgrind instead of timing it
+  (within a few percent from run to run, whatever else the machine is doing). Compare two trees side by
+  side on one machine with it.
 * ``contract [event|auto] [--frames N]`` (GPU): a cProfile of ``contract.run()`` + ``torch.from_dlpack(out.image)``
   with ``contract_overhead.py``'s null effect on a torch side stream, and the loop's wall time a frame.
 * ``paths [auto|event ...] [--rounds N] [--no-gc]`` (GPU): one guarded frame by each way out of it (no
@@ -212,7 +214,32 @@ def _install_fake_torch() -> bool:
     return True
 
 
+def _instructions(args: argparse.Namespace) -> None:
+    """``stub --instructions``: CPU instructions per guarded frame, counted by callgrind (within a few percent
+    from run to run, whatever else the machine is doing): two runs of different lengths, their difference
+    over the difference in frames (start-up and warm-up cancel out)."""
+    import os
+    import re
+    import shutil
+    import subprocess
+
+    if shutil.which("valgrind") is None:
+        sys.exit("profile.py stub --instructions needs valgrind (apt-get install valgrind)")
+    counts = []
+    lengths = (2000, 10000)
+    for frames in lengths:
+        command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, str(Path(__file__)),
+                   "stub", args.strategy, "--frames", str(frames), "--loop-only", *(["--general"] if args.general else [])]
+        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"}, check=True)
+        counts.append(int(re.search(r"Collected : (\d+)", done.stderr).group(1)))  # type: ignore[union-attr]
+    per_frame = (counts[1] - counts[0]) / (lengths[1] - lengths[0])
+    print(f"strategy {args.strategy}: {per_frame:,.0f} instructions per guarded frame (run + import; callgrind)")
+
+
 def cmd_stub(args: argparse.Namespace) -> None:
+    if args.instructions:
+        _instructions(args)
+        return
     general = args.general or not _install_fake_torch()
     import streamsafe as ss
 
@@ -232,6 +259,13 @@ def cmd_stub(args: argparse.Namespace) -> None:
 
     for _ in range(2000):
         frame()
+    if args.loop_only:  # (a child of --instructions: the frames and nothing else, the collector off)
+        import gc
+
+        gc.disable()
+        for _ in range(args.frames):
+            frame()
+        return
     n = args.frames
     start = time.perf_counter()
     for _ in range(n):
@@ -565,6 +599,9 @@ def main() -> None:
     p.add_argument("--general", action="store_true", help="a plain DLPack input with a declared input stream")
     p.add_argument("--frames", type=int, default=20000)
     p.add_argument("-p", action="store_true", help="also a cProfile of 5,000 frames")
+    p.add_argument("--instructions", action="store_true",
+                   help="CPU instructions per frame instead of microseconds (callgrind: repeatable on a noisy machine)")
+    p.add_argument("--loop-only", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(fn=cmd_stub)
     p = sub.add_parser("contract", help="cProfile of a guarded frame with a null effect (GPU)")
     p.add_argument("strategy", nargs="?", default="event")

@@ -538,6 +538,29 @@ def test_the_profile_benchmark_runs_on_any_machine(command: str) -> None:
     assert done.stdout.strip()
 
 
+def test_the_instruction_count_runs_the_frames_alone() -> None:
+    """``profile.py stub --instructions`` counts two runs of ``--loop-only`` under callgrind: that mode runs the
+    guarded frames (the contract's counters show them) and prints nothing of its own."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = str(root / "benchmarks" / "profile.py")
+    code = "\n".join([
+        "import runpy, sys, streamsafe",
+        "sys.argv = ['profile.py', 'stub', 'auto', '--frames', '300', '--loop-only']",
+        "made = []",
+        "streamsafe.contract.contract_sinks.append(type('Sink', (), {'add': lambda self, c: made.append(c)})())",
+        f"runpy.run_path({script!r}, run_name='__main__')",
+        "print(made[0].stats['runs'])",
+    ])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, cwd=root / "benchmarks",
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["2300"]  # 2,000 warm-up frames, then the 300 asked for
+
+
 # -- a saved run, read again ------------------------------------------------------------------------------
 
 
