@@ -432,3 +432,62 @@ def test_the_second_recipe_search_reads_the_recipes_the_contract_holds_then() ->
 
     got = _both(frames)
     assert got["replayed"][1][1] == got["planned"][1][1] and sum(got["replayed"][1][0]) > 0
+
+
+class _KeywordsLikeStreamsafes(VideoSuperRes):
+    """An SDK whose run() takes keywords named like the parameters of streamsafe's own call helpers."""
+
+    def run(self, input_array: Any, *, name: Any = None, effect: Any = None, args: Any = None, kwargs: Any = None,
+            **rest: Any) -> Any:
+        self.seen = (name, effect, args, kwargs)
+        return super().run(input_array, **rest)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("keyword", ["name", "effect", "args", "kwargs"])
+def test_an_sdk_keyword_named_like_a_helper_parameter_reaches_the_sdk(kind: str, keyword: str) -> None:
+    """``c.run(x, name=1)``: the SDK's own keyword, not a clash with the helper that calls the SDK (before,
+    ``TypeError: call_raw() got multiple values for argument 'name'``)."""
+    sim = ss.sim.SimBackend()
+    sr = _sr(sim, _KeywordsLikeStreamsafes)
+    c = ss.StreamContract(sr, sim.create_stream(non_blocking=True))
+    with frames_in(kind):
+        for i in range(3):
+            c.run(_x(sim, i, sim.legacy_stream()), **{keyword: i})
+            assert sr.seen == tuple(i if k == keyword else None for k in ("name", "effect", "args", "kwargs"))
+    assert c.stats["runs"] == 3
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_class_guards_effect_collected_during_its_call_still_gives_the_output(kind: str,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A class guard holds its effects weakly. One that only a garbage cycle keeps, collected while its call
+    runs (here: just after the SDK's run returned), stays alive until the call returns its output. Before,
+    the run was recorded and its output lost (``EffectStateError: ... gone``)."""
+    import gc
+    import weakref
+
+    from streamsafe.ledger import Ledger
+
+    sim = ss.sim.SimBackend()
+    guard = ss.guard(VideoSuperRes)
+    try:
+        fx = _sr(sim)
+        with frames_in(kind):
+            fx.run(_x(sim, 0, sim.legacy_stream()))
+            fx.run(_x(sim, 1, sim.legacy_stream()))
+            contract = guard.contracts[-1]
+            fx.cycle = [fx]
+            alive = weakref.ref(fx)
+            del fx
+            after_run = Ledger.after_run
+            monkeypatch.setattr(Ledger, "after_run", lambda self, *a, **k: (gc.collect(), after_run(self, *a, **k))[1])
+            out = contract.run(_x(sim, 2, sim.legacy_stream()))
+        assert isinstance(out, ss.SafeOutput) and not contract.closed
+        assert out.image.generation == contract.ledger.generation == 3
+        monkeypatch.undo()
+        del out
+        gc.collect()
+        assert alive() is None  # (then it goes, as a class guard's effect does)
+    finally:
+        guard.undo()
