@@ -358,6 +358,7 @@ def _have_torch() -> bool:
 
 class SafeFrame(Unshareable):
     """One frame a guarded decoder handed out, in one buffer of the decoder's pool (:mod:`streamsafe.pool`).
+
     A DLPack producer that takes the consumer's stream, like the SDK's frame: each import on a stream makes
     it a reader of the buffer, so the decoder's stream waits for it on the device before the decoder writes
     the buffer again. Importable any number of times until then; after, an import raises

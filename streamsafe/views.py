@@ -33,7 +33,7 @@ def read_by(view: Any, key: Any) -> tuple[Any, int] | None:
     output it is a zero-copy view of (the call reads that output), else ``None``. A view of an output its
     effect has since overwritten by a later run, without releasing the buffer meanwhile (the memory is still
     the SDK's), raises :class:`~streamsafe.errors.StaleOutputError`; so does a view known as such (tagged) of
-an output since released (``close()``, a resize: it points at freed memory). A model's view knows its run
+    an output since released (``close()``, a resize: it points at freed memory). A model's view knows its run
     (``view_of``); a torch view a copy helper made is tagged by its ledger; any other view is known by the
     newest view imported at its memory."""
     found = _VIEWS.get(key) if key is not None else None
