@@ -178,11 +178,11 @@ class StaleOutputError(StreamsafeError, BufferError):
         self.fix = fix
         self.closed = closed
         """Whether the effect was closed (rather than run again or resized)."""
-        since = "been closed, which released its buffer" if closed else "run again or released its buffer"
-        if source != "the effect":  # (a decoder's frame: its buffer, written again by a later call)
-            since = "written this buffer again or released it"
+        if source == "the effect":
+            call, since = "run", ("been closed, which released its buffer" if closed else "run again or released its buffer")
+        else:  # (a decoder's frame: its buffer, written again by a later call)
+            call, since = "call", "written this buffer again or released it"
         self.source = source
-        call = "run" if source == "the effect" else "call"
         super().__init__(
             f"{output} came from {call} #{run}, but {source} has since {since} "
             f"(now at #{current}); its memory holds other data. {fix}"

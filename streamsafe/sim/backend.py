@@ -197,9 +197,9 @@ class SimBackend(StreamLifetimes):
                 destroyed = True
             elif s.handle == handle:
                 return s.device, s.kind is StreamKind.NON_BLOCKING
-        hint = "names a stream that was destroyed (destroy_stream): pass a live stream" if destroyed else "a stream of this SimBackend?"
-        raise CudaDriverError("cuStreamGetFlags", 400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle",
-                              f"{handle:#x} {hint}" if destroyed else f"Is {handle:#x} {hint}")
+        fix = (f"{handle:#x} names a stream that was destroyed (destroy_stream): pass a live stream" if destroyed
+               else f"Is {handle:#x} a stream of this SimBackend?")
+        raise CudaDriverError("cuStreamGetFlags", 400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle", fix)
 
     def _current(self) -> dict[int, Stream]:
         try:
