@@ -23,11 +23,10 @@ from .backend import cuda_available, current_backend, use_backend
 from .backend.naming import as_stream
 from .blocks import stream_contract, stream_safe
 from .class_guard import ClassGuard, guard, unguard
-from .contract import StreamContract
+from .contract import PoolContract, StreamContract
 from .errors import StreamsafeError
 from .outputs import JaxDLPackAdapter, SafeFrame, SafeImage, SafeOutput
 from .plan import Fence, FencePlan
-from .pool_contract import PoolContract
 from .sim.sanitize import sanitize
 from .strategy import Strategy, StrategyName
 from .streams import Stream, StreamKind
@@ -66,7 +65,7 @@ _SUBPACKAGES = ("testing", "bench", "tools")
 
 _MOVED = {
     **{name: "streamsafe.errors" for name in errors.__all__
-       if name not in ("StreamsafeError", "ExportError") and name[0].isupper()},  # (ExportError is new: never here)
+       if name not in ("StreamsafeError", "ExportError", "ProfileError") and name[0].isupper()},  # (the last two are new: never here)
     **{name: "streamsafe.sim" for name in (
         "SimBackend", "AdversarialScheduler", "ChoiceScheduler", "InOrderScheduler", "RandomScheduler",
         "HOST", "VectorClock", "is_ordered_after", "Access", "Race",

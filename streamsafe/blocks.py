@@ -12,8 +12,7 @@ import inspect
 from collections.abc import Callable, Generator
 from typing import Any, NoReturn, Protocol, TypeVar, overload
 
-from .contract import StreamContract
-from .pool_contract import PoolContract, new_contract
+from .contract import PoolContract, StreamContract, new_contract
 from .errors import UnguardedResultError
 from .strategy import Strategy, StrategyName
 
@@ -41,7 +40,7 @@ def stream_contract(effect: Any, stream: Any = None, strategy: Strategy | Strate
 def stream_contract(effect: Any, stream: Any = None, strategy: Strategy | StrategyName = "auto",
                     **kwargs: Any) -> StreamContract | PoolContract:
     """A :class:`StreamContract` to use as ``with stream_contract(sr, stream) as c:`` (for a video decoder,
-    PyNvVideoCodec's, a :class:`~streamsafe.pool_contract.PoolContract`: ``stream`` is then the decoder's).
+    PyNvVideoCodec's, a :class:`~streamsafe.contract.PoolContract`: ``stream`` is then the decoder's).
 
     Inside the block, plain ``sr.run(...)``/``sr.run_at_timestep(...)``/``sr.close()`` and
     changes of the output size or encoding go through the contract (blocks nest: the

@@ -1,79 +1,102 @@
-"""Class-level guards: every instance of an effect class goes through its own contract.
+"""Class-level guards: every instance of an SDK's classes goes through its own contract.
 
-:func:`guard` (``ss.guard(nvvfx)``, ``ss.guard(VideoSuperRes)``) is what ``streamsafe run`` is
-built on. It puts :mod:`streamsafe.guarding`'s dispatchers on the classes and registers a
-:class:`ClassGuard`; the dispatchers then route each instance's plain calls to a contract made
-for that instance at its first call. Nothing here blocks the host.
+:func:`guard` (``ss.guard(nvvfx)``, ``ss.guard(VideoSuperRes)``, ``ss.guard("PyNvVideoCodec")``) is what
+``streamsafe run`` is built on. It puts :mod:`streamsafe.guarding`'s dispatchers on the classes the registered
+profiles name and registers a :class:`ClassGuard`; the dispatchers then route each instance's plain calls to a
+contract made for that instance at its first call. A guard holds its contracts by their objects, weakly: an
+object a program drops goes, with its contract. Nothing here blocks the host.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 import threading
 import types
+import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .contract import StreamContract
+from .contract import OPTIONS, PoolContract, StreamContract, new_contract
 from .errors import ArgumentError, FrameworkUnavailableError, NotAnEffectError, StreamsafeError
 from .guarding import install, register_class_guard, withdraw_class_guard
-from .ledger import ledger_of
-from .pool_contract import PoolContract, default_pool_contract
 from .profile import profile_of, profiles
 from .strategy import Strategy, StrategyName, as_strategy
 
-__all__ = ["ClassGuard", "guard", "unguard", "guarded_classes", "effect_class_names"]
+__all__ = ["ClassGuard", "guard", "unguard", "guarded_classes", "effect_class_names", "GUARD_OPTIONS"]
+
+GUARD_OPTIONS = OPTIONS
+"""The contract options a class guard passes on to each instance's contract."""
 
 
 def effect_class_names() -> tuple[str, ...]:
     """The class names the registered SDK profiles describe (what :func:`guard` looks for in a module)."""
-    return tuple(dict.fromkeys(name for profile in profiles() for name in profile.classes))
+    names = []
+    for profile in profiles():
+        for c in profile.classes:
+            names.append(c.__name__ if isinstance(c, type) else c.rpartition(".")[2])
+    return tuple(dict.fromkeys(names))
 
 
-@dataclass
+@dataclass(eq=False)
 class ClassGuard:
-    """Every instance of ``classes`` goes through its own contract (``strategy``, ``options``)
-    from its first call. Undo with :meth:`undo` or by leaving the ``with`` block."""
+    """Every instance of ``classes`` goes through its own contract (``strategy``, ``options``) from its first call.
+    Undo with :meth:`undo` or by leaving the ``with`` block."""
 
     classes: tuple[type, ...]
     strategy: Strategy | StrategyName = "auto"
     options: dict[str, Any] = field(default_factory=dict)
     contracts: list[StreamContract] = field(default_factory=list)
-    """Every effect contract this guard made, in order (for reports)."""
+    """Every effect contract this guard made, in order (for reports; not when :attr:`record` is false)."""
     pool_contracts: list[PoolContract] = field(default_factory=list)
-    """Every decoder contract this guard made, in order (for reports)."""
+    """Every decoder contract this guard made, in order (for reports; not when :attr:`record` is false)."""
     active: bool = True
-    _pinned: bool = field(default=False, repr=False)
+    pinned: bool = False
     """Left by :func:`unguard` (the guard ``streamsafe run`` puts around a program); only :meth:`undo` ends it."""
+    record: bool = True
+    """Keep each contract in :attr:`contracts` (``streamsafe run``'s guard does not: it counts them elsewhere, and
+    a list of them would keep a contract per object the program made)."""
 
-    _record: bool = field(default=True, repr=False)
-    """Keep each contract in :attr:`contracts` (``streamsafe run``'s guard does not: it counts them elsewhere,
-    without keeping every effect's ledger alive)."""
+    def __post_init__(self) -> None:
+        self._made: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self._made_pinned: dict[int, tuple[Any, Any]] = {}  # (objects that cannot be weakly referenced)
+        self._lock = threading.Lock()
 
-    def contract_for(self, effect: Any) -> Any:
-        """The contract this guard made for ``effect`` (made at its first call, and again after a close). Does not block."""
-        if profile_of(effect).pool:  # a decoder: its pool keeps the contract
-            pooled = default_pool_contract(effect, self.strategy, _pool_options(self.options), self)
-            if self._record and pooled not in self.pool_contracts:
-                self.pool_contracts.append(pooled)
-            return pooled
-        ledger = ledger_of(effect, create=False)
-        contract = ledger.default_contract if ledger is not None else None
-        if contract is None or contract.closed or contract.guard_owner is not self:
-            contract = StreamContract(effect, None, strategy=self.strategy, **self.options)
-            contract._hold_effect_weakly()  # the ledger keeps the contract; the program owns the effect
+    def contract_for(self, obj: Any) -> Any:
+        """The contract this guard made for ``obj`` (made at its first call, and again after a close). Does not block."""
+        contract = self._made_for(obj)
+        if contract is not None and not contract.closed:
+            return contract
+        with self._lock:
+            contract = self._made_for(obj)
+            if contract is not None and not contract.closed:
+                return contract
+            pool = profile_of(obj).pool
+            options = {k: v for k, v in self.options.items() if not pool or k not in ("input_stream", "conversion_stream")}
+            contract = new_contract(obj, None, strategy=self.strategy, **options)
+            contract.hold_effect_weakly()  # this guard keeps the contract; the program owns the object
             contract.guard_owner = self
-            contract.ledger.default_contract = contract
-            if self._record:
-                self.contracts.append(contract)
+            try:
+                self._made[obj] = contract
+            except TypeError:
+                self._made_pinned[id(obj)] = (obj, contract)
+            if self.record:
+                (self.pool_contracts if pool else self.contracts).append(contract)
         return contract
 
+    def _made_for(self, obj: Any) -> Any:
+        try:
+            return self._made.get(obj)
+        except TypeError:
+            pinned = self._made_pinned.get(id(obj))
+            return pinned[1] if pinned is not None and pinned[0] is obj else None
+
     def undo(self) -> None:
-        """Stop guarding the classes (instances already running keep their ledgers); a guard this one
-        covered (an outer ``with ss.guard(...)``) guards them again. Idempotent. Does not block and
-        orders nothing: each instance's ledger keeps ordering its next run after its earlier ones."""
+        """Stop guarding the classes (instances already running keep their ledgers); a guard this one covered (an
+        outer ``with ss.guard(...)``) guards them again. Idempotent. Does not block and orders nothing: each
+        instance's ledger keeps ordering its next call after its earlier ones."""
         with _guards_lock:
             if not self.active:
                 return
@@ -88,59 +111,49 @@ class ClassGuard:
         self.undo()
 
 
-def _classes_of(target: Any) -> list[type]:
+def _classes_of(target: Any, verb: str = "guard") -> list[type]:
     if isinstance(target, type):
         return [target]
     if isinstance(target, types.ModuleType):
-        names = effect_class_names()
-        found = [getattr(target, n) for n in names if isinstance(getattr(target, n, None), type)]
+        found = []
+        for profile in profiles():
+            for c in profile.classes:
+                cls = c if isinstance(c, type) else getattr(target, c.rpartition(".")[2], None)
+                if isinstance(cls, type) and profile.applies_to(cls) and cls not in found:
+                    found.append(cls)
         if not found:
             raise StreamsafeError(
-                f"module {target.__name__!r} has none of {', '.join(names)}: nothing to guard. "
-                "Pass the nvvfx module (or streamsafe.testing), or an effect class."
+                f"module {target.__name__!r} has none of the classes a registered profile names "
+                f"({', '.join(effect_class_names())}): nothing to {verb}. Pass the SDK's module (nvvfx, PyNvVideoCodec, or "
+                "streamsafe.testing), a class, or register a profile for your SDK (streamsafe.profile.register)."
             )
         return found
     if isinstance(target, str):
         module = sys.modules.get(target)
         if module is None:
-            import importlib
-
             try:
                 module = importlib.import_module(target)
             except ImportError as e:
-                fakes = {"nvvfx": "install_fake_nvvfx()", "PyNvVideoCodec": "install_fake_pynvvideocodec()"}
-                fake = fakes.get(target)
-                raise FrameworkUnavailableError(
-                    target, f"guard({target!r})", str(e), "pynvvideocodec" if target == "PyNvVideoCodec" else None,
-                    f"or, on a machine without it, call streamsafe.testing.{fake} first (the emulation)" if fake
-                    else "or pass the module or class itself",
-                ) from e
-        return _classes_of(module)
+                emulations = [p for p in profiles() if p.module == target and p.emulation]
+                fix = (f"or, on a machine without it, call {str(emulations[0].emulation).replace(':', '.')}() first (the emulation)"
+                       if emulations else "or pass the module or class itself")
+                raise FrameworkUnavailableError(target, f"{verb}({target!r})", str(e), target.lower() if emulations else None,
+                                                fix) from e
+        return _classes_of(module, verb)
     if isinstance(target, Iterable):
-        return [cls for item in target for cls in _classes_of(item)]
+        return [cls for item in target for cls in _classes_of(item, verb)]
     raise NotAnEffectError(
-        f"cannot guard {target!r} (type {type(target).__name__}): pass an effect class, a module such as nvvfx, "
+        f"cannot {verb} {target!r} (type {type(target).__name__}): pass an effect class, a module such as nvvfx, "
         "its name, or a list of those"
     )
 
 
-def _pool_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The options of a class guard that a decoder's contract takes (an effect's input and conversion streams
-    are not a decoder's)."""
-    return {k: v for k, v in options.items() if k not in ("input_stream", "conversion_stream")}
-
-
-GUARD_OPTIONS = ("input_stream", "consumer_stream", "conversion_stream", "backend", "allow_none")
-"""The :class:`~streamsafe.StreamContract` options a class guard passes on to each instance's contract."""
-
-
 def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options: Any) -> ClassGuard:
-    """Guard every instance of the effect classes in ``target`` (a class, a module such as
-    ``nvvfx``, its name, or a list), from their first ``run()``: each instance gets its own
-    :class:`~streamsafe.StreamContract` (``strategy``; ``options`` as for the contract), whose
-    SDK stream is the program's current stream at each call. Plain ``sr.run(...)`` then returns a
-    :class:`~streamsafe.SafeOutput`. Returns a :class:`ClassGuard`; undo it with ``.undo()``,
-    :func:`unguard`, or use it as a context manager. Does not block."""
+    """Guard every instance of the SDK classes in ``target`` (a class, a module such as ``nvvfx``, its name, or a
+    list), from their first call: each instance gets its own contract (``strategy``; ``options`` as for the
+    contract), whose SDK stream is the program's current stream at each call. Plain ``sr.run(...)`` then returns a
+    :class:`~streamsafe.SafeOutput`. Returns a :class:`ClassGuard`; undo it with ``.undo()``, :func:`unguard`, or
+    use it as a context manager. Does not block."""
     as_strategy(strategy, allow_none=bool(options.get("allow_none")))
     unknown = sorted(set(options) - set(GUARD_OPTIONS))
     if unknown:
@@ -155,6 +168,10 @@ def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options:
             "a module such as nvvfx, its name, or a list of those"
         )
     for cls in classes:
+        try:
+            profile_of(cls)
+        except NotAnEffectError as e:
+            raise NotAnEffectError(f"cannot guard {cls.__qualname__}: {e}") from None
         if not install(cls):
             raise StreamsafeError(
                 f"cannot guard {cls.__qualname__}: the class does not accept new attributes. "
@@ -169,14 +186,14 @@ def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options:
 
 
 def unguard(target: Any = None) -> None:
-    """Undo :func:`guard` for the classes in ``target`` (every class guard when ``None``): each guard of
-    those classes ends, except the one ``streamsafe run`` keeps around the program. Does not block
-    and orders nothing (see :meth:`ClassGuard.undo`)."""
-    classes = list(_guard_stacks) if target is None else _classes_of(target)
+    """Undo :func:`guard` for the classes in ``target`` (every class guard when ``None``): each guard of those
+    classes ends, except the one ``streamsafe run`` keeps around the program. Does not block and orders nothing
+    (see :meth:`ClassGuard.undo`)."""
+    classes = list(_guard_stacks) if target is None else _classes_of(target, "unguard")
     with _guards_lock:
         for cls in classes:
             for cg in list(_guard_stacks.get(cls, ())):
-                if cg._pinned:
+                if cg.pinned:
                     continue
                 _withdraw(cls, cg)
                 if not any(cg in stack for stack in list(_guard_stacks.values())):
@@ -184,14 +201,14 @@ def unguard(target: Any = None) -> None:
 
 
 _guard_stacks: dict[type, list[ClassGuard]] = {}
-"""Per class, its guards from the oldest to the newest; the newest is the one in force (``_class_guards``)."""
+"""Per class, its guards from the oldest to the newest; the newest is the one in force."""
 _guards_lock = threading.RLock()
 """Held while guards are added or taken off (threads may end their ``with ss.guard(...)`` blocks at once)."""
 
 
 def _withdraw(cls: type, cg: ClassGuard) -> None:
-    """Take ``cg`` off ``cls``'s guards (the caller holds ``_guards_lock``); the newest one left (if any)
-    guards ``cls`` again."""
+    """Take ``cg`` off ``cls``'s guards (the caller holds ``_guards_lock``); the newest one left (if any) guards
+    ``cls`` again."""
     stack = _guard_stacks.get(cls)
     if stack is None:
         return

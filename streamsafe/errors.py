@@ -19,6 +19,7 @@ __all__ = [
     "EnvironmentSettingError",
     "ArgumentError",
     "MissingCallError",
+    "ProfileError",
     "StreamTypeError",
     "StreamValueError",
     "DeviceMismatchError",
@@ -325,6 +326,15 @@ class ArgumentError(StreamsafeError, TypeError, ValueError):
 class MissingCallError(StreamsafeError, AttributeError):
     """A call the effect does not have (``run_at_timestep`` on an effect that does not interpolate).
     Also an ``AttributeError``."""
+
+
+class ProfileError(StreamsafeError, TypeError, ValueError):
+    """An SDK profile streamsafe cannot use (:mod:`streamsafe.profile`): a field of the wrong type or value, or
+    something else given to ``register()``. Names the profile, the field, the value, the rule and the fix."""
+
+    def __init__(self, profile: str, field: str, value: Any, rule: str, fix: str) -> None:
+        self.profile, self.field, self.value, self.rule, self.fix = profile, field, value, rule, fix
+        super().__init__(f"profile {profile!r}: {field}={_show(value)} {rule}. {fix}")
 
 
 def another_models_array(array: Any, backend: Any, what: str = "array") -> InputArrayError:

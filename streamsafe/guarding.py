@@ -1,22 +1,22 @@
 """Guards: how a plain ``effect.run(...)`` reaches a contract, with no edit to the effect.
 
-streamsafe replaces the guarded calls and the releasing calls of the effect's profile
-(:mod:`streamsafe.profile`; for nvvfx ``run``, ``run_at_timestep``, ``close``) and ``__setattr__``
-on the effect's *class* (once, the first time a contract is made for one of its instances) with
-small dispatchers. A dispatcher looks, per call, for what guards *this* instance:
+streamsafe replaces the guarded calls and the releasing calls of an SDK object's profile
+(:mod:`streamsafe.profile`; for nvvfx ``run``, ``run_at_timestep``, ``close``) and ``__setattr__`` on its
+*class* (once, the first time a contract is made for one of its instances, or the class is guarded) with small
+dispatchers. A dispatcher looks, per call, for what guards *this* instance:
 
-1. the innermost open guard block on it (``with stream_contract(sr):``, a call of a
-   ``@stream_safe`` function): the call goes through that contract;
-2. a class-level guard (:func:`streamsafe.guard`, ``streamsafe run``): the call goes through
-   the instance's own contract, made at its first call;
-3. a ledger (a contract was once made for it): a *tracked* raw call; it returns the SDK's
-   raw output, but still waits on the device for the readers streamsafe knows, and makes
-   older outputs stale;
+1. the innermost open guard block on it (``with stream_contract(sr):``, a call of a ``@stream_safe`` function):
+   the call goes through that contract;
+2. a class-level guard (:func:`streamsafe.guard`, ``streamsafe run``): the call goes through the instance's own
+   contract, made at its first call;
+3. a ledger (a contract was once made for it): a *tracked* raw call through the engine
+   (:mod:`streamsafe.engine`); it returns the SDK's raw output, but still waits on the device for the readers
+   streamsafe knows, and makes older outputs stale;
 4. nothing: the SDK's own method, untouched.
 
-The original methods are kept and called directly, so guards never recurse, whatever the
-nesting of blocks, decorators and class guards, and whether or not instances have a
-``__dict__``. Instances of other classes are not affected. Nothing here blocks the host.
+The original methods are kept (:mod:`streamsafe.calls`) and called directly, so guards never recurse, whatever
+the nesting of blocks, decorators and class guards, and whether or not instances have a ``__dict__``. Instances
+of other classes are not affected. Nothing here blocks the host.
 """
 
 from __future__ import annotations
@@ -30,24 +30,20 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from .backend.naming import as_stream
+from . import engine
+from .calls import MARK, call_raw, classes_with_originals, forget_originals, in_raw_call, keep_originals, originals, raw_method
 from .construction import recording_init
 from .errors import NotAnEffectError
-from .interrupts import after_writes
-from .ledger import Ledger, ledger_of
-from .pool import pool_of
-from .profile import Profile, profile_of
-from .streams import LEGACY_HANDLE
+from .frame import Frame, pool_frame, raw_frame
+from .ledger import EffectLedger, Ledger, PoolLedger, ledger_of
+from .plan import FencePlan, pool_plan
+from .profile import EffectProfile, PoolProfile, Profile, profile_of
+from .strategy import Strategy
 
 __all__ = [
     "GuardBlock",
     "GuardedBlocks",
     "install",
-    "tracked_raw_call",
-    "tracked_setattr",
-    "shape_of",
-    "call_raw",
-    "raw_method",
     "push",
     "pop",
     "active_contract",
@@ -56,20 +52,16 @@ __all__ = [
     "snapshot",
     "uninstall_all",
     "code_frame",
-    "check_effect",
+    "check_object",
     "settable",
     "config_reader",
 ]
 
-_MARK = "__streamsafe_dispatch__"
-
-_originals: dict[type, dict[str, Any]] = {}
-_raw_cache: dict[tuple[Any, ...], Any] = {}
-"""The SDK's own methods by (class, name) or (class, name, the class a dispatcher was put on)."""
+_lock = threading.Lock()
 
 
 class _Block:
-    """One open guard block on an effect: its contract, the frame whose code it guards (the ``with``
+    """One open guard block on an SDK object: its contract, the frame whose code it guards (the ``with``
     statement's, the decorated function's wrapper), and the thread that opened it."""
 
     __slots__ = ("contract", "frame", "thread", "suspendable")
@@ -101,30 +93,16 @@ def code_frame(frame: Any) -> Any:
     return None
 
 
-class _RawCalls(threading.local):
-    """Per thread: ids of the effects whose own methods are running (their dispatchers call through), and
-    the method a guarded call is to run instead of ``type(effect)``'s (a dispatcher reached by ``super()``)."""
-
-    def __init__(self) -> None:
-        self.raw: dict[int, Any] = {}
-        """Effect id -> the frame of the raw call running its own method (see :func:`_in_raw_call`)."""
-        self.override: dict[int, Any] = {}
-
-
-# (threading.local subclasses: each thread's attributes exist from its first access, so the hot path
-# reads them without the AttributeError a missing attribute of a plain threading.local costs)
 _open: dict[int, list[_Block]] = {}
-"""Effect id -> the guard blocks open on it, in the order they were opened (every thread's)."""
+"""Object id -> the guard blocks open on it, in the order they were opened (every thread's)."""
 _suspendable: dict[int, int] = {}
-"""Effect id -> how many of its open blocks are in a generator's or a coroutine's frame."""
-_local = _RawCalls()
+"""Object id -> how many of its open blocks are in a generator's or a coroutine's frame."""
 _class_guards: dict[type, Any] = {}
 """Class-level guards by class (:class:`streamsafe.class_guard.ClassGuard`: anything with ``contract_for``)."""
-_lock = threading.Lock()
 
 
 def register_class_guard(cls: type, guard: Any) -> None:
-    """Make ``guard`` (anything with ``contract_for(effect)``) route the plain calls of ``cls``'s instances."""
+    """Make ``guard`` (anything with ``contract_for(obj)``) route the plain calls of ``cls``'s instances."""
     _class_guards[cls] = guard
 
 
@@ -133,97 +111,29 @@ def withdraw_class_guard(cls: type) -> None:
     _class_guards.pop(cls, None)
 
 
-def snapshot(effect: Any, profile: Profile | None = None) -> tuple[Any, ...]:
-    """The values of the profile's :attr:`~streamsafe.profile.Profile.settings` on ``effect`` now."""
+def snapshot(effect: Any, profile: EffectProfile | None = None) -> tuple[Any, ...]:
+    """The values of the profile's :attr:`~streamsafe.profile.EffectProfile.settings` on ``effect`` now."""
     return tuple(getattr(effect, name, None) for name in (profile or profile_of(effect)).settings)
 
 
-# -- originals ------------------------------------------------------------------------------------------
-
-
-def raw_method(cls: type, name: str, start: type | None = None) -> Any:
-    """The effect's own ``name`` for instances of ``cls`` (never a dispatcher), or ``None``. With
-    ``start`` (a class in ``cls``'s MRO): the one ``super()`` reaches from a method of the class
-    before ``start``, i.e. the first along ``cls.__mro__`` from ``start`` on."""
-    key: tuple[Any, ...] = (cls, name) if start is None or start is cls else (cls, name, start)
-    found = _raw_cache.get(key)
-    if found is not None:
-        return found
-    mro = cls.__mro__
-    if start is not None and start is not cls:
-        mro = mro[mro.index(start):] if start in mro else start.__mro__
-    for base in mro:
-        attr = base.__dict__.get(name)
-        if attr is None:
-            continue
-        if getattr(attr, _MARK, False) and base in _originals:  # (a user's functools.wraps copies the mark)
-            attr = _originals[base].get(name)
-            if attr is None:  # the dispatcher stood in for an inherited method: keep looking
-                continue
-        _raw_cache[key] = attr
-        return attr
-    return None
-
-
-def call_raw(effect: Any, name: str, args: Sequence[Any], kwargs: dict[str, Any] | None = None) -> Any:
-    """``effect.name(*args, **kwargs)``, the effect's own method; dispatchers reached from inside it call through too."""
-    overrides = _local.override
-    method = overrides.pop(id(effect), None) if overrides else None
-    if method is None:
-        method = _raw_cache.get((type(effect), name)) or raw_method(type(effect), name)
-    return _call_marked(effect, method, args, kwargs or {})
-
-
-def _call_marked(effect: Any, method: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-    """``method(effect, ...)`` with ``effect`` in this thread's set of raw calls while it runs."""
-    key = id(effect)
-    ids = _local.raw
-    if ids and _in_raw_call(key):
-        return method(effect, *args, **kwargs)
-    try:
-        ids[key] = _any_thread[key] = sys._getframe()  # (held in no local: a frame holding itself would keep the inputs)
-        return method(effect, *args, **kwargs)
-    finally:
-        if _any_thread.get(key) is ids.pop(key, None):
-            _any_thread.pop(key, None)
-
-
-_any_thread: dict[int, Any] = {}
-"""Effect id -> the frame of a raw call running its own method, in any thread: a ``super()`` call a worker
-thread makes for it (a deadline by ``future.result(timeout=...)``) calls through."""
-
-
-def _in_raw_call(key: int) -> bool:
-    """Whether effect ``key``'s own method runs in this thread now (a call from inside it calls through). A
-    mark an interrupt left behind (it skipped the removal) is known by its frame, no longer running, and goes."""
-    frame = _local.raw.get(key)
-    if frame is None:
-        return False
-    caller: Any = sys._getframe(1)
-    while caller is not None:
-        if caller is frame:
-            return True
-        caller = caller.f_back
-    if _any_thread.get(key) is _local.raw.pop(key, None):
-        _any_thread.pop(key, None)
-    return False
+# -- dispatchers -------------------------------------------------------------------------------------------------
 
 
 def install(cls: type) -> bool:
-    """Put the dispatchers on ``cls`` (once): on its profile's guarded and releasing calls and on
-    ``__setattr__``. False when the class refuses new attributes."""
-    if cls in _originals:
+    """Put the dispatchers on ``cls`` (once): on its profile's guarded and releasing calls and on ``__setattr__``.
+    False when the class refuses new attributes."""
+    if originals(cls) is not None:
         return True
     profile = profile_of(cls)
     with _lock:
-        if cls in _originals:
+        if originals(cls) is not None:
             return True
         saved: dict[str, Any] = {}
         try:
             init = getattr(cls, "__init__", None)  # (its own or inherited)
-            if profile.constructor_keywords and inspect.isfunction(init) and not getattr(init, _MARK, False):
+            if profile.constructor_keywords and inspect.isfunction(init) and not getattr(init, MARK, False):
                 saved["__init__"] = cls.__dict__.get("__init__")
-                cls.__init__ = recording_init(init, profile.constructor_keywords, _MARK)  # type: ignore[misc]
+                cls.__init__ = recording_init(init, profile.constructor_keywords, MARK)  # type: ignore[misc]
             for name in (*profile.calls, *profile.releases, "__setattr__"):
                 if name != "__setattr__" and not hasattr(cls, name):
                     continue
@@ -236,27 +146,25 @@ def install(cls: type) -> bool:
         except Exception:  # (a class that refuses new attributes; anything else leaves it as it was, too)
             for name, value in saved.items():
                 _restore(cls, name, value)
-            _raw_cache.clear()
+            forget_originals(cls)
             return False
-        _originals[cls] = saved
-        _raw_cache.clear()
+        keep_originals(cls, saved)
         return True
 
 
 def uninstall_all() -> int:
-    """Put every class's own methods back where a dispatcher stands (for tools that document the
-    classes, e.g. the API reference); returns how many. Effects made guarded before keep their ledgers,
-    and their plain calls are the SDK's own again. Does not block."""
+    """Put every class's own methods back where a dispatcher stands (for tools that document the classes, e.g.
+    the API reference); returns how many. Objects guarded before keep their ledgers, and their plain calls are
+    the SDK's own again. Does not block."""
     restored = 0
     with _lock:
-        for cls, saved in list(_originals.items()):
+        for cls, saved in classes_with_originals():
             for name, original in saved.items():
-                if not getattr(cls.__dict__.get(name), _MARK, False):
+                if not getattr(cls.__dict__.get(name), MARK, False):
                     continue
                 _restore(cls, name, original)
                 restored += 1
-            del _originals[cls]
-        _raw_cache.clear()
+            forget_originals(cls)
     return restored
 
 
@@ -271,82 +179,65 @@ def _restore(cls: type, name: str, value: Any) -> None:
 
 
 def _dispatcher(name: str, owner: type, profile: Profile) -> Callable[..., Any]:
-    """The dispatcher of ``owner.name``. Where it calls the SDK's own method, it calls the one ``super()``
-    would reach from ``owner`` on in ``type(self)``'s MRO, not ``type(self)``'s: a subclass whose
-    ``run()`` calls ``super().run()`` reaches this dispatcher from inside its own method, and
-    ``type(self)``'s would call that again (forever)."""
+    """The dispatcher of ``owner.name``. Where it calls the SDK's own method, it calls the one ``super()`` would
+    reach from ``owner`` on in ``type(self)``'s MRO, not ``type(self)``'s: a subclass whose ``run()`` calls
+    ``super().run()`` reaches this dispatcher from inside its own method, and ``type(self)``'s would call that
+    again (forever)."""
     if name == "__setattr__":
-        settings = frozenset(profile.settings)
+        settings = frozenset(getattr(profile, "settings", ()))
 
         def dispatch_setattr(self: Any, attr: str, value: Any) -> None:
-            if attr in settings and not _in_raw_call(id(self)):
+            if attr in settings and not in_raw_call(self):
                 _tracked_setattr(self, attr, value)
             else:
                 raw_method(type(self), "__setattr__", owner)(self, attr, value)
 
-        setattr(dispatch_setattr, _MARK, True)
+        setattr(dispatch_setattr, MARK, True)
         return dispatch_setattr
 
     def dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
         cls = type(self)
-        method = _raw_cache.get((cls, name) if cls is owner else (cls, name, owner)) or raw_method(cls, name, owner)
-        if (_local.raw and _in_raw_call(id(self))) or (cls is not owner and id(self) in _any_thread):
-            return method(self, *args, **kwargs)  # (from inside the effect's own method, or super()'s from its worker)
+        method = raw_method(cls, name, owner)
+        if in_raw_call(self, cls is not owner):
+            return method(self, *args, **kwargs)  # (from inside the object's own method, or super()'s from its worker)
         contract = active_contract(self)
         if contract is not None:
-            if cls is owner or method is raw_method(cls, name):
-                return getattr(contract, name)(*args, **kwargs)
-            # reached by super() from a subclass's method no dispatcher wrapped (a class guard's first call
-            # on a subclass): the contract runs this method, not type(self)'s, which is running already
-            overrides = _local.override
-            overrides[id(self)] = method
-            try:
-                return getattr(contract, name)(*args, **kwargs)
-            finally:
-                overrides.pop(id(self), None)
-        if profile.pool:
-            pool = pool_of(self, create=False)
-            if pool is None:
-                return method(self, *args, **kwargs)
-            return pool.tracked_call(self, name, lambda: _call_marked(self, method, args, kwargs), profile.frames_of,
-                                     profile.buffer_key, profile.prefetches, release=name in profile.releases,
-                                     error_names=profile.errors_after_writes)
+            # reached by super() from a subclass's method no dispatcher wrapped (a class guard's first call on a
+            # subclass): the contract runs this method, not type(self)'s, which is running already
+            own = cls is owner or method is raw_method(cls, name)
+            return contract.guarded_call(name, args, kwargs, None if own else method)
         ledger = ledger_of(self, create=False)
         if ledger is None:
-            # never guarded: nothing to order, and a call the effect makes from inside finds no guard
-            # and no ledger either, so the thread's set of raw calls is left alone (the common case of
-            # an unguarded instance of a guarded class: about a microsecond less per call)
+            # never guarded: nothing to order, and a call the object makes from inside finds no guard and no ledger
+            # either (the common case of an unguarded instance of a guarded class: about a microsecond less a call)
             return method(self, *args, **kwargs)
-        if ledger.closed:
-            return _call_marked(self, method, args, kwargs)
-        return tracked_raw_call(self, ledger, name, args, kwargs, method=method)
+        return tracked_call(self, ledger, profile_of(self), name, method, args, kwargs)
 
     dispatch.__name__ = name
-    setattr(dispatch, _MARK, True)
+    setattr(dispatch, MARK, True)
     return dispatch
 
 
-# -- blocks -------------------------------------------------------------------------------------------------
+# -- blocks ---------------------------------------------------------------------------------------------------
 
 
-def push(effect: Any, contract: Any, frame: Any) -> None:
-    """Route ``effect``'s plain calls made by the code of ``frame`` (and what it calls) through ``contract``
-    until :func:`pop`. Blocks nest: the innermost block whose frame is running takes a call. A block in a
-    generator or a coroutine guards its code only while it runs (not the caller's code between two of its
-    resumptions), so blocks held across ``yield`` or ``await`` interleave correctly in one thread."""
+def push(obj: Any, contract: Any, frame: Any) -> None:
+    """Route ``obj``'s plain calls made by the code of ``frame`` (and what it calls) through ``contract`` until
+    :func:`pop`. Blocks nest: the innermost block whose frame is running takes a call. A block in a generator or
+    a coroutine guards its code only while it runs (not the caller's code between two of its resumptions), so
+    blocks held across ``yield`` or ``await`` interleave correctly in one thread."""
     block = _Block(contract, frame, threading.get_ident())
     with _lock:
-        _open[id(effect)] = [*_open.get(id(effect), ()), block]  # (a new list: readers take no lock)
+        _open[id(obj)] = [*_open.get(id(obj), ()), block]  # (a new list: readers take no lock)
         if block.suspendable:
-            _suspendable[id(effect)] = _suspendable.get(id(effect), 0) + 1
+            _suspendable[id(obj)] = _suspendable.get(id(obj), 0) + 1
 
 
-def pop(effect: Any, contract: Any, frame: Any) -> None:
-    """End the innermost block of ``contract`` on ``effect`` opened by ``frame`` (else, entered and left
-    through helpers of different frames, this thread's newest block of ``contract``; nothing when none is
-    open)."""
+def pop(obj: Any, contract: Any, frame: Any) -> None:
+    """End the innermost block of ``contract`` on ``obj`` opened by ``frame`` (else, entered and left through
+    helpers of different frames, this thread's newest block of ``contract``; nothing when none is open)."""
     with _lock:
-        blocks = _open.get(id(effect))
+        blocks = _open.get(id(obj))
         if not blocks:
             return
         me = threading.get_ident()
@@ -355,22 +246,22 @@ def pop(effect: Any, contract: Any, frame: Any) -> None:
             match = [i for i in range(len(blocks)) if blocks[i].contract is contract and blocks[i].thread == me]
         if match:
             block = blocks[match[-1]]
-            blocks = _open[id(effect)] = blocks[:match[-1]] + blocks[match[-1] + 1:]
+            blocks = _open[id(obj)] = blocks[:match[-1]] + blocks[match[-1] + 1:]
             if block.suspendable:
-                left = _suspendable[id(effect)] - 1
+                left = _suspendable[id(obj)] - 1
                 if left:
-                    _suspendable[id(effect)] = left
+                    _suspendable[id(obj)] = left
                 else:
-                    del _suspendable[id(effect)]
+                    del _suspendable[id(obj)]
         if not blocks:
-            del _open[id(effect)]
+            del _open[id(obj)]
 
 
-def _running_block(blocks: list[_Block], effect_id: int) -> _Block | None:
-    """The innermost of ``blocks`` whose code is running now in this thread: when none is in a generator's
-    or coroutine's frame, the newest of this thread's (an ordinary frame's block is open only while its
-    frame runs); else the block of the innermost frame on this thread's stack that has one."""
-    if effect_id not in _suspendable:
+def _running_block(blocks: list[_Block], obj_id: int) -> _Block | None:
+    """The innermost of ``blocks`` whose code is running now in this thread: when none is in a generator's or
+    coroutine's frame, the newest of this thread's (an ordinary frame's block is open only while its frame
+    runs); else the block of the innermost frame on this thread's stack that has one."""
+    if obj_id not in _suspendable:
         return _newest_of_this_thread(blocks, suspendable_too=True)
     by_frame = {id(b.frame): b for b in blocks}
     frame: Any = sys._getframe(2)
@@ -391,25 +282,25 @@ def _newest_of_this_thread(blocks: list[_Block], *, suspendable_too: bool) -> _B
     return None
 
 
-def active_contract(effect: Any) -> Any:
-    """The contract a plain call on ``effect`` goes through now, or ``None``: the innermost open guard
-    block whose code makes the call (:func:`push`), else a class guard (every thread's)."""
-    blocks = _open.get(id(effect))
+def active_contract(obj: Any) -> Any:
+    """The contract a plain call on ``obj`` goes through now, or ``None``: the innermost open guard block whose
+    code makes the call (:func:`push`), else a class guard (every thread's)."""
+    blocks = _open.get(id(obj))
     if blocks:
-        block = _running_block(blocks, id(effect))
+        block = _running_block(blocks, id(obj))
         if block is not None:
             return block.contract
     if _class_guards:
-        for base in type(effect).__mro__:
+        for base in type(obj).__mro__:
             cg = _class_guards.get(base)
             if cg is not None:
-                return cg.contract_for(effect)
+                return cg.contract_for(obj)
     return None
 
 
 class GuardBlock:
-    """A guard block of one contract (:meth:`StreamContract.guarded`): the code of the frame that enters it
-    calls the effect through the contract until it leaves. Does not block on entry."""
+    """A guard block of one contract (:meth:`StreamContract.guarded`): the code of the frame that enters it calls
+    the object through the contract until it leaves. Does not block on entry."""
 
     __slots__ = ("contract", "host_wait", "frame")
 
@@ -432,8 +323,7 @@ _C = TypeVar("_C", bound="GuardedBlocks")
 
 
 class GuardedBlocks:
-    """``with contract:`` and ``contract.guarded()`` for a contract with ``enter_block`` and ``leave_block``
-    (an effect's and a decoder's)."""
+    """``with contract:`` and ``contract.guarded()`` for a contract with ``enter_block`` and ``leave_block``."""
 
     def enter_block(self, frame: Any) -> None:
         """Route the plain calls made by ``frame``'s code through this contract (each contract's own)."""
@@ -450,22 +340,79 @@ class GuardedBlocks:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        """Stop routing plain calls; blocks the host until the reads streamsafe knows of and the SDK's own work
-        are done (as the contract's ``synchronize()``)."""
+        """Stop routing plain calls; blocks the host until the reads streamsafe knows of and the SDK's own work are
+        done (as the contract's ``synchronize()``)."""
         self.leave_block(code_frame(sys._getframe(1)), host_wait=True)
 
     def guarded(self, *, host_wait_on_exit: bool = True) -> GuardBlock:
         """Route the plain calls of the guarded object (its profile's calls and releases, and configuration
-        changes) made by the code inside the block (a context manager) through this contract. Blocks nest:
-        the innermost guard takes plain calls; a block in a generator or a coroutine guards its code, not the
-        caller's between two resumptions (threads, asyncio tasks and generators each keep their own). Leaving
-        the block blocks the host, by default, until the reads streamsafe knows of and the SDK's own work are
-        done (as ``synchronize()``); ``host_wait_on_exit=False`` leaves without waiting (the next call still
-        waits for them on the device)."""
+        changes) made by the code inside the block (a context manager) through this contract. Blocks nest: the
+        innermost guard takes plain calls; a block in a generator or a coroutine guards its code, not the caller's
+        between two resumptions (threads, asyncio tasks and generators each keep their own). Leaving the block
+        blocks the host, by default, until the reads streamsafe knows of and the SDK's own work are done (as
+        ``synchronize()``); ``host_wait_on_exit=False`` leaves without waiting (the next call still waits for them
+        on the device)."""
         return GuardBlock(self, host_wait_on_exit)
 
 
-# -- tracked raw calls -------------------------------------------------------------------------------------
+# -- tracked raw calls ------------------------------------------------------------------------------------------
+
+
+class _Tracked:
+    """The engine's caller for a tracked raw call (see :func:`tracked_call`): the ledger's own counters, the SDK's
+    raw output."""
+
+    __slots__ = ("ledger", "stats", "last_plan", "make")
+
+    def __init__(self, ledger: Ledger, make: Callable[[str, Sequence[Any], dict[str, Any]], Frame]) -> None:
+        self.ledger = ledger
+        self.stats = ledger.unguarded_stats
+        self.last_plan: FencePlan | None = None
+        self.make = make
+
+    def frame_for(self, name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Frame:
+        return self.make(name, args, kwargs).ready(self.ledger.resolved_backend(), self.ledger.device)
+
+    def sdk_arguments(self, frame: Frame, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
+        return args, kwargs, None
+
+    def read_views(self, arrays: Sequence[Any], frame: Frame) -> None:
+        pass
+
+    def protect(self, arrays: Sequence[Any], frame: Frame, seen: Any) -> None:
+        pass
+
+    def output(self, raw: Any, made: Any, frame: Frame, obj: Any) -> Any:
+        return raw
+
+
+def tracked_call(obj: Any, ledger: Ledger, profile: Profile, name: str, method: Any, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> Any:
+    """A plain call on an object no guard holds now, but which has a ledger: the SDK's raw call and output, through
+    the engine, after the device waits that keep the outputs streamsafe handed out safe (H5, D5); older outputs
+    become stale. A releasing call first makes the host wait for every reader (H6, D6). Blocks the host only
+    then, and in the SDK's own wait."""
+    if ledger.closed:
+        return call_raw(obj, method, args, kwargs)
+    if isinstance(ledger, PoolLedger):
+        assert isinstance(profile, PoolProfile)
+        writer = ledger.writer
+        if writer is None or ledger.backend is None:  # never called through a guard: no frame handed out yet
+            return call_raw(obj, method, args, kwargs)
+        plan = pool_plan(Strategy.EVENT, writer, writer_known=ledger.writer_known)
+        if name in profile.releases:
+            return engine.release(ledger, obj, method, args, kwargs, plan=plan, strategy=None, stats=ledger.unguarded_stats,
+                                  closes=name in profile.closes, call=name)
+        pool = ledger
+        return engine.call(_Tracked(ledger, lambda n, a, k: pool_frame(n, plan, pool, writer, profile, guarded=False)),
+                           obj, method, name, args, kwargs)
+    assert isinstance(ledger, EffectLedger) and isinstance(profile, EffectProfile)
+    if name in profile.releases:
+        return engine.release(ledger, obj, method, args, kwargs, plan=None, strategy=None, stats=ledger.unguarded_stats,
+                              closes=name in profile.closes, call=name)
+    effect_ledger = ledger
+    return engine.call(_Tracked(ledger, lambda n, a, k: raw_frame(n, effect_ledger, profile, obj, tuple(a), k)),
+                       obj, method, name, args, kwargs)
 
 
 def _tracked_setattr(effect: Any, attr: str, value: Any) -> None:
@@ -474,69 +421,29 @@ def _tracked_setattr(effect: Any, attr: str, value: Any) -> None:
         contract.configure(**{attr: value})
         return
     ledger = ledger_of(effect, create=False)
-    if ledger is None or ledger.closed:
-        call_raw(effect, "__setattr__", (attr, value))
+    if not isinstance(ledger, EffectLedger) or ledger.closed:
+        call_raw(effect, raw_method(type(effect), "__setattr__"), (attr, value), {})
         return
     tracked_setattr(effect, ledger, attr, value)
 
 
-def tracked_raw_call(
-    effect: Any, ledger: Ledger, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], *, method: Any = None
-) -> Any:
-    """A plain ``run()`` on an effect no guard holds now, but which has a ledger: the SDK's raw call and
-    output, preceded by the device waits that keep the copies streamsafe knows of safe (H5), and a
-    release wait when an input's size changed; older outputs become stale. Blocks the host only then.
-    ``method``: the SDK's method to call (default: ``type(effect)``'s own ``name``)."""
-    if method is None:
-        method = raw_method(type(effect), name)
-    profile = profile_of(effect)
-    if name in profile.releases:
-        with ledger.using(name):
-            ledger.wait_for_readers(None, None, ledger.unguarded_stats)
-            ledger.drain_keepalive()
-            result = _call_marked(effect, method, (), {})
-            ledger.closed_effect(effect)
-        return result
-    be, dev = ledger.resolved_backend(), ledger.device
-    stream_ptr = kwargs.get(profile.stream_keyword, 0)
-    sdk = as_stream(stream_ptr, device=dev, backend=be)
-    conversion = as_stream(LEGACY_HANDLE, device=dev, backend=be) if profile.converts(effect) else None
-    plan = ledger.raw_plan(sdk, conversion, bool(kwargs.get(profile.blocking_keyword, False)))
-    arrays = [a for a in args if hasattr(a, "__dlpack__")] + [kwargs[k] for k in profile.input_keywords if k in kwargs]
-    shapes = tuple(shape_of(a) for a in arrays)
-    with ledger.using(name):
-        current = ledger.current_stream() if ledger.escaped else None
-        ledger.apply(ledger.before_run(plan, shapes, current), ledger.unguarded_stats)
-        returned = False
-        try:
-            result = _call_marked(effect, method, args, kwargs)
-            returned = True
-            ledger.after_unguarded_run(plan.sdk_streams, shapes)
-        except BaseException as e:  # interrupted after it may have written, or refused (streamsafe.interrupts)
-            if returned or after_writes(e):
-                ledger.after_unguarded_run(plan.sdk_streams, shapes)
-            raise
-    return result
-
-
-def tracked_setattr(effect: Any, ledger: Ledger, attr: str, value: Any) -> None:
-    """A plain change of an output-size or encoding attribute outside any guard: the host waits for
-    the readers streamsafe knows of before the effect may release its buffer (H6)."""
+def tracked_setattr(effect: Any, ledger: EffectLedger, attr: str, value: Any) -> None:
+    """A plain change of an output-size or encoding attribute outside any guard: the host waits for the readers
+    streamsafe knows of before the effect may release its buffer (H6)."""
     current = getattr(effect, attr, None)
     profile = profile_of(effect)
+    setattr_ = raw_method(type(effect), "__setattr__")
     if current == value or current is None or not profile.releases_output(effect, attr):  # nothing to release
-        call_raw(effect, "__setattr__", (attr, value))
+        call_raw(effect, setattr_, (attr, value), {})
         return
-    with ledger.using("configure"):
+
+    def change() -> None:
         ledger.wait_for_readers(None, None, ledger.unguarded_stats)
-        call_raw(effect, "__setattr__", (attr, value))
+        call_raw(effect, setattr_, (attr, value), {})
         ledger.released()
         ledger.config = snapshot(effect, profile)
 
-
-def shape_of(arr: Any) -> Any:
-    shape = getattr(arr, "shape", None)
-    return tuple(shape) if shape is not None else None
+    ledger.turns.run("configure", change)
 
 
 def settable(cls: type, effect: Any) -> set[str]:
@@ -555,8 +462,8 @@ def settable(cls: type, effect: Any) -> set[str]:
     return names
 
 
-def config_reader(effect: Any, profile: Profile) -> Callable[[Any], Any]:
-    """A fast reader of the profile's settings the effect has (a replay compares what it reads)."""
+def config_reader(effect: Any, profile: EffectProfile) -> Callable[[Any], Any]:
+    """A fast reader of the profile's settings the effect has (a reused frame compares what it reads)."""
     present = [name for name in profile.settings if hasattr(effect, name)]
     return operator.attrgetter(*present) if present else _nothing
 
@@ -565,12 +472,14 @@ def _nothing(effect: Any) -> tuple[()]:
     return ()
 
 
-def check_effect(effect: Any) -> None:
-    """Raise :class:`~streamsafe.errors.NotAnEffectError` unless ``effect`` is an effect instance (it has ``run``)."""
-    if effect is None or isinstance(effect, type) or not callable(getattr(effect, "run", None)):
-        what = "a class" if isinstance(effect, type) else f"{type(effect).__name__}"
+def check_object(obj: Any, profile_kind: str = "effect") -> Profile:
+    """``obj``'s profile; raise :class:`~streamsafe.errors.NotAnEffectError` unless ``obj`` is an instance (not a
+    class, a module, ``None``) that a registered profile describes."""
+    if obj is None or isinstance(obj, type) or inspect.ismodule(obj):
+        what = "a class" if isinstance(obj, type) else "a module" if inspect.ismodule(obj) else type(obj).__name__
         raise NotAnEffectError(
-            f"StreamContract needs an effect instance with a run() method (nvvfx.VideoSuperRes, VideoFrameGeneration, "
-            f"TrueHDR, or streamsafe.testing's), got {effect!r} ({what}). Create the effect first, e.g. "
-            "sr = VideoSuperRes(); sr.load(); then StreamContract(sr)."
+            f"a contract needs an SDK object (an instance), got {obj!r} ({what}): an nvvfx effect (VideoSuperRes, "
+            "VideoFrameGeneration, TrueHDR, or streamsafe.testing's), a video decoder, or an object of a class a "
+            "registered profile names. Create it first, e.g. sr = VideoSuperRes(); sr.load(); then StreamContract(sr)."
         )
+    return profile_of(obj)  # type: ignore[no-any-return]

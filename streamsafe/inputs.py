@@ -1,19 +1,20 @@
-"""A contract's inputs: each input checked, its producer's stream found, and the input kept from reuse
-while the SDK may still read it.
+"""A guarded call's inputs: each input found and checked, its producer's stream found, and the input kept from
+reuse while the SDK may still read it.
 
-* the **producer** of each input (H1): the contract's declared ``input_stream``, else the producing
-  framework's current stream (torch, CuPy, a backend's own arrays), else unknown: the run stream is
-  then forwarded through ``__dlpack__(stream=...)`` when the SDK takes the input (:class:`Forwarding`);
-* the **protection** of inputs after an asynchronous run (H12): torch's ``record_stream``, a backend
-  array's ``record_stream``, else a keep-alive in the ledger until an event on the run stream completes;
-* **views of other effects' outputs** passed as inputs: that effect's next run waits for this run.
+* the **inputs** of a call: its positional arguments that are not numbers, and the keyword arguments its
+  profile names (:meth:`~streamsafe.profile.EffectProfile.input_keywords`);
+* the **producer** of each input (H1): the guard's declared ``input_stream``, else the producing framework's
+  current stream (torch, CuPy, a backend's own arrays), else unknown: the run stream is then forwarded
+  through ``__dlpack__(stream=...)`` when the SDK takes the input (:class:`Forwarding`);
+* the **protection** of inputs after an asynchronous call (H12): torch's ``record_stream``, a backend array's
+  ``record_stream``, else a keep-alive until an event on the run stream completes;
+* **views of other effects' outputs** passed as inputs: that effect's next call waits for this call.
 
 Nothing here blocks the host.
 """
 
 from __future__ import annotations
 
-import inspect
 import numbers
 from collections.abc import Sequence
 from typing import Any
@@ -21,34 +22,37 @@ from typing import Any
 from ._dlpack import DLPACK_CPU, DLPACK_CUDA, array_key, check_input_device, require_cuda_input
 from .backend import Backend
 from .backend.naming import as_stream
+from .calls import raw_method
 from .errors import ArgumentError, HostArrayError, InputArrayError, another_models_array
 from .frameworks import TORCH, framework_of, torch_current_stream_handle
-from .guarding import raw_method
-from .ledger import Ledger
-from .views import read_by
-from .profile import Profile
+from .ledger import EffectLedger
+from .profile import EffectProfile, call_signature
 from .streams import LEGACY_HANDLE, Stream
+from .views import read_by
 
-__all__ = ["Inputs", "Forwarding", "is_number", "call_keywords"]
+__all__ = ["Inputs", "Forwarding", "is_number", "call_keywords", "inputs_of"]
 
 
-def call_keywords(profile: Profile, cls: type, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, bool]:
-    """A guarded call's ``stream_ptr`` (``None``: not given) and ``non_blocking``, checked: no more positional
-    arguments than the SDK's ``name`` takes, and a ``non_blocking`` that is a bool. Issues nothing."""
+def call_keywords(profile: EffectProfile, cls: type, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, bool]:
+    """A guarded call's stream keyword (``None``: not given) and blocking keyword, checked: no more positional
+    arguments than the SDK's ``name`` takes, and a blocking keyword that is a bool. Issues nothing."""
     capacity = positional_capacity(cls, name)
     if capacity is not None and len(args) > capacity:
+        given = [k for k in (profile.blocking_keyword, profile.stream_keyword) if k]
         raise ArgumentError(
             f"{cls.__name__}.{name}() takes {capacity} positional argument(s) (its input(s)); {len(args)} were given. "
-            f"Pass the others by keyword ({profile.blocking_keyword}=, {profile.stream_keyword}=); the contract passes "
-            "those two itself"
+            + (f"Pass the others by keyword ({', '.join(k + '=' for k in given)}); the contract passes "
+               f"{'those two' if len(given) == 2 else 'that'} itself" if given else "Pass the others by keyword")
         )
-    user_nb = kwargs.get(profile.blocking_keyword, False)
-    if type(user_nb) is not bool:
-        raise ArgumentError(
-            f"{profile.blocking_keyword}={user_nb!r}: it must be True or False. The contract decides whether the SDK "
-            f"waits (its plan says why); a caller's {profile.blocking_keyword} counts only under strategy 'none'"
-        )
-    return kwargs.get(profile.stream_keyword), user_nb
+    user_nb = False
+    if profile.blocking_keyword is not None:
+        user_nb = kwargs.get(profile.blocking_keyword, False)
+        if type(user_nb) is not bool:
+            raise ArgumentError(
+                f"{profile.blocking_keyword}={user_nb!r}: it must be True or False. The contract decides whether the SDK "
+                f"waits (its plan says why); a caller's {profile.blocking_keyword} counts only under strategy 'none'"
+            )
+    return (kwargs.get(profile.stream_keyword) if profile.stream_keyword is not None else None), user_nb
 
 
 def is_number(value: Any) -> bool:
@@ -56,23 +60,32 @@ def is_number(value: Any) -> bool:
     return isinstance(value, numbers.Number)
 
 
+def inputs_of(profile: EffectProfile, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[int | str, ...]]:
+    """A call's input arrays and where each is (a position, or a keyword), positional ones first."""
+    keys: list[int | str] = [i for i, a in enumerate(args) if not is_number(a)]
+    if kwargs:
+        keys += profile.input_keywords(kwargs)
+    return tuple(args[k] if type(k) is int else kwargs[k] for k in keys), tuple(keys)  # type: ignore[index]
+
+
 class Inputs:
-    """The inputs of one contract's calls (see the module docstring). ``declared``: the contract's
-    ``input_stream``, or ``None``."""
+    """The inputs of one guard's calls (see the module docstring). ``declared``: the guard's ``input_stream``,
+    or ``None``."""
 
-    __slots__ = ("backend", "device", "ledger", "declared", "profile")
+    __slots__ = ("backend", "device", "ledger", "declared", "profile", "torch_streams")
 
-    def __init__(self, backend: Backend, device: int, ledger: Ledger, declared: Stream | None, profile: Profile) -> None:
+    def __init__(self, backend: Backend, device: int, ledger: EffectLedger, declared: Stream | None, profile: EffectProfile) -> None:
         self.backend = backend
         self.device = device
         self.ledger = ledger
         self.declared = declared
         self.profile = profile
+        self.torch_streams: dict[Stream, Any] = {}
+        """torch's stream objects for the run streams it is told of (``record_stream`` takes one)."""
 
-    def of_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], list[Stream | None]]:
-        """The input arrays of a call and their producers' streams (``None``: unknown); every input is
-        checked first (an array of another device, host memory, a scalar given as text raise). Issues nothing."""
-        arrays = [a for a in args if not is_number(a)]
+    def of_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[int | str, ...], list[Stream | None]]:
+        """The input arrays of a call, where each is, and their producers' streams (``None``: unknown); every input
+        is checked first (an array of another device, host memory, a scalar given as text raise). Issues nothing."""
         for i, a in enumerate(args[1:], 1):
             if a is None or isinstance(a, (str, bytes)):  # (a timestep or a frame index given as text, or left out)
                 raise InputArrayError(
@@ -81,7 +94,7 @@ class Inputs:
                     "Pass the inputs as CUDA arrays and a timestep or index as a number, "
                     "e.g. c.run_at_timestep(previous, next, 0.5)",
                 )
-        arrays += [kwargs[k] for k in self.profile.input_keywords if k in kwargs]
+        arrays, keys = inputs_of(self.profile, args, kwargs)
         try:
             producers = [self.producer_of(a) for a in arrays]
         except HostArrayError as e:
@@ -89,7 +102,7 @@ class Inputs:
             if not fix:
                 raise
             raise HostArrayError(e.what, e.value, _described(e), e.rule, f"{e.fix} {fix}") from None
-        return arrays, producers
+        return arrays, keys, producers
 
     def producer_of(self, arr: Any) -> Stream | None:
         """Check an input and find its producer's stream (``None``: unknown, forward instead)."""
@@ -116,8 +129,8 @@ class Inputs:
         return None  # JAX and unknown producers: forward __dlpack__(stream=S)
 
     def _torch_producer(self, arr: Any) -> Stream:
-        """The fast path for torch tensors: device from ``get_device()``, stream from torch's raw
-        current-stream pointer (no Python stream object), kind from the driver."""
+        """The fast path for torch tensors: device from ``get_device()``, stream from torch's raw current-stream
+        pointer (no Python stream object), kind from the driver."""
         dev = arr.get_device()  # -1 for a CPU tensor
         check_input_device("input", arr, DLPACK_CPU if dev < 0 else DLPACK_CUDA, dev, self.device)
         if self.declared is not None:
@@ -125,36 +138,30 @@ class Inputs:
         import torch
 
         handle = torch_current_stream_handle(torch, dev)
-        known = self.ledger.known_stream(handle) if dev == self.device else None
+        known = self.ledger.holds.stream(handle) if dev == self.device else None
         return known if known is not None else as_stream(handle, device=dev, backend=self.backend)
 
     def for_sdk(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], arrays: list[Any], producers: list[Stream | None],
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], keys: tuple[int | str, ...], producers: Sequence[Stream | None],
         run_stream: Stream, *, forward: bool, record: bool,
     ) -> tuple[list[Any], dict[str, Any], dict[int, Forwarding]]:
-        """The call's arguments as the SDK gets them: an input of an unknown producer wrapped to forward the
-        run stream (``forward``, H1), and, on a model (``record``), each input the contract keeps alive
-        wrapped to note the memory the SDK's own import takes. Returns the arguments, keywords (without
-        the stream and blocking keywords: the contract passes its own) and the wrappers by input id."""
-        call_kwargs = {k: v for k, v in kwargs.items() if k != self.profile.stream_keyword and k != self.profile.blocking_keyword}
+        """The call's arguments as the SDK gets them: an input of an unknown producer wrapped to forward the run
+        stream (``forward``, H1), and, on a model (``record``), each input kept alive wrapped to note the memory
+        the SDK's own import takes. Returns the arguments, keywords and the wrappers by input id."""
+        call_args, call_kwargs = list(args), dict(kwargs)
         seen: dict[int, Forwarding] = {}
-        if not (forward or record):
-            return list(args), call_kwargs, seen
-        unknown = {id(a) for a, p in zip(arrays, producers) if p is None}
-
-        def wrap(a: Any) -> Any:
-            stream = run_stream if forward and id(a) in unknown else None
+        for key, producer in zip(keys, producers):
+            a = call_args[key] if type(key) is int else call_kwargs[key]  # type: ignore[index]
+            stream = run_stream if forward and producer is None else None
             if stream is None and not (record and self.kept_alive(a)):
-                return a
+                continue
             wrapper = Forwarding(a, stream)
             if record:
                 seen[id(a)] = wrapper
-            return wrapper
-
-        call_args = [a if is_number(a) else wrap(a) for a in args]
-        for k in self.profile.input_keywords:
-            if k in call_kwargs:
-                call_kwargs[k] = wrap(call_kwargs[k])
+            if type(key) is int:
+                call_args[key] = wrapper  # type: ignore[index]
+            else:
+                call_kwargs[key] = wrapper  # type: ignore[index]
         return call_args, call_kwargs, seen
 
     def kept_alive(self, a: Any) -> bool:
@@ -164,8 +171,8 @@ class Inputs:
 
     def protect(self, inputs: Sequence[Any], run_stream: Stream, seen: dict[int, Forwarding] | None = None) -> None:
         """H12: keep each input from being recycled while the run stream may still read it: torch's
-        ``record_stream`` (the allocator then waits for the run stream), else a keep-alive until
-        an event recorded on the run stream completes. Does not block."""
+        ``record_stream`` (the allocator then waits for the run stream), else a keep-alive until an event
+        recorded on the run stream completes. Does not block."""
         if run_stream.thread:
             # A per-thread run stream: the allocator records its event in whichever thread frees the input,
             # where 2 names another stream. The legacy stream follows every thread's per-thread stream.
@@ -173,13 +180,13 @@ class Inputs:
         others = []
         for arr in inputs:
             if (TORCH.tensor is not None and type(arr) is TORCH.tensor) or framework_of(arr) == "torch":
-                arr.record_stream(self.ledger.torch_stream(run_stream))
+                arr.record_stream(self.torch_stream(run_stream))
             elif _owner(arr) is not None and hasattr(arr, "record_stream"):
                 arr.record_stream(run_stream)
             else:
                 others.append(arr)
         if others:
-            self.ledger.keep_alive(others, run_stream)
+            self.ledger.keepalive.add(others, run_stream)
             if seen:
                 # On the model the allocator learns what the keep-alive does on a GPU: the memory the SDK
                 # imported is not recycled before the run stream's work is done (its accesses then retire
@@ -190,17 +197,30 @@ class Inputs:
                     if inner is not None and _owner(inner) is self.backend:
                         inner.record_stream(run_stream)
 
+    def torch_stream(self, stream: Stream) -> Any:
+        """torch's stream object for ``stream`` (made once)."""
+        ts = self.torch_streams.get(stream)
+        if ts is None:
+            import torch
+
+            if stream.ptr == 0:
+                ts = torch.cuda.default_stream(self.device)
+            else:
+                ts = torch.cuda.ExternalStream(stream.ptr, device=self.device)
+            self.torch_streams[stream] = ts
+        return ts
+
     def read_views(self, arrays: Sequence[Any], run_stream: Stream) -> None:
-        """An input that is a zero-copy view of a guarded effect's output (effects chained by views): this
-        run reads that output, so its effect's next run must wait for it. A view of an output that effect
-        has since overwritten (a later run, not a release: the memory is still the SDK's) raises
+        """An input that is a zero-copy view of a guarded effect's output (effects chained by views): this call
+        reads that output, so its effect's next call must wait for it. A view of an output that effect has since
+        overwritten (a later call, not a release: the memory is still the SDK's) raises
         :class:`~streamsafe.errors.StaleOutputError`, as passing that output's ``image`` would."""
         for arr in arrays:
             key = arr.data_ptr() if TORCH.tensor is not None and type(arr) is TORCH.tensor else array_key(arr)
             found = read_by(arr, key)
-            if found is not None and found[0] is not self.ledger:
-                owner, generation = found
-                owner.add_reader(generation, run_stream)
+            if found is not None and found[0].ledger is not self.ledger:
+                buffer, generation = found
+                buffer.add_reader(generation, run_stream)
 
 
 def _owner(arr: Any) -> Any:
@@ -216,10 +236,10 @@ def _described(error: HostArrayError) -> str:
 
 
 class Forwarding:
-    """An input whose ``__dlpack__()`` (called by the SDK with no stream) asks the producer to
-    order the SDK stream, as DLPack intends (H1 when the producer's stream is unknown); with no
-    stream, a plain pass-through. A capsule object of a backend's own (the model's) tells which
-    array the SDK imports (``imported``: the memory the SDK reads)."""
+    """An input whose ``__dlpack__()`` (called by the SDK with no stream) asks the producer to order the SDK
+    stream, as DLPack intends (H1 when the producer's stream is unknown); with no stream, a plain pass-through.
+    A capsule object of a backend's own (the model's) tells which array the SDK imports (``imported``: the
+    memory the SDK reads)."""
 
     __slots__ = ("_arr", "_stream", "imported")
 
@@ -251,15 +271,8 @@ def positional_capacity(cls: type, name: str) -> int | None:
     """How many positional arguments the SDK's own ``cls.name`` takes (``None``: any number, or unknown)."""
     key = (cls, name)
     if key not in _positional:
-        method = raw_method(cls, name)
-        params = None
-        if inspect.isfunction(method):  # (a plain function taking self first; anything else is not checked)
-            try:
-                every = list(inspect.signature(method).parameters.values())
-            except (TypeError, ValueError):
-                every = []
-            if every and every[0].kind in (every[0].POSITIONAL_ONLY, every[0].POSITIONAL_OR_KEYWORD):
-                params = every[1:]
+        sig = call_signature(cls, raw_method(cls, name), name)
+        params = list(sig.parameters.values()) if sig is not None else None
         if params is None or any(p.kind is p.VAR_POSITIONAL for p in params):
             _positional[key] = None
         else:

@@ -1,19 +1,19 @@
 """Safe outputs: the SDK's output with an ``image`` that is a proper DLPack producer; a decoder's frames.
 
-``torch.from_dlpack(out.image)``, ``cupy.from_dlpack(out.image)`` and
-``jax.dlpack.from_dlpack(out.image)`` pass their stream to ``__dlpack__``; the
-:class:`SafeImage` makes that stream wait for the SDK (H3/H4) before handing over the
-capsule, and tells the contract which stream now reads the buffer (for H5/H6).
-:class:`JaxDLPackAdapter` is the adapter from the vendor's documentation, complete with the protocol.
-:class:`SafeFrame` is one frame a guarded decoder handed out, in a buffer of its pool: importable any
-number of times until the decoder writes that buffer again.
+``torch.from_dlpack(out.image)``, ``cupy.from_dlpack(out.image)`` and ``jax.dlpack.from_dlpack(out.image)``
+pass their stream to ``__dlpack__``; the :class:`SafeImage` makes that stream wait for the SDK (H3/H4) before
+handing over the capsule, and tells the buffer (:class:`~streamsafe.buffers.Buffer`) which stream now reads it
+(for H5/H6). :class:`SafeFrame` is one frame a guarded decoder handed out, in a buffer of its pool: importable
+any number of times until the decoder writes that buffer again. Each output owns its state and its
+operations (imports, copies, ``record_stream``); :class:`JaxDLPackAdapter` is the adapter from the vendor's
+documentation, complete with the protocol.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
-import weakref
 from typing import TYPE_CHECKING, Any
 
 from . import hooks, views
@@ -21,11 +21,13 @@ from ._dlpack import DLPACK_CUDA, capsule_data_key
 from .backend.naming import stream_on_device
 from .errors import DeviceMismatchError, ExportError, FrameworkUnavailableError, StreamsafeError
 from .frameworks import torch_current_stream_handle
+from .profile import set_output_maker
 from .sharing import Unshareable
 from .streams import LEGACY_HANDLE as LEGACY_DLPACK, Stream, handle_of, on_this_thread
 
 if TYPE_CHECKING:
-    from .ledger import Ledger
+    from .buffers import Buffer
+    from .ledger import PoolLedger
 
 __all__ = ["SafeImage", "SafeOutput", "SafeFrame", "JaxDLPackAdapter"]
 
@@ -37,7 +39,7 @@ _CONSUMED = (
 
 
 def _check_export(device: tuple[int, int], copy: bool | None, dl_device: tuple[int, int] | None) -> None:
-    """The export rules both producers here share: no copy during export, no other device."""
+    """The export rules every producer here shares: no copy during export, no other device."""
     if copy:
         raise ExportError(
             "the output cannot be copied during export (copy=True; JAX's PJRT does not support it either)",
@@ -50,29 +52,104 @@ def _check_export(device: tuple[int, int], copy: bool | None, dl_device: tuple[i
         )
 
 
-class SafeImage(Unshareable):
-    """A DLPack producer for one output of a guarded ``run()``; importable once.
+def _framework(name: str, helper: str, extra: str) -> Any:
+    """The module ``name`` (already imported, almost always), else a clear error naming ``helper``'s need."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        raise FrameworkUnavailableError(name.split(".")[0], helper, str(e), extra) from e
 
-    It talks to the effect's :class:`~streamsafe.ledger.Ledger`, not to the contract that made
-    it, so an output of one guard is ordered against every other guard's runs.
-    """
+
+def _have_torch() -> bool:
+    """Whether torch is there to copy with (imported, or importable): the GPU copy helpers' first choice."""
+    return "torch" in sys.modules or importlib.util.find_spec("torch") is not None
+
+
+class _BufferView(Unshareable):
+    """What an output of a buffer owns: the buffer, the generation it shows, its device; the import of a capsule,
+    ``record_stream``, and the check of a consumer's stream."""
+
+    __slots__ = ()
+    _buffer: Buffer
+    _generation: int
+    _device: int
+
+    @property
+    def generation(self) -> int:
+        """The buffer's generation this output shows."""
+        return self._generation
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (DLPACK_CUDA, self._device)
+
+    def record_stream(self, stream: Any) -> None:
+        """Declare that a zero-copy view of this output is also read on ``stream`` (any stream object streamsafe
+        accepts), like torch's ``Tensor.record_stream``: ``stream`` is ordered after the SDK's writes now, and the
+        SDK's next write and release wait for it. Needed for a view read on a stream that is neither the one it
+        was imported on nor the current one at the next write. Does not block the host."""
+        buffer = self._buffer
+        buffer.add_reader(self._generation, stream_on_device(stream, self._device, buffer.ledger.resolved_backend(), "consumer"))
+
+    def _reader_stream(self, stream: Any) -> Stream:
+        """The :class:`Stream` a consumer names in ``__dlpack__(stream=...)``: a held handle needs no driver query;
+        a per-thread stream is the importing thread's (whoever named it). Does not block."""
+        buffer = self._buffer
+        consumer = buffer.ledger.holds.stream(stream) or stream_on_device(
+            stream, self._device, buffer.ledger.resolved_backend(), "consumer")
+        return on_this_thread(consumer) if consumer.thread else consumer
+
+    def _import(self, consumer: Stream, capsule: Any, escapes: bool) -> None:
+        """``capsule`` imported on ``consumer``: the buffer orders and records the read, a view (``escapes``) is
+        remembered by its memory, a model's capsule learns its output (H7). Does not block."""
+        key = capsule_data_key(capsule) if escapes or hooks.observers else None  # (a copy helper's: no address read)
+        buffer = self._buffer
+        buffer.import_output(self._generation, consumer, escapes=escapes, key=key)
+        if escapes:
+            views.add(key, buffer, self._generation)
+        if hasattr(type(capsule), "view_of"):
+            capsule.view_of = (buffer.ref, self._generation)
+
+    def _on_device(self, stream: Any) -> None:
+        """Raise :class:`~streamsafe.errors.DeviceMismatchError` unless ``stream`` (a framework's stream object)
+        is on the output's device: a helper imports on the current stream of that device. A stream object that
+        names the output's device passes without a driver query."""
+        device: int | None
+        if isinstance(stream, Stream):
+            device = stream.device
+        else:
+            try:
+                device = handle_of(stream)[1]
+            except StreamsafeError:
+                device = None  # not a stream object: the full check below raises the right error
+        if device != self._device:
+            stream_on_device(stream, self._device, self._buffer.ledger.resolved_backend(), "consumer")
+
+
+class SafeImage(_BufferView):
+    """A DLPack producer for one output of a guarded call; importable once.
+
+    It talks to the SDK object's buffer, not to the guard that made it, so an output of one guard is ordered
+    against every other guard's calls."""
 
     _no_copy = "a SafeImage cannot be copied: its capsule can be imported once (copy the imported array instead)"
     _no_pickle = "a SafeImage cannot be pickled: it points at GPU memory the SDK owns; pickle a copy (out.numpy())"
 
-    __slots__ = ("_ledger", "_capsule", "_generation", "_device", "_consumed", "_default_consumer", "_escapes", "_consumer", "_effect")
+    __slots__ = ("_buffer", "_capsule", "_generation", "_device", "_default_consumer", "_effect", "_consumed", "_escapes",
+                 "_consumer")
 
-    def __init__(
-        self, ledger: Ledger, capsule: Any, generation: int, device: int, default_consumer: Stream, effect: Any = None
-    ) -> None:
-        self._effect = effect  # the SDK's memory lives as long as its effect: an output keeps it alive
-        self._ledger = ledger
+    def __init__(self, buffer: Buffer, capsule: Any, generation: int, device: int, default_consumer: Stream, effect: Any = None) -> None:
+        self._buffer = buffer
         self._capsule = capsule
         self._generation = generation
         self._device = device
         self._default_consumer = default_consumer
+        self._effect = effect  # the SDK's memory lives as long as its effect: an output keeps it alive
         self._consumed = False
         self._escapes = True
+        """Whether an import makes a view that leaves streamsafe (not one of its copy helpers)."""
         self._consumer: Stream | None = None
 
     @property
@@ -81,41 +158,32 @@ class SafeImage(Unshareable):
         return self._consumed
 
     @property
-    def generation(self) -> int:
-        """The effect's output generation this image belongs to."""
-        return self._generation
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (DLPACK_CUDA, self._device)
+    def escapes(self) -> bool:
+        """Whether the next import makes a zero-copy view that leaves streamsafe (not a copy helper's)."""
+        return self._escapes
 
     def __dlpack__(
-        self,
-        *,
-        stream: Any = None,
-        max_version: tuple[int, int] | None = None,
-        dl_device: tuple[int, int] | None = None,
+        self, *, stream: Any = None, max_version: tuple[int, int] | None = None, dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
     ) -> Any:
-        """Hand the capsule to a consumer on ``stream`` (DLPack rules: 1 legacy, 2 per-thread,
-        else a stream pointer; ``None``/``-1``: the contract's consumer stream).
+        """Hand the capsule to a consumer on ``stream`` (DLPack rules: 1 legacy, 2 per-thread, else a stream
+        pointer; ``None``/``-1``: the contract's consumer stream).
 
-        Orders the consumer stream after the SDK's writes on the device (or by a host wait
-        under the ``stream``/``device`` strategies), and the effect's next run and release after
-        the consumer. Raises :class:`~streamsafe.errors.ExportError` (a ``BufferError``) on a second import and
-        :class:`~streamsafe.errors.StaleOutputError` if the buffer was reused since.
-        """
+        Orders the consumer stream after the SDK's writes on the device (or by a host wait under the
+        ``stream``/``device`` strategies), and the effect's next call and release after the consumer. Raises
+        :class:`~streamsafe.errors.ExportError` (a ``BufferError``) on a second import and
+        :class:`~streamsafe.errors.StaleOutputError` if the buffer was reused since."""
         if self._consumed:
             raise ExportError(*_CONSUMED)
-        ledger = self._ledger
-        if self._generation != ledger.generation:
-            ledger.check_current(self._generation)
+        if self._generation != self._buffer.generation:
+            self._buffer.check_current(self._generation)
         if copy or dl_device is not None:
             _check_export((DLPACK_CUDA, self._device), copy, dl_device)
         if stream is None or (type(stream) is int and stream == -1):
             consumer = self._default_consumer
         else:
-            consumer = _reader_stream(ledger, stream, self._device)
-        _imported(ledger, self._generation, consumer, self._capsule, self._escapes)
+            consumer = self._reader_stream(stream)
+        self._import(consumer, self._capsule, self._escapes)
         self._consumer = consumer
         self._consumed = True
         return self._capsule
@@ -124,7 +192,124 @@ class SafeImage(Unshareable):
         """Raise if the capsule was consumed or its buffer has been reused or released."""
         if self._consumed:
             raise ExportError(*_CONSUMED)
-        self._ledger.check_current(self._generation)
+        self._buffer.check_current(self._generation)
+
+    def reader_done(self) -> None:
+        """The host waited for the copy its import made (a helper that blocks): that stream reads no more."""
+        self._buffer.reader_done(self._generation, self._consumer)
+
+    # -- the copy helpers' imports -------------------------------------------------------------------------
+
+    def _for_copy(self) -> SafeImage:
+        """Checked importable and marked as read by a copy helper (no view leaves it); a helper that fails before
+        its import calls :meth:`_copy_failed`."""
+        self.check_importable()
+        self._escapes = False
+        return self
+
+    def _copy_failed(self) -> None:
+        """A copy helper raised: if it never imported the capsule, a later import may be a view again (the next
+        call and the release must then wait for its stream, H7)."""
+        if not self._consumed:
+            self._escapes = True
+
+    def torch(self, stream: Any = None, *, copy: bool = True) -> Any:
+        """A torch copy (``copy=False``: a zero-copy view) issued on ``stream`` or torch's current stream of the
+        output's device: see :meth:`SafeOutput.torch`. Does not block."""
+        torch = _framework("torch", "out.torch()" if copy else "out.torch(copy=False)", "torch")
+        if stream is not None:
+            self._on_device(stream)
+        if not copy:
+            if stream is None:
+                view = self._torch_import(torch)
+            else:
+                with torch.cuda.stream(stream):
+                    view = self._torch_import(torch)
+            self._buffer.tag_view(view, self._generation)  # (a view passed down a pipeline late is refused: H7)
+            return view
+        self._for_copy()
+        try:
+            if stream is None:
+                return self._torch_import(torch).clone()
+            with torch.cuda.stream(stream):
+                return self._torch_import(torch).clone()
+        except BaseException:
+            self._copy_failed()
+            raise
+
+    def _torch_import(self, torch: Any) -> Any:
+        """``torch.from_dlpack(image)``, with the capsule asked for on torch's current stream of the image's device
+        here (a raw stream read, no ``torch.cuda.Stream`` object): what ``torch.from_dlpack`` does for a producer
+        object, without the stream object it builds to learn the stream (a few microseconds a frame)."""
+        handle = torch_current_stream_handle(torch, self._device)
+        return torch.from_dlpack(self.__dlpack__(stream=handle or LEGACY_DLPACK))  # DLPack: 1 names stream 0
+
+    def cupy(self, stream: Any = None) -> Any:
+        """A CuPy copy issued on ``stream`` or CuPy's current stream: see :meth:`SafeOutput.cupy`."""
+        cupy = _framework("cupy", "out.cupy()", "cupy-cuda13")
+        if stream is not None:
+            self._on_device(stream)
+        self._for_copy()
+        try:
+            if stream is None:
+                return cupy.from_dlpack(self).copy()
+            with stream:
+                return cupy.from_dlpack(self).copy()
+        except BaseException:
+            self._copy_failed()
+            raise
+
+    def jax(self) -> Any:
+        """A JAX copy: see :meth:`SafeOutput.jax`. Blocks the host until the copy is done."""
+        jax = _framework("jax", "out.jax()", "jax")
+        jnp = _framework("jax.numpy", "out.jax()", "jax")
+        self._for_copy()
+        try:
+            view = jax.dlpack.from_dlpack(self, copy=False)
+        except BaseException:
+            self._copy_failed()
+            raise
+        out = jnp.array(view, copy=True)
+        out.block_until_ready()
+        self.reader_done()
+        return out
+
+    def numpy(self) -> Any:
+        """A host copy (NumPy): see :meth:`SafeOutput.numpy`. Blocks the host until it is complete."""
+        backend = self._buffer.ledger.resolved_backend()
+        if backend.records_accesses:  # the model: its own import and host copy
+            self._for_copy()
+            model: Any = backend
+            try:
+                result = model.download(model.from_dlpack(self))
+            except BaseException:
+                self._copy_failed()
+                raise
+            self.reader_done()
+            return result
+        if _have_torch():
+            result = self.torch().cpu().numpy()
+        else:
+            result = _framework("cupy", "out.numpy() on the GPU without torch", "cupy-cuda13").asnumpy(self.cupy())
+        self.reader_done()
+        return result
+
+    def copy(self, stream: Any = None) -> Any:
+        """A copy in the backend's own arrays, issued on ``stream`` (default: the current one): on the model a
+        :class:`~streamsafe.sim.SimArray`, on a GPU a torch tensor (else a CuPy array). Does not block."""
+        backend = self._buffer.ledger.resolved_backend()
+        if not backend.records_accesses:
+            return self.torch(stream) if _have_torch() else self.cupy(stream)
+        model: Any = backend
+        consumer = model.current_stream(self._device) if stream is None else stream_on_device(
+            stream, self._device, backend, "consumer")
+        self._for_copy()
+        try:
+            view = model.from_dlpack(self, stream=consumer)
+        except BaseException:
+            self._copy_failed()
+            raise
+        return model.copy(view, consumer)
 
     def __repr__(self) -> str:
         state = "consumed" if self._consumed else f"run #{self._generation}"
@@ -132,13 +317,12 @@ class SafeImage(Unshareable):
 
 
 class SafeOutput(Unshareable):
-    """The SDK's output dataclass with ``image`` replaced by a :class:`SafeImage`; other fields delegate.
+    """The SDK's output with ``image`` a :class:`SafeImage`; other fields are the SDK output's.
 
-    The copy helpers import once, copy on the given (or the framework's current) stream,
-    and return an array the framework owns, which may outlive the effect.
-    """
+    The copy helpers import once, copy on the given (or the framework's current) stream, and return an array the
+    framework owns, which may outlive the effect."""
 
-    _no_copy = "a SafeOutput cannot be copied: its image can be imported once; copy the data (out.torch(), ...)"
+    _no_copy = "a SafeOutput cannot be copied: its image can be imported once; copy the data (out.torch(), out.copy())"
     _no_pickle = "a SafeOutput cannot be pickled: it points at GPU memory the SDK owns; pickle a copy (out.numpy())"
 
     __slots__ = ("raw", "image")
@@ -156,250 +340,84 @@ class SafeOutput(Unshareable):
         return f"SafeOutput({type(self.raw).__name__}, image={self.image!r})"
 
     def record_stream(self, stream: Any) -> None:
-        """Declare that a zero-copy view of this output is also read on ``stream`` (any stream
-        object streamsafe accepts), like torch's ``Tensor.record_stream``: ``stream`` is ordered
-        after the SDK's writes now, and the effect's next run and release wait for it. Needed
-        for a view read on a stream that is neither the one it was imported on nor the current
-        one at the next run. Does not block the host."""
-        _also_read_on(self.image, stream)
-
-    def _copied(self) -> SafeImage:
-        return _for_copy(self.image)
+        """Declare that a zero-copy view of this output is also read on ``stream``: see
+        :meth:`SafeImage.record_stream`. Does not block the host."""
+        self.image.record_stream(stream)
 
     def torch(self, stream: Any = None, *, copy: bool = True) -> Any:
-        """A torch copy, issued on ``stream`` (a torch stream on the output's device) or torch's current
-        stream there. Does not block. A stream of another device raises
-        :class:`~streamsafe.errors.DeviceMismatchError`, before anything is imported.
+        """A torch copy, issued on ``stream`` (a torch stream on the output's device) or torch's current stream
+        there. Does not block. A stream of another device raises :class:`~streamsafe.errors.DeviceMismatchError`,
+        before anything is imported.
 
-        ``copy=False``: a zero-copy view instead, ordered on that stream exactly as
-        ``torch.from_dlpack(out.image)`` is, a few microseconds cheaper (torch builds no stream
-        object to learn its current stream). Like any view of the SDK's buffer it is valid until
-        the effect's next ``run()``, ``close()`` or resize (H7); the next run waits for that stream.
-        """
-        if copy:
-            return torch_copy(self.image, stream)
-        return torch_view(self.image, stream)
+        ``copy=False``: a zero-copy view instead, ordered on that stream exactly as ``torch.from_dlpack(out.image)``
+        is, a few microseconds cheaper (torch builds no stream object to learn its current stream). Like any view
+        of the SDK's buffer it is valid until the effect's next call, ``close()`` or resize (H7); the next call
+        waits for that stream."""
+        return self.image.torch(stream, copy=copy)
 
     def cupy(self, stream: Any = None) -> Any:
-        """A CuPy copy, issued on ``stream`` (a CuPy stream on the output's device) or CuPy's current
-        stream. Does not block. A stream of another device raises
-        :class:`~streamsafe.errors.DeviceMismatchError`, before anything is imported."""
-        cupy = _framework("cupy", "out.cupy()", "cupy-cuda13")
-        if stream is not None:
-            _consumer_on_device(self.image, stream)
-        image = self._copied()
-        try:
-            if stream is None:
-                return cupy.from_dlpack(image).copy()
-            with stream:
-                return cupy.from_dlpack(image).copy()
-        except BaseException:
-            _copy_failed(image)
-            raise
+        """A CuPy copy, issued on ``stream`` (a CuPy stream on the output's device) or CuPy's current stream. Does
+        not block. A stream of another device raises :class:`~streamsafe.errors.DeviceMismatchError`, before
+        anything is imported."""
+        return self.image.cupy(stream)
 
     def jax(self) -> Any:
         """A JAX copy: the vendor's documented recipe with JAX's own stream fenced instead of a device sync.
 
-        Zero-copy import (JAX passes its stream to ``__dlpack__``), then
-        ``jnp.array(copy=True)`` and ``block_until_ready()``. Blocks the host until the copy is done.
-        """
-        jax = _framework("jax", "out.jax()", "jax")
-        jnp = _framework("jax.numpy", "out.jax()", "jax")
-
-        image = self._copied()
-        try:
-            view = jax.dlpack.from_dlpack(image, copy=False)
-        except BaseException:
-            _copy_failed(image)
-            raise
-        out = jnp.array(view, copy=True)
-        out.block_until_ready()
-        image._ledger.reader_done(image._generation, image._consumer)
-        return out
+        Zero-copy import (JAX passes its stream to ``__dlpack__``), then ``jnp.array(copy=True)`` and
+        ``block_until_ready()``. Blocks the host until the copy is done."""
+        return self.image.jax()
 
     def numpy(self) -> Any:
-        """A host copy (NumPy). Blocks the host until it is complete; the copy is ordered after the
-        SDK's writes, and the effect's next run and release after the copy."""
-        image = self._copied()
-        backend = image._ledger.resolved_backend()
-        try:
-            if backend.records_accesses:  # the model: its own import and host copy
-                model: Any = backend
-                result = model.download(model.from_dlpack(image))
-            elif _have_torch():
-                result = self.torch().cpu().numpy()
-            else:
-                result = _framework("cupy", "out.numpy() on the GPU without torch", "cupy-cuda13").asnumpy(self.cupy())
-        except BaseException:
-            _copy_failed(image)
-            raise
-        image._ledger.reader_done(image._generation, image._consumer)
-        return result
+        """A host copy (NumPy). Blocks the host until it is complete; the copy is ordered after the SDK's writes,
+        and the effect's next call and release after the copy."""
+        return self.image.numpy()
+
+    def copy(self, stream: Any = None) -> Any:
+        """A copy in the backend's own arrays, issued on ``stream`` (default: the current one): on the model a
+        :class:`~streamsafe.sim.SimArray`, on a GPU a torch tensor (else a CuPy array). Does not block."""
+        return self.image.copy(stream)
 
 
-def _reader_stream(ledger: Ledger, stream: Any, device: int) -> Stream:
-    """The :class:`Stream` a consumer names in ``__dlpack__(stream=...)``: a handle the ledger holds needs no
-    driver query; a per-thread stream is the importing thread's (whoever named it). Does not block."""
-    consumer = (ledger.known.get(stream) if type(stream) is int else None) or stream_on_device(
-        stream, device, ledger.resolved_backend(), "consumer")
-    return on_this_thread(consumer) if consumer.thread else consumer
+class SafeFrame(_BufferView):
+    """One frame a guarded decoder handed out, in one buffer of the decoder's pool.
 
+    A DLPack producer that takes the consumer's stream, like the SDK's frame: each import on a stream makes it a
+    reader of the buffer, so the decoder's stream waits for it on the device before the decoder writes the buffer
+    again. Importable any number of times until then; after, an import raises
+    :class:`~streamsafe.errors.StaleOutputError`. Other attributes (``shape``, ``dtype``, ``timestamp``, ...) are
+    the SDK frame's. Keeps the decoder alive (the buffer is the decoder's memory)."""
 
-def _imported(ledger: Ledger, generation: int, consumer: Stream, capsule: Any, escapes: bool) -> None:
-    """``capsule`` of output ``generation`` imported on ``consumer``: the ledger orders and records the read, a view
-    (``escapes``) is remembered by its memory, a model's capsule learns its output (H7). Does not block."""
-    key = capsule_data_key(capsule) if escapes or hooks.observers else None  # (a copy helper's: no address read)
-    ledger.import_output(generation, consumer, escapes=escapes, key=key)
-    if escapes:
-        views.add(key, ledger, generation)
-    if hasattr(type(capsule), "view_of"):
-        capsule.view_of = (weakref.ref(ledger), generation)
-
-
-def _also_read_on(output: SafeImage | SafeFrame, stream: Any) -> None:
-    """``record_stream``: ``stream`` (any stream object streamsafe accepts) reads ``output`` too. Does not block."""
-    ledger = output._ledger
-    ledger.add_reader(output._generation, stream_on_device(stream, output._device, ledger.resolved_backend(), "consumer"))
-
-
-def _for_copy(image: SafeImage) -> SafeImage:
-    """``image``, checked importable and marked as read by a copy helper (no view leaves it). A helper
-    that fails before its import calls :func:`_copy_failed`."""
-    image.check_importable()
-    image._escapes = False
-    return image
-
-
-def _copy_failed(image: SafeImage) -> None:
-    """A copy helper raised: if it never imported the capsule, a later import may be a view again
-    (the next run and the release must then wait for its stream, H7)."""
-    if not image._consumed:
-        image._escapes = True
-
-
-def _consumer_on_device(output: SafeImage | SafeFrame, stream: Any) -> None:
-    """Raise :class:`~streamsafe.errors.DeviceMismatchError` unless ``stream`` (a framework's stream
-    object) is on the output's device: a helper imports on the current stream of that device. A stream
-    object that names the output's device passes without a driver query."""
-    device: int | None
-    if isinstance(stream, Stream):
-        device = stream.device
-    else:
-        try:
-            device = handle_of(stream)[1]
-        except StreamsafeError:
-            device = None  # not a stream object: the full check below raises the right error
-    if device != output._device:
-        stream_on_device(stream, output._device, output._ledger.resolved_backend(), "consumer")
-
-
-def torch_copy(image: SafeImage, stream: Any = None) -> Any:
-    """``out.torch(stream)`` given the output's image (what the bench's streamsafe rows import with)."""
-    torch = _framework("torch", "out.torch()", "torch")
-
-    if stream is not None:
-        _consumer_on_device(image, stream)
-    _for_copy(image)
-    try:
-        if stream is None:
-            return _torch_copy(torch, image)
-        with torch.cuda.stream(stream):
-            return _torch_copy(torch, image)
-    except BaseException:
-        _copy_failed(image)
-        raise
-
-
-def torch_view(image: SafeImage, stream: Any = None) -> Any:
-    """``out.torch(stream, copy=False)`` given the output's image: a zero-copy torch tensor."""
-    torch = _framework("torch", "out.torch(copy=False)", "torch")
-
-    if stream is None:
-        view = _torch_import(torch, image)
-    else:
-        _consumer_on_device(image, stream)
-        with torch.cuda.stream(stream):
-            view = _torch_import(torch, image)
-    image._ledger.tag_view(view, image._generation)  # (a view passed down a pipeline late is refused: H7)
-    return view
-
-
-def _framework(name: str, helper: str, extra: str) -> Any:
-    """The module ``name`` (already imported, almost always), else a clear error naming ``helper``'s need."""
-    module = sys.modules.get(name)
-    if module is not None:
-        return module
-    try:
-        return importlib.import_module(name)
-    except ImportError as e:
-        raise FrameworkUnavailableError(name.split(".")[0], helper, str(e), extra) from e
-
-
-def _torch_import(torch: Any, image: SafeImage) -> Any:
-    """``torch.from_dlpack(image)``, with the capsule asked for on torch's current stream of the image's
-    device here (a raw stream read, no ``torch.cuda.Stream`` object); torch imports the raw capsule."""
-    handle = torch_current_stream_handle(torch, image._device)
-    return torch.from_dlpack(image.__dlpack__(stream=handle or LEGACY_DLPACK))  # DLPack: 1 names stream 0
-
-
-def _torch_copy(torch: Any, image: SafeImage) -> Any:
-    """``torch.from_dlpack(image).clone()`` on torch's current stream of the image's device, with the
-    capsule asked for on that stream here: what ``torch.from_dlpack`` does for a producer object,
-    without the ``torch.cuda.Stream`` it builds to learn the stream (a few microseconds a frame)."""
-    return _torch_import(torch, image).clone()
-
-
-def _have_torch() -> bool:
-    """Whether torch is there to copy with (imported, or importable): the GPU copy helpers' first choice."""
-    import importlib.util
-
-    return "torch" in sys.modules or importlib.util.find_spec("torch") is not None
-
-
-class SafeFrame(Unshareable):
-    """One frame a guarded decoder handed out, in one buffer of the decoder's pool (:mod:`streamsafe.pool`).
-
-    A DLPack producer that takes the consumer's stream, like the SDK's frame: each import on a stream makes
-    it a reader of the buffer, so the decoder's stream waits for it on the device before the decoder writes
-    the buffer again. Importable any number of times until then; after, an import raises
-    :class:`~streamsafe.errors.StaleOutputError`. Other attributes (``shape``, ``dtype``, ``timestamp``, ...)
-    are the SDK frame's. Keeps the decoder alive (the buffer is the decoder's memory)."""
-
-    _no_copy = "a SafeFrame cannot be copied: it points at a buffer the decoder reuses; copy the data (frame.torch(), ...)"
+    _no_copy = "a SafeFrame cannot be copied: it points at a buffer the decoder reuses; copy the data (frame.torch(), frame.copy())"
     _no_pickle = "a SafeFrame cannot be pickled: it points at GPU memory the decoder owns; pickle a copy (frame.numpy())"
 
-    __slots__ = ("raw", "_ledger", "_generation", "_device", "_default_consumer", "_owner", "_pool")
+    __slots__ = ("raw", "_buffer", "_generation", "_device", "_default_consumer", "_owner", "_pool")
 
-    def __init__(self, raw: Any, ledger: Ledger, generation: int, device: int, default_consumer: Stream, owner: Any,
-                 pool: Any = None) -> None:
+    def __init__(self, raw: Any, buffer: Buffer, generation: int, device: int, default_consumer: Stream, owner: Any,
+                 pool: PoolLedger | None = None) -> None:
         self.raw = raw  # (the SDK's own frame: importing it directly orders nothing streamsafe knows of)
-        self._pool = pool
-        self._ledger = ledger
+        self._buffer = buffer
         self._generation = generation
         self._device = device
         self._default_consumer = default_consumer
         self._owner = owner
-
-    @property
-    def generation(self) -> int:
-        """The buffer's generation this frame belongs to."""
-        return self._generation
+        self._pool = pool
 
     @property
     def stale(self) -> bool:
         """Whether the decoder has written this frame's buffer again (or freed it) since."""
-        return self._generation != self._ledger.generation
+        return self._generation != self._buffer.generation
 
     def check_importable(self) -> None:
         """Raise :class:`~streamsafe.errors.StaleOutputError` if the decoder has written the buffer since."""
-        self._ledger.check_current(self._generation, "this decoded frame", _FRAME_FIX, source="the decoder")
+        self._buffer.check_current(self._generation, "this decoded frame", _FRAME_FIX, source="the decoder")
 
     def cuda(self) -> Any:
         """The SDK frame's CUDA array interface views (``DecodedFrame.cuda()``): streamsafe does not see them read,
         so the framework's current stream at the next decode is taken to read them. Raises
         :class:`~streamsafe.errors.StaleOutputError` if the buffer was written again since."""
         self.check_importable()
-        self._ledger.view_escaped(self._generation)
+        self._buffer.view_escaped(self._generation)
         return self.raw.cuda()
 
     def __getattr__(self, name: str) -> Any:
@@ -407,67 +425,56 @@ class SafeFrame(Unshareable):
             raise AttributeError(name)
         return getattr(self.raw, name)
 
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (DLPACK_CUDA, self._device)
-
     def __dlpack__(
-        self,
-        stream: Any = None,
-        *,
-        max_version: tuple[int, int] | None = None,
-        dl_device: tuple[int, int] | None = None,
+        self, stream: Any = None, *, max_version: tuple[int, int] | None = None, dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
     ) -> Any:
-        """A capsule of the frame for a consumer on ``stream`` (positional too, as the SDK's frame takes it; DLPack rules: ``None`` or 1 the legacy
-        stream, 2 per-thread, else a stream pointer; ``-1``: the guard's consumer stream, with no
-        synchronisation asked of the SDK). Records ``stream`` as a reader of the buffer (the decoder's next
-        write waits for it on the device). Raises :class:`~streamsafe.errors.StaleOutputError` if the
-        buffer was written again since. Does not block."""
+        """A capsule of the frame for a consumer on ``stream`` (positional too, as the SDK's frame takes it; DLPack
+        rules: ``None`` or 1 the legacy stream, 2 per-thread, else a stream pointer; ``-1``: the guard's consumer
+        stream, with no synchronisation asked of the SDK). Records ``stream`` as a reader of the buffer (the
+        decoder's next write waits for it on the device). Raises :class:`~streamsafe.errors.StaleOutputError` if
+        the buffer was written again since. Does not block."""
         if copy or dl_device is not None:
             _check_export((DLPACK_CUDA, self._device), copy, dl_device)
-        return self._export(stream, escapes=True)[0]
+        return self.export(stream, escapes=True)[0]
 
-    def _export(self, stream: Any, *, escapes: bool) -> tuple[Any, Stream]:
-        ledger = self._ledger
-        if self._generation != ledger.generation:
+    def export(self, stream: Any, *, escapes: bool) -> tuple[Any, Stream]:
+        """A capsule of the frame imported on ``stream`` (as :meth:`__dlpack__` takes it), and the consumer stream
+        it was ordered on; ``escapes``: the consumer keeps a zero-copy view (not a copy helper's). Does not block."""
+        if self._generation != self._buffer.generation:
             self.check_importable()
         if type(stream) is int and stream == -1:
             consumer, raw_stream = self._default_consumer, -1
         else:
             raw_stream = LEGACY_DLPACK if stream is None or (type(stream) is int and stream == 0) else stream
-            consumer = _reader_stream(ledger, raw_stream, self._device)
+            consumer = self._reader_stream(raw_stream)
             raw_stream = consumer.dlpack if not isinstance(raw_stream, int) else raw_stream
         capsule = self.raw.__dlpack__(stream=raw_stream)
-        _imported(ledger, self._generation, consumer, capsule, escapes)
+        self._import(consumer, capsule, escapes)
         return capsule, consumer
 
     def _copied(self, consumer: Stream) -> None:
-        """A helper's copy was issued on ``consumer`` and reads the frame no more: the decoder's next write waits
-        for an event recorded right after it, not for ``consumer``'s later work."""
+        """A helper's copy was issued on ``consumer`` and reads the frame no more: the decoder's next write waits for
+        an event recorded right after it, not for ``consumer``'s later work."""
         if self._pool is not None:
-            self._pool.capture(self._ledger, self._generation, consumer)
-
-    def record_stream(self, stream: Any) -> None:
-        """Declare that a zero-copy view of this frame is also read on ``stream`` (as ``Tensor.record_stream``):
-        the decoder's next write waits for it too. Does not block."""
-        _also_read_on(self, stream)
+            self._pool.capture(self._buffer, self._generation, consumer)
 
     def torch(self, stream: Any = None, *, copy: bool = True) -> Any:
-        """A torch copy (``copy=False``: a zero-copy view, valid until the decoder writes the buffer again),
-        issued on ``stream`` or torch's current stream. Does not block."""
+        """A torch copy (``copy=False``: a zero-copy view, valid until the decoder writes the buffer again), issued
+        on ``stream`` or torch's current stream. Does not block."""
         torch = _framework("torch", "frame.torch()", "torch")
         if stream is not None:
-            _consumer_on_device(self, stream)
+            self._on_device(stream)
             with torch.cuda.stream(stream):
                 return self._torch(torch, copy)
         return self._torch(torch, copy)
 
     def _torch(self, torch: Any, copy: bool) -> Any:
         handle = torch_current_stream_handle(torch, self._device) or LEGACY_DLPACK
-        capsule, consumer = self._export(handle, escapes=not copy)
+        capsule, consumer = self.export(handle, escapes=not copy)
         view = torch.from_dlpack(capsule)
         if not copy:
-            self._ledger.tag_view(view, self._generation)
+            self._buffer.tag_view(view, self._generation)
             return view
         out = view.clone()
         self._copied(consumer)
@@ -476,13 +483,13 @@ class SafeFrame(Unshareable):
     def copy(self, stream: Any = None) -> Any:
         """A copy in the backend's own arrays, issued on ``stream`` (default: the current one): on the model a
         :class:`~streamsafe.sim.SimArray`, on a GPU a torch tensor (else a CuPy array). Does not block."""
-        backend = self._ledger.resolved_backend()
+        backend = self._buffer.ledger.resolved_backend()
         if not backend.records_accesses:
             return self.torch(stream) if _have_torch() else self.cupy(stream)
         model: Any = backend
         consumer = model.current_stream(self._device) if stream is None else stream_on_device(
             stream, self._device, backend, "consumer")
-        capsule, consumer = self._export(consumer.dlpack, escapes=False)
+        capsule, consumer = self.export(consumer.dlpack, escapes=False)
         out = model.copy(model.from_dlpack(capsule, stream=consumer), consumer)
         self._copied(consumer)
         return out
@@ -491,13 +498,13 @@ class SafeFrame(Unshareable):
         """A CuPy copy, issued on ``stream`` or CuPy's current stream. Does not block."""
         cupy = _framework("cupy", "frame.cupy()", "cupy-cuda13")
         if stream is not None:
-            _consumer_on_device(self, stream)
+            self._on_device(stream)
             with stream:
                 return self._cupy(cupy)
         return self._cupy(cupy)
 
     def _cupy(self, cupy: Any) -> Any:
-        capsule, consumer = self._export(cupy.cuda.get_current_stream().ptr or LEGACY_DLPACK, escapes=False)
+        capsule, consumer = self.export(cupy.cuda.get_current_stream().ptr or LEGACY_DLPACK, escapes=False)
         out = cupy.from_dlpack(capsule).copy()
         self._copied(consumer)
         return out
@@ -513,12 +520,12 @@ class SafeFrame(Unshareable):
 
     def numpy(self) -> Any:
         """A host copy (NumPy). Blocks the host until it is complete."""
-        backend = self._ledger.resolved_backend()
+        backend = self._buffer.ledger.resolved_backend()
         if backend.records_accesses:  # the model: its own import and host copy
             model: Any = backend
             consumer = model.current_stream(self._device)
-            result = model.download(model.from_dlpack(self._export(consumer.dlpack, escapes=False)[0]), consumer)
-            self._ledger.reader_done(self._generation, consumer)
+            result = model.download(model.from_dlpack(self.export(consumer.dlpack, escapes=False)[0]), consumer)
+            self._buffer.reader_done(self._generation, consumer)
             return result
         if _have_torch():
             return self.torch().cpu().numpy()
@@ -526,7 +533,7 @@ class SafeFrame(Unshareable):
 
     def __repr__(self) -> str:
         state = "stale" if self.stale else f"buffer write #{self._generation}"
-        return f"<streamsafe SafeFrame of {self._ledger.name} cuda:{self._device} {state}>"
+        return f"<streamsafe SafeFrame of {self._buffer.name} cuda:{self._device} {state}>"
 
 
 _FRAME_FIX = (
@@ -549,23 +556,22 @@ class _Once:
 
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
-        return self.frame._export(stream, escapes=False)[0]
+        return self.frame.export(stream, escapes=False)[0]
 
 
 class JaxDLPackAdapter:
     """The vendor's documented adapter for JAX >= 0.7.2, with the whole producer protocol.
 
-    Wraps a raw capsule (e.g. ``result.image`` from the SDK); that orders nothing, so use
-    it after the SDK's work is complete. Given a contract's ``out.image`` (inside
-    ``with stream_contract(...)`` the documented code passes exactly that), it forwards JAX's
-    stream to it, so the import is fenced. Handed out once; then :class:`~streamsafe.errors.ExportError` (a ``BufferError``).
-    Never blocks the host; it orders exactly what the wrapped object's ``__dlpack__`` orders.
-    """
+    Wraps a raw capsule (e.g. ``result.image`` from the SDK); that orders nothing, so use it after the SDK's work is
+    complete. Given a contract's ``out.image`` (inside ``with stream_contract(...)`` the documented code passes
+    exactly that), it forwards JAX's stream to it, so the import is fenced. Handed out once; then
+    :class:`~streamsafe.errors.ExportError` (a ``BufferError``). Never blocks the host; it orders exactly what the
+    wrapped object's ``__dlpack__`` orders."""
 
     def __init__(self, capsule: Any, device_id: int | None = None) -> None:
-        """``device_id``: the CUDA device the capsule's memory is on. A contract's output knows its own
-        (then a different ``device_id`` raises :class:`DeviceMismatchError`); a raw capsule's is taken as
-        given, 0 when not (the vendor's default)."""
+        """``device_id``: the CUDA device the capsule's memory is on. A contract's output knows its own (then a
+        different ``device_id`` raises :class:`DeviceMismatchError`); a raw capsule's is taken as given, 0 when not
+        (the vendor's default)."""
         if isinstance(capsule, SafeOutput):
             capsule = capsule.image
         if isinstance(capsule, SafeImage):
@@ -581,15 +587,11 @@ class JaxDLPackAdapter:
         self._used = False
 
     def __dlpack__(
-        self,
-        *,
-        stream: Any = None,
-        max_version: tuple[int, int] | None = None,
-        dl_device: tuple[int, int] | None = None,
+        self, *, stream: Any = None, max_version: tuple[int, int] | None = None, dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
     ) -> Any:
-        """The capsule, once. Orders JAX's ``stream`` after the SDK's writes when it wraps a contract's
-        image (through its ``__dlpack__``); a raw capsule orders nothing. Does not block."""
+        """The capsule, once. Orders JAX's ``stream`` after the SDK's writes when it wraps a contract's image (through
+        its ``__dlpack__``); a raw capsule orders nothing. Does not block."""
         if self._used:
             raise ExportError(*_CONSUMED)
         _check_export(self.__dlpack_device__(), copy, dl_device)
@@ -602,3 +604,36 @@ class JaxDLPackAdapter:
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (DLPACK_CUDA, self._device_id)
+
+
+# -- how a guarded call's result leaves (the makers the contracts use, through streamsafe.profile) ---------------
+
+
+def _effect_output(raw: Any, capsule: Any, buffer: Buffer, generation: int, device: int, default_consumer: Stream,
+                   effect: Any) -> SafeOutput:
+    """An effect's guarded output: the SDK's result, with its capsule a :class:`SafeImage` producer."""
+    return SafeOutput(raw, SafeImage(buffer, capsule, generation, device, default_consumer, effect))
+
+
+def _pool_output(raw: Any, frames: list[Any], made: list[tuple[Buffer, int]], device: int, default_consumer: Stream,
+                 owner: Any, pool: PoolLedger) -> Any:
+    """A pooled SDK's result with each of its ``frames`` (in order) a :class:`SafeFrame`, wherever it stands in lists
+    and tuples (a tuple stays a tuple, a list a list)."""
+    guarded = {id(f): SafeFrame(f, buffer, generation, device, default_consumer, owner, pool)
+               for f, (buffer, generation) in zip(frames, made)}
+    return _replace(raw, guarded)
+
+
+def _replace(value: Any, guarded: dict[int, SafeFrame]) -> Any:
+    found = guarded.get(id(value))
+    if found is not None:
+        return found
+    if isinstance(value, list):
+        return [_replace(v, guarded) for v in value]
+    if type(value) is tuple:
+        return tuple(_replace(v, guarded) for v in value)
+    return value
+
+
+set_output_maker("effect", _effect_output)
+set_output_maker("pool", _pool_output)

@@ -13,6 +13,7 @@ the SDK releases its buffer (H6: ``close()``, an output-size or encoding change)
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -21,7 +22,8 @@ from .errors import StrategyError
 from .strategy import Strategy
 from .streams import Stream, StreamKind, implicitly_ordered
 
-__all__ = ["Fence", "FencePlan", "plan_fences", "consumer_fences", "reuse_fences", "release_fences", "Action", "When"]
+__all__ = ["Fence", "FencePlan", "plan_fences", "pool_plan", "raw_plan", "waited_streams", "consumer_fences", "reuse_fences",
+           "release_fences", "Action", "When"]
 
 Action = Literal["device-wait", "host-wait", "device-sync", "forward-dlpack", "sdk-blocking", "shadow-stream", "protect-input"]
 When = Literal["before run", "inside run", "after run", "at import", "before next run", "before release"]
@@ -214,6 +216,7 @@ def plan_fences(
     user_non_blocking: bool = False,
     input_writers: Iterable[Stream] = (),
     writers_known: bool = True,
+    fixed_non_blocking: bool | None = None,
 ) -> FencePlan:
     """The plan for one call. ``conversion`` is ``None`` for RGB10A2 output; ``producer`` is
     ``None`` when the input's stream is unknown (then ``__dlpack__(stream=...)`` is forwarded);
@@ -223,10 +226,17 @@ def plan_fences(
     next (its ``input_stream`` is declared); else a program may write an input on an undeclared stream
     once ``run()`` returns, having synchronised that stream before the call (the vendor's recipe), and
     only the SDK's own host wait (``non_blocking=False``) keeps that write after the SDK's read: ``auto``
-    and ``async`` keep it then. A pure function: issues nothing, blocks nothing."""
+    and ``async`` keep it then. ``fixed_non_blocking``: the SDK takes no blocking keyword, and its calls always
+    (``False``) or never (``True``) make the host wait for their stream before they return. A pure function:
+    issues nothing, blocks nothing."""
     requested = strategy
     h2_open = conversion is not None and not implicitly_ordered(sdk, conversion)
-    if strategy is Strategy.AUTO and not writers_known:
+    if fixed_non_blocking is not None and strategy is not Strategy.NONE:
+        _check_fixed(strategy, fixed_non_blocking, h2_open, shadow)
+    if strategy is Strategy.AUTO and fixed_non_blocking is False:
+        strategy = Strategy.EVENT
+        reason = "the SDK takes no blocking keyword and makes the host wait for its stream in every call"
+    elif strategy is Strategy.AUTO and not writers_known:
         strategy = Strategy.EVENT
         reason = (
             "no input_stream is declared, so a stream streamsafe does not know may write an input once run() returns "
@@ -275,7 +285,9 @@ def plan_fences(
         if shadow is None:
             raise StrategyError("async", "no shadow stream was provided to run the SDK on", "Let StreamContract create it.")
     run_stream = shadow if strategy is Strategy.ASYNC and shadow is not None else sdk
-    if strategy is Strategy.NONE:
+    if fixed_non_blocking is not None:
+        non_blocking = fixed_non_blocking
+    elif strategy is Strategy.NONE:
         non_blocking = user_non_blocking
     elif (strategy is Strategy.ASYNC or (requested is Strategy.AUTO and not h2_open)) and writers_known:
         non_blocking = True
@@ -319,6 +331,18 @@ def plan_fences(
         requested, strategy, non_blocking, sdk, run_stream, conversion, producer, consumer, tuple(fences), tuple(release), reason,
         tuple(writers),
     )
+
+
+def _check_fixed(strategy: Strategy, non_blocking: bool, h2_open: bool, shadow: Stream | None) -> None:
+    """Raise :class:`~streamsafe.errors.StrategyError` when ``strategy`` cannot order an SDK whose calls always
+    (``non_blocking=False``) or never wait for their stream."""
+    if not non_blocking and strategy is Strategy.ASYNC:
+        raise StrategyError("async", "the SDK takes no blocking keyword and always makes the host wait for its stream, "
+                            "so it cannot run without that wait", "Use strategy='event' (or 'auto', which picks it).")
+    if non_blocking and h2_open and (shadow is None or strategy not in (Strategy.AUTO, Strategy.ASYNC)):
+        raise StrategyError(strategy.value, "the SDK's calls return before their work is done and its conversion stage "
+                            "does not wait for the call's stream, which no fence can order without a stream to run it on",
+                            "Give its profile a stream_keyword (async then runs it on a blocking stream), or host_waits=True.")
 
 
 def _wait(strategy: Strategy, hazard: str, when: When, waiter: Stream, signaller: Stream, why: str) -> Fence:
@@ -411,3 +435,67 @@ def _dedupe(fences: list[Fence]) -> list[Fence]:
             seen.add(key)
             out.append(f)
     return out
+
+
+# -- the plans of other calls: a pool's, and a raw call's --------------------------------------------------------
+
+_POOL_RESOLVED = {
+    Strategy.AUTO: Strategy.EVENT, Strategy.EVENT: Strategy.EVENT, Strategy.ASYNC: Strategy.EVENT,
+    Strategy.STREAM: Strategy.STREAM, Strategy.DEVICE: Strategy.DEVICE, Strategy.NONE: Strategy.NONE,
+}
+_POOL_REASONS = {
+    Strategy.EVENT: "the decoder's stream waits on the device for the readers of its buffers; the decoder's own host "
+                    "wait then covers them, and no host wait of streamsafe's is needed",
+    Strategy.STREAM: "the host synchronises each reader's stream before the decoder writes its buffers again",
+    Strategy.DEVICE: "the device-wide synchronisation of the vendor's documented recipe, before each decode",
+    Strategy.NONE: "no fences (benchmarks only): the next decode may overwrite a frame still being read",
+}
+
+
+def pool_plan(strategy: Strategy, writer: Stream, *, writer_known: bool = True) -> FencePlan:
+    """The plan of a pooled SDK's calls on ``writer`` (the stream it writes its buffers on) under ``strategy``:
+    its frames are complete when a call returns (D1, the SDK's own host wait); before a call, ``writer`` waits for
+    the readers (D5). ``auto`` and ``async`` resolve to ``event``: a decoder has no ``non_blocking`` to drop and no
+    conversion stage. ``writer_known=False`` (the decoder's stream is only assumed): a device wait might be on the
+    wrong stream, so ``auto``, ``event`` and ``async`` make the host wait for the readers instead. A pure function."""
+    resolved = _POOL_RESOLVED[strategy]
+    if not writer_known and resolved is Strategy.EVENT:
+        return dataclasses.replace(
+            pool_plan(Strategy.STREAM, writer), requested=strategy, _cache={},
+            reason="the decoder's stream is not known (it was made before its class was guarded, and no stream was "
+                   "declared), so a device wait could be on the wrong stream: the host waits for the readers before each "
+                   "decode. Declare it, stream_contract(decoder, stream), or guard the class before making the decoder "
+                   "(ss.guard(PyNvVideoCodec)), for device-side fences",
+        )
+    fences = () if resolved is Strategy.NONE else (
+        Fence("D1", "inside run", "sdk-blocking", None, writer, "the decoder waits for its stream before it hands out the frames"),
+    )
+    return FencePlan(
+        requested=strategy, strategy=resolved, non_blocking=False, sdk=writer, run_stream=writer, conversion=None,
+        producer=writer, consumer=writer, fences=fences, on_release=tuple(release_fences(resolved, [writer])),
+        reason=_POOL_REASONS[resolved], output_complete=True,
+    )
+
+
+def waited_streams(fences: Iterable[Fence]) -> set[Stream]:
+    """The streams ``fences`` wait for as a whole (their later captured events need no wait of their own)."""
+    return {f.signaller for f in fences if f.signaller is not None}
+
+
+_raw_plans: dict[tuple[Any, Stream, Stream | None, bool], FencePlan] = {}
+
+
+def raw_plan(sdk: Stream, conversion: Stream | None, non_blocking: bool = False) -> FencePlan:
+    """The ``event`` plan whose fences order a tracked raw call on ``sdk`` (a plain call outside any guard, on an
+    object that has a ledger), cached. ``non_blocking``: the call's own, so the plan counts on the SDK's host wait
+    only when the call makes it. A pure function."""
+    key = (sdk.backend, sdk, conversion, non_blocking)  # (streams of two models compare equal: their plans differ)
+    plan = _raw_plans.get(key)
+    if plan is None:
+        if len(_raw_plans) > 256:
+            _raw_plans.clear()
+        plan = plan_fences(Strategy.EVENT, sdk=sdk, conversion=conversion, consumer=sdk, producer=sdk)
+        if non_blocking:
+            plan = dataclasses.replace(plan, non_blocking=True, _cache={})
+        _raw_plans[key] = plan
+    return plan

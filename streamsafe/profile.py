@@ -1,105 +1,285 @@
-"""SDK profiles: what an SDK's calls read, write and release, and how their outputs leave.
+"""SDK profiles: the public way to tell streamsafe what an SDK's calls read, write and release.
 
-The ordering core speaks of calls, buffers and streams. A :class:`Profile` says, for the classes
-of one SDK, which of their methods are *guarded calls* (each reads its inputs on the stream it is
-given and writes the SDK's output buffer, which the next such call reuses), which methods release
-the buffers, which attributes replace the output buffer when they change, whether a conversion
-stage on another stream follows the call, and how a call's output leaves (``wrap``: for nvvfx, a
-raw DLPack capsule in ``.image`` becomes a :class:`~streamsafe.SafeImage` producer). A *pool* profile
-(``pool=True``: PyNvVideoCodec's decoders) says instead how to find the frames a call hands out and each
-one's buffer; the frames leave as :class:`~streamsafe.SafeFrame` producers that take the consumer's stream.
+The ordering core speaks of calls, buffers and streams. A profile says, for the classes of one SDK:
 
-Profiles are registered (:func:`register`) by the module that describes an SDK
-(:mod:`streamsafe.profiles.nvvfx` for nvvfx's effects, imported with streamsafe); the guards look an
-effect's profile up with :func:`profile_of`. Nothing here blocks or issues GPU work.
+* which of their methods are **guarded calls** (any names): each reads its inputs on the stream it is given
+  and writes the SDK's buffers, which later calls reuse;
+* which are **releasing calls** (any names): after them the SDK's buffers are gone or replaced (their
+  readers must be done first: H6, D6), and which of those **close** the object for good;
+* which **parameters take input arrays** (by keyword; positional arguments that are not numbers are inputs
+  too), else every argument whose value is an array;
+* the **stream keyword** that names the stream a call issues its work on and the **blocking keyword** that
+  says whether it may return before that work is done (either may be absent: then the SDK runs on the
+  current stream, and :attr:`EffectProfile.host_waits` says whether it waits for it);
+* how a call's **output** leaves (:attr:`EffectProfile.output`: the attribute of the result that holds a
+  DLPack capsule of the SDK's buffer), the object's **device**, and which **contract** guards it: an
+  :class:`EffectProfile` (one output buffer every call rewrites: a :class:`~streamsafe.StreamContract`) or a
+  :class:`PoolProfile` (calls that hand out frames in buffers of a pool: a
+  :class:`~streamsafe.contract.PoolContract`).
+
+:func:`register` checks a profile and makes it known; :func:`profile_of` finds an object's (the newest
+registered profile that names its class or a base of it, by identity or exact qualified name). Every field is
+checked when a profile is made: a bad one raises :class:`~streamsafe.errors.ProfileError` naming the field and
+the fix. Nothing here blocks or issues GPU work.
 """
 
 from __future__ import annotations
 
+import inspect
+import keyword
+import numbers
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .errors import NotAnEffectError
+from .errors import NotAnEffectError, ProfileError
 
-__all__ = ["Profile", "register", "profile_of", "profiles"]
+__all__ = ["Profile", "EffectProfile", "PoolProfile", "register", "unregister", "profile_of", "profiles", "qualified_name",
+           "call_signature", "set_output_maker", "output_maker"]
 
 
-def _never(effect: Any, attr: str) -> bool:
+def _never(obj: Any, attr: str) -> bool:
     return False
 
 
-def _always(effect: Any) -> bool:
-    return True
+def _no_conversion(obj: Any) -> bool:
+    return False
+
+
+def _device_attribute(obj: Any) -> int:
+    return int(getattr(obj, "device", 0) or 0)
+
+
+def _no_stream(obj: Any) -> Any:
+    return None
+
+
+def qualified_name(cls: type) -> str:
+    """``module.QualName`` of ``cls``: what a profile's string in :attr:`Profile.classes` must equal."""
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 @dataclass(frozen=True)
 class Profile:
-    """One SDK's calls, as the ordering core needs to know them. See the module docstring."""
+    """What every profile says; see the module docstring. Make an :class:`EffectProfile` or a
+    :class:`PoolProfile`."""
 
     name: str
     """The SDK and class the profile describes (for messages), e.g. ``"nvvfx.VideoSuperRes"``."""
-    classes: tuple[str, ...]
-    """The class names it applies to, matched along an effect's MRO (a subclass of ``VideoSuperRes`` too)."""
+    classes: tuple[type | str, ...]
+    """The classes it applies to, and their subclasses: each a class (matched by identity) or its exact
+    qualified name, ``"module.QualName"`` (see :func:`qualified_name`)."""
     calls: tuple[str, ...]
-    """Guarded calls: each reads its inputs and writes a new generation of the output buffer."""
-    releases: tuple[str, ...] = ("close",)
-    """Calls after which the SDK's buffers are gone (their readers must be done first: H6)."""
-    input_keywords: tuple[str, ...] = ()
-    """The keyword names under which a call takes input arrays."""
-    stream_keyword: str = "stream_ptr"
-    """The keyword that names the stream the SDK issues the call's work on."""
-    blocking_keyword: str = "non_blocking"
-    """The keyword that says whether the call may return before its work is done (``False``: the SDK's
-    own host wait for the call's stream)."""
-    settings: tuple[str, ...] = ()
-    """Attributes whose change may release or replace the output buffer (see :attr:`releases_output`)."""
-    releases_output: Callable[[Any, str], bool] = field(default=_never, compare=False)
-    """``releases_output(effect, attr)``: whether changing ``attr`` (one of :attr:`settings`) may release
-    or replace ``effect``'s output buffer."""
-    converts: Callable[[Any], bool] = field(default=_always, compare=False)
-    """``converts(effect)``: whether a conversion stage on the conversion stream (nvvfx: RGB8 on the legacy
-    stream) writes the output after the call's main work."""
-    wrap: Callable[..., Any] | None = field(default=None, compare=False)
-    """``wrap(raw, ledger, generation, device, default_consumer, effect)``: the guarded output handed to the
-    program for the SDK's ``raw`` result (``None``: the raw result)."""
-
-    pool: bool = False
-    """Whether each call writes buffers of a pool and hands them out as frames (a decoder; see
-    :mod:`streamsafe.pool`), rather than one output buffer that every call rewrites (nvvfx's effects).
-    Then :attr:`wrap` is ``wrap(raw, frames, device, default_consumer, owner, pool)`` with ``frames`` each
-    raw frame's ``(ledger, generation)`` and ``pool`` the :class:`~streamsafe.pool.BufferPool`."""
-    prefetches: bool = False
-    """For a pool: whether a thread of the SDK's own writes, after each call, the buffers handed out before it
-    (a threaded decoder decoding ahead): they are stale once the next call is made."""
-    frames_of: Callable[[Any], list[Any]] = field(default=lambda raw: [], compare=False)
-    """For a pool: the raw frames a call's result holds (a frame, a list of them, or none)."""
-    buffer_key: Callable[[Any], Any] = field(default=lambda frame: None, compare=False)
-    """For a pool: what identifies a raw frame's buffer (its data pointer, or the model's buffer)."""
-    stream_of: Callable[[Any], Any] = field(default=lambda owner: None, compare=False)
-    """For a pool: the stream the object writes its buffers on, when it says (else ``None``: a guard's
-    declared stream, else the SDK's default)."""
-    device_of: Callable[[Any], int] = field(default=lambda owner: int(getattr(owner, "device", 0) or 0), compare=False)
-    """The CUDA device of an object (an effect's ``device``; a decoder's ``gpu_id``)."""
+    """The guarded calls (method names): each writes the SDK's buffers."""
+    releases: tuple[str, ...] = ()
+    """Calls after which the SDK's buffers are gone or replaced (their readers must be done first: H6, D6)."""
+    closes: tuple[str, ...] = ()
+    """The releasing calls after which the object is unusable (``close``); the others leave it usable (a reset)."""
+    stream_keyword: str | None = None
+    """The keyword that names the stream the SDK issues a call's work on; ``None``: the SDK takes no stream
+    (an effect's then runs on the current stream; a pool's on :attr:`PoolProfile.stream_of`)."""
+    device_of: Callable[[Any], int] = field(default=_device_attribute, compare=False)
+    """``device_of(obj)``: the CUDA device of an object (default: its ``device`` attribute, else 0)."""
+    errors_after_writes: tuple[str, ...] = ()
+    """The names of the SDK's exception classes that may come after a call wrote (its own errors from inside a
+    call): the call counts as made, and every output before it is stale. Any other exception is a refusal."""
     constructor_keywords: tuple[str, ...] = ()
     """Constructor arguments worth remembering (a decoder's ``cuda_stream`` and ``gpu_id``, which it keeps in
     C++): recorded for objects made while their class is guarded (:func:`streamsafe.construction.made_with`)."""
-    errors_after_writes: tuple[str, ...] = ()
-    """For a pool: the names of the SDK's exception classes that may come after some buffers were written (its
-    own errors from inside a call), so every frame handed out so far goes stale; others (an index out of range)
-    come before any write."""
-
-    input_keywords_set: frozenset[str] = field(init=False, compare=False, repr=False)
-    """:attr:`input_keywords` as a set (a call's keywords are compared with it on every frame)."""
+    module: str | None = None
+    """The SDK's importable module (``"nvvfx"``): what ``streamsafe run``, ``streamsafe doctor`` and
+    ``ss.guard("name")`` look for."""
+    emulation: str | None = None
+    """``"module:function"`` that installs an emulation of :attr:`module` (``streamsafe run --fake-nvvfx``)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "input_keywords_set", frozenset(self.input_keywords))
+        _check_profile(self)
+
+    @property
+    def pool(self) -> bool:
+        """Whether the object's calls hand out frames in buffers of a pool (a :class:`PoolProfile`)."""
+        return False
 
     def applies_to(self, cls: type) -> bool:
-        """Whether the profile describes ``cls`` (one of :attr:`classes` is in its MRO)."""
-        return any(c.__name__ in self.classes for c in cls.__mro__)
+        """Whether the profile describes ``cls`` (one of :attr:`classes` is ``cls`` or a base of it)."""
+        return any(self.names(base) for base in cls.__mro__)
 
+    def names(self, cls: type) -> bool:
+        """Whether :attr:`classes` names ``cls`` itself (by identity or exact qualified name)."""
+        for c in self.classes:
+            if c is cls or (type(c) is str and c == qualified_name(cls)):
+                return True
+        return False
+
+    def calls_of(self, cls: type) -> tuple[str, ...]:
+        """The guarded and releasing calls ``cls`` has."""
+        return tuple(name for name in (*self.calls, *self.releases) if callable(getattr(cls, name, None)))
+
+
+@dataclass(frozen=True)
+class EffectProfile(Profile):
+    """An SDK object with one output buffer that every guarded call rewrites (nvvfx's effects)."""
+
+    stream_keyword: str | None = "stream_ptr"
+    blocking_keyword: str | None = "non_blocking"
+    """The keyword that says whether a call may return before its work is done (``False``: the SDK makes the
+    host wait for the call's stream); ``None``: the SDK takes none (:attr:`host_waits` says what it does)."""
+    host_waits: bool = True
+    """Without a blocking keyword: whether each call returns only once its work on the stream is done."""
+    inputs: tuple[str, ...] | None = None
+    """The names of the parameters that take input arrays, by keyword (positional arguments that are not numbers
+    are inputs too); ``None``: every argument given by keyword whose value is an array (has ``__dlpack__``)."""
+    settings: tuple[str, ...] = ()
+    """Attributes whose change may release or replace the output buffer (see :attr:`releases_output`)."""
+    releases_output: Callable[[Any, str], bool] = field(default=_never, compare=False)
+    """``releases_output(effect, attr)``: whether changing ``attr`` (one of :attr:`settings`) may release or
+    replace the effect's output buffer."""
+    converts: Callable[[Any], bool] = field(default=_no_conversion, compare=False)
+    """``converts(effect)``: whether a conversion stage on the conversion stream (nvvfx: RGB8 on the legacy
+    stream) writes the output after the call's main work."""
+    output: str | None = "image"
+    """The attribute of a call's result that holds a DLPack capsule (or producer) of the SDK's output buffer,
+    handed out as a :class:`~streamsafe.SafeImage`; ``None``: the result itself is that capsule."""
+    wrap: Callable[..., Any] | None = field(default=None, compare=False)
+    """Advanced: ``wrap(result, output)``, the guarded result for the SDK's ``result`` given its guarded
+    ``output`` (a :class:`~streamsafe.SafeOutput`); ``None``: the :class:`~streamsafe.SafeOutput` itself."""
+
+    input_names: frozenset[str] | None = field(init=False, compare=False, repr=False)
+    """:attr:`inputs` as a set (a call's keywords are compared with it)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "input_names", None if self.inputs is None else frozenset(self.inputs))
+
+    def input_keywords(self, kwargs: dict[str, Any]) -> list[str]:
+        """The keywords of a call that carry its input arrays."""
+        names = self.input_names
+        skip = (self.stream_keyword, self.blocking_keyword)
+        if names is not None:
+            return [k for k in kwargs if k in names and k not in skip]
+        return [k for k, v in kwargs.items() if k not in skip and hasattr(v, "__dlpack__") and not isinstance(v, numbers.Number)]
+
+
+@dataclass(frozen=True)
+class PoolProfile(Profile):
+    """An SDK object whose calls write buffers of a pool and hand them out as frames (a video decoder)."""
+
+    frames_of: Callable[[Any], list[Any]] = field(default=lambda raw: [], compare=False)
+    """``frames_of(result)``: the frames a call's result holds (a frame, a list of them, or none)."""
+    buffer_key: Callable[[Any], Any] = field(default=lambda frame: None, compare=False)
+    """``buffer_key(frame)``: what identifies a frame's buffer (its data pointer, or the model's buffer)."""
+    stream_of: Callable[[Any], Any] = field(default=_no_stream, compare=False)
+    """``stream_of(obj)``: the stream the object writes its buffers on, when it says (else ``None``: a guard's
+    declared stream, else the SDK's default, the legacy stream)."""
+    prefetches: bool = False
+    """Whether a thread of the SDK's own writes, after each call, the buffers handed out before it (a threaded
+    decoder decoding ahead): they are stale once the next call is made."""
+    wrap: Callable[..., Any] | None = field(default=None, compare=False)
+    """Advanced: ``wrap(result, frames)``, the guarded result given the guarded ``frames`` (each a
+    :class:`~streamsafe.SafeFrame`, in the order :attr:`frames_of` gave); ``None``: the result with each frame
+    replaced by its guarded one (a list stays a list)."""
+
+    @property
+    def pool(self) -> bool:
+        return True
+
+    def buffer_keys(self, raw: Any) -> list[Any]:
+        """The buffer of each frame a call's result holds."""
+        key = self.buffer_key
+        return [key(f) for f in self.frames_of(raw)]
+
+
+# -- checks -----------------------------------------------------------------------------------------------------
+
+_NAMES = ("calls", "releases", "closes", "errors_after_writes", "constructor_keywords", "settings", "inputs")
+_CALLABLES = ("device_of", "releases_output", "converts", "frames_of", "buffer_key", "stream_of")
+
+
+def _check_profile(p: Profile) -> None:
+    """Raise :class:`~streamsafe.errors.ProfileError` for the first field of ``p`` streamsafe cannot use."""
+    name = p.name if isinstance(p.name, str) and p.name else repr(p.name)
+    if not isinstance(p.name, str) or not p.name:
+        raise ProfileError(name, "name", p.name, "is not a non-empty string", "Name the SDK and class, e.g. name='mysdk.Sharpener'")
+    present = {f.name for f in fields(p)}
+    for attr in _NAMES:
+        if attr not in present:
+            continue
+        value = getattr(p, attr)
+        if value is None and attr == "inputs":
+            continue
+        _check_names(name, attr, value, allow_empty=attr != "calls")
+    _check_classes(name, p.classes)
+    unknown = [c for c in p.closes if c not in p.releases]
+    if unknown:
+        raise ProfileError(name, "closes", p.closes, f"names {unknown[0]!r}, which is not in releases={p.releases!r}",
+                           "List every closing call in releases too")
+    both = set(p.calls) & set(p.releases)
+    if both:
+        raise ProfileError(name, "releases", p.releases, f"repeats the guarded call {sorted(both)[0]!r}",
+                           "A call either writes the buffers (calls) or releases them (releases), not both")
+    for attr in ("stream_keyword", "blocking_keyword"):
+        if attr in present:
+            value = getattr(p, attr)
+            if value is not None and not (isinstance(value, str) and value.isidentifier() and not keyword.iskeyword(value)):
+                raise ProfileError(name, attr, value, "is not a keyword name", f"Give the SDK's keyword as a string, or {attr}=None when it takes none")
+    for attr in ("host_waits", "prefetches"):
+        if attr in present and not isinstance(getattr(p, attr), bool):
+            raise ProfileError(name, attr, getattr(p, attr), "is not True or False", f"Set {attr}=True or {attr}=False")
+    if "output" in present and p.output is not None and not (isinstance(p.output, str) and p.output.isidentifier()):  # type: ignore[attr-defined]
+        raise ProfileError(name, "output", p.output, "is not an attribute name",  # type: ignore[attr-defined]
+                           "Name the attribute of a call's result that holds the output's DLPack capsule, or output=None "
+                           "when the result is the capsule itself")
+    for attr in (*_CALLABLES, "wrap"):
+        if attr in present:
+            value = getattr(p, attr)
+            if not callable(value) and not (attr == "wrap" and value is None):
+                raise ProfileError(name, attr, value, "is not callable", f"Give a function for {attr}, or leave it out for the default")
+    for attr in ("module", "emulation"):
+        value = getattr(p, attr)
+        if value is not None and not (isinstance(value, str) and value):
+            raise ProfileError(name, attr, value, "is not a non-empty string", f"Leave {attr} out, or give a string")
+    if p.emulation is not None and ":" not in p.emulation:
+        raise ProfileError(name, "emulation", p.emulation, "is not 'module:function'",
+                           "Name the function that installs the emulation, e.g. 'streamsafe.testing:install_fake_nvvfx'")
+
+
+def _check_names(profile: str, attr: str, value: Any, *, allow_empty: bool) -> None:
+    if isinstance(value, str):
+        raise ProfileError(profile, attr, value, "is a string, not a tuple of names",
+                           f"Write {attr}=({value!r},) (a tuple), so that each name counts whole")
+    if not isinstance(value, tuple):
+        raise ProfileError(profile, attr, value, f"is a {type(value).__name__}, not a tuple of names",
+                           f"Write {attr}=(...) with the names as strings")
+    if not value and not allow_empty:
+        raise ProfileError(profile, attr, value, "is empty", f"Name at least one method in {attr}")
+    for item in value:
+        if not (isinstance(item, str) and item.isidentifier()):
+            raise ProfileError(profile, attr, value, f"holds {item!r}, which is not a name",
+                               f"Give each entry of {attr} as the name of a method, parameter or class, a string")
+    if len(set(value)) != len(value):
+        raise ProfileError(profile, attr, value, "repeats a name", f"Name each entry of {attr} once")
+
+
+def _check_classes(profile: str, classes: Any) -> None:
+    if isinstance(classes, (str, type)):
+        named = classes.__name__ if isinstance(classes, type) else classes
+        raise ProfileError(profile, "classes", classes, "is a single class, not a tuple of them",
+                           f"Write a tuple: classes=({named},) with the class itself, or classes=('module.{named.rpartition('.')[2]}',) "
+                           "with its exact qualified name")
+    if not isinstance(classes, tuple):
+        raise ProfileError(profile, "classes", classes, f"is a {type(classes).__name__}, not a tuple",
+                           "Write classes=(MyClass,) or classes=('mymodule.MyClass',)")
+    for c in classes:
+        if isinstance(c, type):
+            continue
+        if not (isinstance(c, str) and "." in c and all(part.isidentifier() for part in c.replace("<locals>", "x").split("."))):
+            raise ProfileError(profile, "classes", classes, f"holds {c!r}, which is neither a class nor an exact qualified name",
+                               "Give each class itself, or its 'module.QualName' (streamsafe.profile.qualified_name(cls) "
+                               "says it): names match exactly, never in part")
+
+
+# -- the registry ---------------------------------------------------------------------------------------------
 
 _registered: list[Profile] = []
 _fallback: list[Profile] = []
@@ -109,7 +289,18 @@ _lock = threading.Lock()
 
 def register(profile: Profile, *, fallback: bool = False) -> Profile:
     """Make ``profile`` known (a later one for the same classes comes first); with ``fallback``, it is the
-    profile of any effect no other profile describes (an SDK duck-typed on nvvfx's API). Returns it."""
+    profile of any object with a ``run()`` no other profile describes (an SDK duck-typed on nvvfx's API).
+    Returns it. Raises :class:`~streamsafe.errors.ProfileError` for anything but a profile."""
+    if not isinstance(profile, Profile) or type(profile) is Profile:
+        what = type(profile).__name__
+        raise ProfileError(
+            getattr(profile, "name", "?") if not isinstance(profile, dict) else str(profile.get("name", "?")),
+            "profile", profile, f"is a {what}, not an EffectProfile or a PoolProfile",
+            "Make one: streamsafe.profile.EffectProfile(name=..., classes=(...), calls=(...), ...) "
+            "(or PoolProfile for an SDK that hands out frames of a pool), then register() it",
+        )
+    if fallback and not isinstance(profile, EffectProfile):
+        raise ProfileError(profile.name, "fallback", fallback, "is only for an EffectProfile", "Register a PoolProfile without fallback=")
     with _lock:
         if fallback:
             _fallback[:] = [profile]
@@ -119,28 +310,74 @@ def register(profile: Profile, *, fallback: bool = False) -> Profile:
     return profile
 
 
+def unregister(profile: Profile) -> None:
+    """Forget ``profile`` (objects already guarded keep it). Does nothing when it is not registered."""
+    with _lock:
+        _registered[:] = [p for p in _registered if p is not profile]
+        _fallback[:] = [p for p in _fallback if p is not profile]
+        _by_class.clear()
+
+
 def profiles() -> tuple[Profile, ...]:
     """Every registered profile, the newest first (the fallback last)."""
     return (*_registered, *_fallback)
 
 
-def profile_of(effect: Any) -> Profile:
-    """The profile of ``effect`` (an instance or a class): the newest registered one that applies to its
-    class, else the fallback. Raises :class:`~streamsafe.errors.NotAnEffectError` when there is none.
-    Does not block."""
-    cls = effect if isinstance(effect, type) else type(effect)
+def profile_of(obj: Any) -> Any:
+    """The profile of ``obj`` (an instance or a class): the newest registered profile that names its class, else
+    the newest that names the nearest base class along its MRO, else the fallback for an object with a ``run()``.
+    Raises :class:`~streamsafe.errors.NotAnEffectError` when there is none. Does not block."""
+    cls = obj if isinstance(obj, type) else type(obj)
     found = _by_class.get(cls)
     if found is not None:
         return found
-    for profile in _registered:
-        if profile.applies_to(cls):
-            break
-    else:
-        if not _fallback:
-            raise NotAnEffectError(
-                f"no SDK profile describes {cls.__qualname__}: import streamsafe (it registers nvvfx's), "
-                "or register one with streamsafe.profile.register(Profile(...))"
-            )
-        profile = _fallback[0]
-    _by_class[cls] = profile
-    return profile
+    for base in cls.__mro__:
+        for profile in _registered:
+            if profile.names(base):
+                _by_class[cls] = profile
+                return profile
+    if not _fallback or not callable(getattr(cls, "run", None)):
+        raise NotAnEffectError(
+            f"no SDK profile describes {qualified_name(cls)}: streamsafe guards nvvfx's effects and PyNvVideoCodec's "
+            "decoders (and any class with nvvfx's run()); for another SDK, register a profile: "
+            "streamsafe.profile.register(streamsafe.profile.EffectProfile(...)) (docs/guide.md, 'Guarding your own SDK')"
+        )
+    _by_class[cls] = _fallback[0]
+    return _fallback[0]
+
+
+_signatures: dict[tuple[type, str], Any] = {}
+
+
+def call_signature(cls: type, method: Any, name: str) -> inspect.Signature | None:
+    """The signature of the SDK's own ``cls.name`` without its first parameter (``self``), or ``None`` when it
+    cannot be read (a C method) or takes ``*args``. Cached per class."""
+    key = (cls, name)
+    if key not in _signatures:
+        sig = None
+        if inspect.isfunction(method):
+            try:
+                every = list(inspect.signature(method).parameters.values())
+            except (TypeError, ValueError):
+                every = []
+            if every and every[0].kind in (every[0].POSITIONAL_ONLY, every[0].POSITIONAL_OR_KEYWORD):
+                sig = inspect.Signature(every[1:])
+        _signatures[key] = sig
+    return _signatures[key]
+
+
+# -- how outputs leave: the output layer's makers -----------------------------------------------------------------
+
+_output_makers: dict[str, Callable[..., Any]] = {}
+
+
+def set_output_maker(kind: str, make: Callable[..., Any]) -> None:
+    """The output layer (:mod:`streamsafe.outputs`) says how a call's result leaves: ``kind`` ``"effect"``
+    (``make(raw, capsule, buffer, generation, device, default_consumer, effect)``: a guarded output) or ``"pool"``
+    (``make(raw, frames, made, device, default_consumer, owner, pool)``: the result with its frames guarded)."""
+    _output_makers[kind] = make
+
+
+def output_maker(kind: str) -> Callable[..., Any]:
+    """The maker :func:`set_output_maker` gave for ``kind`` (``import streamsafe`` imports the output layer)."""
+    return _output_makers[kind]

@@ -12,7 +12,7 @@ from .plan import Fence
 from .streams import issuable
 from .streams import thread_token as _thread_token
 
-__all__ = ["apply_fences", "FenceProgram"]
+__all__ = ["apply_fences", "FenceProgram", "ImportPrograms"]
 
 
 def apply_fences(backend: Backend, device: int, fences: Iterable[Fence], stats: dict[str, int]) -> None:
@@ -84,7 +84,7 @@ class FenceProgram:
 
     __slots__ = ("fences", "plan", "counts_exactly", "_backend", "_device", "_bound", "_counts", "_thread", "__weakref__")
 
-    def __init__(self, backend: Any, device: int, fences: tuple[Fence, ...], plan: Any = None) -> None:
+    def __init__(self, backend: Any, device: int, fences: tuple[Fence, ...], plan: Any = None, *, bind: bool = True) -> None:
         self.fences = fences
         self.plan = plan
         """The plan the fences came from, when the caller keys programs by plan."""
@@ -96,16 +96,18 @@ class FenceProgram:
         """The thread the program is bound for, when it fences a per-thread default stream."""
         if any((f.waiter is not None and f.waiter.thread) or (f.signaller is not None and f.signaller.thread) for f in fences):
             self._thread = _thread_token()
-        bind = getattr(backend, "bind_fences", None)
-        if fences and bind is not None and all(f.action == "device-wait" for f in fences):
-            self._bound = bind([(issuable(f.waiter), issuable(f.signaller)) for f in fences], self)  # type: ignore[arg-type]
+        device_waits = all(f.action == "device-wait" for f in fences)
+        if device_waits:
             counts: dict[str, int] = {"fences": len(fences)}
             for f in fences:
                 counts[f.hazard] = counts.get(f.hazard, 0) + 1
-            self._counts = tuple(counts.items())
-        self.counts_exactly = self._bound is not None
-        """Whether :meth:`uncount` can take back what a run added to the counters (a program of device
-        waits only; one with host waits or device syncs counts as :func:`apply_fences` does)."""
+            self._counts = tuple(counts.items()) if fences else ()
+        bind_fences = getattr(backend, "bind_fences", None) if bind else None
+        if fences and bind_fences is not None and device_waits:
+            self._bound = bind_fences([(issuable(f.waiter), issuable(f.signaller)) for f in fences], self)  # type: ignore[arg-type]
+        self.counts_exactly = device_waits
+        """Whether :meth:`uncount` can take back what a run added to the counters (a program of device waits
+        only; one with host waits or device syncs counts as :func:`apply_fences` does)."""
 
     def __call__(self, stats: dict[str, int]) -> None:
         bound = self._bound
@@ -120,9 +122,14 @@ class FenceProgram:
 
     def uncount(self, stats: dict[str, int]) -> None:
         """Take back from ``stats`` the counts one run of this program added (the call it fenced was
-        refused). Only where :attr:`counts_exactly`; the fences themselves stay issued."""
+        refused): a hazard's count back at zero goes, as it was. Only where :attr:`counts_exactly`; the
+        fences themselves stay issued."""
         for name, n in self._counts:
-            stats[name] = stats.get(name, 0) - n
+            left = stats.get(name, 0) - n
+            if left or name == "fences":
+                stats[name] = left
+            else:
+                stats.pop(name, None)
 
     def __bool__(self) -> bool:
         return bool(self.fences)
@@ -130,3 +137,24 @@ class FenceProgram:
     def __repr__(self) -> str:
         how = "bound" if self._bound is not None else "applied one by one"
         return f"<FenceProgram {len(self.fences)} fence(s), {how}>"
+
+
+class ImportPrograms:
+    """The bound import fences of one ledger's outputs: a :class:`FenceProgram` per consumer stream, for the
+    plan that wrote the output (made again when the plan changes; at most 64 kept)."""
+
+    __slots__ = ("by_consumer", "backend_of", "device")
+
+    def __init__(self, backend_of: Callable[[], Any], device: int) -> None:
+        self.by_consumer: dict[Any, FenceProgram] = {}
+        self.backend_of = backend_of
+        self.device = device
+
+    def get(self, plan: Any, consumer: Any) -> FenceProgram:
+        """The program of an import of ``plan``'s output on ``consumer``. Issues nothing."""
+        program = self.by_consumer.get(consumer)
+        if program is None or program.plan is not plan:
+            if len(self.by_consumer) > 64:
+                self.by_consumer.clear()
+            program = self.by_consumer[consumer] = FenceProgram(self.backend_of(), self.device, plan.import_fences(consumer), plan)
+        return program

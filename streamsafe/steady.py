@@ -1,127 +1,204 @@
-"""Steady state: a contract's frames replayed from a recipe instead of planned again.
+"""Steady frames: a guard's frames kept with their fences bound once, and reused while a call repeats one.
 
-A video pipeline calls ``run()`` with the same streams, the same input shapes and the same
-consumers frame after frame. The general path of :meth:`StreamContract.run
-<streamsafe.contract.StreamContract.run>` plans each call from scratch (stream objects, plan
-lookups, fence lists); what it decides is a pure function of
+A video pipeline calls ``run()`` with the same streams, the same input shapes and the same consumers frame
+after frame. The planner (:class:`~streamsafe.frame.EffectPlanner`) decides a call's
+:class:`~streamsafe.frame.Frame` from scratch; what it decides is a pure function of
 
-* the call's **facts**: the method, ``stream_ptr`` and ``non_blocking``, each input's type,
-  shape and producer stream, and the current stream (raw handles, read from the framework);
-* the effect's **state** in its :class:`~streamsafe.ledger.Ledger`: the readers of the current
-  output, whether a view of it escaped, the previous run's plan and SDK streams, the previous
-  input shapes, and the output-size and encoding attributes.
+* the call's **facts**: the method, the stream and blocking keywords, each input's type, shape and producer
+  stream, the current stream (raw handles, read from the framework), and whether the device is shared;
+* the ledger's **state** (:meth:`~streamsafe.ledger.EffectLedger.state`): the readers of the current output,
+  whether a view of it escaped, the previous call's plan and SDK streams, the previous input shapes, and the
+  output-size and encoding attributes.
 
-A :class:`Recipe` stores what the general path decided for one (facts, state) pair, with its
-device-side fences bound into a :class:`FenceProgram` (prebound driver calls and events of
-its own, no per-frame lookups). When both match the next call's, the contract replays it:
-the same fences, the same ledger updates, the same input protection, in the same order. Any
-difference, an observer (sanitize mode), or an input that is not a plain torch tensor or a
-model array sends the call down the general path, which then records a recipe for the new
-situation. ``STREAMSAFE_CHECK_REPLAY=1`` makes every replay plan the call again and compare
-(the test suite runs with it).
+:class:`SteadyFrames` keeps a guard's four newest frames with the facts and state they were planned in, their
+fences bound into :class:`~streamsafe.program.FenceProgram` objects. A call whose facts and state match one
+gets that frame, and the engine runs it as it runs any frame. Any difference, an observer (sanitize mode),
+inputs by keyword or that are not plain torch tensors or model arrays send the call to the planner, which
+then keeps a frame for the new situation. ``STREAMSAFE_CHECK_REPLAY=1`` (the test suite sets it) plans every
+reused call again and requires an equal frame. Nothing here blocks or issues GPU work.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from ._env import env_flag
-from .plan import FencePlan
-from .program import FenceProgram
-from .streams import PER_THREAD_HANDLE, Stream, thread_token
+from .frame import Frame
+from .frameworks import TORCH
+from .streams import PER_THREAD_HANDLE, Stream, stream_from_handle, thread_token
 
-__all__ = ["Recipe", "ledger_state", "run_counts", "check_replay"]
+__all__ = ["SteadyFrames", "check_replay", "enabled", "replays", "UNREADABLE"]
 
 
 check_replay = env_flag("STREAMSAFE_CHECK_REPLAY", False, "plan every replayed call again and compare", strict=False)
-"""Plan every replayed call again and raise if the recipe differs (a test switch)."""
+"""Plan every reused call again and raise if the kept frame differs (a test switch)."""
 replays = 0
-"""How many calls were replayed (the tests read it)."""
+"""How many calls reused a kept frame (the tests read it)."""
 enabled = env_flag("STREAMSAFE_REPLAY", True, "replay steady-state frames from recipes", strict=False)
-"""Whether contracts replay recipes (``STREAMSAFE_REPLAY=0``: every call is planned; the tests compare both)."""
+"""Whether guards reuse kept frames (``STREAMSAFE_REPLAY=0``: every call is planned; the tests compare both)."""
+
+UNREADABLE = object()
+"""What a guard's config reader gives when an attribute went (no reuse then)."""
 
 
-class Recipe:
-    """What the general path decided for one call in one ledger state; see the module docstring."""
+class Kept:
+    """A frame kept with the facts and the ledger state it was planned in."""
 
-    __slots__ = (
-        "facts", "state", "readers", "escaped", "previous_plan", "previous_sdk", "input_shapes", "ledger_config", "config",
-        "plan", "shapes", "before", "after", "protect", "default_consumer", "run_stream", "run_ptr", "non_blocking",
-        "run_counts", "arrays_only", "thread", "holds",
-    )
+    __slots__ = ("facts", "state", "config", "frame", "thread", "holds")
 
-    def __init__(
-        self,
-        facts: tuple[Any, ...],
-        state: tuple[Any, ...],
-        plan: FencePlan,
-        shapes: tuple[Any, ...],
-        before: FenceProgram,
-        after: FenceProgram,
-        protect: bool,
-        default_consumer: Any,
-    ) -> None:
+    def __init__(self, facts: tuple[Any, ...], state: tuple[Any, ...], config: Any, frame: Frame, holds: tuple[Any, ...]) -> None:
         self.facts = facts
         self.state = state
-        """The ledger state it was made in, as :func:`ledger_state` gives it."""
-        self.readers, self.escaped, self.previous_plan, self.previous_sdk, self.input_shapes, self.ledger_config, self.config = state
-        self.plan = plan
-        self.shapes = shapes
-        self.before = before
-        self.after = after
-        self.protect = protect
-        self.default_consumer = default_consumer
-        self.run_stream = plan.run_stream
-        self.run_ptr = plan.run_stream.ptr
-        self.non_blocking = plan.non_blocking
-        self.run_counts = run_counts(plan)
-        """What a replayed run adds to the contract's counters besides its fences."""
-        self.arrays_only = int not in facts and float not in facts
-        """Whether every positional argument is an input array (no scalar such as a timestep)."""
-        self.holds: tuple[Any, ...] = ()
+        self.config = config
+        """The effect's output-size and encoding attributes it was planned with (compared with ``==``: a value
+        unequal to itself never matches)."""
+        self.frame = frame
+        self.holds = holds
         """The framework objects of the streams its facts name by raw handle, kept alive with it."""
-        self.thread = thread_token() if _names_per_thread(facts, state, plan, default_consumer, before, after) else None
-        """The thread it was made in, when it names a per-thread default stream (handle 2 is another
-        stream in each thread: such a recipe replays only in its own thread)."""
-
-    def matches(self, ledger: Any, config: Any) -> bool:
-        """Whether the ledger is in the state this recipe was made in (the caller compared the facts)."""
-        return (
-            (self.thread is None or self.thread == thread_token())
-            and ledger.plan is self.previous_plan
-            and ledger.escaped is self.escaped
-            and ledger.input_shapes == self.input_shapes
-            and tuple(ledger.readers) == self.readers
-            and ledger.previous_sdk == self.previous_sdk
-            and config == self.config
-            and ledger.config == self.ledger_config
-        )
+        self.thread = thread_token() if _names_per_thread(facts, state, frame) else None
+        """The thread it was planned in, when it names a per-thread default stream (handle 2 is another stream
+        in each thread: such a frame is reused only in its own thread)."""
 
     def __repr__(self) -> str:
-        return f"<Recipe {self.facts[0]} {self.plan.strategy.value}: {len(self.before.fences)} fence(s) before, {len(self.after.fences)} after>"
+        return f"<Kept {self.frame.call} {self.frame.plan.strategy.value}: {len(self.frame.before)} fence(s) before>"
 
 
-def _names_per_thread(facts: tuple[Any, ...], state: tuple[Any, ...], plan: FencePlan, default_consumer: Any,
-                      before: FenceProgram, after: FenceProgram) -> bool:
-    """Whether a recipe names a per-thread default stream anywhere: a fact (a stream, or a raw handle 2),
-    a reader or SDK stream of the ledger's state, a stream of the plan or of its fences."""
+class SteadyFrames:
+    """One guard's kept frames (see the module docstring): the newest first, at most four."""
+
+    __slots__ = ("kept", "device", "backend", "declared", "profile")
+
+    def __init__(self, device: int, backend: Any, declared: Stream | None, profile: Any) -> None:
+        self.kept: list[Kept] = []
+        self.device = device
+        self.backend = backend
+        self.declared = declared
+        """The guard's declared input stream (the producer of every input), or ``None``."""
+        self.profile = profile
+
+    def facts(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> tuple[Any, ...] | None:
+        """This call's facts (raw handles, shapes), read without a driver query; ``None`` when the call must be
+        planned (inputs passed by keyword, inputs other than plain torch tensors and model arrays, an input on
+        another device)."""
+        stream_ptr = None
+        non_blocking = False
+        if kwargs:
+            profile = self.profile
+            if profile.input_keywords(kwargs):
+                return None
+            if profile.stream_keyword is not None:
+                stream_ptr = kwargs.get(profile.stream_keyword)
+            if profile.blocking_keyword is not None:
+                non_blocking = kwargs.get(profile.blocking_keyword, False)
+            if (stream_ptr is not None and type(stream_ptr) is not int) or type(non_blocking) is not bool:
+                return None
+        dev = self.device
+        declared = self.declared
+        tensor = TORCH.tensor
+        model_array = self.backend.array_type
+        facts: list[Any] = [name, stream_ptr, non_blocking, shared]
+        sim = None
+        current = None  # torch's current stream, read once
+        for a in args:
+            kind = type(a)
+            if kind is tensor:
+                if a.get_device() != dev:
+                    return None
+                facts.append(a.shape)
+                if declared is None:
+                    if current is None:
+                        current = TORCH.raw_stream(dev)
+                    facts.append(current)
+                else:
+                    facts.append(declared)
+            elif kind is model_array:
+                if a.buffer.device != dev:
+                    return None
+                sim = a.backend
+                facts.append(a.shape)
+                facts.append(declared if declared is not None else sim.current_stream(dev))
+            elif kind is int or kind is float:
+                facts.append(kind)
+            else:
+                return None
+        if len(facts) == 4:
+            return None
+        if sim is not None:
+            if sim is not self.backend:
+                return None
+            facts.append(sim.current_stream(dev))
+            if stream_ptr is not None:  # (on the model a handle is cheap to name: with its kind, a destroyed one's reuse differs)
+                try:
+                    facts[1] = stream_from_handle(stream_ptr, dev, sim)
+                except Exception:  # noqa: BLE001 (not a stream: the planner says why)
+                    return None
+        elif model_array is not None or TORCH.tensor is None:
+            return None
+        else:
+            if TORCH.current_device() != dev:  # the planner makes the effect's device current for the call
+                return None
+            facts.append(current if current is not None else TORCH.raw_stream(dev))  # torch is initialised: it made the inputs
+        return tuple(facts)
+
+    def find(self, facts: tuple[Any, ...], ledger: Any, config: Any) -> Frame | None:
+        """The kept frame for these facts in the ledger's state now (newest first), else ``None``."""
+        state = None
+        me = None
+        for kept in self.kept:
+            if kept.facts != facts:
+                continue
+            if state is None:
+                state = ledger.state()
+            if kept.state == state and kept.config == config and (kept.thread is None or kept.thread == (me or (me := thread_token()))):
+                global replays
+                replays += 1
+                return kept.frame
+        return None
+
+    def keep(self, facts: tuple[Any, ...], state: tuple[Any, ...], config: Any, frame: Frame) -> None:
+        """Keep ``frame`` (planned for ``facts`` in ``state`` with ``config``) for the calls that repeat it, its fences
+        bound."""
+        for old in self.kept:
+            if old.facts == facts and old.state == state and old.config == config and old.thread in (None, thread_token()):
+                return
+        holds = _stream_objects(facts, self.device)
+        if holds is None:  # a raw handle whose stream no object keeps alive: it could name another stream later
+            return
+        kept = Kept(facts, state, config, frame.ready(self.backend, self.device, bind=True), holds)
+        self.kept = [kept, *self.kept[:3]]
+
+    def forget(self) -> None:
+        """Drop every kept frame."""
+        self.kept = []
+
+
+def _stream_objects(facts: tuple[Any, ...], device: int) -> tuple[Any, ...] | None:
+    """The framework objects of the streams a frame's facts name by raw handle (torch's current stream), kept with
+    it: while it is kept, its handle names that stream, with that stream's kind (the driver hands a destroyed
+    stream's handle to the next stream it creates, of either kind). ``None`` when a handle is not torch's current
+    stream (nothing to keep alive: the call is planned each time)."""
+    handles = {f for f in facts[1:] if type(f) is int and f != 0}
+    if not handles:
+        return ()
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    current = torch.cuda.current_stream(device)
+    if handles != {int(current.cuda_stream)}:
+        return None
+    return (current,)
+
+
+def _names_per_thread(facts: tuple[Any, ...], state: tuple[Any, ...], frame: Frame) -> bool:
+    """Whether a kept frame names a per-thread default stream anywhere: a fact (a stream, or a raw handle 2), a
+    reader or SDK stream of the ledger's state, a stream of the plan or of its fences."""
     if PER_THREAD_HANDLE in facts:
         return True
-    readers, _, _, previous_sdk, _, _, _ = state
-    streams: list[Any] = [*facts, *readers, *previous_sdk, default_consumer, plan.sdk, plan.run_stream, plan.conversion,
+    readers, _, _, previous_sdk, _, _ = state
+    plan = frame.plan
+    streams: list[Any] = [*facts, *readers, *previous_sdk, frame.default_consumer, plan.sdk, plan.run_stream, plan.conversion,
                           plan.producer, plan.consumer, *plan.input_writers]
-    for fence in (*before.fences, *after.fences):
+    for fence in (*frame.before, *frame.after):
         streams += (fence.waiter, fence.signaller)
     return any(type(s) is Stream and s.thread for s in streams)
-
-
-def run_counts(plan: FencePlan) -> tuple[tuple[str, int], ...]:
-    """What one run under ``plan`` adds to a contract's counters besides its fences: the run, and the
-    SDK's own host wait when the plan lets it make one."""
-    return (("runs", 1),) if plan.non_blocking else (("runs", 1), ("sdk_waits", 1))
-
-
-def ledger_state(ledger: Any, config: Any) -> tuple[Any, ...]:
-    """The part of a ledger's state that decides a run's fences, with the effect's output-size and
-    encoding attributes as read now (``config``; see :meth:`Recipe.matches`)."""
-    return (tuple(ledger.readers), ledger.escaped, ledger.plan, ledger.previous_sdk, ledger.input_shapes, ledger.config, config)

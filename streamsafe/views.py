@@ -2,7 +2,7 @@
 
 A view imported with :meth:`SafeImage.__dlpack__ <streamsafe.SafeImage.__dlpack__>` (or made by
 ``out.torch(copy=False)``) is remembered by its memory (a data pointer, or the model's buffer), with the
-ledger and the output generation it shows. A view used as another guarded effect's input makes that run
+buffer and the output generation it shows. A view used as another guarded effect's input makes that run
 a reader of the output (effects chained by views); a view of an output its effect has since overwritten
 by a later run is refused there (H7). Nothing here blocks or issues GPU work.
 """
@@ -15,26 +15,27 @@ from typing import Any
 __all__ = ["add", "read_by", "views_exist"]
 
 _VIEWS: dict[Any, tuple[weakref.ref[Any], int]] = {}
-"""Memory of outputs imported as zero-copy views: key -> (ledger, generation). A view passed as
+"""Memory of outputs imported as zero-copy views: key -> (buffer, generation). A view passed as
 another guarded effect's input makes that run a reader of the output (effects chained by views)."""
 
 
-def add(key: Any, ledger: Any, generation: int) -> None:
-    """Remember that output ``generation`` of ``ledger``'s effect left as a zero-copy view of memory ``key``."""
+def add(key: Any, buffer: Any, generation: int) -> None:
+    """Remember that contents ``generation`` of ``buffer`` (:class:`~streamsafe.buffers.Buffer`) left as a
+    zero-copy view of memory ``key``."""
     if key is None:
         return
     if len(_VIEWS) > 1024:
         _prune()
-    _VIEWS[key] = (ledger.ref, generation)
+    _VIEWS[key] = (buffer.ref, generation)
 
 
 def read_by(view: Any, key: Any) -> tuple[Any, int] | None:
-    """For an input of a guarded call (``view``, its memory ``key``): the ledger and generation of the current
+    """For an input of a guarded call (``view``, its memory ``key``): the buffer and generation of the current
     output it is a zero-copy view of (the call reads that output), else ``None``. A view of an output its
     effect has since overwritten by a later run, without releasing the buffer meanwhile (the memory is still
     the SDK's), raises :class:`~streamsafe.errors.StaleOutputError`; so does a view known as such (tagged) of
     an output since released (``close()``, a resize: it points at freed memory). A model's view knows its run
-    (``view_of``); a torch view a copy helper made is tagged by its ledger; any other view is known by the
+    (``view_of``); a torch view a copy helper made is tagged by its buffer; any other view is known by the
     newest view imported at its memory."""
     found = _VIEWS.get(key) if key is not None else None
     cls = type(view)
@@ -46,22 +47,22 @@ def read_by(view: Any, key: Any) -> tuple[Any, int] | None:
         return None
     exact = tag is not None  # (the view itself says which output it is: not another array at a freed address)
     if tag is not None:
-        ledger, generation = tag[0](), tag[1]
+        buffer, generation = tag[0](), tag[1]
     else:
         assert found is not None
-        ledger, generation = found[0](), found[1]
-        if ledger is not None and ledger.tagged_views:
-            tagged = ledger.tagged_views.get(view)
+        buffer, generation = found[0](), found[1]
+        if buffer is not None:
+            tagged = buffer.tagged_generation(view)
             if tagged is not None:
                 generation, exact = tagged, True
-    if ledger is None:
+    if buffer is None:
         return None
-    if generation != ledger.generation:
+    if generation != buffer.generation:
         # a view of an overwritten output, or (known by the view itself) of a released one: freed memory
-        if exact or (generation >= ledger.release_generation and not ledger.closed):
-            ledger.refuse_stale_view(generation, "input")
+        if exact or (generation >= buffer.release_generation and not buffer.closed):
+            buffer.refuse_stale_view(generation, "input")
         return None
-    return ledger, generation
+    return buffer, generation
 
 
 _TAGGED: dict[type, bool] = {}
@@ -75,6 +76,6 @@ def views_exist() -> bool:
 
 def _prune() -> None:
     for key, (ref, generation) in list(_VIEWS.items()):
-        ledger = ref()
-        if ledger is None or ledger.generation != generation:
+        buffer = ref()
+        if buffer is None or buffer.generation != generation:
             del _VIEWS[key]

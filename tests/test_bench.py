@@ -343,7 +343,7 @@ def test_auto_in_the_video_server_uses_event_or_async_and_stays_correct() -> Non
     assert isinstance(pipe, ServerPipeline)
     try:
         pipe.run_block(0, 8)
-        used = {lane.runner.contract._last_plan.strategy for lane in pipe.lanes}  # type: ignore[attr-defined]
+        used = {lane.runner.contract.last_plan.strategy for lane in pipe.lanes}  # type: ignore[attr-defined]
         assert used <= {Strategy.EVENT, Strategy.ASYNC}
         pipe.drain()
         checked, corrupt = pipe.check()

@@ -493,7 +493,7 @@ def test_a_subclass_that_decodes_in_a_worker_thread_stays_guarded(nvc: Any, sim:
 @pytest.mark.parametrize("way", ["contract", "plain"])
 def test_a_ctrl_c_between_the_decoders_return_and_the_pools_update_makes_every_frame_stale(
         nvc: Any, sim: SimBackend, clip: str, way: str) -> None:
-    from streamsafe.pool import BufferPool
+    from streamsafe.ledger import PoolLedger
 
     dec = _decoder(nvc, clip, "batch")
     if way == "contract":
@@ -502,7 +502,7 @@ def test_a_ctrl_c_between_the_decoders_return_and_the_pools_update_makes_every_f
     else:
         frames = ss.stream_safe(dec)(lambda: dec.get_batch_frames(8))()
         decode = dec.get_batch_frames  # (a plain call: tracked)
-    previous, code = sys.gettrace(), BufferPool.after_call.__code__
+    previous, code = sys.gettrace(), PoolLedger.record_write.__code__
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
         if event == "call" and frame.f_code is code:  # (where a pending Ctrl-C's handler runs)

@@ -101,7 +101,7 @@ def test_the_vendors_input_recipe_stays_correct_under_every_strategy(sim: SimBac
 def test_control_the_recipe_breaks_when_the_sdks_wait_is_dropped(sim: SimBackend, cls: type, monkeypatch: pytest.MonkeyPatch) -> None:
     """The program relies on run() returning after the SDK read the input: plan as if every writer were
     known (non_blocking=True) and P's next write races with the SDK's read."""
-    import streamsafe.contract as contract_module
+    import streamsafe.frame as contract_module
 
     real = contract_module.plan_fences
     monkeypatch.setattr(contract_module, "plan_fences", lambda *a, **k: real(*a, **{**k, "writers_known": True}))
@@ -310,7 +310,7 @@ def temporary_consumers(sim: SimBackend, frames: int) -> tuple[int, Any]:
         sim.destroy_stream(consumer)
         if i % 10 == 9:
             sim.progress(10_000)  # the GPU catches up now and then (no host wait)
-        most = max(most, len(c.ledger.outstanding), len(c.ledger.holds))
+        most = max(most, len(c.ledger.outstanding), len(c.ledger.holds.held))
     assert (wrong(sim, copies), sim.races) == (0, [])
     return most, c
 
@@ -321,7 +321,7 @@ def test_temporary_consumer_streams_are_let_go_once_their_reads_are_done(sim: Si
 
 
 def test_control_without_retiring_every_temporary_stream_stays_held(sim: SimBackend, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ledger_module, "_OUTSTANDING_BOUND", 10**9)
+    monkeypatch.setattr(ledger_module, "OUTSTANDING_BOUND", 10**9)
     most, _ = temporary_consumers(sim, 60)
     assert most >= 60
 
@@ -530,7 +530,7 @@ class _InterruptAtEntry:
 def test_a_ctrl_c_between_the_sdks_return_and_the_ledgers_update_counts_as_a_run(sim: SimBackend, replayed: bool) -> None:
     fx, S = make(sim), sim.create_stream(non_blocking=True)
     c = ss.StreamContract(fx, S, input_stream=S)
-    first = _first_then_dropped(sim, fx, c, S, _InterruptAtEntry(ledger_module.Ledger.after_run.__code__), replayed=replayed)
+    first = _first_then_dropped(sim, fx, c, S, _InterruptAtEntry(ledger_module.EffectLedger.record_write.__code__), replayed=replayed)
     with pytest.raises(ss.errors.StaleOutputError):
         first.image.__dlpack__()
     _later_frames_are_right(sim, fx, c, S)

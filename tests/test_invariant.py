@@ -187,7 +187,7 @@ def test_the_invariant_holds_for_random_programs_that_follow_the_vendors_recipes
 def test_a_program_with_its_wait_dropped_is_caught(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Control: the same programs with streamsafe planning as if every input writer were known (dropping the
     SDK's host wait the foreign producer relies on) race or corrupt, so the property above can fail."""
-    import streamsafe.contract as contract_module
+    import streamsafe.frame as contract_module
 
     real = contract_module.plan_fences
     monkeypatch.setattr(contract_module, "plan_fences", lambda *a, **k: real(*a, **{**k, "writers_known": True}))

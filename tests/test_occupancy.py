@@ -75,7 +75,7 @@ def test_one_thread_gets_async() -> None:
     sim = ss.sim.SimBackend(scheduler="adversarial")
     _, c, s = _pipeline(sim)
     assert all(_frames(sim, c, s, 4))
-    assert c._last_plan.strategy is ss.Strategy.ASYNC
+    assert c.last_plan.strategy is ss.Strategy.ASYNC
     assert c.stats["sdk_waits"] == 0 and sim.races == []
 
 
@@ -106,7 +106,7 @@ def test_two_interleaved_threads_on_one_device_get_event_and_stay_correct() -> N
         for k in range(6):
             turns.wait(i)
             ok += _frames(sim, c, s, 1, seed=10 * i + k)
-            chosen.append(c._last_plan.strategy)
+            chosen.append(c.last_plan.strategy)
             turns.done()
         return ok, chosen
 
@@ -133,7 +133,7 @@ def test_threads_that_take_long_turns_keep_async_within_a_turn() -> None:
             turns.wait(i)
             for k in range(3):
                 assert all(_frames(sim, c, s, 1, seed=k))
-                chosen.append(c._last_plan.strategy)
+                chosen.append(c.last_plan.strategy)
             turns.done()
         return chosen
 
@@ -152,7 +152,7 @@ def test_back_to_async_when_the_other_thread_ends() -> None:
     t.start()
     t.join()
     assert all(_frames(sim, c, s, 3))
-    assert c._last_plan.strategy is ss.Strategy.ASYNC
+    assert c.last_plan.strategy is ss.Strategy.ASYNC
     assert sim.races == []
 
 
@@ -167,7 +167,7 @@ def test_threads_on_different_devices_do_not_share() -> None:
             turns.wait(d)
             assert all(_frames(sim, c, s, 1, device=d, seed=k))
             turns.done()
-        return c._last_plan.strategy
+        return c.last_plan.strategy
 
     assert _together(lambda: lane(0), lambda: lane(1)) == [ss.Strategy.ASYNC, ss.Strategy.ASYNC]
     assert sim.races == []
@@ -185,7 +185,7 @@ def test_named_strategies_do_not_change_with_threads(strategy: str) -> None:
             turns.wait(i)
             assert all(_frames(sim, c, s, 1, seed=k))
             turns.done()
-        return c._last_plan.strategy
+        return c.last_plan.strategy
 
     assert _together(lambda: lane(0), lambda: lane(1)) == [ss.Strategy(strategy)] * 2
 

@@ -405,9 +405,7 @@ def test_two_threads_on_one_effect_at_once_raise_a_clear_error(sim: ss.sim.SimBa
     inside, release = threading.Event(), threading.Event()
 
     def busy() -> None:  # another thread in the middle of a call on the same effect
-        with c.ledger.using("run"):
-            inside.set()
-            release.wait(5)
+        c.ledger.turns.run("run", lambda: (inside.set(), release.wait(5)))
 
     t = threading.Thread(target=busy, name="decoder-thread")
     t.start()
@@ -643,9 +641,7 @@ def test_a_run_while_another_thread_leaves_its_block_waits_for_it(sim: ss.sim.Si
     inside, release = threading.Event(), threading.Event()
 
     def leaving() -> None:  # another thread in its block's closing host wait
-        with c.ledger.using("synchronize", wait=True):
-            inside.set()
-            release.wait(5)
+        c.ledger.turns.run("synchronize", lambda: (inside.set(), release.wait(5)), wait=True)
 
     t = threading.Thread(target=leaving)
     t.start()
@@ -681,7 +677,7 @@ def test_a_plain_run_control_without_its_fence_the_copy_races(sim: ss.sim.SimBac
     s = sim.create_stream(non_blocking=True)
     sr = make_sr(sim)
     c = ss.StreamContract(sr, s, strategy="event")
-    monkeypatch.setattr(ledger_mod.Ledger, "before_run", lambda self, plan, shapes, current: [])
+    monkeypatch.setattr(ledger_mod.EffectLedger, "reuse_fences", lambda self, plan, shapes, current: [])
     with sim.use_stream(s):
         x, _ = fresh(sim, 0, s)
         import_copy(sim, c.run(x), s)
@@ -1018,7 +1014,7 @@ def test_the_plan_says_why_auto_picks_event_when_threads_share_the_device(sim: s
         for _ in range(6):
             start.wait()  # frame by frame, the two pipelines interleave
             c.run(sim.array(np.zeros((3, 16, 16), np.float32))).numpy()
-            plan = c._last_plan
+            plan = c.last_plan
             reasons.setdefault(k, set()).add((plan.strategy.value, plan.reason))
 
     threads = [threading.Thread(target=pipeline, args=(k,)) for k in range(2)]

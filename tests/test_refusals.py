@@ -225,7 +225,7 @@ def test_a_refused_input_on_the_replay_path_leaves_the_counters_too(strategy: st
 
 
 def test_restoring_the_counters_never_empties_them() -> None:
-    from streamsafe.frames import restore_counters as _restore_counters
+    from streamsafe.engine import restore_counters as _restore_counters
 
     stats = {"runs": 3, "fences": 5, "H1": 2}
     seen: list[dict[str, int]] = []

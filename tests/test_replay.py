@@ -96,14 +96,14 @@ def _pipeline(kind: str, strategy: str, frames: int, *, view: bool) -> dict[str,
     c, out, copies, replays = _frames(sim, kind, strategy, frames, view=view)
     image = out.image
     ledger = c.ledger
-    mine = {"_ledger": ledger, "_effect": c.effect, "_capsule": image._capsule}  # (this pipeline's objects)
+    mine = {"_buffer": ledger.output, "_effect": c.effect, "_capsule": image._capsule}  # (this pipeline's objects)
     slots = {name: getattr(image, name) is mine[name] if name in mine else getattr(image, name)
              for name in type(image).__slots__}
     state = (ledger.generation, tuple(ledger.readers), ledger.escaped, ledger.previous_sdk, ledger.input_shapes,
              ledger.plan, ledger.turns.owner, ledger.turns.closing_wait)
     sim.synchronize_device(0)
     return {
-        "stats": dict(c.stats), "out_stats": dict(ledger.out_stats), "state": state, "slots": slots,
+        "stats": dict(c.stats), "out_stats": dict(ledger.output.stats), "state": state, "slots": slots,
         "replays": replays, "races": [str(r) for r in sim.races], "data": [y.numpy().tobytes() for y in copies],
     }
 
@@ -152,7 +152,8 @@ def test_a_refused_call_leaves_counters_ledger_and_lock_as_before(kind: str) -> 
         assert steady.replays == before + (kind == "replayed"), "the refused call was a replay"
     assert dict(c.stats) == stats
     assert (c.ledger.generation, dict(c.ledger.readers)) == (generation, readers)
-    assert c.ledger.turns.owner is None and c.ledger.try_hold() is not None, "the effect's lock was let go"
+    assert c.ledger.turns.owner is None and c.ledger.turns.lock.acquire(False), "the effect's lock was let go"
+    c.ledger.turns.lock.release()
 
 
 def test_a_replay_while_another_thread_holds_the_effect_takes_the_general_path() -> None:
@@ -168,16 +169,13 @@ def test_a_replay_while_another_thread_holds_the_effect_takes_the_general_path()
         holding, release = threading.Event(), threading.Event()
 
         def hold() -> None:
-            with c.ledger.using("test"):
-                holding.set()
-                release.wait(10)
+            c.ledger.turns.run("test", lambda: (holding.set(), release.wait(10)))
 
         t = threading.Thread(target=hold)
         t.start()
         holding.wait(10)
         try:
             x = _x(sim, 5, s)
-            assert c._replay("run", (x,), {}, False) is None
             with pytest.raises(ss.errors.ConcurrentUseError):
                 c.run(x)
         finally:
@@ -207,7 +205,7 @@ def _bound_pipeline(kind: str, strategy: str, frames: int = 8, **settings: Any) 
         setattr(sim, name, value)
     c, _, copies, replays = _frames(sim, kind, strategy, frames, view=True)
     sim.synchronize_device(0)
-    return {"stats": dict(c.stats), "out_stats": dict(c.ledger.out_stats), "replays": replays, "bound_calls": sim.bound_calls,
+    return {"stats": dict(c.stats), "out_stats": dict(c.ledger.output.stats), "replays": replays, "bound_calls": sim.bound_calls,
             "races": [str(r) for r in sim.races], "data": [y.numpy().tobytes() for y in copies]}
 
 
@@ -319,7 +317,7 @@ def test_counters_go_to_the_contracts_stats_as_it_is_now() -> None:
             old, c.stats = c.stats, dict.fromkeys(c.stats, 0)
             for i in range(4):
                 sim.from_dlpack(c.run(_x(sim, i, s)).image)
-        return (dict(c.stats), dict(old), c.ledger.out_stats is c.stats)
+        return (dict(c.stats), dict(old), c.ledger.output.stats is c.stats)
 
     got = _both(frames)
     assert got["replayed"] == got["planned"] and got["replayed"][1][0]["runs"] == 4
@@ -467,7 +465,7 @@ def test_a_class_guards_effect_collected_during_its_call_still_gives_the_output(
     import gc
     import weakref
 
-    from streamsafe.ledger import Ledger
+    from streamsafe.ledger import EffectLedger
 
     sim = ss.sim.SimBackend()
     guard = ss.guard(VideoSuperRes)
@@ -480,8 +478,8 @@ def test_a_class_guards_effect_collected_during_its_call_still_gives_the_output(
             fx.cycle = [fx]
             alive = weakref.ref(fx)
             del fx
-            after_run = Ledger.after_run
-            monkeypatch.setattr(Ledger, "after_run", lambda self, *a, **k: (gc.collect(), after_run(self, *a, **k))[1])
+            record_write = EffectLedger.record_write
+            monkeypatch.setattr(EffectLedger, "record_write", lambda self, *a, **k: (gc.collect(), record_write(self, *a, **k))[1])
             out = contract.run(_x(sim, 2, sim.legacy_stream()))
         assert isinstance(out, ss.SafeOutput) and not contract.closed
         assert out.image.generation == contract.ledger.generation == 3

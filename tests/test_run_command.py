@@ -298,7 +298,7 @@ def test_class_guards_nest(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_unguard_leaves_the_guard_streamsafe_run_keeps() -> None:
     sim = ss.sim.SimBackend(scheduler="adversarial")
     pinned = ss.guard(VideoSuperRes)
-    pinned._pinned = True  # what streamsafe run does
+    pinned.pinned = True  # what streamsafe run does
     try:
         mine = ss.guard(VideoSuperRes, strategy="event")
         ss.unguard()

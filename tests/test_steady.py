@@ -9,6 +9,8 @@ CUDA backend are checked against a recording driver.
 
 from __future__ import annotations
 
+import dataclasses
+
 import threading
 from typing import Any
 
@@ -79,8 +81,15 @@ def run_program(program: str, strategy: str, *, replay: bool, frames: int = 8) -
         fx.load()
     kw: dict[str, Any] = {"input_stream": s} if program == "declared-input" else {}
     c = StreamContract(fx, None if program == "stream-ptr" else s, strategy=strategy, **kw)
-    if not replay:
-        c._remember = lambda *a, **k: None  # type: ignore[method-assign]
+    saved = steady.enabled
+    steady.enabled = replay  # (planned: every call planned, none reused)
+    try:
+        return _run_program(sim, s, other, fx, c, program, size, frames)
+    finally:
+        steady.enabled = saved
+
+
+def _run_program(sim: Any, s: Any, other: Any, fx: Any, c: StreamContract, program: str, size: int, frames: int) -> dict[str, Any]:
     before = steady.replays
     got, want = [], []
     with sim.use_stream(s):
@@ -170,7 +179,7 @@ def test_an_input_size_change_is_never_replayed() -> None:
             sim.copy(sim.from_dlpack(out.image, stream=consumer), consumer)
             if i > 8:
                 waits_on_o2.append(any(f.signaller == o2 and f.action == "host-wait"
-                                       for f in c.ledger.release_fences(c._last_plan)))
+                                       for f in c.ledger.release_fences(c.last_plan)))
     sim.synchronize_device(0)
     assert sim.races == []
     assert all(waits_on_o2)  # o2 stays outstanding: every later size change waits for it
@@ -184,10 +193,10 @@ def test_a_recipe_that_skips_a_fence_is_caught(monkeypatch: pytest.MonkeyPatch) 
         for i in range(3):
             arr = _fresh(sim, _frame(i), s)
             sim.copy(sim.from_dlpack(c.run(arr).image, stream=other), other)
-        assert c._recipes
-        c._recipes = [  # the fences before the run: gone (a recipe never changes once made: new ones)
-            steady.Recipe(r.facts, r.state, r.plan, r.shapes, FenceProgram(sim, 0, ()), r.after, r.protect, r.default_consumer)
-            for r in c._recipes
+        assert c.steady.kept
+        c.steady.kept = [  # the fences before the run: gone (a kept frame never changes once made: new ones)
+            steady.Kept(k.facts, k.state, k.config, dataclasses.replace(k.frame, before=(), before_program=FenceProgram(sim, 0, ())), k.holds)
+            for k in c.steady.kept
         ]
         arr = _fresh(sim, _frame(9), s)
         monkeypatch.setattr(steady, "check_replay", True)
@@ -267,9 +276,7 @@ def test_the_thread_rule_holds_in_steady_state() -> None:
     inside, release = threading.Event(), threading.Event()
 
     def hold(wait: bool) -> None:  # another thread in a call on the same effect (wait: its closing host wait)
-        with c.ledger.using("run", wait=wait):
-            inside.set()
-            release.wait(5)
+        c.ledger.turns.run("run", lambda: (inside.set(), release.wait(5)), wait=wait)
 
     def held_by_another_thread() -> threading.Thread:
         inside.clear()

@@ -131,7 +131,7 @@ def test_a_declared_per_thread_stream_is_never_known_by_its_handle() -> None:
     with sim.use_stream(sim.per_thread_stream()):
         view = sim.from_dlpack(c.run(frame(sim)).image.__dlpack__())
         sim.copy(view, sim.per_thread_stream(), name="consumer.copy")
-    assert c.ledger.known.get(2) is None and c.ledger.known_stream(2) is None
+    assert c.ledger.holds.known.get(2) is None and c.ledger.holds.stream(2) is None
     c.close()
     assert sim.races == []
 

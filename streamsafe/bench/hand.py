@@ -149,7 +149,7 @@ class RawFences:
 def own_method(effect: Any, name: str) -> Any:
     """The effect's own ``name`` (an unbound function), past any dispatcher streamsafe put on its class
     for the rows that guard an instance: a program with hand-written fences pays no streamsafe code."""
-    from ..guarding import raw_method
+    from ..calls import raw_method
 
     found = raw_method(type(effect), name)
     if found is None:

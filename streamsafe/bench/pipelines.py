@@ -24,7 +24,7 @@ import numpy as np
 from ..sim.backend import SimBackend
 from ..contract import StreamContract
 from ..frameworks import cupy_external_stream
-from ..outputs import SafeImage, torch_copy
+from ..outputs import SafeImage
 from ..strategy import Strategy
 from ..streams import LEGACY_HANDLE, Stream
 from ..testing import _kernels as K
@@ -280,7 +280,7 @@ class GpuPipeline:
         out = jnp.array(view, copy=True)
         out.block_until_ready()
         if isinstance(image, SafeImage):
-            image._ledger.reader_done(image.generation, image._consumer)
+            image.reader_done()
         return out
 
     def step(self, frame: int) -> None:
@@ -381,7 +381,7 @@ class SimPipeline:
         if consumer != self.stream:  # JAX: jnp.array(view, copy=True).block_until_ready()
             sim.synchronize_stream(consumer)
             if isinstance(image, SafeImage):
-                image._ledger.reader_done(image.generation, image._consumer)
+                image.reader_done()
         return copy
 
     def drain(self) -> list[float]:
@@ -417,7 +417,7 @@ def torch_clone(torch: Any, image: Any) -> Any:
     the hand rows). ``torch.from_dlpack(out.image)`` costs torch's producer-object path on top
     (``benchmarks/contract_overhead.py`` measures both)."""
     if type(image) is SafeImage:
-        return torch_copy(image)
+        return image.torch()
     return torch.from_dlpack(image).clone()
 
 

@@ -1,31 +1,38 @@
 """nvvfx's effects as profiles: what the vendor's documentation says of their calls and buffers.
 
-* ``run(...)`` (all three) and ``run_at_timestep(...)`` (``VideoFrameGeneration``) take their
-  inputs with ``__dlpack__()`` and no stream, run inference on ``stream_ptr``, convert RGB8 output
-  on stream 0 (the legacy stream; not for ``RGB10A2``, nor ``TrueHDR``, whose output is packed
-  RGB10A2), and return a dataclass whose ``image`` is a raw DLPack capsule of an output buffer the
-  next call reuses; ``non_blocking=False`` makes the host wait for ``stream_ptr`` before the
-  conversion.
-* ``close()`` releases the buffers; so may a change of the output size or the encoding, and of an
-  input size, except for ``VideoSuperRes``, whose output has a size of its own.
+* ``run(...)`` (all three) and ``run_at_timestep(...)`` (``VideoFrameGeneration``) take their inputs with
+  ``__dlpack__()`` and no stream, run inference on ``stream_ptr``, convert RGB8 output on stream 0 (the legacy
+  stream; not for ``RGB10A2``, nor ``TrueHDR``, whose output is packed RGB10A2), and return a dataclass whose
+  ``image`` is a raw DLPack capsule of an output buffer the next call reuses; ``non_blocking=False`` makes the
+  host wait for ``stream_ptr`` before the conversion.
+* ``close()`` releases the buffers and closes the effect; so may a change of the output size or the encoding
+  release them, and of an input size, except for ``VideoSuperRes``, whose output has a size of its own.
 
-An effect class no profile names (duck-typed on this API) gets :data:`GENERIC`.
+The classes are named by their exact qualified names: nvvfx's own (``nvvfx.effects.*``, and the top-level names
+its package gives) and streamsafe's emulation of them (:mod:`streamsafe.testing`). A class no profile names but
+that has ``run()`` (an SDK duck-typed on this API) gets :data:`GENERIC`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..outputs import SafeImage, SafeOutput
-from ..profile import Profile, register
+from ..profile import EffectProfile, register
 
-__all__ = ["VIDEO_SUPER_RES", "VIDEO_FRAME_GENERATION", "TRUE_HDR", "GENERIC", "EFFECT_CLASSES"]
+__all__ = ["VIDEO_SUPER_RES", "VIDEO_FRAME_GENERATION", "TRUE_HDR", "EFFECT", "GENERIC", "EFFECT_CLASSES"]
 
 EFFECT_CLASSES = ("VideoSuperRes", "VideoFrameGeneration", "TrueHDR")
 """The class names of nvvfx's effects (what :func:`streamsafe.guard` looks for in a module)."""
 
 _SETTINGS = ("output_width", "output_height", "image_encoding", "input_width", "input_height")
 _INPUTS = ("input_array", "previous", "current", "rgb_input")
+_EMULATION = "streamsafe.testing:install_fake_nvvfx"
+
+
+def _names(cls: str, module: str) -> tuple[str, ...]:
+    """The qualified names one of nvvfx's classes goes by: nvvfx's package and its ``effects`` module, and the
+    emulation's."""
+    return (f"nvvfx.{cls}", f"nvvfx.effects.{module}.{cls}", f"nvvfx.effects.{cls}", f"streamsafe.testing.{module}.{cls}")
 
 
 def _releases_output(effect: Any, attr: str) -> bool:
@@ -50,22 +57,24 @@ def _never_converts(effect: Any) -> bool:
     return False
 
 
-def _wrap(raw: Any, ledger: Any, generation: int, device: int, default_consumer: Any, effect: Any) -> SafeOutput:
-    """The guarded output: the SDK's dataclass with ``image`` a :class:`~streamsafe.SafeImage` producer."""
-    return SafeOutput(raw, SafeImage(ledger, raw.image, generation, device, default_consumer, effect))
-
-
 def _profile(name: str, classes: tuple[str, ...], calls: tuple[str, ...], releases_output: Any = _releases_output,
-             converts: Any = _converts) -> Profile:
-    return Profile(
-        name=name, classes=classes, calls=calls, releases=("close",), input_keywords=_INPUTS,
+             converts: Any = _converts) -> EffectProfile:
+    return EffectProfile(
+        name=name, classes=classes, calls=calls, releases=("close",), closes=("close",), inputs=_INPUTS,
         stream_keyword="stream_ptr", blocking_keyword="non_blocking", settings=_SETTINGS,
-        releases_output=releases_output, converts=converts, wrap=_wrap,
+        releases_output=releases_output, converts=converts, output="image", module="nvvfx", emulation=_EMULATION,
     )
 
 
-VIDEO_SUPER_RES = register(_profile("nvvfx.VideoSuperRes", ("VideoSuperRes",), ("run",), _super_res_releases_output))
-VIDEO_FRAME_GENERATION = register(_profile("nvvfx.VideoFrameGeneration", ("VideoFrameGeneration",), ("run", "run_at_timestep")))
-TRUE_HDR = register(_profile("nvvfx.TrueHDR", ("TrueHDR",), ("run",), converts=_never_converts))
+EFFECT = register(_profile("nvvfx.effects.base.Effect", ("nvvfx.effects.base.Effect", "streamsafe.testing._effect.Effect"),
+                           ("run", "run_at_timestep")))
+"""Any subclass of nvvfx's effect base class (third-party code's, with a ``_SELECTOR`` for another filter)."""
+VIDEO_SUPER_RES = register(_profile("nvvfx.VideoSuperRes", _names("VideoSuperRes", "super_res")
+                                    + ("nvvfx.effects.video_super_res.VideoSuperRes",), ("run",), _super_res_releases_output))
+VIDEO_FRAME_GENERATION = register(_profile(
+    "nvvfx.VideoFrameGeneration", _names("VideoFrameGeneration", "frame_generation")
+    + ("nvvfx.effects.video_frame_generation.VideoFrameGeneration",), ("run", "run_at_timestep")))
+TRUE_HDR = register(_profile("nvvfx.TrueHDR", _names("TrueHDR", "true_hdr") + ("nvvfx.effects.true_hdr.TrueHDR",), ("run",),
+                             converts=_never_converts))
 GENERIC = register(_profile("an nvvfx-like effect", (), ("run", "run_at_timestep")), fallback=True)
 """The profile of an effect class no other profile names: nvvfx's API, duck-typed."""

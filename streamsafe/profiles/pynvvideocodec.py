@@ -22,8 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..construction import made_with
-from ..outputs import SafeFrame
-from ..profile import Profile, register
+from ..profile import PoolProfile, register
 
 __all__ = ["SIMPLE_DECODER", "THREADED_DECODER", "DECODER_CLASSES", "frames_of", "buffer_key"]
 
@@ -36,9 +35,10 @@ def _is_frame(obj: Any) -> bool:
 
 
 def frames_of(raw: Any) -> list[Any]:
-    """The frames a decoder call returned: one frame, a list of frames, or none (``seek_to_index``)."""
+    """The frames a decoder call returned: one frame, a list of frames, or none (``seek_to_index``); frames inside
+    nested lists and tuples too (a subclass's call that returns ``(frames, timestamps)``)."""
     if isinstance(raw, (list, tuple)):
-        return [f for f in raw if _is_frame(f)]
+        return [f for item in raw for f in frames_of(item)]
     return [raw] if _is_frame(raw) else []
 
 
@@ -65,25 +65,19 @@ def _device_of(decoder: Any) -> int:
     return int(own if own is not None else made_with(decoder, "gpu_id") or 0)
 
 
-def _wrap(raw: Any, made: list[tuple[Any, int]], device: int, default_consumer: Any, owner: Any, pool: Any) -> Any:
-    """The call's result with each frame a :class:`~streamsafe.SafeFrame` (a list stays a list)."""
-    frames = iter(SafeFrame(f, ledger, generation, device, default_consumer, owner, pool)
-                  for f, (ledger, generation) in zip(frames_of(raw), made))
-    if isinstance(raw, (list, tuple)):
-        return [next(frames) if _is_frame(f) else f for f in raw]
-    return next(frames) if _is_frame(raw) else raw
-
-
-def _profile(name: str, classes: tuple[str, ...], calls: tuple[str, ...], releases: tuple[str, ...], prefetches: bool) -> Profile:
-    return Profile(
-        name=name, classes=classes, calls=calls, releases=releases, pool=True, prefetches=prefetches,
-        frames_of=frames_of, buffer_key=buffer_key, stream_of=_stream_of, device_of=_device_of, wrap=_wrap,
-        constructor_keywords=("cuda_stream", "gpu_id"), errors_after_writes=("PyNvVCException",),
+def _profile(name: str, cls: str, calls: tuple[str, ...], releases: tuple[str, ...], prefetches: bool) -> PoolProfile:
+    return PoolProfile(
+        name=name, classes=(f"PyNvVideoCodec.decoders.{cls}.{cls}", f"PyNvVideoCodec.{cls}",
+                            f"streamsafe.testing.fake_pynvvideocodec.{cls}"),
+        calls=calls, releases=releases, prefetches=prefetches, frames_of=frames_of, buffer_key=buffer_key,
+        stream_of=_stream_of, device_of=_device_of, stream_keyword=None, constructor_keywords=("cuda_stream", "gpu_id"),
+        errors_after_writes=("PyNvVCException",), module="PyNvVideoCodec",
+        emulation="streamsafe.testing:install_fake_pynvvideocodec",
     )
 
 
 SIMPLE_DECODER = register(_profile(
-    "PyNvVideoCodec.SimpleDecoder", ("SimpleDecoder",),
+    "PyNvVideoCodec.SimpleDecoder", "SimpleDecoder",
     ("get_batch_frames", "__getitem__", "get_batch_frames_by_index", "seek_to_index"), ("reconfigure_decoder",), False))
 THREADED_DECODER = register(_profile(
-    "PyNvVideoCodec.ThreadedDecoder", ("ThreadedDecoder",), ("get_batch_frames",), ("end", "reconfigure_decoder"), True))
+    "PyNvVideoCodec.ThreadedDecoder", "ThreadedDecoder", ("get_batch_frames",), ("end", "reconfigure_decoder"), True))

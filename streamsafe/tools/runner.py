@@ -75,9 +75,8 @@ class RunReport:
 
 
 def _state_of(contract: Any) -> Any:
-    """The ordering state a contract's counts belong to: an effect's ledger, or a decoder's buffer pool."""
-    ledger = getattr(contract, "ledger", None)
-    return ledger if ledger is not None else contract.pool
+    """The ordering state a contract's counts belong to: the guarded object's ledger."""
+    return contract.ledger
 
 
 def _is_hazard(counter: str) -> bool:
@@ -105,12 +104,12 @@ class _EffectTally:
 
     def _fold_gone(self) -> None:
         ledger = self.ledger()
-        current = ledger.out_stats if ledger is not None else None
+        current = ledger.import_counters() if ledger is not None else []
         if ledger is not None:
             self.plan = ledger.plan
         kept = []
         for entry in self.live:
-            if entry[0]() is None and entry[1] is not current:
+            if entry[0]() is None and not any(entry[1] is stats for stats in current):
                 self._count(entry[1], entry[2], self.totals, self.runs_by_strategy)
             else:
                 kept.append(entry)
@@ -256,8 +255,8 @@ def run_program(
         model.sim.on_race = "record"  # report at exit; the program runs to its end
         hooks.register(model)
     cg: ClassGuard = guard(targets, strategy=as_strategy(strategy))
-    cg._pinned = True  # the program's own unguard() leaves it
-    cg._record = False  # (the tally counts its contracts; a list of them would keep every effect's ledger)
+    cg.pinned = True  # the program's own unguard() leaves it
+    cg.record = False  # (the tally counts its contracts; a list of them would keep every effect's ledger)
     argv, path0 = sys.argv[:], sys.path[0] if sys.path else None
     threads_before = set(threading.enumerate())
     status = 0
@@ -337,6 +336,13 @@ def command_status(report: RunReport) -> int:
 _C_INT = range(-(2**31), 2**31)
 
 
+def _count_fork(ref: weakref.ref[_HardExit]) -> None:
+    """A ``fork()`` while a run went on: its parent counts it."""
+    me = ref()
+    if me is not None and me.active:
+        me.forks += 1
+
+
 class _HardExit:
     """While open, ``os._exit(n)`` in this process hands the run's report (status ``n``) to ``report_to``
     first, then ends the process with :func:`command_status` of it. One report per run: the first of
@@ -366,7 +372,7 @@ class _HardExit:
     def __enter__(self) -> _HardExit:
         self.active = True
         ref = weakref.ref(self)
-        os.register_at_fork(after_in_parent=lambda: _HardExit._forked(ref))  # (never unregistered: weak)
+        os.register_at_fork(after_in_parent=lambda: _count_fork(ref))  # (never unregistered: weak)
         os._exit = self._exit  # type: ignore[assignment]
         return self
 
@@ -380,12 +386,6 @@ class _HardExit:
     def __reduce__(self) -> tuple[Any, ...]:
         # ``os._exit`` pickled (a spawned process's target, say): the child's own os module's
         return (importlib.import_module, ("os",))
-
-    @staticmethod
-    def _forked(ref: weakref.ref[_HardExit]) -> None:
-        me = ref()
-        if me is not None and me.active:
-            me.forks += 1
 
     def start(self, report_of: Callable[[int, float | None], RunReport]) -> None:
         """The program starts: from now on ``os._exit`` reports with ``report_of(status, wait)``."""

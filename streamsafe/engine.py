@@ -1,0 +1,210 @@
+"""The engine: every guarded SDK call, made one way.
+
+An effect's ``run()`` and ``run_at_timestep()`` (or any call its profile names), a decoder's call, a tracked
+raw call, a class-guarded call and a replayed steady frame all go through :func:`call`: it takes the object's
+turn (:mod:`streamsafe.turns`), has the caller decide the call's :class:`~streamsafe.frame.Frame` under it,
+checks inputs that are views of other outputs, issues the fences before the call, makes the SDK's call (its
+own method, marked: :mod:`streamsafe.calls`), records what it wrote in the ledger, issues the fences after it
+and protects the inputs (H12), counts, and gives the turn back. An exception that leaves the SDK's call is a
+refusal or an interruption after writes (:mod:`streamsafe.interrupts`, with the profile's
+``errors_after_writes``): a refused call leaves the ledger and the counters as they were; an interrupted one
+counts as a call. Releases (``close()``, a resize, a new source) go through :func:`release`.
+
+The caller (a contract, or the guard of a tracked raw call) is anything with the :class:`Caller` attributes.
+Blocks the host only where the frame's fences do, and in the SDK's own call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from . import hooks
+from ._dlpack import array_key
+from .buffers import new_stats
+from .calls import call_raw
+from .frame import Frame
+from .frameworks import on_torch_device
+from .interrupts import after_writes
+from .ledger import Ledger
+from .plan import FencePlan
+from .strategy import Strategy
+from .views import views_exist
+
+__all__ = ["Caller", "call", "release", "restore_counters"]
+
+_get_ident = threading.get_ident
+_NOTHING: dict[str, int] = {}
+
+
+class Caller(Protocol):
+    """What the engine asks of the guard a call goes through."""
+
+    @property
+    def ledger(self) -> Ledger:
+        """The guarded object's ledger."""
+
+    stats: dict[str, int]
+    """The counters the call's fences and the call itself go to."""
+    last_plan: FencePlan | None
+    """The plan of the guard's last call (set by the engine)."""
+
+    def frame_for(self, name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Frame:
+        """The call's frame, decided under the turn (raises for a call that cannot be made: nothing issued)."""
+
+    def sdk_arguments(self, frame: Frame, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """The arguments as the SDK gets them when the frame forwards or records inputs, and what was wrapped."""
+
+    def read_views(self, arrays: Sequence[Any], frame: Frame) -> None:
+        """Inputs that are views of other guarded outputs: this call reads those."""
+
+    def protect(self, arrays: Sequence[Any], frame: Frame, seen: Any) -> None:
+        """H12: keep the inputs from reuse while the SDK may still read them."""
+
+    def output(self, raw: Any, made: Any, frame: Frame, obj: Any) -> Any:
+        """The guarded result of the SDK's ``raw`` result (``made``: what the ledger recorded)."""
+
+
+def call(caller: Caller, obj: Any, method: Any, name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """``method(obj, *args, **kwargs)`` (the SDK's own method ``name``) as a guarded call of ``caller``: see the
+    module docstring. Returns the caller's output. Blocks as the frame and the SDK do."""
+    turns = caller.ledger.turns
+    lock = turns.lock
+    outer = None  # (this thread's outer hold, when nested: read once the lock is ours)
+    got = False
+    try:
+        got = lock.acquire(False)
+        if not got:
+            turns.wait_turn(name)  # another thread's closing wait (else a concurrent call: ConcurrentUseError)
+            got = True
+        outer = (turns.owner, turns.closing_wait)
+        turns.owner = _get_ident()
+        turns.closing_wait = False
+        frame = caller.frame_for(name, args, kwargs)
+        raw, made = _made(caller, frame, obj, method, args, kwargs)
+    finally:  # (the lock first: an interrupt cannot come between this finally's start and the release)
+        if got or lock._is_owned():  # type: ignore[attr-defined]
+            if outer is not None:
+                turns.owner, turns.closing_wait = outer
+            lock.release()
+    return caller.output(raw, made, frame, obj)
+
+
+def _made(caller: Caller, frame: Frame, obj: Any, method: Any, args: Any, kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """The call itself, holding the turn: fences, the SDK, records, protection, counts."""
+    ledger = caller.ledger
+    stats = caller.stats
+    plan = frame.plan
+    arrays = frame.arrays(args, kwargs)
+    if arrays:
+        if views_exist():  # (first: a stale view is refused before anything is issued or counted)
+            caller.read_views(arrays, frame)
+        if hooks.observers and not ledger.resolved_backend().records_accesses:
+            for arr, producer in zip(arrays, frame.producers):  # before the fences that order them
+                if producer is not None:
+                    for o in hooks.observers:
+                        o.on_input_write(array_key(arr), producer, ledger.device)
+    before = frame.before_program
+    assert before is not None
+    counted = None if before.counts_exactly and not ledger.captured else dict(stats)
+    if before.fences:
+        before(stats)
+    if ledger.captured:
+        ledger.wait_captured(plan, stats, frame.waited)
+    seen = None
+    if frame.forward or frame.record:
+        args, kwargs, seen = caller.sdk_arguments(frame, args, kwargs)
+    if frame.keywords:
+        if kwargs:
+            kwargs = {k: v for k, v in kwargs.items() if k not in _keyword_names(frame)}
+            kwargs.update(frame.keywords)
+        else:
+            kwargs = dict(frame.keywords)
+    returned = recorded = False
+    try:
+        if frame.check_device:
+            with on_torch_device(ledger.device):
+                raw = call_raw(obj, method, args, kwargs)
+        else:
+            raw = call_raw(obj, method, args, kwargs)
+        returned = True
+        # only now: an input the SDK rejects leaves the previous output valid and its readers known
+        made = ledger.record_write(frame, raw, stats)
+        recorded = True
+        if frame.protect:
+            after = frame.after_program
+            if after is not None and after.fences:
+                after(stats)
+            caller.protect(arrays, frame, seen)
+    except BaseException as e:
+        profile = frame.profile
+        if returned or after_writes(e, profile.errors_after_writes if profile is not None else ()):
+            # Interrupted after the SDK may have issued its work: a call. Its outputs before are stale, the next
+            # call and release wait for its streams, its inputs are protected as after any call.
+            if not recorded:
+                ledger.record_interrupted(frame, stats)
+            if frame.protect:
+                if frame.after_program is not None:
+                    frame.after_program(stats)
+                caller.protect(arrays, frame, seen)
+            for counter, n in frame.counts:
+                stats[counter] = stats.get(counter, 0) + n
+            caller.last_plan = plan
+        else:
+            # The SDK refused the call (an input's dtype, layout or size; the object's state): the counters go
+            # back to what they were. The device waits already issued stay queued (they order work and change
+            # no data), a host wait already made is not undone, and the ledger is as before: the previous output
+            # stays valid, its readers known. (In case the SDK issued work before it raised, its streams are
+            # waited for by the next call, and its inputs protected.)
+            if counted is not None:
+                restore_counters(stats, counted)
+            else:
+                before.uncount(stats)
+            ledger.record_refused(frame)
+            if frame.protect:
+                if frame.after_program is not None:
+                    frame.after_program(new_stats())
+                caller.protect(arrays, frame, seen)
+        raise
+    keepalive = ledger.keepalive
+    if keepalive:
+        keepalive.prune()
+    for counter, n in frame.counts:
+        stats[counter] += n
+    caller.last_plan = plan
+    return raw, made
+
+
+def _keyword_names(frame: Frame) -> tuple[str, ...]:
+    return tuple(k for k, _ in frame.keywords)
+
+
+def release(ledger: Ledger, obj: Any, method: Any, args: Sequence[Any], kwargs: dict[str, Any], *, plan: FencePlan | None,
+            strategy: Strategy | None, stats: dict[str, int], closes: bool, call: str) -> Any:
+    """A releasing call (``close()``, a reset, a new source): the host waits for every stream that may still
+    read the object's buffers (H6, D6), then the SDK's own method runs. Its buffers are released whether it
+    returns or raises (it may have freed them on the way); with ``closes``, once it returns, the object is
+    closed. Takes the turn; blocks the host for the readers."""
+
+    def released() -> Any:
+        ledger.wait_for_readers(plan, strategy, stats)
+        if closes:
+            ledger.keepalive.drain()
+            result = call_raw(obj, method, args, kwargs)
+            ledger.closed_object(obj)  # (a close the SDK refused leaves the object open, and its ledger as it was)
+            return result
+        try:
+            return call_raw(obj, method, args, kwargs)
+        finally:
+            ledger.released()  # (refused or not, the SDK may have freed its buffers on the way)
+
+    return ledger.turns.run(call, released)
+
+
+def restore_counters(stats: dict[str, int], counted: dict[str, int]) -> None:
+    """Put ``stats`` back to ``counted`` in place (a guard and its run report hold the same dict), never empty for
+    a moment: another thread may read it meanwhile."""
+    stats.update(counted)
+    for key in [k for k in stats if k not in counted]:
+        stats.pop(key, None)
