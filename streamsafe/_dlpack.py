@@ -41,10 +41,22 @@ DLPACK_DEVICE_NAMES = {
 """DLPack ``DLDeviceType`` values other than CUDA (2), named for messages."""
 
 
+_OWN: dict[type, bool] = {}
+
+
+def backend_own(cls: type) -> bool:
+    """Whether ``cls`` is a backend's own array or capsule type (it has ``__streamsafe_key__``: the model's). Cached
+    per type (a type's missing attribute costs an exception each time it is asked)."""
+    own = _OWN.get(cls)
+    if own is None:
+        own = _OWN[cls] = hasattr(cls, "__streamsafe_key__")
+    return own
+
+
 def array_key(arr: Any) -> Any:
     """What identifies an array's memory: a backend's own array's key (``__streamsafe_key__``: the model's
     buffer), else its data pointer (torch's ``data_ptr()``, CuPy's ``data.ptr``), else ``None``."""
-    if hasattr(type(arr), "__streamsafe_key__"):
+    if backend_own(type(arr)):
         return arr.__streamsafe_key__
     data_ptr = getattr(arr, "data_ptr", None)  # torch (first: a tensor's .data is a new tensor each time)
     if callable(data_ptr):
@@ -127,8 +139,7 @@ def capsule_data_key(capsule: Any) -> Any:
     """Something that identifies the memory a capsule points at: what a capsule object of a backend's own
     says (``__streamsafe_key__``: the model's buffer), or the data pointer of a real
     ``dltensor``/``dltensor_versioned`` capsule (read without consuming it). ``None`` when it cannot be read."""
-    key = getattr(type(capsule), "__streamsafe_key__", None)
-    if key is not None:
+    if backend_own(type(capsule)):
         return capsule.__streamsafe_key__
     # DLManagedTensor starts with DLTensor, whose first field is the data pointer: for the plain capsule the
     # SDK makes, one call reads it (a name mismatch raises)

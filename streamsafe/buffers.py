@@ -23,6 +23,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from . import hooks
+from ._dlpack import capsule_data_key
 from .errors import StaleOutputError
 from .plan import FencePlan
 from .streams import Stream, issuable
@@ -50,7 +51,7 @@ class Buffer:
     """The ordering state of one buffer of ``ledger``'s SDK object (see the module docstring)."""
 
     __slots__ = ("ledger", "ref", "generation", "plan", "readers", "outstanding", "escaped", "retiring",
-                 "release_generation", "tagged", "stats", "default_consumer", "__weakref__")
+                 "release_generation", "tagged", "stats", "default_consumer", "address", "address_release", "__weakref__")
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
@@ -72,6 +73,10 @@ class Buffer:
         self.stats: dict[str, int] = new_stats()
         """The counters of the guard that wrote the current contents (its import fences count there)."""
         self.default_consumer: Stream | None = None
+        self.address: Any = None
+        """The buffer's memory as a capsule of it says (its data pointer, or the model's buffer), read once per
+        allocation: :attr:`address_release` is the :attr:`release_generation` it was read in."""
+        self.address_release = -1
 
     @property
     def name(self) -> str:
@@ -107,28 +112,49 @@ class Buffer:
 
     # -- readers -------------------------------------------------------------------------------------------
 
-    def import_output(self, generation: int, consumer: Stream, *, escapes: bool, key: Any = None) -> None:
-        """A consumer on ``consumer`` imports contents ``generation``: order it after the SDK's writes (H3/H4,
-        on the device, or by a host wait under ``stream``/``device``) and remember it as a reader until the
-        next write, and as outstanding until the next release. ``escapes``: the consumer keeps a zero-copy
-        view (not one of streamsafe's copy helpers). Takes the SDK object's turn; does not block otherwise."""
-        self.ledger.turns.run("import", self._imported, generation, consumer, escapes, key)
+    def address_of(self, capsule: Any) -> Any:
+        """The memory ``capsule`` (of the current contents) points at: read once per allocation of the buffer (an
+        effect's one output buffer is released, and may come back elsewhere, only by a release). Does not block."""
+        if self.address_release != self.release_generation:
+            self.address = capsule_data_key(capsule)
+            self.address_release = self.release_generation
+        return self.address
 
-    def _imported(self, generation: int, consumer: Stream, escapes: bool, key: Any) -> None:
-        if generation != self.generation:
-            self.check_current(generation)
+    def import_output(self, generation: int, consumer: Stream, *, escapes: bool, key: Any = None) -> None:
+        """A consumer on ``consumer`` imports contents ``generation``: order it after the SDK's writes (H3/H4, on the
+        device, or by a host wait under ``stream``/``device``) and remember it as a reader until the next write, and
+        as outstanding until the next release. ``escapes``: the consumer keeps a zero-copy view (not one of
+        streamsafe's copy helpers); ``key``: its memory, for the observers. Takes the SDK object's turn; does not
+        block otherwise."""
         ledger = self.ledger
-        plan = self.plan
-        assert plan is not None
-        program = ledger.programs.get(plan, consumer)
-        if program.fences:
-            program(self.stats)
-        if hooks.observers and key is not None and not ledger.resolved_backend().records_accesses:
-            for o in hooks.observers:  # after the fences that order it
-                o.on_output_read(key, consumer, ledger.device)
-        self._read_on(consumer)
-        if escapes:
-            self.escaped = True
+        turns = ledger.turns
+        outer = None
+        try:
+            outer = turns.take("import")
+            if generation != self.generation:
+                self.check_current(generation)
+            plan = self.plan
+            programs = ledger.programs
+            program = programs.by_consumer.get(consumer)
+            if program is None or program.plan is not plan:
+                program = programs.get(plan, consumer)
+            if program.fences:
+                program(self.stats)
+            if key is not None and hooks.observers and not ledger.resolved_backend().records_accesses:
+                for o in hooks.observers:  # after the fences that order it
+                    o.on_output_read(key, consumer, ledger.device)
+            self.readers[consumer] = None
+            self.outstanding[consumer] = None
+            if self.retiring:
+                self._unretire(consumer)
+            if escapes:
+                self.escaped = True
+            if consumer not in ledger.holds.held:
+                ledger.holds.hold(consumer)
+        finally:  # (the lock first: see Turns.take)
+            if outer is not None:
+                turns.owner, turns.closing_wait = outer
+                turns.lock.release()
 
     def _read_on(self, stream: Stream) -> None:
         self.readers[stream] = None

@@ -83,11 +83,12 @@ def call_raw(obj: Any, method: Any, args: Sequence[Any], kwargs: dict[str, Any])
     key = id(obj)
     if key in _running and in_raw_call(obj):
         return method(obj, *args, **kwargs)
+    me = _get_ident()
     try:
-        _running[key] = (_get_ident(), sys._getframe())  # (held in no local: a frame holding itself would keep the inputs)
+        _running[key] = (me, sys._getframe())  # (held in no local: a frame holding itself would keep the inputs)
         return method(obj, *args, **kwargs)
     finally:
-        if _running.get(key, _NO_MARK)[0] == _get_ident():
+        if _running.get(key, _NO_MARK)[0] == me:
             _running.pop(key, None)
 
 

@@ -147,7 +147,7 @@ class _Contract(GuardedBlocks, Unshareable):
             if self.closed:
                 self._refuse_closed(name)
             effect = self.effect
-            return engine.call(self, effect, method or raw_method(type(effect), name), name, args, kwargs)
+            return engine.call(self, effect, method or raw_method(type(effect), name), name, args, kwargs)  # type: ignore[arg-type]
         if name in profile.releases:
             return self._release(name, args, kwargs, method)
         raise ArgumentError(
@@ -155,13 +155,19 @@ class _Contract(GuardedBlocks, Unshareable):
             + (f" and its releases {', '.join(profile.releases)}" if profile.releases else "")
         )
 
-    def __getattr__(self, name: str) -> Any:
-        profile = self.__dict__.get("profile")
-        if profile is not None and (name in profile.calls or name in profile.releases):
-            return functools.partial(self.call, name)
-        names = f"; its calls are {', '.join(profile.calls_of(self.__dict__['_cls']) or profile.calls)}" if profile is not None \
-            and "_cls" in self.__dict__ else ""
-        raise AttributeError(f"{type(self).__name__} of {self.__dict__.get('effect_name', '?')} has no attribute {name!r}{names}")
+    def _name_calls(self) -> None:
+        """Each call and release of the profile that the contract has no method for (``c.process(x)``,
+        ``c.get_batch_frames(8)``), as a method that calls it through :meth:`call`: the contract's class becomes a
+        subclass that has them (one per class and profile, made once)."""
+        cls = type(self)
+        key = (cls, self.profile)
+        named = _NAMED.get(key)
+        if named is None:
+            missing = [n for n in (*self.profile.calls, *self.profile.releases) if not n.startswith("__") and not hasattr(cls, n)]
+            named = _NAMED[key] = type(cls.__name__, (cls,), {n: _named_call(n) for n in missing}) if missing else cls
+            named.__qualname__, named.__module__ = cls.__qualname__, cls.__module__
+        if named is not cls:
+            self.__class__ = named
 
     def _release(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], method: Any) -> Any:
         raise NotImplementedError
@@ -175,11 +181,21 @@ class _Contract(GuardedBlocks, Unshareable):
         """The engine's question: the arguments as the SDK gets them (as given: a decoder takes no inputs)."""
         return args, kwargs, None
 
-    def read_views(self, arrays: Any, frame: Frame) -> None:
-        """The engine's question: inputs that are views of other outputs (a decoder takes no inputs)."""
-
     def protect(self, arrays: Any, frame: Frame, seen: Any) -> None:
         """The engine's question: keep the inputs from reuse (a decoder takes no inputs)."""
+
+
+_NAMED: dict[tuple[type, Any], type] = {}
+"""Contract classes with the named calls of a profile (:meth:`_Contract._name_calls`)."""
+
+
+def _named_call(name: str) -> Any:
+    def named(self: _Contract, *args: Any, **kwargs: Any) -> Any:
+        return self.guarded_call(name, args, kwargs)
+
+    named.__name__ = name
+    named.__doc__ = f"``obj.{name}(...)`` through the contract (see :meth:`call`)."
+    return named
 
 
 class StreamContract(_Contract):
@@ -248,6 +264,9 @@ class StreamContract(_Contract):
         self.steady = SteadyFrames(dev, be, self._input, self.profile)
         """The contract's kept frames (:mod:`streamsafe.steady`)."""
         self._config_getter = config_reader(effect, self.profile)
+        self._run = raw_method(self._cls, "run")
+        self._auto = self.strategy is Strategy.AUTO
+        """The SDK's own ``run`` (called by :meth:`run`)."""
         self.last_plan: FencePlan | None = None
         """The plan of the contract's last call."""
         self._patched_instance = False
@@ -260,6 +279,8 @@ class StreamContract(_Contract):
         if env_flag("STREAMSAFE_SANITIZE", False, SANITIZE_MEANING):
             hooks.observe_from_environment()
         self._inputs = Inputs(be, dev, self.ledger, self._input, self.profile)
+        self.output = output_maker("effect")(self.profile.output, self.profile.wrap, self.ledger.output, dev)
+        """The engine's question: the guarded result of the SDK's result (a :class:`~streamsafe.SafeOutput`)."""
         self._planner = EffectPlanner(
             self.profile, self.strategy, dev, be, self._cls, sdk=self._declared_sdk, producer=self._input,
             consumer=self._consumer, conversion=self._declared_conversion,
@@ -270,6 +291,7 @@ class StreamContract(_Contract):
             if existing is None:
                 forget_ledger(effect, self.ledger)  # (refused: the effect is as it was)
             raise
+        self._name_calls()
         for sink in contract_sinks:
             sink.add(self)
 
@@ -314,8 +336,8 @@ class StreamContract(_Contract):
 
         The stream keyword (``stream_ptr=``) names the SDK stream for this call. The plan decides
         ``non_blocking``; a caller's ``non_blocking`` is used only by strategy ``none``."""
-        effect = self.effect
-        return engine.call(self, effect, raw_method(type(effect), "run"), "run", args, kwargs)  # type: ignore[no-any-return]
+        effect = self._effect if self._effect is not None else self.effect
+        return engine.call(self, effect, self._run, "run", args, kwargs)  # type: ignore[no-any-return]
 
     def run_at_timestep(self, *args: Any, **kwargs: Any) -> SafeOutput:
         """``effect.run_at_timestep(...)`` with the plan's fences (see :meth:`run`). An effect without the method
@@ -339,19 +361,15 @@ class StreamContract(_Contract):
             self._refuse_closed(name)
         # several threads' pipelines interleaving on the device: auto picks event, not async
         planner = self._planner
-        shared = planner.shared = occupancy.note_run(self.device) and self.strategy is Strategy.AUTO
-        effect = self.effect
+        shared = planner.shared = occupancy.note_run(self.device) and self._auto
+        effect = self._effect if self._effect is not None else self.effect
         kept = self.steady
         if kept.kept and steady.enabled and not hooks.observers:
-            facts = kept.facts(name, args, kwargs, shared)
-            if facts is not None:
-                config = self._config(effect)
-                if config is not UNREADABLE:
-                    frame = kept.find(facts, ledger, config)
-                    if frame is not None:
-                        if steady.check_replay:
-                            self._check_kept(frame, name, args, kwargs)
-                        return frame
+            frame = kept.find(name, args, kwargs, shared, ledger, self._config_getter, effect)
+            if frame is not None:
+                if steady.check_replay:
+                    self._check_kept(frame, name, args, kwargs)
+                return frame
         TORCH.refresh()
         facts = kept.facts(name, args, kwargs, shared) if not hooks.observers else None
         self._check_unguarded_change()
@@ -382,22 +400,10 @@ class StreamContract(_Contract):
         return self._inputs.for_sdk(args, kwargs, frame.inputs, frame.producers, frame.plan.run_stream,
                                     forward=frame.forward, record=frame.record)
 
-    def read_views(self, arrays: Any, frame: Frame) -> None:
-        """The engine's question: inputs that are zero-copy views of other guarded outputs make this call a reader
-        of those (a stale one is refused). Does not block."""
-        self._inputs.read_views(arrays, frame.plan.run_stream)
-
     def protect(self, arrays: Any, frame: Frame, seen: Any) -> None:
         """The engine's question: keep the inputs from reuse while the SDK may still read them (H12). Does not
         block."""
         self._inputs.protect(arrays, frame.plan.run_stream, seen)
-
-    def output(self, raw: Any, generation: int, frame: Frame, effect: Any) -> Any:
-        """The guarded result of the SDK's ``raw`` result, as the profile says outputs leave."""
-        profile = self.profile
-        capsule = raw if profile.output is None else getattr(raw, profile.output)
-        out = output_maker("effect")(raw, capsule, self.ledger.output, generation, self.device, frame.default_consumer, effect)
-        return out if profile.wrap is None else profile.wrap(raw, out)
 
     # -- configuration and life cycle -----------------------------------------------------------------------------
 
@@ -689,6 +695,7 @@ class PoolContract(_Contract):
         self.closed = False
         self.guard_owner: Any = None
         self._tracked = guarding.install(self._cls)
+        self._name_calls()
         for sink in contract_sinks:
             sink.add(self)
 

@@ -16,7 +16,6 @@ Blocks the host only where the frame's fences do, and in the SDK's own call.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -30,11 +29,10 @@ from .interrupts import after_writes
 from .ledger import Ledger
 from .plan import FencePlan
 from .strategy import Strategy
-from .views import views_exist
+from . import views
 
 __all__ = ["Caller", "call", "release", "restore_counters"]
 
-_get_ident = threading.get_ident
 _NOTHING: dict[str, int] = {}
 
 
@@ -56,9 +54,6 @@ class Caller(Protocol):
     def sdk_arguments(self, frame: Frame, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
         """The arguments as the SDK gets them when the frame forwards or records inputs, and what was wrapped."""
 
-    def read_views(self, arrays: Sequence[Any], frame: Frame) -> None:
-        """Inputs that are views of other guarded outputs: this call reads those."""
-
     def protect(self, arrays: Sequence[Any], frame: Frame, seen: Any) -> None:
         """H12: keep the inputs from reuse while the SDK may still read them."""
 
@@ -69,115 +64,106 @@ class Caller(Protocol):
 def call(caller: Caller, obj: Any, method: Any, name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     """``method(obj, *args, **kwargs)`` (the SDK's own method ``name``) as a guarded call of ``caller``: see the
     module docstring. Returns the caller's output. Blocks as the frame and the SDK do."""
-    turns = caller.ledger.turns
-    lock = turns.lock
-    outer = None  # (this thread's outer hold, when nested: read once the lock is ours)
-    got = False
+    ledger = caller.ledger
+    turns = ledger.turns
+    outer = None  # (the hold this one is inside, this thread's, when nested: given back at the end)
     try:
-        got = lock.acquire(False)
-        if not got:
-            turns.wait_turn(name)  # another thread's closing wait (else a concurrent call: ConcurrentUseError)
-            got = True
-        outer = (turns.owner, turns.closing_wait)
-        turns.owner = _get_ident()
-        turns.closing_wait = False
+        outer = turns.take(name)
         frame = caller.frame_for(name, args, kwargs)
-        raw, made = _made(caller, frame, obj, method, args, kwargs)
+        stats = caller.stats
+        arrays = args if frame.arrays_are_args else frame.arrays(args, kwargs)
+        if arrays:
+            if views.registry:  # (first: a stale view is refused before anything is issued or counted)
+                views.read_inputs(arrays, ledger, frame.plan.run_stream)
+            if hooks.observers:
+                _inputs_written(ledger, frame, arrays)
+        before = frame.before_program
+        assert before is not None
+        counted = None if before.counts_exactly and not ledger.captured else dict(stats)
+        if before.fences:
+            before(stats)
+        if ledger.captured:
+            ledger.wait_captured(frame.plan, stats, frame.waited)
+        seen = None
+        if frame.forward or frame.record:
+            args, kwargs, seen = caller.sdk_arguments(frame, args, kwargs)
+        keywords = frame.keywords
+        if keywords:
+            # (the SDK's method gets a dict of its own from the ** of the call: the frame's is never changed)
+            kwargs = {**{k: v for k, v in kwargs.items() if k not in frame.keyword_names}, **keywords} if kwargs else keywords
+        returned = recorded = False
+        try:
+            if frame.check_device:
+                with on_torch_device(ledger.device):
+                    raw = call_raw(obj, method, args, kwargs)
+            else:
+                raw = call_raw(obj, method, args, kwargs)
+            returned = True
+            # only now: an input the SDK rejects leaves the previous output valid and its readers known
+            made = ledger.record_write(frame, raw, stats)
+            recorded = True
+            if frame.protect:
+                after = frame.after_program
+                if after is not None and after.fences:
+                    after(stats)
+                caller.protect(arrays, frame, seen)
+        except BaseException as e:
+            _unwound(caller, frame, e, returned, recorded, counted, arrays, seen)
+            raise
+        if ledger.keepalive.entries:
+            ledger.keepalive.prune()
+        for counter, n in frame.counts:
+            stats[counter] += n
+        caller.last_plan = frame.plan
     finally:  # (the lock first: an interrupt cannot come between this finally's start and the release)
-        if got or lock._is_owned():  # type: ignore[attr-defined]
-            if outer is not None:
-                turns.owner, turns.closing_wait = outer
-            lock.release()
+        if outer is not None:
+            turns.owner, turns.closing_wait = outer
+            turns.lock.release()
     return caller.output(raw, made, frame, obj)
 
 
-def _made(caller: Caller, frame: Frame, obj: Any, method: Any, args: Any, kwargs: dict[str, Any]) -> tuple[Any, Any]:
-    """The call itself, holding the turn: fences, the SDK, records, protection, counts."""
-    ledger = caller.ledger
-    stats = caller.stats
-    plan = frame.plan
-    arrays = frame.arrays(args, kwargs)
-    if arrays:
-        if views_exist():  # (first: a stale view is refused before anything is issued or counted)
-            caller.read_views(arrays, frame)
-        if hooks.observers and not ledger.resolved_backend().records_accesses:
-            for arr, producer in zip(arrays, frame.producers):  # before the fences that order them
-                if producer is not None:
-                    for o in hooks.observers:
-                        o.on_input_write(array_key(arr), producer, ledger.device)
-    before = frame.before_program
-    assert before is not None
-    counted = None if before.counts_exactly and not ledger.captured else dict(stats)
-    if before.fences:
-        before(stats)
-    if ledger.captured:
-        ledger.wait_captured(plan, stats, frame.waited)
-    seen = None
-    if frame.forward or frame.record:
-        args, kwargs, seen = caller.sdk_arguments(frame, args, kwargs)
-    if frame.keywords:
-        if kwargs:
-            kwargs = {k: v for k, v in kwargs.items() if k not in _keyword_names(frame)}
-            kwargs.update(frame.keywords)
-        else:
-            kwargs = dict(frame.keywords)
-    returned = recorded = False
-    try:
-        if frame.check_device:
-            with on_torch_device(ledger.device):
-                raw = call_raw(obj, method, args, kwargs)
-        else:
-            raw = call_raw(obj, method, args, kwargs)
-        returned = True
-        # only now: an input the SDK rejects leaves the previous output valid and its readers known
-        made = ledger.record_write(frame, raw, stats)
-        recorded = True
+def _inputs_written(ledger: Ledger, frame: Frame, arrays: Sequence[Any]) -> None:
+    """With an observer on a GPU: each input's write on its producer (before the fences that order it)."""
+    if not ledger.resolved_backend().records_accesses:
+        for arr, producer in zip(arrays, frame.producers):
+            if producer is not None:
+                for o in hooks.observers:
+                    o.on_input_write(array_key(arr), producer, ledger.device)
+
+
+def _unwound(caller: Caller, frame: Frame, error: BaseException, returned: bool, recorded: bool,
+             counted: dict[str, int] | None, arrays: Sequence[Any], seen: Any) -> None:
+    """An exception left the SDK's call, or the records right after it: an interruption after writes, or a
+    refusal (see the module docstring). Brings the ledger and the counters to what the call made."""
+    ledger, stats = caller.ledger, caller.stats
+    profile = frame.profile
+    if returned or after_writes(error, profile.errors_after_writes if profile is not None else ()):
+        # Interrupted after the SDK may have issued its work: a call. Its outputs before are stale, the next call and
+        # release wait for its streams, its inputs are protected as after any call.
+        if not recorded:
+            ledger.record_interrupted(frame, stats)
         if frame.protect:
-            after = frame.after_program
-            if after is not None and after.fences:
-                after(stats)
+            if frame.after_program is not None:
+                frame.after_program(stats)
             caller.protect(arrays, frame, seen)
-    except BaseException as e:
-        profile = frame.profile
-        if returned or after_writes(e, profile.errors_after_writes if profile is not None else ()):
-            # Interrupted after the SDK may have issued its work: a call. Its outputs before are stale, the next
-            # call and release wait for its streams, its inputs are protected as after any call.
-            if not recorded:
-                ledger.record_interrupted(frame, stats)
-            if frame.protect:
-                if frame.after_program is not None:
-                    frame.after_program(stats)
-                caller.protect(arrays, frame, seen)
-            for counter, n in frame.counts:
-                stats[counter] = stats.get(counter, 0) + n
-            caller.last_plan = plan
-        else:
-            # The SDK refused the call (an input's dtype, layout or size; the object's state): the counters go
-            # back to what they were. The device waits already issued stay queued (they order work and change
-            # no data), a host wait already made is not undone, and the ledger is as before: the previous output
-            # stays valid, its readers known. (In case the SDK issued work before it raised, its streams are
-            # waited for by the next call, and its inputs protected.)
-            if counted is not None:
-                restore_counters(stats, counted)
-            else:
-                before.uncount(stats)
-            ledger.record_refused(frame)
-            if frame.protect:
-                if frame.after_program is not None:
-                    frame.after_program(new_stats())
-                caller.protect(arrays, frame, seen)
-        raise
-    keepalive = ledger.keepalive
-    if keepalive:
-        keepalive.prune()
-    for counter, n in frame.counts:
-        stats[counter] += n
-    caller.last_plan = plan
-    return raw, made
-
-
-def _keyword_names(frame: Frame) -> tuple[str, ...]:
-    return tuple(k for k, _ in frame.keywords)
+        for counter, n in frame.counts:
+            stats[counter] = stats.get(counter, 0) + n
+        caller.last_plan = frame.plan
+        return
+    # The SDK refused the call (an input's dtype, layout or size; the object's state): the counters go back to what
+    # they were. The device waits already issued stay queued (they order work and change no data), a host wait
+    # already made is not undone, and the ledger is as before: the previous output stays valid, its readers known.
+    # (In case the SDK issued work before it raised, its streams are waited for by the next call, and its inputs
+    # protected.)
+    if counted is not None:
+        restore_counters(stats, counted)
+    elif frame.before_program is not None:
+        frame.before_program.uncount(stats)
+    ledger.record_refused(frame)
+    if frame.protect:
+        if frame.after_program is not None:
+            frame.after_program(new_stats())
+        caller.protect(arrays, frame, seen)
 
 
 def release(ledger: Ledger, obj: Any, method: Any, args: Sequence[Any], kwargs: dict[str, Any], *, plan: FencePlan | None,

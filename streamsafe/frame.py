@@ -59,10 +59,12 @@ class Frame:
     """Device waits issued after the call (H12), when :attr:`protect`."""
     protect: bool = False
     """Whether the inputs are kept from reuse after the call (H12: the host does not wait for the SDK's read)."""
-    keywords: tuple[tuple[str, Any], ...] = ()
+    keywords: dict[str, Any] = field(default_factory=dict)
     """The keywords streamsafe passes the SDK (its stream, whether it may return early), replacing the caller's."""
     inputs: tuple[int | str, ...] = ()
     """Where the input arrays are among the call's arguments (positions, keywords)."""
+    arrays_are_args: bool = False
+    """Whether the inputs are the positional arguments, all of them, and nothing else."""
     producers: tuple[Stream | None, ...] = ()
     """The stream that wrote each input (``None``: unknown; its ``__dlpack__`` is asked for the run stream)."""
     shapes: tuple[Any, ...] = ()
@@ -82,9 +84,14 @@ class Frame:
     check_device: bool = field(default=True, compare=False)
     """Whether the framework's current device is made the object's for the call (a planned effect call: a
     steady frame's facts say it is already)."""
+    keyword_names: frozenset[str] = field(init=False, compare=False, repr=False)
+    """The names of :attr:`keywords` (the caller's values under them are replaced)."""
     before_program: FenceProgram | None = field(default=None, compare=False, repr=False)
     """:attr:`before`, ready to issue (bound once for a steady frame)."""
     after_program: FenceProgram | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keyword_names", frozenset(self.keywords))
 
     def arrays(self, args: Any, kwargs: dict[str, Any]) -> tuple[Any, ...]:
         """The input arrays among a call's arguments."""
@@ -239,12 +246,13 @@ class EffectPlanner:
                 fences += self.plan(effect, producer=producer, sdk=sdk, non_blocking=user_nb, input_writers=extra).at("before run")
         after = plan.at("after run")
         profile = self.profile
-        keywords = tuple((k, v) for k, v in ((profile.stream_keyword, plan.run_stream.ptr), (profile.blocking_keyword, plan.non_blocking))
-                         if k is not None)
+        keywords = {k: v for k, v in ((profile.stream_keyword, plan.run_stream.ptr), (profile.blocking_keyword, plan.non_blocking))
+                    if k is not None}
         active = plan.strategy is not Strategy.NONE
         return Frame(
             call=name, plan=plan, before=plan.before_run(fences), after=tuple(f for f in after if f.action == "device-wait"),
-            protect=bool(after), keywords=keywords, inputs=keys, producers=tuple(producers), shapes=shapes,
+            protect=bool(after), keywords=keywords, inputs=keys, arrays_are_args=keys == tuple(range(len(args))),
+            producers=tuple(producers), shapes=shapes,
             default_consumer=self.consumer or sdk, counts=run_counts(plan),
             forward=active and None in producers, record=active and self.backend.records_accesses, profile=profile,
         )

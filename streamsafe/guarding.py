@@ -376,9 +376,6 @@ class _Tracked:
     def sdk_arguments(self, frame: Frame, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
         return args, kwargs, None
 
-    def read_views(self, arrays: Sequence[Any], frame: Frame) -> None:
-        pass
-
     def protect(self, arrays: Sequence[Any], frame: Frame, seen: Any) -> None:
         pass
 

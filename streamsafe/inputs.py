@@ -7,8 +7,9 @@ reuse while the SDK may still read it.
   current stream (torch, CuPy, a backend's own arrays), else unknown: the run stream is then forwarded
   through ``__dlpack__(stream=...)`` when the SDK takes the input (:class:`Forwarding`);
 * the **protection** of inputs after an asynchronous call (H12): torch's ``record_stream``, a backend array's
-  ``record_stream``, else a keep-alive until an event on the run stream completes;
-* **views of other effects' outputs** passed as inputs: that effect's next call waits for this call.
+  ``record_stream``, else a keep-alive until an event on the run stream completes.
+
+Views of other effects' outputs passed as inputs are :mod:`streamsafe.views`' (the engine asks it).
 
 Nothing here blocks the host.
 """
@@ -19,7 +20,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from ._dlpack import DLPACK_CPU, DLPACK_CUDA, array_key, check_input_device, require_cuda_input
+from ._dlpack import DLPACK_CPU, DLPACK_CUDA, backend_own, check_input_device, require_cuda_input
 from .backend import Backend
 from .backend.naming import as_stream
 from .calls import raw_method
@@ -28,7 +29,6 @@ from .frameworks import TORCH, framework_of, torch_current_stream_handle
 from .ledger import EffectLedger
 from .profile import EffectProfile, call_signature
 from .streams import LEGACY_HANDLE, Stream
-from .views import read_by
 
 __all__ = ["Inputs", "Forwarding", "is_number", "call_keywords", "inputs_of"]
 
@@ -210,22 +210,9 @@ class Inputs:
             self.torch_streams[stream] = ts
         return ts
 
-    def read_views(self, arrays: Sequence[Any], run_stream: Stream) -> None:
-        """An input that is a zero-copy view of a guarded effect's output (effects chained by views): this call
-        reads that output, so its effect's next call must wait for it. A view of an output that effect has since
-        overwritten (a later call, not a release: the memory is still the SDK's) raises
-        :class:`~streamsafe.errors.StaleOutputError`, as passing that output's ``image`` would."""
-        for arr in arrays:
-            key = arr.data_ptr() if TORCH.tensor is not None and type(arr) is TORCH.tensor else array_key(arr)
-            found = read_by(arr, key)
-            if found is not None and found[0].ledger is not self.ledger:
-                buffer, generation = found
-                buffer.add_reader(generation, run_stream)
-
-
 def _owner(arr: Any) -> Any:
     """The backend whose own array ``arr`` is (a model's: it has ``__streamsafe_key__``), else ``None``."""
-    return arr.backend if hasattr(type(arr), "__streamsafe_key__") else None
+    return arr.backend if backend_own(type(arr)) else None
 
 
 def _described(error: HostArrayError) -> str:
@@ -255,7 +242,7 @@ class Forwarding:
         if self._stream is not None:
             kwargs["stream"] = self._stream.dlpack
         capsule = self._arr.__dlpack__(**kwargs)
-        inner = getattr(capsule, "array", None) if hasattr(type(capsule), "__streamsafe_key__") else None
+        inner = getattr(capsule, "array", None) if backend_own(type(capsule)) else None
         if inner is not None:
             self.imported = inner
         return capsule

@@ -247,11 +247,21 @@ class EffectLedger(Ledger):
             self.output.wrote(None, self.output.stats, self.output.default_consumer)
             self._after(plan.sdk_streams, frame.shapes, True)
             return None
-        new_streams = plan is not self.output.plan or not self.previous_sdk  # (else the same SDK streams, held already)
-        generation = self.output.wrote(plan, stats, frame.default_consumer)
-        self._after(plan.sdk_streams, frame.shapes, new_streams)
-        if len(self.output.outstanding) > OUTSTANDING_BOUND:
-            self.output.retire_outstanding()
+        output = self.output
+        new_streams = plan is not output.plan or not self.previous_sdk  # (else the same SDK streams, held already)
+        # (the output's new contents, as Buffer.wrote records them: written here, a call fewer a frame)
+        generation = output.generation = output.generation + 1
+        output.plan = plan
+        output.stats = stats
+        output.default_consumer = frame.default_consumer
+        output.readers = {}
+        output.escaped = False
+        if new_streams:
+            self._after(plan.sdk_streams, frame.shapes, True)
+        else:
+            self.input_shapes = frame.shapes  # (the same plan: the same SDK streams, held already)
+        if len(output.outstanding) > OUTSTANDING_BOUND:
+            output.retire_outstanding()
             self.release_holds()
         return generation
 

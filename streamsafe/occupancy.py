@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from .streams import thread_token
 
@@ -23,10 +24,20 @@ __all__ = ["note_run", "threads_on", "WINDOW_S"]
 WINDOW_S = 1.0
 """Seconds a thread counts as driving a device after its last guarded run there."""
 
-_seen: dict[int, dict[int, tuple[float, threading.Thread]]] = {}
+_seen: dict[int, dict[int, list[Any]]] = {}
+"""Per device, per thread (its :func:`~streamsafe.streams.thread_token`): ``[time of its last run, the thread, this dict]``."""
 _clock = time.monotonic
-_get_ident = thread_token  # (never reused: threading.get_ident is, once a thread ends, and its entry would outlive it)
-_current_thread = threading.current_thread
+
+
+class _Mine(threading.local):
+    """This thread's records, by device (each the list :data:`_seen` holds for it)."""
+
+    def __init__(self) -> None:
+        self.token = thread_token()  # (never reused: threading.get_ident is, once a thread ends, and an entry would outlive it)
+        self.by_device: dict[int, list[Any]] = {}
+
+
+_mine = _Mine()
 
 
 def note_run(device: int) -> bool:
@@ -34,17 +45,17 @@ def note_run(device: int) -> bool:
     effect on ``device`` since this thread's previous run there (and within :data:`WINDOW_S`): the
     pipelines interleave, the device is shared."""
     now = _clock()
-    threads = _seen.get(device)
-    if threads is None:
-        threads = _seen.setdefault(device, {})
-    ident = _get_ident()
-    mine = threads.get(ident)
-    previous = mine[0] if mine is not None else 0.0
-    threads[ident] = (now, mine[1] if mine is not None else _current_thread())
+    record = _mine.by_device.get(device)
+    if record is None or record[2] is not _seen.get(device):  # (first here, or forgotten since)
+        record = _new_record(device)
+    previous = record[0]
+    record[0] = now
+    threads = record[2]
     if len(threads) == 1:
         return False
-    for other, (last, thread) in list(threads.items()):
-        if other == ident:
+    mine = _mine.token
+    for other, (last, thread, _) in list(threads.items()):
+        if other == mine:
             continue
         if now - last > WINDOW_S:  # quiet: it no longer counts
             threads.pop(other, None)
@@ -55,10 +66,17 @@ def note_run(device: int) -> bool:
     return False
 
 
+def _new_record(device: int) -> list[Any]:
+    """This thread's record on ``device``: ``[time of its last run, the thread, the device's records]``."""
+    threads = _seen.setdefault(device, {})
+    record = _mine.by_device[device] = threads[_mine.token] = [0.0, threading.current_thread(), threads]
+    return record
+
+
 def threads_on(device: int) -> int:
     """How many threads ran guarded effects on ``device`` within the last :data:`WINDOW_S` seconds."""
     now = _clock()
-    return sum(1 for last, thread in list(_seen.get(device, {}).values()) if now - last <= WINDOW_S and thread.is_alive())
+    return sum(1 for last, thread, _ in list(_seen.get(device, {}).values()) if now - last <= WINDOW_S and thread.is_alive())
 
 
 def forget() -> None:

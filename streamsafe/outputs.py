@@ -17,7 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from . import hooks, views
-from ._dlpack import DLPACK_CUDA, capsule_data_key
+from ._dlpack import DLPACK_CUDA, backend_own, capsule_data_key
 from .backend.naming import stream_on_device
 from .errors import DeviceMismatchError, ExportError, FrameworkUnavailableError, StreamsafeError
 from .frameworks import torch_current_stream_handle
@@ -109,7 +109,7 @@ class _BufferView(Unshareable):
         buffer.import_output(self._generation, consumer, escapes=escapes, key=key)
         if escapes:
             views.add(key, buffer, self._generation)
-        if hasattr(type(capsule), "view_of"):
+        if backend_own(type(capsule)):  # (the model's capsule learns which output it is: H7)
             capsule.view_of = (buffer.ref, self._generation)
 
     def _on_device(self, stream: Any) -> None:
@@ -175,18 +175,28 @@ class SafeImage(_BufferView):
         :class:`~streamsafe.errors.StaleOutputError` if the buffer was reused since."""
         if self._consumed:
             raise ExportError(*_CONSUMED)
-        if self._generation != self._buffer.generation:
-            self._buffer.check_current(self._generation)
+        buffer = self._buffer
+        generation = self._generation
+        if generation != buffer.generation:
+            buffer.check_current(generation)
         if copy or dl_device is not None:
             _check_export((DLPACK_CUDA, self._device), copy, dl_device)
         if stream is None or (type(stream) is int and stream == -1):
             consumer = self._default_consumer
         else:
-            consumer = self._reader_stream(stream)
-        self._import(consumer, self._capsule, self._escapes)
+            held = buffer.ledger.holds.known.get(stream) if type(stream) is int else None  # (held: no driver query)
+            consumer = held if held is not None and not held.thread else self._reader_stream(stream)
+        capsule = self._capsule
+        escapes = self._escapes
+        key = buffer.address_of(capsule) if escapes or hooks.observers else None  # (a copy helper's: no address read)
+        buffer.import_output(generation, consumer, escapes=escapes, key=key)
+        if escapes:
+            views.add(key, buffer, generation)
+            if backend_own(type(capsule)):  # (the model's capsule learns which output it is: H7)
+                capsule.view_of = (buffer.ref, generation)
         self._consumer = consumer
         self._consumed = True
-        return self._capsule
+        return capsule
 
     def check_importable(self) -> None:
         """Raise if the capsule was consumed or its buffer has been reused or released."""
@@ -609,10 +619,19 @@ class JaxDLPackAdapter:
 # -- how a guarded call's result leaves (the makers the contracts use, through streamsafe.profile) ---------------
 
 
-def _effect_output(raw: Any, capsule: Any, buffer: Buffer, generation: int, device: int, default_consumer: Stream,
-                   effect: Any) -> SafeOutput:
-    """An effect's guarded output: the SDK's result, with its capsule a :class:`SafeImage` producer."""
-    return SafeOutput(raw, SafeImage(buffer, capsule, generation, device, default_consumer, effect))
+def _effect_outputs(attr: str | None, wrap: Any, buffer: Buffer, device: int) -> Any:
+    """How an effect's calls' results leave: ``output(raw, generation, frame, effect)`` gives the SDK's result with its
+    capsule (the attribute ``attr`` of it; ``None``: the result itself) a :class:`SafeImage` producer, as a
+    :class:`SafeOutput` (given to ``wrap(raw, output)`` when there is one)."""
+    if attr is None or wrap is not None:
+        def output(raw: Any, generation: int, frame: Any, effect: Any) -> Any:
+            out = SafeOutput(raw, SafeImage(buffer, raw if attr is None else getattr(raw, attr), generation, device,
+                                            frame.default_consumer, effect))
+            return out if wrap is None else wrap(raw, out)
+    else:
+        def output(raw: Any, generation: int, frame: Any, effect: Any) -> Any:
+            return SafeOutput(raw, SafeImage(buffer, getattr(raw, attr), generation, device, frame.default_consumer, effect))
+    return output
 
 
 def _pool_output(raw: Any, frames: list[Any], made: list[tuple[Buffer, int]], device: int, default_consumer: Stream,
@@ -635,5 +654,5 @@ def _replace(value: Any, guarded: dict[int, SafeFrame]) -> Any:
     return value
 
 
-set_output_maker("effect", _effect_output)
+set_output_maker("effect", _effect_outputs)
 set_output_maker("pool", _pool_output)

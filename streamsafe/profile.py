@@ -373,8 +373,9 @@ _output_makers: dict[str, Callable[..., Any]] = {}
 
 def set_output_maker(kind: str, make: Callable[..., Any]) -> None:
     """The output layer (:mod:`streamsafe.outputs`) says how a call's result leaves: ``kind`` ``"effect"``
-    (``make(raw, capsule, buffer, generation, device, default_consumer, effect)``: a guarded output) or ``"pool"``
-    (``make(raw, frames, made, device, default_consumer, owner, pool)``: the result with its frames guarded)."""
+    (``make(attr, wrap, buffer, device)``: the guard's ``output(raw, generation, frame, effect)``, a guarded output)
+    or ``"pool"`` (``make(raw, frames, made, device, default_consumer, owner, pool)``: the result with its frames
+    guarded)."""
     _output_makers[kind] = make
 
 

@@ -81,6 +81,15 @@ class SteadyFrames:
         """This call's facts (raw handles, shapes), read without a driver query; ``None`` when the call must be
         planned (inputs passed by keyword, inputs other than plain torch tensors and model arrays, an input on
         another device)."""
+        if not kwargs and len(args) == 1:  # (the common call on the model: one input by position)
+            a = args[0]
+            kind = type(a)
+            dev = self.device
+            if kind is self.backend.array_type and kind is not None:
+                if a.buffer.device != dev or a.backend is not self.backend:
+                    return None
+                current = a.backend.current_stream(dev)
+                return (name, None, False, shared, a.shape, current if self.declared is None else self.declared, current)
         stream_ptr = None
         non_blocking = False
         if kwargs:
@@ -141,16 +150,34 @@ class SteadyFrames:
             facts.append(current if current is not None else TORCH.raw_stream(dev))  # torch is initialised: it made the inputs
         return tuple(facts)
 
-    def find(self, facts: tuple[Any, ...], ledger: Any, config: Any) -> Frame | None:
-        """The kept frame for these facts in the ledger's state now (newest first), else ``None``."""
+    def find(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool, ledger: Any,
+             config_of: Any, effect: Any) -> Frame | None:
+        """The kept frame for this call (its facts) in the ledger's state now (``ledger.state()``) with the effect's
+        output-size and encoding attributes now (``config_of(effect)``), the newest first; else ``None``."""
+        a: Any = args[0] if len(args) == 1 and not kwargs else None
+        kind = type(a)
+        dev = self.device
+        if kind is TORCH.tensor:  # (the common call: one torch tensor by position)
+            if a.get_device() != dev or TORCH.current_device() != dev:
+                return None
+            current = TORCH.raw_stream(dev)
+            facts: tuple[Any, ...] | None = (name, None, False, shared, a.shape, current if self.declared is None else self.declared,
+                                             current)
+        else:
+            facts = self.facts(name, args, kwargs, shared)
+            if facts is None:
+                return None
         state = None
-        me = None
         for kept in self.kept:
             if kept.facts != facts:
                 continue
             if state is None:
+                try:
+                    config = config_of(effect)
+                except AttributeError:  # an attribute went: the planner copes
+                    return None
                 state = ledger.state()
-            if kept.state == state and kept.config == config and (kept.thread is None or kept.thread == (me or (me := thread_token()))):
+            if kept.state == state and kept.config == config and (kept.thread is None or kept.thread == thread_token()):
                 global replays
                 replays += 1
                 return kept.frame

@@ -4,10 +4,10 @@
 makes meanwhile raises :class:`~streamsafe.errors.ConcurrentUseError`, except that a ``with`` block's closing
 host wait is waited for instead (calls a program serialises itself, with a lock or a queue, are fine).
 
-A turn is taken inside the ``try`` whose ``finally`` gives it back, and that ``finally`` releases the lock
-before it calls anything else: CPython raises a ``KeyboardInterrupt`` (or any signal handler's exception)
-only right after a call returns, so no interrupt can leave a turn held (:meth:`Turns.run` is the pattern;
-the guarded call's engine writes it out inline). Nothing here blocks except the wait for a closing wait.
+A turn is taken (:meth:`Turns.take`) inside the ``try`` whose ``finally`` gives it back, and that ``finally``
+releases the lock before it calls anything else: CPython raises a ``KeyboardInterrupt`` (or any signal handler's
+exception) only as a call starts or right after one returns, so no interrupt can leave a turn held. Nothing here
+blocks except the wait for a closing wait.
 """
 
 from __future__ import annotations
@@ -48,13 +48,27 @@ class Turns:
         self.closing: list[int] = []
         """The threads whose closing waits are under way (list appends and removes are atomic: no lock needed)."""
 
-    def run(self, call: str, fn: Callable[..., _T], *args: Any, wait: bool = False) -> _T:
-        """``fn(*args)`` holding the object; another thread's concurrent call raises
-        :class:`~streamsafe.errors.ConcurrentUseError`, or, with ``wait`` (a ``with`` block's closing host
-        wait), waits for it to end. Blocks only for that wait."""
+    def take(self, call: str, wait: bool = False) -> tuple[int | None, bool]:
+        """Hold the object for one call; returns the outer hold to give back (this thread's, when nested).
+        Another thread's concurrent call raises :class:`~streamsafe.errors.ConcurrentUseError`, or, with ``wait``
+        (a ``with`` block's closing host wait), is waited for. An interrupt while it takes the turn leaves it not
+        taken. Give it back in the ``finally`` of a ``try`` that the call to this function opens, before anything
+        else is called there::
+
+            outer = None
+            try:
+                outer = turns.take("run")
+                ...
+            finally:
+                if outer is not None:
+                    turns.owner, turns.closing_wait = outer
+                    turns.lock.release()
+
+        (CPython raises an interrupt only as a call starts or right after one returns, never between this
+        function's return and the assignment, nor between that ``finally``'s start and the release.) Blocks only
+        for the wait."""
         lock = self.lock
         me = _get_ident()
-        outer: tuple[int | None, bool] | None = None  # (this thread's outer hold, when nested: read once the lock is ours)
         got = False
         try:
             if wait:
@@ -68,18 +82,29 @@ class Turns:
             outer = (self.owner, self.closing_wait)
             self.owner = me
             self.closing_wait = wait
+            return outer
+        except BaseException:
+            if got or lock._is_owned():  # type: ignore[attr-defined]  # (not got: interrupted right as it took the lock)
+                lock.release()
+            if wait:
+                self.closing.remove(me)
+            raise
+
+    def run(self, call: str, fn: Callable[..., _T], *args: Any, wait: bool = False) -> _T:
+        """``fn(*args)`` holding the object (:meth:`take`, given back however ``fn`` ends). Blocks only for the
+        wait of :meth:`take`."""
+        outer = None
+        try:
+            outer = self.take(call, wait)
             return fn(*args)
         finally:
-            if got or lock._is_owned():  # type: ignore[attr-defined]  # (not got: interrupted right as it took the lock)
-                if outer is not None:
-                    self.owner, self.closing_wait = outer
+            if outer is not None:
+                self.owner, self.closing_wait = outer
                 try:
-                    lock.release()
+                    self.lock.release()
                 finally:
                     if wait:
-                        self.closing.remove(me)
-            elif wait:
-                self.closing.remove(me)
+                        self.closing.remove(_get_ident())
 
     def wait_turn(self, call: str) -> None:
         """Another thread holds the object: wait if that is a block's closing host wait (not a concurrent

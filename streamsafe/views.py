@@ -12,9 +12,12 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-__all__ = ["add", "read_by", "views_exist"]
+from ._dlpack import array_key
+from .frameworks import TORCH
 
-_VIEWS: dict[Any, tuple[weakref.ref[Any], int]] = {}
+__all__ = ["add", "read_by", "read_inputs", "views_exist", "registry"]
+
+registry: dict[Any, tuple[weakref.ref[Any], int]] = {}
 """Memory of outputs imported as zero-copy views: key -> (buffer, generation). A view passed as
 another guarded effect's input makes that run a reader of the output (effects chained by views)."""
 
@@ -24,9 +27,9 @@ def add(key: Any, buffer: Any, generation: int) -> None:
     zero-copy view of memory ``key``."""
     if key is None:
         return
-    if len(_VIEWS) > 1024:
+    if len(registry) > 1024:
         _prune()
-    _VIEWS[key] = (buffer.ref, generation)
+    registry[key] = (buffer.ref, generation)
 
 
 def read_by(view: Any, key: Any) -> tuple[Any, int] | None:
@@ -37,7 +40,7 @@ def read_by(view: Any, key: Any) -> tuple[Any, int] | None:
     an output since released (``close()``, a resize: it points at freed memory). A model's view knows its run
     (``view_of``); a torch view a copy helper made is tagged by its buffer; any other view is known by the
     newest view imported at its memory."""
-    found = _VIEWS.get(key) if key is not None else None
+    found = registry.get(key) if key is not None else None
     cls = type(view)
     tagged_class = _TAGGED.get(cls)
     if tagged_class is None:
@@ -65,17 +68,36 @@ def read_by(view: Any, key: Any) -> tuple[Any, int] | None:
     return buffer, generation
 
 
+def read_inputs(arrays: Any, ledger: Any, stream: Any) -> None:
+    """The inputs of a call of ``ledger``'s object on ``stream``: each that is a zero-copy view of another object's
+    current output makes the call a reader of it (that object's next write waits for ``stream``); a stale view of
+    any output raises :class:`~streamsafe.errors.StaleOutputError` (see :func:`read_by`). Does not block."""
+    tensor = TORCH.tensor
+    for arr in arrays:
+        cls = type(arr)
+        key = arr.data_ptr() if cls is tensor else array_key(arr)
+        tagged_class = _TAGGED.get(cls)
+        if tagged_class is None:
+            tagged_class = _TAGGED[cls] = hasattr(cls, "view_of")
+        if not tagged_class and (key is None or key not in registry):  # (the common case: no view at all)
+            continue
+        found = read_by(arr, key)
+        if found is not None and found[0].ledger is not ledger:
+            buffer, generation = found
+            buffer.add_reader(generation, stream)
+
+
 _TAGGED: dict[type, bool] = {}
 """Per array type: whether its arrays say which output they are a view of (``view_of``)."""
 
 
 def views_exist() -> bool:
     """Whether any view is remembered (the cheap check a call makes first)."""
-    return bool(_VIEWS)
+    return bool(registry)
 
 
 def _prune() -> None:
-    for key, (ref, generation) in list(_VIEWS.items()):
+    for key, (ref, generation) in list(registry.items()):
         buffer = ref()
         if buffer is None or buffer.generation != generation:
-            del _VIEWS[key]
+            del registry[key]

@@ -11,6 +11,7 @@ import functools
 import inspect
 import signal
 import sys
+import weakref
 from typing import Any
 
 import numpy as np
@@ -536,6 +537,16 @@ def test_a_ctrl_c_between_the_sdks_return_and_the_ledgers_update_counts_as_a_run
     _later_frames_are_right(sim, fx, c, S)
 
 
+def _in_finalizer(frame: Any) -> bool:
+    """Whether ``frame`` runs inside a weakref finalizer or callback (garbage collection runs those at any point, and
+    Python ignores what they raise: no Ctrl-C reaches the program from there)."""
+    while frame is not None:
+        if frame.f_code.co_filename == weakref.__file__:
+            return True
+        frame = frame.f_back
+    return False
+
+
 class _InterruptAtNthEntry:
     """A Ctrl-C at the ``n``-th entry of a function of streamsafe's own guard code (its model and emulations
     aside), once; ``n=None`` counts the entries. A function's entry is where CPython runs a pending signal's
@@ -548,7 +559,8 @@ class _InterruptAtNthEntry:
         name = frame.f_code.co_filename
         root = ss.__file__.rpartition("/")[0] + "/"
         generator = frame.f_code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE)  # (a tracer cannot raise there)
-        if event == "call" and not generator and name.startswith(root) and not name.startswith((root + "sim/", root + "testing/")):
+        if event == "call" and not generator and name.startswith(root) and not name.startswith((root + "sim/", root + "testing/")) \
+                and not _in_finalizer(frame):
             self.count += 1
             if self.count == self.n:
                 self.where = f"{name.rpartition('/')[2]}:{frame.f_code.co_name}"
