@@ -118,7 +118,7 @@ def _classes_of(target: Any, verb: str = "guard") -> list[type]:
         found = []
         for profile in profiles():
             for c in profile.classes:
-                cls = c if isinstance(c, type) else getattr(target, c.rpartition(".")[2], None)
+                cls = c if isinstance(c, type) else _resolve(target, c)
                 if isinstance(cls, type) and profile.applies_to(cls) and cls not in found:
                     found.append(cls)
         if not found:
@@ -135,8 +135,8 @@ def _classes_of(target: Any, verb: str = "guard") -> list[type]:
                 module = importlib.import_module(target)
             except ImportError as e:
                 emulations = [p for p in profiles() if p.module == target and p.emulation]
-                fix = (f"or, on a machine without it, call {str(emulations[0].emulation).replace(':', '.')}() first (the emulation)"
-                       if emulations else "or pass the module or class itself")
+                fix = (f"or, on a machine without it, install the emulation first ({str(emulations[0].emulation).replace(':', '.')}"
+                       ".install(), as streamsafe.testing's install_fake_... calls do)" if emulations else "or pass the module or class itself")
                 raise FrameworkUnavailableError(target, f"{verb}({target!r})", str(e), target.lower() if emulations else None,
                                                 fix) from e
         return _classes_of(module, verb)
@@ -146,6 +146,22 @@ def _classes_of(target: Any, verb: str = "guard") -> list[type]:
         f"cannot {verb} {target!r} (type {type(target).__name__}): pass an effect class, a module such as nvvfx, "
         "its name, or a list of those"
     )
+
+
+def _resolve(module: types.ModuleType, name: str) -> Any:
+    """The class a profile names ``name`` (``"pkg.sub.Class"``) as ``module`` gives it: inside the module's package
+    (``nvvfx.effects.base.Effect`` for ``nvvfx``, importing the submodule), else by its bare name at the module's top
+    (``nvvfx.VideoSuperRes``); ``None`` when the module has neither."""
+    prefix = module.__name__ + "."
+    if name.startswith(prefix):
+        where, _, attr = name.rpartition(".")
+        try:
+            found = getattr(importlib.import_module(where), attr, None)
+        except Exception:  # noqa: BLE001  (a module the SDK does not have: not this SDK's class)
+            found = None
+        if isinstance(found, type):
+            return found
+    return getattr(module, name.rpartition(".")[2], None)
 
 
 def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options: Any) -> ClassGuard:

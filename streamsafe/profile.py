@@ -91,7 +91,8 @@ class Profile:
     """The SDK's importable module (``"nvvfx"``): what ``streamsafe run``, ``streamsafe doctor`` and
     ``ss.guard("name")`` look for."""
     emulation: str | None = None
-    """``"module:function"`` that installs an emulation of :attr:`module` (``streamsafe run --fake-nvvfx``)."""
+    """``"module:name"`` of an emulation of :attr:`module` (``streamsafe run --fake-nvvfx``): an object with
+    ``install(force=False)``, ``uninstall()`` and ``is_fake(module)``, as :mod:`streamsafe.testing`'s are."""
 
     def __post_init__(self) -> None:
         _check_profile(self)
@@ -240,8 +241,8 @@ def _check_profile(p: Profile) -> None:
         if value is not None and not (isinstance(value, str) and value):
             raise ProfileError(name, attr, value, "is not a non-empty string", f"Leave {attr} out, or give a string")
     if p.emulation is not None and ":" not in p.emulation:
-        raise ProfileError(name, "emulation", p.emulation, "is not 'module:function'",
-                           "Name the function that installs the emulation, e.g. 'streamsafe.testing:install_fake_nvvfx'")
+        raise ProfileError(name, "emulation", p.emulation, "is not 'module:name'",
+                           "Name the emulation object, e.g. 'streamsafe.testing.fake_nvvfx:EMULATION'")
 
 
 def _check_names(profile: str, attr: str, value: Any, *, allow_empty: bool) -> None:

@@ -26,7 +26,7 @@ EFFECT_CLASSES = ("VideoSuperRes", "VideoFrameGeneration", "TrueHDR")
 
 _SETTINGS = ("output_width", "output_height", "image_encoding", "input_width", "input_height")
 _INPUTS = ("input_array", "previous", "current", "rgb_input")
-_EMULATION = "streamsafe.testing:install_fake_nvvfx"
+_EMULATION = "streamsafe.testing.fake_nvvfx:EMULATION"
 
 
 def _names(cls: str, module: str) -> tuple[str, ...]:

@@ -72,7 +72,7 @@ def _profile(name: str, cls: str, calls: tuple[str, ...], releases: tuple[str, .
         calls=calls, releases=releases, prefetches=prefetches, frames_of=frames_of, buffer_key=buffer_key,
         stream_of=_stream_of, device_of=_device_of, stream_keyword=None, constructor_keywords=("cuda_stream", "gpu_id"),
         errors_after_writes=("PyNvVCException",), module="PyNvVideoCodec",
-        emulation="streamsafe.testing:install_fake_pynvvideocodec",
+        emulation="streamsafe.testing.fake_pynvvideocodec:EMULATION",
     )
 
 

@@ -56,7 +56,7 @@ def build_fake_nvvfx() -> types.ModuleType:
     return mod
 
 
-_FAKE = ModuleFake("nvvfx", build_fake_nvvfx, "uninstall_fake_nvvfx()")
+EMULATION = _FAKE = ModuleFake("nvvfx", build_fake_nvvfx, "uninstall_fake_nvvfx()")
 
 
 def install_fake_nvvfx(*, force: bool = False) -> types.ModuleType:

@@ -387,7 +387,7 @@ def build_fake_pynvvideocodec() -> types.ModuleType:
     return mod
 
 
-_FAKE = ModuleFake("PyNvVideoCodec", build_fake_pynvvideocodec, "uninstall_fake_pynvvideocodec()")
+EMULATION = _FAKE = ModuleFake("PyNvVideoCodec", build_fake_pynvvideocodec, "uninstall_fake_pynvvideocodec()")
 
 
 def install_fake_pynvvideocodec(*, force: bool = False) -> types.ModuleType:

@@ -369,9 +369,8 @@ def _run(args: argparse.Namespace) -> int:
                              sanitize=args.sanitize, fake_nvvfx=args.fake_nvvfx, exiting=getattr(args, "exiting", False),
                              report_to=emit)
     except ImportError as e:
-        if "nvvfx" in str(e) and not args.fake_nvvfx:
-            raise UsageError(f"cannot import nvvfx ({e}); install NVIDIA's nvvfx, or pass --fake-nvvfx "
-                             "to run on streamsafe's emulation") from None
+        if "cannot import any SDK" in str(e) and not args.fake_nvvfx:
+            raise UsageError(str(e)) from None
         raise
     return command_status(report)
 

@@ -1,17 +1,18 @@
-"""``streamsafe run``: run a Python program unchanged with every nvvfx effect it creates guarded.
+"""``streamsafe run``: run a Python program unchanged with every SDK object it creates guarded.
 
-As compute-sanitizer or nsys wrap a binary, :func:`run_program` wraps a script or a module:
-it guards the classes of ``nvvfx`` (:func:`streamsafe.guard`), so every effect the program
-makes goes through its own contract from its first ``run()``, with the program's own current
-stream (torch or CuPy) as the SDK stream at each call; then it runs the program as
-``__main__`` and, at exit, reports per effect: runs, fences by hazard, host waits, the
-strategy chosen and why, and (with ``sanitize``) the races found.
+As compute-sanitizer or nsys wrap a binary, :func:`run_program` wraps a script or a module: it guards the
+classes of every SDK a registered profile describes that imports here (:func:`streamsafe.guard`: nvvfx's
+effects, PyNvVideoCodec's decoders, and any SDK a program registered a profile for), so every object the
+program makes goes through its own contract from its first call, with the program's own current stream (torch
+or CuPy) as the SDK stream at each call; then it runs the program as ``__main__`` and, at exit, reports per
+object: calls, fences by hazard, host waits, the strategy chosen and why, and (with ``sanitize``) the races found.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import json
 import operator
 import os
@@ -25,6 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NoReturn
 
 from ..class_guard import ClassGuard, guard
+from ..profile import profiles
 from ..strategy import as_strategy
 
 __all__ = ["EffectReport", "RunReport", "run_program", "command_status", "format_report"]
@@ -195,7 +197,7 @@ def run_program(
     report_to: Callable[[RunReport], None] | None = None,
 ) -> RunReport:
     """Run ``target`` (a script path, or a module name when ``module``) with ``args`` as its
-    ``sys.argv[1:]``, every nvvfx effect guarded. Blocks until the program ends; returns the report.
+    ``sys.argv[1:]``, every SDK object guarded. Blocks until the program ends; returns the report.
 
     ``exiting`` (what ``streamsafe run`` passes: the process ends after the report): when the main
     module returns, the interpreter's shutdown of threads runs here, as it would at exit (threading's
@@ -209,45 +211,24 @@ def run_program(
     :func:`command_status` of the report). A child made by ``fork()`` hands over none, however it
     ends; the report counts those children (``forked_children``), whose runs it does not hold.
 
-    Raises ``ImportError`` when ``nvvfx`` cannot be imported and ``fake_nvvfx`` is false."""
+    ``fake_nvvfx``: the emulation of each SDK not installed here is loaded (on a CPU, on an adversarial model).
+    Raises ``ImportError`` when no SDK a profile describes can be imported."""
     from .. import hooks
     from ..sim import mirror
     from ..sim.backend import collecting_races
 
     model_scope: Any = contextlib.nullcontext()
     fake_model: Any = None
-    faked = False
+    emulated: list[Any] = []  # (the emulations this run installed: taken out again at its end)
     if fake_nvvfx:
         from ..backend import cuda_available, process_default
         from ..sim.backend import SimBackend as _Sim
-        from ..testing.fake_nvvfx import install_fake_nvvfx, is_fake_nvvfx
 
-        faked = not is_fake_nvvfx(sys.modules.get("nvvfx"))  # (then this run takes it out again at its end)
-        install_fake_nvvfx(force=True)
+        emulated = _install_emulations()
         if not cuda_available():  # on the model, run ready work in the order that breaks a missing fence
             fake_model = _Sim(scheduler="adversarial")
             model_scope = process_default(fake_model)  # every thread's default, not only this one's
-    import importlib
-    import importlib.util
-
-    try:
-        nvvfx: Any = importlib.import_module("nvvfx")
-    except ImportError:  # a program of NVIDIA's decoder alone needs no nvvfx
-        if "PyNvVideoCodec" not in sys.modules and importlib.util.find_spec("PyNvVideoCodec") is None:
-            raise
-        nvvfx = None
-    faked_decoder = False
-    if fake_nvvfx and "PyNvVideoCodec" not in sys.modules and importlib.util.find_spec("PyNvVideoCodec") is None:
-        from ..testing.fake_pynvvideocodec import install_fake_pynvvideocodec
-
-        install_fake_pynvvideocodec()  # (the decoder's emulation too, where the real one is not installed)
-        faked_decoder = True
-    targets: list[Any] = [nvvfx] if nvvfx is not None else []
-    if "PyNvVideoCodec" in sys.modules or importlib.util.find_spec("PyNvVideoCodec") is not None:
-        try:
-            targets.append(importlib.import_module("PyNvVideoCodec"))  # NVIDIA's video decoder, guarded too
-        except Exception:  # noqa: S110  (installed but broken, e.g. no driver: the program's own import says why)
-            pass
+    targets = _sdk_modules()
     model = None
     if sanitize:
         os.environ.pop("STREAMSAFE_SANITIZE", None)
@@ -308,20 +289,62 @@ def run_program(
             cg.undo()
             if model is not None:
                 hooks.unregister(model)
-            if faked and not exiting:  # main() called in-process leaves sys.modules as it found it (as the
-                # process's end, the program's atexit handlers still run after this and may import nvvfx)
-                from ..testing.fake_nvvfx import uninstall_fake_nvvfx
-
-                uninstall_fake_nvvfx()
-            if faked_decoder and not exiting:
-                from ..testing.fake_pynvvideocodec import uninstall_fake_pynvvideocodec
-
-                uninstall_fake_pynvvideocodec()
+            if not exiting:  # main() called in-process leaves sys.modules as it found it (at the process's end, the
+                # program's atexit handlers still run after this and may import an SDK)
+                for emulation in reversed(emulated):
+                    emulation.uninstall()
         # (a fork's child makes no report: no wait for a lock another thread held at the fork)
         report = report_of(status, made, None if hard_exit is None or os.getpid() == hard_exit.pid else 0.0)
         if hard_exit is not None:
             hard_exit.report_once(report)  # (an os._exit meanwhile waits for it, then ends the process)
     return report
+
+
+def _sdk_modules() -> list[Any]:
+    """The modules of the SDKs the registered profiles describe that import here (each an SDK ``guard`` takes).
+    Raises ``ImportError`` when none does, naming them."""
+    names = list(dict.fromkeys(p.module for p in profiles() if p.module))
+    modules: list[Any] = []
+    failures: list[str] = []
+    for name in names:
+        if name not in sys.modules and not _importable(name):
+            failures.append(f"{name} (not installed)")
+            continue
+        try:
+            modules.append(importlib.import_module(name))
+        except Exception as e:  # noqa: BLE001  (installed but broken, e.g. no driver: the program's own import says why)
+            failures.append(f"{name} ({type(e).__name__}: {e})")
+    if not modules:
+        raise ImportError(f"cannot import any SDK streamsafe guards: {', '.join(failures)}; install one, or pass "
+                          "--fake-nvvfx to run on streamsafe's emulations")
+    return modules
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ValueError, ImportError):  # (a module in sys.modules without a spec; a parent package that fails)
+        return name in sys.modules
+
+
+def _install_emulations() -> list[Any]:
+    """The emulation of each SDK that has one (the profile's :attr:`~streamsafe.profile.Profile.emulation`) and is
+    not installed here, put in place; returns those installed (an emulation already in place stays, and is not
+    returned)."""
+    installed = []
+    seen: set[str] = set()
+    for profile in profiles():
+        name, where = profile.module, profile.emulation
+        if not name or not where or name in seen:
+            continue
+        seen.add(name)
+        module_name, _, attr = where.partition(":")
+        emulation = getattr(importlib.import_module(module_name), attr)
+        if name in sys.modules or _importable(name):
+            continue  # (already emulated, or the real SDK is here: it is guarded as it is)
+        emulation.install()
+        installed.append(emulation)
+    return installed
 
 
 def command_status(report: RunReport) -> int:

@@ -1,0 +1,307 @@
+"""One engine for every guarded call, and profiles as the public way to guard an SDK: the fixes that came with
+them, each shown failing without the fix (a control) and passing with it.
+
+* an input passed by keyword is an input (it went unfenced: 3 of 3 frames wrong);
+* a profile's calls and releases may have any names (``process``, ``reset``), and an SDK may take no blocking
+  keyword;
+* ``register()`` checks what it is given, field by field;
+* a Ctrl-C that lands as the turn is taken leaves it free (the next call from another thread waited 60 s and
+  raised ``ConcurrentUseError``).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+from streamsafe import profile as P
+from streamsafe.sim import SimBackend
+from streamsafe.testing import VideoSuperRes
+from streamsafe.testing import _kernels as K
+
+STRATEGIES = ["auto", "event", "async", "stream"]
+
+
+def _frame(i: int) -> np.ndarray:
+    return np.random.default_rng(i).random((3, 16, 16), dtype=np.float32)
+
+
+def _want(x: np.ndarray) -> np.ndarray:
+    return K.to_rgb8(np, K.resize_bilinear(np, x, 32, 32)).astype(np.float32) / np.float32(255)
+
+
+def _written(sim: SimBackend, data: np.ndarray, stream: ss.Stream) -> Any:
+    """A fresh input whose contents a kernel on ``stream`` writes (the host does not wait for it)."""
+    arr = sim.empty(data.shape, data.dtype, name="frame")
+    sim.launch(stream, "producer.write", lambda: np.copyto(arr.buffer.data, data), writes=[arr])
+    return arr
+
+
+# -- an input by keyword ------------------------------------------------------------------------------------------
+
+
+class KeywordSuperRes(VideoSuperRes):
+    """An nvvfx-like effect of one's own whose ``run()`` takes its input by keyword only."""
+
+    def run(self, *, image: Any, non_blocking: bool = False, stream_ptr: int = 0) -> Any:  # type: ignore[override]
+        return super().run(image, non_blocking=non_blocking, stream_ptr=stream_ptr)
+
+
+def _keyword_program(strategy: str, inputs: tuple[str, ...] | None) -> tuple[int, int]:
+    """Three frames written on P, run by keyword under a contract with ``input_stream=P``, copied on the SDK stream:
+    (wrong frames, races), with ``KeywordSuperRes``'s profile naming ``inputs``."""
+    profile = P.register(P.EffectProfile(name="test.KeywordSuperRes", classes=(KeywordSuperRes,), calls=("run",),
+                                         releases=("close",), closes=("close",), inputs=inputs,
+                                         converts=lambda fx: True))
+    try:
+        sim = SimBackend(scheduler="adversarial")
+        fx = KeywordSuperRes(backend=sim)
+        fx.output_width = fx.output_height = 32
+        fx.load()
+        S, P_ = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+        c = ss.StreamContract(fx, S, strategy=strategy, input_stream=P_)
+        copies = []
+        with sim.use_stream(S):
+            for i in range(3):
+                out = c.run(image=_written(sim, _frame(i), P_))
+                copies.append((sim.copy(sim.from_dlpack(out.image, stream=S), S), _want(_frame(i))))
+        sim.synchronize_device(0)
+        wrong = sum(not np.allclose(sim.download(y), w, atol=1.5 / 255) for y, w in copies)
+        return wrong, len(sim.races)
+    finally:
+        P.unregister(profile)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_an_input_passed_by_keyword_is_fenced(strategy: str) -> None:
+    assert _keyword_program(strategy, None) == (0, 0)  # (the profile names no inputs: every array argument is one)
+    assert _keyword_program(strategy, ("image",)) == (0, 0)
+
+
+def test_control_an_input_the_profile_does_not_name_goes_unfenced_and_races() -> None:
+    wrong, races = _keyword_program("event", ("input_array",))  # (what the contract knew before: nvvfx's names)
+    assert races > 0 or wrong > 0
+
+
+# -- calls and releases of other names ---------------------------------------------------------------------------
+
+
+class Sharpener(VideoSuperRes):
+    """An SDK that is not nvvfx: ``process(*, image, stream)`` (no blocking keyword: it always waits for its stream)
+    and ``reset()``, which releases its output buffer and leaves it usable. It has no ``run()`` of its own to call."""
+
+    def process(self, *, image: Any, stream: int = 0) -> Any:
+        return VideoSuperRes.run(self, image, non_blocking=False, stream_ptr=stream)
+
+    def reset(self) -> None:
+        self._release_output("reset")
+
+    run = None  # type: ignore[assignment]  # (only process())
+
+
+SHARPENER = P.EffectProfile(
+    name="test.Sharpener", classes=(Sharpener,), calls=("process",), releases=("reset", "close"), closes=("close",),
+    stream_keyword="stream", blocking_keyword=None, host_waits=True, settings=("output_width", "output_height"),
+    releases_output=lambda fx, attr: True, converts=lambda fx: True, output="image",
+)
+
+
+@pytest.fixture
+def sharpener_profile() -> Any:
+    P.register(SHARPENER)
+    yield SHARPENER
+    P.unregister(SHARPENER)
+
+
+def _sharpener(sim: SimBackend) -> Sharpener:
+    fx = Sharpener(backend=sim)
+    fx.output_width = fx.output_height = 32
+    fx.load()
+    return fx
+
+
+@pytest.mark.parametrize("way", ["contract", "block", "decorator"])
+def test_a_profile_with_other_call_names_guards_every_way_in(sharpener_profile: Any, way: str) -> None:
+    sim = SimBackend(scheduler="adversarial")
+    fx = _sharpener(sim)
+    S, C = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    copies = []
+    c = ss.StreamContract(fx, S, input_stream=S)
+    step = ss.stream_safe(fx, S, input_stream=S)(lambda x: fx.process(image=x))
+    with sim.use_stream(S):
+        for i in range(4):
+            x = _written(sim, _frame(i), S)
+            if way == "contract":
+                out = c.process(image=x)
+            elif way == "block":
+                with ss.stream_contract(fx, S, input_stream=S):
+                    out = fx.process(image=x)
+            else:
+                out = step(x)
+            assert isinstance(out, ss.SafeOutput)
+            copies.append((sim.copy(sim.from_dlpack(out.image, stream=C), C), _want(_frame(i))))
+    sim.synchronize_device(0)
+    assert [np.allclose(sim.download(y), w, atol=1.5 / 255) for y, w in copies] == [True] * 4
+    assert sim.races == []
+    assert "non_blocking" not in str(c.plan) or "non_blocking=False" in str(c.plan)  # (it always waits: no keyword to drop)
+
+
+def test_control_the_same_program_unguarded_races(sharpener_profile: Any) -> None:
+    sim = SimBackend(scheduler="adversarial")
+    fx = _sharpener(sim)
+    S, C = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    with sim.use_stream(S):
+        for i in range(4):
+            out = fx.process(image=_written(sim, _frame(i), S), stream=S.ptr)
+            sim.copy(sim.from_dlpack(out.image, stream=C), C)
+    sim.synchronize_device(0)
+    assert sim.races != []
+
+
+def test_a_release_of_another_name_outside_a_block_leaves_the_sdk_usable(sharpener_profile: Any) -> None:
+    sim = SimBackend(scheduler="adversarial")
+    fx = _sharpener(sim)
+    S, C = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    with sim.use_stream(S):
+        with ss.stream_contract(fx, S, input_stream=S, consumer_stream=C):
+            first = fx.process(image=_written(sim, _frame(0), S))
+            copy = sim.copy(sim.from_dlpack(first.image, stream=C), C)
+            second = fx.process(image=_written(sim, _frame(1), S))
+            view = sim.from_dlpack(second.image, stream=C)
+        fx.reset()  # (a tracked release: the host waits for the readers on C first)
+        with pytest.raises(ss.errors.StaleOutputError):
+            ss.StreamContract(fx, S).ledger.output.check_current(second.image.generation)
+        with ss.stream_contract(fx, S, input_stream=S) as c:  # (usable again: not closed forever)
+            out = c.process(image=_written(sim, _frame(2), S))
+            later = sim.copy(sim.from_dlpack(out.image, stream=S), S)
+    del view
+    sim.synchronize_device(0)
+    assert np.allclose(sim.download(copy), _want(_frame(0)), atol=1.5 / 255)
+    assert np.allclose(sim.download(later), _want(_frame(2)), atol=1.5 / 255)
+    assert sim.races == []
+
+
+def test_an_sdk_with_only_its_own_calls_is_an_effect_and_says_its_calls(sharpener_profile: Any) -> None:
+    sim = SimBackend()
+    c = ss.StreamContract(_sharpener(sim), sim.create_stream(non_blocking=True))
+    assert callable(c.process) and callable(c.reset)
+    with pytest.raises(ss.errors.ArgumentError, match="'run' is not a call of test.Sharpener: its guarded calls are process"):
+        c.call("run")
+
+
+# -- register() checks every field -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("make", "match"), [
+    (lambda: P.register({"name": "x", "calls": ("run",)}), r"profile=\{.*\} is a dict, not an EffectProfile or a PoolProfile"),
+    (lambda: P.EffectProfile(name="x", classes=("m.X",), calls="run"), r"calls='run' is a string, not a tuple of names. Write calls=\('run',\)"),
+    (lambda: P.EffectProfile(name="x", classes="Sharpener", calls=("process",)), r"classes='Sharpener' is a single class"),
+    (lambda: P.EffectProfile(name="x", classes=("Sharpener",), calls=("process",)), r"neither a class nor an exact qualified name"),
+    (lambda: P.EffectProfile(name="x", classes=("m.X",), calls=()), r"calls=\(\) is empty"),
+    (lambda: P.EffectProfile(name="x", classes=("m.X",), calls=("run",), inputs="image"), r"inputs='image' is a string"),
+    (lambda: P.EffectProfile(name="x", classes=("m.X",), calls=("run",), closes=("close",)), r"names 'close', which is not in releases"),
+    (lambda: P.EffectProfile(name="x", classes=("m.X",), calls=("run",), releases=("run",)), r"repeats the guarded call 'run'"),
+    (lambda: P.EffectProfile(name="x", classes=("m.X",), calls=("run",), stream_keyword="stream-ptr"), r"is not a keyword name"),
+    (lambda: P.EffectProfile(name="x", classes=("m.X",), calls=("run",), converts=True), r"converts=True is not callable"),
+    (lambda: P.EffectProfile(name="", classes=("m.X",), calls=("run",)), r"name='' is not a non-empty string"),
+    (lambda: P.PoolProfile(name="x", classes=("m.X",), calls=("decode",), prefetches="yes"), r"prefetches='yes' is not True or False"),
+])
+def test_a_bad_profile_is_refused_naming_the_field_and_the_fix(make: Any, match: str) -> None:
+    before = P.profiles()
+    with pytest.raises(ss.errors.ProfileError, match=match) as e:
+        make()
+    assert isinstance(e.value, ss.StreamsafeError) and P.profiles() == before
+
+
+def test_a_profile_names_classes_exactly_never_in_part() -> None:
+    Sharpener2 = type("Sharpener", (), {"run": lambda self: None})
+    harp = type("harp", (), {"run": lambda self: None})
+    exact = P.EffectProfile(name="x", classes=(P.qualified_name(Sharpener2),), calls=("run",))
+    by_class = P.EffectProfile(name="y", classes=(Sharpener2,), calls=("run",))
+    assert exact.applies_to(Sharpener2) and by_class.applies_to(Sharpener2)
+    assert not exact.applies_to(harp) and not by_class.applies_to(harp)
+    assert exact.applies_to(type("Sub", (Sharpener2,), {}))  # (and its subclasses)
+
+
+# -- an interrupt as the turn is taken ------------------------------------------------------------------------------
+
+
+def _interrupt_as_acquire_returns() -> Any:
+    """A profile function that raises ``KeyboardInterrupt`` right after the first ``RLock.acquire`` called from
+    :meth:`Turns.take` returns True (where CPython runs a pending signal's handler: after a C call returns)."""
+    from streamsafe import turns
+
+    def profiler(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_return" and getattr(arg, "__name__", "") == "acquire" and frame.f_code is turns.Turns.take.__code__:
+            sys.setprofile(None)
+            raise KeyboardInterrupt
+
+    return profiler
+
+
+@pytest.mark.parametrize("call", ["run", "import", "block-end"])
+def test_a_ctrl_c_as_the_turn_is_taken_leaves_it_free(call: str) -> None:
+    sim = SimBackend()
+    fx = VideoSuperRes(backend=sim)
+    fx.output_width = fx.output_height = 32
+    fx.load()
+    S = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(fx, S, input_stream=S)
+    with sim.use_stream(S):
+        out = c.run(_written(sim, _frame(0), S))
+        sys.setprofile(_interrupt_as_acquire_returns())
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                if call == "run":
+                    c.run(_written(sim, _frame(1), S))
+                elif call == "import":
+                    out.image.__dlpack__()
+                else:
+                    c.synchronize()
+        finally:
+            sys.setprofile(None)
+    assert c.ledger.turns.owner is None
+    done: list[Any] = []
+
+    def other_thread() -> None:
+        started = time.monotonic()
+        with sim.use_stream(S):
+            done.append(c.run(_written(sim, _frame(2), S)))
+        done.append(time.monotonic() - started)
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join(10)
+    assert len(done) == 2 and done[1] < 5, "the turn was left held"
+
+
+def test_control_a_turn_taken_without_its_release_makes_the_next_thread_wait_and_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the test above guards against: a lock left held, as a release an interrupt skipped would leave it."""
+    from streamsafe import turns
+
+    monkeypatch.setattr(turns.time, "monotonic", lambda: turns.time.perf_counter() * 1000)  # (the 60 s deadline, at once)
+    sim = SimBackend()
+    fx = VideoSuperRes(backend=sim)
+    fx.output_width = fx.output_height = 32
+    fx.load()
+    c = ss.StreamContract(fx, sim.create_stream(non_blocking=True))
+    c.ledger.turns.lock.acquire()  # (held, and never given back)
+    c.ledger.turns.owner = threading.get_ident()
+    errors: list[Any] = []
+
+    def other_thread() -> None:
+        try:
+            c.run(sim.empty((3, 16, 16), np.float32))
+        except ss.errors.ConcurrentUseError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join(10)
+    assert len(errors) == 1
