@@ -15,6 +15,7 @@ and the error types and messages (value, rule, fix).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import types
 from typing import Any
 
@@ -25,8 +26,11 @@ import streamsafe as ss
 from streamsafe.testing import (
     INPUT_LIMITS,
     SAME_RESOLUTION_QUALITIES,
+    Effect,
+    EffectOutput,
     ImageEncoding,
     Mode,
+    NvVFXError,
     QualityLevel,
     TrueHDR,
     VideoFrameGeneration,
@@ -555,3 +559,181 @@ def test_fake_module_exports_the_sdk_names_only(fake_nvvfx: types.ModuleType) ->
          "TrueHDROutput", "ImageEncoding", "QualityLevel", "Mode"]
     )  # fmt: skip
     assert not hasattr(nvvfx, "STAGES") and nvvfx.VideoSuperRes.QualityLevel.STREAMING_ULTRA == 23
+
+
+# -- part 3: needs_reload and shot_change --------------------------------------------------------------------
+
+
+def test_shot_change_repeats_the_nearer_frame(sim_backend: ss.sim.SimBackend) -> None:
+    sim = sim_backend
+    vfg = VideoFrameGeneration(automatic_shot_change_detection_enabled=False)
+    vfg.input_width, vfg.input_height = 32, 18
+    vfg.frame_multiplier = 4
+    vfg.load()
+    (a, ha), (b, hb) = frame8(sim, 18, 32, 1), frame8(sim, 18, 32, 2)
+
+    def rgb8(x: np.ndarray) -> np.ndarray:
+        return K.to_rgb8(np, x).astype(np.float32) / np.float32(255)
+
+    np.testing.assert_array_equal(take(sim, vfg.run(a, b, frame_index=1, shot_change=True)), rgb8(ha))
+    np.testing.assert_array_equal(take(sim, vfg.run(a, b, frame_index=3, shot_change=True)), rgb8(hb))
+    np.testing.assert_array_equal(take(sim, vfg.run_at_timestep(a, b, 0.4, shot_change=True)), rgb8(ha))
+    np.testing.assert_array_equal(take(sim, vfg.run_at_timestep(a, b, 0.5, shot_change=1)), rgb8(hb))
+    np.testing.assert_array_equal(take(sim, vfg.run(a, b, frame_index=2, shot_change=False)), rgb8(K.blend(np, ha, hb, 0.5, False)))
+    assert not np.array_equal(rgb8(K.blend(np, ha, hb, 0.5, False)), rgb8(hb))  # (so the cut above made a difference)
+    with pytest.raises(NvVFXError, match=r"shot_change='yes' is invalid: must be True .* or False \(interpolate\); pass a bool"):
+        vfg.run(a, b, frame_index=1, shot_change="yes")  # type: ignore[arg-type]
+    assert vfg.runs == 5
+
+
+def test_shot_change_in_rgb10a2(sim_backend: ss.sim.SimBackend) -> None:
+    sim = sim_backend
+    vfg = VideoFrameGeneration(image_encoding=ImageEncoding.RGB10A2, automatic_shot_change_detection_enabled=False)
+    vfg.input_width, vfg.input_height = 32, 18  # (detection off: random frames read as a cut to it)
+    vfg.load()
+    (a, ha), (b, hb) = frame10(sim, 18, 32, 1), frame10(sim, 18, 32, 2)
+    np.testing.assert_array_equal(take(sim, vfg.run_at_timestep(a, b, 0.75, shot_change=True)), hb)
+    np.testing.assert_array_equal(take(sim, vfg.run_at_timestep(a, b, 0.25, shot_change=True)), ha)
+
+
+def test_needs_reload_after_a_change_and_the_next_run_loads_again(sim_backend: ss.sim.SimBackend) -> None:
+    sim = sim_backend
+    sr = VideoSuperRes(QualityLevel.DENOISE_LOW)
+    sr.output_width, sr.output_height = 32, 18
+    assert sr.needs_reload is False  # not loaded yet: nothing to reload
+    sr.quality = QualityLevel.HIGH
+    sr.load()
+    assert sr.needs_reload is False
+    sr.quality = QualityLevel.HIGH  # the same value: no change
+    assert sr.needs_reload is False
+    sr.quality = QualityLevel.DENOISE_HIGH
+    assert sr.needs_reload is True
+    take(sim, sr.run(frame8(sim, 18, 32)[0]))
+    assert sr.needs_reload is False
+    sr.output_width, sr.output_height = 64, 36  # a 1x quality, now at 2x
+    assert sr.needs_reload is True
+    with pytest.raises(NvVFXError, match=r"DENOISE_HIGH denoises or deblurs at 1x only"):
+        sr.run(frame8(sim, 18, 32)[0])  # loaded again (as load() does: the input size is unknown to it), then refused
+    assert sr.needs_reload is False and sr.runs == 1  # the refused run issued nothing
+    sr.input_width, sr.input_height = 32, 18  # known now: load() checks the scale rules itself
+    with pytest.raises(NvVFXError, match=r"DENOISE_HIGH denoises or deblurs at 1x only"):
+        sr.load()
+    assert sr.needs_reload is True  # the load was refused: still to do
+    sr.quality = QualityLevel.HIGH
+    take(sim, sr.run(frame8(sim, 18, 32)[0]))
+    assert sr.needs_reload is False and sr.runs == 2
+    sr.close()
+    sr.output_width = 48
+    assert sr.needs_reload is False  # closed: nothing to reload
+
+    def loaded(effect: Any) -> Any:
+        if isinstance(effect, VideoFrameGeneration):
+            effect.input_width, effect.input_height = 32, 18
+        if isinstance(effect, VideoSuperRes):
+            effect.output_width, effect.output_height = 64, 36
+        effect.load()
+        return effect
+
+    for cls, name, value in [(VideoFrameGeneration, "mode", Mode.HIGH),
+                             (VideoFrameGeneration, "automatic_shot_change_detection_enabled", False),
+                             (VideoFrameGeneration, "input_width", 48),
+                             (VideoSuperRes, "strength", 0.5),
+                             (VideoSuperRes, "image_encoding", ImageEncoding.RGB10A2),
+                             (TrueHDR, "luminance", 1000)]:  # fmt: skip
+        effect = loaded(cls())
+        setattr(effect, name, value)
+        assert effect.needs_reload is True, (cls.__name__, name)
+    vfg = loaded(VideoFrameGeneration())
+    vfg.frame_multiplier = 4  # which frames a run makes, not a setting the SDK loads
+    assert vfg.needs_reload is False
+
+
+# -- part 4: nvvfx.effects.base.Effect, subclassed as third-party code does ---------------------------------
+
+
+class ArtifactReduction(Effect):
+    _SELECTOR = "ArtifactReduction"
+
+
+def test_a_subclass_with_a_selector_loads_runs_and_closes(sim_backend: ss.sim.SimBackend) -> None:
+    sim = sim_backend
+    x, host = frame8(sim, 18, 32)
+    with ArtifactReduction(device=0) as fx:
+        assert fx.is_loaded is False and fx.needs_reload is False
+        fx.load()
+        out = fx.run(x, stream_ptr=sim.current_stream().ptr)
+        assert isinstance(out, EffectOutput)
+        np.testing.assert_array_equal(take(sim, out), K.to_rgb8(np, host).astype(np.float32) / np.float32(255))
+    assert fx.closed and sim.races == []
+    packed = ArtifactReduction(image_encoding=ImageEncoding.RGB10A2)
+    packed.load()
+    y, yhost = frame10(sim, 18, 32)
+    np.testing.assert_array_equal(take(sim, packed.run(y)), yhost)
+    with pytest.raises(NvVFXError, match=r"ArtifactReduction.run\(\) cannot run: the effect is closed"):
+        fx.run(x)
+
+
+def test_the_base_class_alone_or_without_a_selector_is_refused() -> None:
+    class NoSelector(Effect):
+        pass
+
+    for cls in (Effect, NoSelector):
+        with pytest.raises(NvVFXError, match=rf"{cls.__name__}: _SELECTOR=None is invalid: must name the SDK filter .* "
+                                             r"subclass it and set _SELECTOR"):
+            cls()
+
+
+def _grey_pipeline(sim: ss.sim.SimBackend, fx: Effect, guarded: bool) -> tuple[int, list[Any]]:
+    """Four flat-grey frames: written on a producer stream P, run on a non-blocking SDK stream S, imported and copied
+    on a consumer stream C (three ``torch.cuda.Stream()``s); returns the wrong frames and the races."""
+    producer, sdk, consumer = (sim.create_stream(non_blocking=True) for _ in range(3))
+    levels = [30, 90, 150, 210]
+    copies = []
+    block: Any = ss.stream_contract(fx, sdk, input_stream=producer, consumer_stream=consumer) if guarded else contextlib.nullcontext()
+    with sim.use_stream(sdk), block:
+        for level in levels:
+            frame = sim.empty((3, 18, 32), np.float32, stream=producer)
+            sim.fill(frame, np.float32(level / 255), stream=producer)
+            out = fx.run(frame, stream_ptr=sdk.ptr)
+            copies.append(sim.copy(sim.from_dlpack(out.image, stream=consumer), consumer))
+    sim.synchronize_device()
+    wrong = sum(not np.array_equal(np.round(sim.download(c, consumer) * 255), np.full((3, 18, 32), lv)) for c, lv in zip(copies, levels))
+    return wrong, sim.take_races()
+
+
+def test_stream_contract_orders_an_effect_subclass_on_the_adversarial_model() -> None:
+    sim = ss.sim.SimBackend(scheduler="adversarial")
+    fx = ArtifactReduction(backend=sim)
+    fx.load()
+    wrong, races = _grey_pipeline(sim, fx, guarded=False)
+    assert wrong > 0 and races, "the control: unguarded, the subclass's frames race"
+    fx = ArtifactReduction(backend=sim)
+    fx.load()
+    wrong, races = _grey_pipeline(sim, fx, guarded=True)
+    assert (wrong, races) == (0, [])
+
+
+def test_a_subclass_is_guarded_with_the_sdks_stream_behaviour() -> None:
+    """The contract knows the subclass's RGB8 output is converted on stream 0 (H3) and its RGB10A2 output is not."""
+    sim = ss.sim.SimBackend(scheduler="adversarial")
+    consumer = sim.create_stream(non_blocking=True)
+    for encoding, hazard in ((ImageEncoding.RGB8, "H3"), (ImageEncoding.RGB10A2, "H4")):
+        fx = ArtifactReduction(image_encoding=encoding, backend=sim)
+        fx.load()
+        with ss.stream_contract(fx, sim.create_stream(non_blocking=True), consumer_stream=consumer) as c:
+            assert hazard in str(c.plan), (encoding, str(c.plan))
+
+
+def test_guarded_frame_generation_takes_shot_change(sim_backend: ss.sim.SimBackend) -> None:
+    sim = sim_backend
+    vfg = VideoFrameGeneration(automatic_shot_change_detection_enabled=False)
+    vfg.input_width, vfg.input_height = 32, 18
+    vfg.load()
+    (a, ha), (b, hb) = frame8(sim, 18, 32, 1), frame8(sim, 18, 32, 2)
+    side = sim.create_stream(non_blocking=True)
+    with sim.use_stream(side), ss.stream_contract(vfg, side) as c:
+        cut = c.run(a, b, frame_index=1, shot_change=True).numpy()
+        early = vfg.run_at_timestep(a, b, 0.25, shot_change=True).numpy()
+    np.testing.assert_array_equal(cut, K.to_rgb8(np, hb).astype(np.float32) / np.float32(255))
+    np.testing.assert_array_equal(early, K.to_rgb8(np, ha).astype(np.float32) / np.float32(255))
+    assert sim.races == []
