@@ -14,9 +14,8 @@ import numpy as np
 
 from ..backend import Backend
 from . import _kernels as K
-from ._effect import (
-    MIN_SIDE, Effect, EffectOutput, Encoding, ImageEncoding, NvVFXConfigError, NvVFXStateError, member_of, positive_int,
-)
+from ._effect import MIN_SIDE, Effect, EffectOutput, Encoding, ImageEncoding
+from ._errors import NvVFXConfigError, NvVFXStateError, member_of, positive_int
 
 __all__ = ["Mode", "VideoFrameGeneration", "VideoFrameGenerationOutput"]
 

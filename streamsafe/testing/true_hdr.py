@@ -11,7 +11,8 @@ from typing import Any, ClassVar
 
 from ..backend import Backend
 from . import _kernels as K
-from ._effect import Effect, EffectOutput, Encoding, ImageEncoding, NvVFXConfigError, positive_int
+from ._effect import Effect, EffectOutput, Encoding, ImageEncoding
+from ._errors import NvVFXConfigError, positive_int
 
 __all__ = ["TrueHDR", "TrueHDROutput"]
 
