@@ -265,3 +265,58 @@ def test_decode_upscale_writes_a_video(tmp_path: Path) -> None:
 def test_decode_upscale_says_what_is_missing(tmp_path: Path) -> None:
     result = _run("decode_upscale.py", "--model", "-i", str(tmp_path / "missing.mp4"))
     assert result.returncode == 2 and "no such file" in result.stderr
+
+
+# -- nvvfx_effects_api.py: a program written against nvvfx 0.2's API reference, on the emulation ------------------
+
+API_PROGRAM = "nvvfx_effects_api.py"
+_PLAIN = (  # the program unchanged, after install_fake_nvvfx(), on an adversarial model; then the model's races
+    "import runpy, sys, streamsafe as ss, streamsafe.testing as t\n"
+    "from streamsafe.backend import process_default\n"
+    "sim = ss.sim.SimBackend(scheduler='adversarial')\n"
+    "t.install_fake_nvvfx()\n"
+    "sys.argv = sys.argv[1:]\n"
+    "with process_default(sim):\n"
+    "    try:\n"
+    "        runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    "    except SystemExit as e:\n"
+    "        print('races:', len(sim.races))\n"
+    "        raise\n"
+)
+
+
+def _api_lines_are_right(stdout: str) -> None:
+    assert f"{API_PROGRAM}: all results right" in stdout and "WRONG" not in stdout, stdout
+    assert "VFX SDK 0.0.0+streamsafe" in stdout
+    assert "after a change of quality and size: needs_reload=True" in stdout and "after the run: needs_reload=False" in stdout
+    assert "NvVFXError, as expected: VideoSuperRes: output size='160x90' is invalid" in stdout
+    assert "ArtifactReduction (_SELECTOR 'ArtifactReduction')" in stdout
+
+
+@pytest.mark.parametrize("args", [[], ["--guarded"]], ids=["plain", "guarded-in-a-block"])
+def test_the_api_program_runs_unchanged_on_the_emulation(args: list[str]) -> None:
+    full = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-c", _PLAIN, str(EXAMPLES / API_PROGRAM), *args], capture_output=True,
+                            text=True, env=full, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    _api_lines_are_right(result.stdout)
+    assert "races: 0" in result.stdout
+
+
+@pytest.mark.parametrize("args", [[], ["--guarded"]], ids=["run", "run-and-a-block"])
+def test_the_api_program_runs_unchanged_under_streamsafe_run(args: list[str]) -> None:
+    result = subprocess.run([sys.executable, "-m", "streamsafe", "run", "--fake-nvvfx", "--sanitize",
+                             str(EXAMPLES / API_PROGRAM), *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    _api_lines_are_right(result.stdout)
+    assert "sanitize: no race found" in result.stderr
+    assert "VideoSuperRes (cuda:0): 2 run(s)" in result.stderr and "VideoFrameGeneration (cuda:0): 3 run(s)" in result.stderr
+    if args:  # the block guards the program's own filter too
+        assert "ArtifactReduction (cuda:0): 1 run(s)" in result.stderr
+
+
+@pytest.mark.skipif(_has_cuda_torch(), reason="this machine has a CUDA GPU")
+def test_the_api_program_without_nvvfx_says_how_to_run_it() -> None:
+    result = _run(API_PROGRAM, env={"CUDA_VISIBLE_DEVICES": ""})
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "nvvfx cannot be imported" in result.stderr and "streamsafe run --fake-nvvfx" in result.stderr

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import streamsafe as ss
-from streamsafe.testing import install_fake_nvvfx, uninstall_fake_nvvfx
+from streamsafe.testing import install_fake_nvvfx, is_fake_nvvfx, uninstall_fake_nvvfx
 from streamsafe.testing import fake_nvvfx as fake_ctx
 
 
@@ -58,6 +58,74 @@ def test_a_real_module_is_not_shadowed_without_force() -> None:
         assert sys.modules["nvvfx"] is real
     finally:
         sys.modules.pop("nvvfx", None)
+
+
+NVVFX_MODULES = ["nvvfx", "nvvfx.effects", "nvvfx.effects.base", "nvvfx.effects.video_super_res"]
+
+
+def _nvvfx_modules() -> list[str]:
+    return sorted(k for k in sys.modules if k == "nvvfx" or k.startswith("nvvfx."))
+
+
+def test_install_puts_the_submodules_in_and_uninstall_takes_them_out() -> None:
+    assert _nvvfx_modules() == []
+    mod = install_fake_nvvfx()
+    try:
+        assert _nvvfx_modules() == NVVFX_MODULES
+        import nvvfx.effects
+        from nvvfx.effects.base import Effect
+        from nvvfx.effects.video_super_res import VideoSuperRes
+
+        assert nvvfx is mod and nvvfx.effects is sys.modules["nvvfx.effects"] and Effect is nvvfx.effects.base.Effect
+        assert VideoSuperRes is mod.VideoSuperRes and install_fake_nvvfx() is mod  # a second install: the same package
+        assert all(is_fake_nvvfx(sys.modules[name]) for name in NVVFX_MODULES)
+        with pytest.raises(ModuleNotFoundError, match="No module named 'nvvfx._ext'"):  # not emulated: not found
+            import nvvfx._ext  # noqa: F401
+    finally:
+        uninstall_fake_nvvfx()
+    assert _nvvfx_modules() == []
+    with pytest.raises(ModuleNotFoundError):
+        import nvvfx.effects  # noqa: F401
+
+
+def test_force_shadows_a_real_package_with_its_submodules_and_puts_them_back() -> None:
+    real = {name: types.ModuleType(name) for name in ("nvvfx", "nvvfx.effects", "nvvfx._ext")}
+    sys.modules.update(real)
+    try:
+        install_fake_nvvfx(force=True)
+        assert _nvvfx_modules() == NVVFX_MODULES  # the real nvvfx._ext is out too: the emulation is the whole package
+        assert all(sys.modules[name] is not real.get(name) for name in NVVFX_MODULES)
+        uninstall_fake_nvvfx()
+        assert {k: sys.modules[k] for k in _nvvfx_modules()} == real
+    finally:
+        for name in _nvvfx_modules():
+            del sys.modules[name]
+
+
+def test_a_block_and_the_fixture_take_the_submodules_out_again(tmp_path: Path) -> None:
+    with fake_ctx():
+        from nvvfx.effects import QualityLevel
+
+        assert QualityLevel.DENOISE_ULTRA == 11
+    assert _nvvfx_modules() == []
+    _write(
+        tmp_path,
+        "test_sub.py",
+        """
+        import sys, types
+
+        REAL = sys.modules.setdefault("nvvfx._ext", types.ModuleType("nvvfx._ext"))
+
+        def test_fixture(fake_nvvfx):
+            from nvvfx.effects.base import Effect
+            assert Effect is fake_nvvfx.effects.base.Effect and "nvvfx._ext" not in sys.modules
+
+        def test_after():
+            assert sorted(k for k in sys.modules if k.startswith("nvvfx")) == ["nvvfx._ext"]
+            assert sys.modules["nvvfx._ext"] is REAL
+        """,
+    )
+    assert _run_pytest(tmp_path) == {"passed": 2}
 
 
 def test_pytest_plugin_fixture(fake_nvvfx: types.ModuleType) -> None:
@@ -204,7 +272,7 @@ def _run_pytest(root: Path) -> dict[str, int]:
         """
         import pytest
 
-        from streamsafe.testing import install_fake_nvvfx, uninstall_fake_nvvfx
+        from streamsafe.testing import install_fake_nvvfx, is_fake_nvvfx, uninstall_fake_nvvfx
 
         @pytest.fixture(scope="session", autouse=True)
         def _nvvfx():

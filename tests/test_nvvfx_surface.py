@@ -15,6 +15,9 @@ and the error types and messages (value, rule, fix).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import inspect
 import types
 from typing import Any
 
@@ -25,8 +28,11 @@ import streamsafe as ss
 from streamsafe.testing import (
     INPUT_LIMITS,
     SAME_RESOLUTION_QUALITIES,
+    Effect,
+    EffectOutput,
     ImageEncoding,
     Mode,
+    NvVFXError,
     QualityLevel,
     TrueHDR,
     VideoFrameGeneration,
@@ -547,11 +553,342 @@ def test_frame_size_mismatch_names_the_fix(sim: ss.sim.SimBackend) -> None:
         vfg.run(a, frame8(sim, 36, 64)[0], frame_index=1)
 
 
-def test_fake_module_exports_the_sdk_names_only(fake_nvvfx: types.ModuleType) -> None:
+# -- part 3: the API reference's surface: modules, names, values, signatures, errors -------------------------
+
+# What nvvfx 0.2's API reference documents and code in the wild uses, module by module (the values are checked below).
+SURFACE: dict[str, set[str]] = {
+    "nvvfx": {
+        "VideoSuperRes", "VideoFrameGeneration", "TrueHDR", "VideoSuperResOutput", "VideoFrameGenerationOutput",
+        "TrueHDROutput", "ImageEncoding", "QualityLevel", "Mode", "NvVFXError", "get_sdk_version",
+    },
+    "nvvfx.effects": {"QualityLevel"},
+    "nvvfx.effects.base": {"Effect"},
+    "nvvfx.effects.video_super_res": {"VideoSuperRes", "VideoSuperResOutput", "QualityLevel"},
+}  # fmt: skip
+
+_P, _K = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
+_REQUIRED = inspect.Parameter.empty
+_RUN = [("non_blocking", _K, False), ("stream_ptr", _K, 0)]
+# (name, kind, default) of each documented call, in order: the positional ones exactly; the keyword-only ones as a set.
+SIGNATURES: dict[str, list[tuple[str, Any, Any]]] = {
+    "VideoSuperRes": [("quality", _P, QualityLevel.HIGH), ("device", _P, 0), ("strength", _P, 1.0),
+                      ("image_encoding", _P, ImageEncoding.RGB8)],
+    "VideoSuperRes.run": [("input_array", _P, _REQUIRED), *_RUN],
+    "VideoFrameGeneration": [("mode", _P, Mode.MEDIUM), ("automatic_shot_change_detection_enabled", _P, True),
+                             ("device", _P, 0), ("image_encoding", _P, ImageEncoding.RGB8)],
+    "VideoFrameGeneration.run": [("previous", _P, _REQUIRED), ("current", _P, _REQUIRED), ("frame_index", _K, _REQUIRED),
+                                 ("shot_change", _K, False), *_RUN],
+    "VideoFrameGeneration.run_at_timestep": [("previous", _P, _REQUIRED), ("current", _P, _REQUIRED),
+                                             ("timestep", _P, _REQUIRED), ("shot_change", _K, False), *_RUN],
+    "TrueHDR": [("contrast", _P, 100), ("saturation", _P, 100), ("middle_gray", _P, 50), ("luminance", _P, 650),
+                ("debanding_off", _P, 0), ("device", _P, 0)],
+    "TrueHDR.run": [("rgb_input", _P, _REQUIRED), *_RUN],
+    "Effect": [("device", _P, 0), ("image_encoding", _P, ImageEncoding.RGB8)],
+    "Effect.run": [("input_array", _P, _REQUIRED), *_RUN],
+}  # fmt: skip
+EMULATION_KEYWORDS = {"backend", "latency_us", "launch_mode", "host_cost_us"}
+"""The constructors' keyword-only extras (not the SDK's): each has a default, so SDK code never passes one."""
+
+MEMBERS = {  # every effect has Effect's; each its own settings
+    "Effect": {"load", "run", "close", "is_loaded", "needs_reload", "device", "image_encoding", "ImageEncoding",
+               "__enter__", "__exit__", "_SELECTOR"},
+    "VideoSuperRes": {"QualityLevel", "quality", "strength", "input_width", "input_height", "output_width", "output_height"},
+    "VideoFrameGeneration": {"Mode", "mode", "automatic_shot_change_detection_enabled", "frame_multiplier",
+                             "input_width", "input_height", "run_at_timestep"},
+    "TrueHDR": {"contrast", "saturation", "middle_gray", "luminance", "debanding_off"},
+}  # fmt: skip
+
+
+def _module_named(name: str) -> types.ModuleType:
+    import importlib
+
+    return importlib.import_module(name)
+
+
+def test_the_documented_modules_import_and_hold_the_documented_names(fake_nvvfx: types.ModuleType) -> None:
+    import nvvfx
+    import nvvfx.effects
+    import nvvfx.effects.base
+    import nvvfx.effects.video_super_res
+    from nvvfx.effects import QualityLevel as EffectsQuality
+    from nvvfx.effects.base import Effect
+    from nvvfx.effects.video_super_res import QualityLevel as SrQuality
+
+    for name, names in SURFACE.items():
+        module = _module_named(name)
+        assert module.__name__ == name and set(module.__all__) == names, name
+        assert [n for n in names if getattr(module, n, None) is None] == [], name
+    assert nvvfx.effects.base.Effect is Effect and nvvfx.effects.video_super_res.VideoSuperRes is nvvfx.VideoSuperRes
+    assert nvvfx.QualityLevel is EffectsQuality is SrQuality is nvvfx.VideoSuperRes.QualityLevel is QualityLevel
+    assert nvvfx.ImageEncoding is nvvfx.VideoFrameGeneration.ImageEncoding is Effect.ImageEncoding is ImageEncoding
+    assert nvvfx.Mode is nvvfx.VideoFrameGeneration.Mode is Mode
+    assert not hasattr(nvvfx, "STAGES") and nvvfx.__version__ == "0.2.0+streamsafe"
+    assert isinstance(nvvfx.get_sdk_version(), str) and nvvfx.get_sdk_version()
+    with pytest.raises(ModuleNotFoundError, match="No module named 'nvvfx.effects.true_hdr'"):  # not documented: not made up
+        _module_named("nvvfx.effects.true_hdr")
+
+
+def test_the_enums_hold_the_documented_members_and_values(fake_nvvfx: types.ModuleType) -> None:
     import nvvfx
 
-    assert sorted(nvvfx.__all__) == sorted(
-        ["VideoSuperRes", "VideoFrameGeneration", "TrueHDR", "VideoSuperResOutput", "VideoFrameGenerationOutput",
-         "TrueHDROutput", "ImageEncoding", "QualityLevel", "Mode"]
-    )  # fmt: skip
-    assert not hasattr(nvvfx, "STAGES") and nvvfx.VideoSuperRes.QualityLevel.STREAMING_ULTRA == 23
+    assert {q.name: int(q) for q in nvvfx.effects.QualityLevel} == QUALITY_TABLE
+    assert {m.name: int(m) for m in nvvfx.Mode} == MODE_TABLE
+    assert {e.name: int(e) for e in nvvfx.ImageEncoding} == {"RGB8": 0, "RGB10A2": 1}
+    assert {q.name for q in SAME_RESOLUTION_QUALITIES} == {n for n in QUALITY_TABLE if n[:7] in ("DENOISE", "DEBLUR_")}
+
+
+@pytest.mark.parametrize("call", sorted(SIGNATURES))
+def test_the_documented_signatures(fake_nvvfx: types.ModuleType, call: str) -> None:
+    import nvvfx
+
+    cls_name, _, method = call.partition(".")
+    cls = nvvfx.effects.base.Effect if cls_name == "Effect" else getattr(nvvfx, cls_name)
+    params = list(inspect.signature(getattr(cls, method) if method else cls).parameters.values())
+    params = [p for p in params if p.name != "self"]
+    got = [(p.name, p.kind, p.default) for p in params if p.name not in EMULATION_KEYWORDS]
+    want = SIGNATURES[call]
+    assert [g for g in got if g[1] is not _K] == [w for w in want if w[1] is not _K]  # positional: names, order, defaults
+    assert {g for g in got if g[1] is _K} == {w for w in want if w[1] is _K}
+    extras = [p for p in params if p.name in EMULATION_KEYWORDS]
+    assert all(p.kind is _K and p.default is not _REQUIRED for p in extras)
+    assert not method or len(extras) == 0
+
+
+def test_the_documented_members_and_bases(fake_nvvfx: types.ModuleType, sim_backend: ss.sim.SimBackend) -> None:
+    import nvvfx
+    from nvvfx.effects.base import Effect
+
+    for cls in (nvvfx.VideoSuperRes, nvvfx.VideoFrameGeneration, nvvfx.TrueHDR):
+        assert issubclass(cls, Effect), cls
+        effect = cls()
+        assert [m for m in MEMBERS["Effect"] | MEMBERS[cls.__name__] if not hasattr(effect, m)] == [], cls
+        assert isinstance(cls._SELECTOR, str) and cls._SELECTOR
+    for prop in ("is_loaded", "needs_reload"):
+        assert isinstance(inspect.getattr_static(Effect, prop), property) and inspect.getattr_static(Effect, prop).fset is None
+    assert issubclass(nvvfx.NvVFXError, Exception)
+    for out in (nvvfx.VideoSuperResOutput, nvvfx.VideoFrameGenerationOutput, nvvfx.TrueHDROutput):
+        assert [f.name for f in dataclasses.fields(out)] == ["image"]
+
+
+def test_positional_and_keyword_use_as_code_in_the_wild_writes_it(fake_nvvfx: types.ModuleType, sim_backend: ss.sim.SimBackend) -> None:
+    import nvvfx
+    from nvvfx.effects import QualityLevel
+
+    sim = sim_backend
+    x, host = frame8(sim, 18, 32)
+    with nvvfx.VideoSuperRes(QualityLevel.ULTRA) as sr:  # the quality positional, the effect a context manager
+        assert sr.quality is QualityLevel.ULTRA and sr.is_loaded is False
+        sr.output_width, sr.output_height = 64, 36
+        sr.load()
+        got = take(sim, sr.run(x))
+    assert sr.is_loaded is False and sr.closed  # __exit__ closed it
+    np.testing.assert_array_equal(got, K.to_rgb8(np, K.resize_bilinear(np, host, 36, 64)).astype(np.float32) / np.float32(255))
+    assert nvvfx.VideoSuperRes(nvvfx.VideoSuperRes.QualityLevel(10), 0, 0.5, nvvfx.ImageEncoding.RGB10A2).strength == 0.5
+    assert nvvfx.VideoFrameGeneration(nvvfx.Mode.HIGH, False, 0).automatic_shot_change_detection_enabled is False
+    assert nvvfx.TrueHDR(120, 90, 40, 1000, 1, 0).luminance == 1000
+    strength = "MEDIUM"  # getattr(nvvfx.effects.QualityLevel, f"DEBLUR_{strength}"), as nodes in the wild look levels up
+    assert getattr(nvvfx.effects.QualityLevel, f"DEBLUR_{strength}") == 13 and nvvfx.effects.QualityLevel["STREAMING_ULTRA"] == 23
+
+
+def test_sdk_failures_are_nvvfx_errors_and_streamsafes_errors_too(fake_nvvfx: types.ModuleType, sim_backend: ss.sim.SimBackend) -> None:
+    import nvvfx
+
+    sim = sim_backend
+    sr = nvvfx.VideoSuperRes()
+    with pytest.raises(nvvfx.NvVFXError) as state:
+        sr.run(frame8(sim, 18, 32)[0])
+    assert isinstance(state.value, ss.errors.EffectStateError) and isinstance(state.value, RuntimeError)
+    assert str(state.value) == "VideoSuperRes.run() cannot run: the effect is not loaded. Call VideoSuperRes.load() before run()."
+    with pytest.raises(nvvfx.NvVFXError) as config:
+        sr.output_width = 8
+    assert isinstance(config.value, ss.errors.EffectConfigError) and isinstance(config.value, ValueError)
+    assert (config.value.name, config.value.value) == ("output_width", 8)  # the structured fields stay
+    refused = [
+        lambda: nvvfx.VideoSuperRes(quality=5),  # not a QualityLevel
+        lambda: nvvfx.VideoFrameGeneration(mode=7),
+        lambda: nvvfx.TrueHDR(luminance=100),
+        lambda: nvvfx.VideoSuperRes(device=-1),
+        lambda: setattr(nvvfx.VideoFrameGeneration(), "frame_multiplier", 1),
+        lambda: nvvfx.VideoSuperRes().load(),  # no output size
+    ]
+    for call in refused:
+        with pytest.raises(nvvfx.NvVFXError):
+            call()
+    with pytest.raises(ss.errors.EffectConfigError) as knob:  # the emulation's own knobs are not the SDK's
+        nvvfx.VideoSuperRes(latency_us=-1)
+    assert not isinstance(knob.value, nvvfx.NvVFXError)
+
+
+def test_shot_change_repeats_the_nearer_frame(sim_backend: ss.sim.SimBackend) -> None:
+    sim = sim_backend
+    vfg = VideoFrameGeneration(automatic_shot_change_detection_enabled=False)
+    vfg.input_width, vfg.input_height = 32, 18
+    vfg.frame_multiplier = 4
+    vfg.load()
+    (a, ha), (b, hb) = frame8(sim, 18, 32, 1), frame8(sim, 18, 32, 2)
+
+    def rgb8(x: np.ndarray) -> np.ndarray:
+        return K.to_rgb8(np, x).astype(np.float32) / np.float32(255)
+
+    np.testing.assert_array_equal(take(sim, vfg.run(a, b, frame_index=1, shot_change=True)), rgb8(ha))
+    np.testing.assert_array_equal(take(sim, vfg.run(a, b, frame_index=3, shot_change=True)), rgb8(hb))
+    np.testing.assert_array_equal(take(sim, vfg.run_at_timestep(a, b, 0.4, shot_change=True)), rgb8(ha))
+    np.testing.assert_array_equal(take(sim, vfg.run_at_timestep(a, b, 0.5, shot_change=1)), rgb8(hb))
+    np.testing.assert_array_equal(take(sim, vfg.run(a, b, frame_index=2, shot_change=False)), rgb8(K.blend(np, ha, hb, 0.5, False)))
+    assert not np.array_equal(rgb8(K.blend(np, ha, hb, 0.5, False)), rgb8(hb))  # (so the cut above made a difference)
+    with pytest.raises(NvVFXError, match=r"shot_change='yes' is invalid: must be True .* or False \(interpolate\); pass a bool"):
+        vfg.run(a, b, frame_index=1, shot_change="yes")  # type: ignore[arg-type]
+    assert vfg.runs == 5
+
+
+def test_shot_change_in_rgb10a2(sim_backend: ss.sim.SimBackend) -> None:
+    sim = sim_backend
+    vfg = VideoFrameGeneration(image_encoding=ImageEncoding.RGB10A2, automatic_shot_change_detection_enabled=False)
+    vfg.input_width, vfg.input_height = 32, 18  # (detection off: random frames read as a cut to it)
+    vfg.load()
+    (a, ha), (b, hb) = frame10(sim, 18, 32, 1), frame10(sim, 18, 32, 2)
+    np.testing.assert_array_equal(take(sim, vfg.run_at_timestep(a, b, 0.75, shot_change=True)), hb)
+    np.testing.assert_array_equal(take(sim, vfg.run_at_timestep(a, b, 0.25, shot_change=True)), ha)
+
+
+def test_needs_reload_after_a_change_and_the_next_run_loads_again(sim_backend: ss.sim.SimBackend) -> None:
+    sim = sim_backend
+    sr = VideoSuperRes(QualityLevel.DENOISE_LOW)
+    sr.output_width, sr.output_height = 32, 18
+    assert sr.needs_reload is False  # not loaded yet: nothing to reload
+    sr.quality = QualityLevel.HIGH
+    sr.load()
+    assert sr.needs_reload is False
+    sr.quality = QualityLevel.HIGH  # the same value: no change
+    assert sr.needs_reload is False
+    sr.quality = QualityLevel.DENOISE_HIGH
+    assert sr.needs_reload is True
+    take(sim, sr.run(frame8(sim, 18, 32)[0]))
+    assert sr.needs_reload is False
+    sr.output_width, sr.output_height = 64, 36  # a 1x quality, now at 2x
+    assert sr.needs_reload is True
+    with pytest.raises(NvVFXError, match=r"DENOISE_HIGH denoises or deblurs at 1x only"):
+        sr.run(frame8(sim, 18, 32)[0])  # loaded again (as load() does: the input size is unknown to it), then refused
+    assert sr.needs_reload is False and sr.runs == 1  # the refused run issued nothing
+    sr.input_width, sr.input_height = 32, 18  # known now: load() checks the scale rules itself
+    with pytest.raises(NvVFXError, match=r"DENOISE_HIGH denoises or deblurs at 1x only"):
+        sr.load()
+    assert sr.needs_reload is True  # the load was refused: still to do
+    sr.quality = QualityLevel.HIGH
+    take(sim, sr.run(frame8(sim, 18, 32)[0]))
+    assert sr.needs_reload is False and sr.runs == 2
+    sr.close()
+    sr.output_width = 48
+    assert sr.needs_reload is False  # closed: nothing to reload
+
+    def loaded(effect: Any) -> Any:
+        if isinstance(effect, VideoFrameGeneration):
+            effect.input_width, effect.input_height = 32, 18
+        if isinstance(effect, VideoSuperRes):
+            effect.output_width, effect.output_height = 64, 36
+        effect.load()
+        return effect
+
+    for cls, name, value in [(VideoFrameGeneration, "mode", Mode.HIGH),
+                             (VideoFrameGeneration, "automatic_shot_change_detection_enabled", False),
+                             (VideoFrameGeneration, "input_width", 48),
+                             (VideoSuperRes, "strength", 0.5),
+                             (VideoSuperRes, "image_encoding", ImageEncoding.RGB10A2),
+                             (TrueHDR, "luminance", 1000)]:  # fmt: skip
+        effect = loaded(cls())
+        setattr(effect, name, value)
+        assert effect.needs_reload is True, (cls.__name__, name)
+    vfg = loaded(VideoFrameGeneration())
+    vfg.frame_multiplier = 4  # which frames a run makes, not a setting the SDK loads
+    assert vfg.needs_reload is False
+
+
+# -- part 4: nvvfx.effects.base.Effect, subclassed as third-party code does ---------------------------------
+
+
+class ArtifactReduction(Effect):
+    _SELECTOR = "ArtifactReduction"
+
+
+def test_a_subclass_with_a_selector_loads_runs_and_closes(sim_backend: ss.sim.SimBackend) -> None:
+    sim = sim_backend
+    x, host = frame8(sim, 18, 32)
+    with ArtifactReduction(device=0) as fx:
+        assert fx.is_loaded is False and fx.needs_reload is False
+        fx.load()
+        out = fx.run(x, stream_ptr=sim.current_stream().ptr)
+        assert isinstance(out, EffectOutput)
+        np.testing.assert_array_equal(take(sim, out), K.to_rgb8(np, host).astype(np.float32) / np.float32(255))
+    assert fx.closed and sim.races == []
+    packed = ArtifactReduction(image_encoding=ImageEncoding.RGB10A2)
+    packed.load()
+    y, yhost = frame10(sim, 18, 32)
+    np.testing.assert_array_equal(take(sim, packed.run(y)), yhost)
+    with pytest.raises(NvVFXError, match=r"ArtifactReduction.run\(\) cannot run: the effect is closed"):
+        fx.run(x)
+
+
+def test_the_base_class_alone_or_without_a_selector_is_refused() -> None:
+    class NoSelector(Effect):
+        pass
+
+    for cls in (Effect, NoSelector):
+        with pytest.raises(NvVFXError, match=rf"{cls.__name__}: _SELECTOR=None is invalid: must name the SDK filter .* "
+                                             r"subclass it and set _SELECTOR"):
+            cls()
+
+
+def _grey_pipeline(sim: ss.sim.SimBackend, fx: Effect, guarded: bool) -> tuple[int, list[Any]]:
+    """Four flat-grey frames: written on a producer stream P, run on a non-blocking SDK stream S, imported and copied
+    on a consumer stream C (three ``torch.cuda.Stream()``s); returns the wrong frames and the races."""
+    producer, sdk, consumer = (sim.create_stream(non_blocking=True) for _ in range(3))
+    levels = [30, 90, 150, 210]
+    copies = []
+    block: Any = ss.stream_contract(fx, sdk, input_stream=producer, consumer_stream=consumer) if guarded else contextlib.nullcontext()
+    with sim.use_stream(sdk), block:
+        for level in levels:
+            frame = sim.empty((3, 18, 32), np.float32, stream=producer)
+            sim.fill(frame, np.float32(level / 255), stream=producer)
+            out = fx.run(frame, stream_ptr=sdk.ptr)
+            copies.append(sim.copy(sim.from_dlpack(out.image, stream=consumer), consumer))
+    sim.synchronize_device()
+    wrong = sum(not np.array_equal(np.round(sim.download(c, consumer) * 255), np.full((3, 18, 32), lv)) for c, lv in zip(copies, levels))
+    return wrong, sim.take_races()
+
+
+def test_stream_contract_orders_an_effect_subclass_on_the_adversarial_model() -> None:
+    sim = ss.sim.SimBackend(scheduler="adversarial")
+    fx = ArtifactReduction(backend=sim)
+    fx.load()
+    wrong, races = _grey_pipeline(sim, fx, guarded=False)
+    assert wrong > 0 and races, "the control: unguarded, the subclass's frames race"
+    fx = ArtifactReduction(backend=sim)
+    fx.load()
+    wrong, races = _grey_pipeline(sim, fx, guarded=True)
+    assert (wrong, races) == (0, [])
+
+
+def test_a_subclass_is_guarded_with_the_sdks_stream_behaviour() -> None:
+    """The contract knows the subclass's RGB8 output is converted on stream 0 (H3) and its RGB10A2 output is not."""
+    sim = ss.sim.SimBackend(scheduler="adversarial")
+    consumer = sim.create_stream(non_blocking=True)
+    for encoding, hazard in ((ImageEncoding.RGB8, "H3"), (ImageEncoding.RGB10A2, "H4")):
+        fx = ArtifactReduction(image_encoding=encoding, backend=sim)
+        fx.load()
+        with ss.stream_contract(fx, sim.create_stream(non_blocking=True), consumer_stream=consumer) as c:
+            assert hazard in str(c.plan), (encoding, str(c.plan))
+
+
+def test_guarded_frame_generation_takes_shot_change(sim_backend: ss.sim.SimBackend) -> None:
+    sim = sim_backend
+    vfg = VideoFrameGeneration(automatic_shot_change_detection_enabled=False)
+    vfg.input_width, vfg.input_height = 32, 18
+    vfg.load()
+    (a, ha), (b, hb) = frame8(sim, 18, 32, 1), frame8(sim, 18, 32, 2)
+    side = sim.create_stream(non_blocking=True)
+    with sim.use_stream(side), ss.stream_contract(vfg, side) as c:
+        cut = c.run(a, b, frame_index=1, shot_change=True).numpy()
+        early = vfg.run_at_timestep(a, b, 0.25, shot_change=True).numpy()
+    np.testing.assert_array_equal(cut, K.to_rgb8(np, hb).astype(np.float32) / np.float32(255))
+    np.testing.assert_array_equal(early, K.to_rgb8(np, ha).astype(np.float32) / np.float32(255))
+    assert sim.races == []

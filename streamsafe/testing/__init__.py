@@ -2,8 +2,8 @@
 
 On a GPU the stages are real CuPy kernels on the real streams; without one they run on
 the :class:`~streamsafe.sim.SimBackend` model, with the same ordering, so every hazard can be
-tested in CI. ``install_fake_nvvfx()`` lets ``from nvvfx import VideoSuperRes`` run here, and
-``install_fake_pynvvideocodec()`` lets ``import PyNvVideoCodec`` load an emulated video decoder (on the
+tested in CI. ``install_fake_nvvfx()`` lets ``from nvvfx import VideoSuperRes`` run here (and
+``import nvvfx.effects``, ``from nvvfx.effects.base import Effect``), and ``install_fake_pynvvideocodec()`` lets ``import PyNvVideoCodec`` load an emulated video decoder (on the
 model; it decodes real files with PyAV).
 """
 
@@ -12,9 +12,15 @@ from __future__ import annotations
 from .effects import (
     INPUT_LIMITS,
     SAME_RESOLUTION_QUALITIES,
+    SDK_VERSION,
     STAGES,
+    Effect,
+    EffectOutput,
     ImageEncoding,
     Mode,
+    NvVFXConfigError,
+    NvVFXError,
+    NvVFXStateError,
     QualityLevel,
     TrueHDR,
     TrueHDROutput,
@@ -22,6 +28,7 @@ from .effects import (
     VideoFrameGenerationOutput,
     VideoSuperRes,
     VideoSuperResOutput,
+    get_sdk_version,
 )
 from .fake_nvvfx import build_fake_nvvfx, fake_nvvfx, install_fake_nvvfx, is_fake_nvvfx, uninstall_fake_nvvfx
 from .fake_pynvvideocodec import (
@@ -36,9 +43,15 @@ from .fake_pynvvideocodec import (
 __all__ = [
     "INPUT_LIMITS",
     "SAME_RESOLUTION_QUALITIES",
+    "SDK_VERSION",
     "STAGES",
+    "Effect",
+    "EffectOutput",
     "ImageEncoding",
     "Mode",
+    "NvVFXConfigError",
+    "NvVFXError",
+    "NvVFXStateError",
     "QualityLevel",
     "TrueHDR",
     "TrueHDROutput",
@@ -49,6 +62,7 @@ __all__ = [
     "build_fake_nvvfx",
     "fake_nvvfx",
     "fake_pynvvideocodec",
+    "get_sdk_version",
     "install_fake_nvvfx",
     "install_fake_pynvvideocodec",
     "is_fake_nvvfx",

@@ -1,11 +1,14 @@
 """The emulated effects' shared base: life cycle, input checks, the stages and the SDK-owned output.
 
-:class:`EffectBase` is what :class:`~streamsafe.testing.VideoSuperRes`,
-:class:`~streamsafe.testing.VideoFrameGeneration` and :class:`~streamsafe.testing.TrueHDR` share:
-each ``run()`` hands :meth:`EffectBase._run_stages` its inputs and its inference, which stages them,
-runs them on the engine (:mod:`streamsafe.testing._engines`; eagerly, or as CUDA graphs in graph
-mode) and returns the raw capsule of the one output buffer. What a ``run()`` does, stage by stage,
-and the rules the effects validate are described in :mod:`streamsafe.testing.effects`.
+:class:`Effect` is ``nvvfx.effects.base.Effect``: the base of :class:`~streamsafe.testing.VideoSuperRes`,
+:class:`~streamsafe.testing.VideoFrameGeneration` and :class:`~streamsafe.testing.TrueHDR`, and of a
+program's own filters (a subclass that names the SDK filter in ``_SELECTOR``). Each ``run()`` hands
+:meth:`Effect._run_stages` its inputs and its inference, which stages them, runs them on the engine
+(:mod:`streamsafe.testing._engines`; eagerly, or as CUDA graphs in graph mode) and returns the raw
+capsule of the one output buffer. What a ``run()`` does, stage by stage, and the rules the effects
+validate are described in :mod:`streamsafe.testing.effects`.
+
+The errors the effects raise, and the checks that raise them, are in ``streamsafe.testing._errors``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import numbers
 import time
 import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,11 +26,12 @@ import numpy as np
 from .. import hooks
 from ..sim.backend import SimCapsule
 from ..backend import Backend
-from ..errors import ArgumentError, EffectConfigError, EffectStateError
+from ..errors import ArgumentError, EffectConfigError
 from . import _kernels as K
 from ._engines import Engine, TakenInput, engine_for
+from ._errors import NvVFXConfigError, NvVFXStateError, member_of, positive_int
 
-__all__ = ["ImageEncoding", "STAGES", "MIN_SIDE"]
+__all__ = ["ImageEncoding", "STAGES", "MIN_SIDE", "Effect", "EffectOutput"]
 
 STAGES = ("transfer", "inference", "conversion")
 
@@ -41,50 +46,57 @@ class ImageEncoding(enum.IntEnum):
 MIN_SIDE = 16
 """The emulation's smallest input side (the SDK documents 90; kept small for cheap model tests)."""
 
-
-def positive_int(effect: str, name: str, value: Any, lo: int = 1, hi: int = 16384, fix: str = "") -> int:
-    """``value`` as an int when it is one in ``[lo, hi]``; else :class:`~streamsafe.errors.EffectConfigError`."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= int(value) <= hi:
-        raise EffectConfigError(effect, name, value, f"must be an integer in [{lo}, {hi}]{fix}")
-    return int(value)
-
-
-def members(enum_type: type[enum.IntEnum]) -> str:
-    """The members of ``enum_type`` for a message: ``"NAME (value), ..."``."""
-    return ", ".join(f"{m.name} ({int(m)})" for m in enum_type)
-
-
-def member_of(effect: str, setting: str, enum_type: Any, value: Any, hint: str = "") -> Any:
-    """``enum_type(value)``, or an :class:`~streamsafe.errors.EffectConfigError` naming ``effect``'s ``setting``,
-    the members and ``hint`` (how to pass one)."""
-    try:
-        return enum_type(value)
-    except ValueError:
-        raise EffectConfigError(
-            effect, setting, value, f"must be {'an' if enum_type.__name__[0] in 'AEIOU' else 'a'} {enum_type.__name__} value, "
-            f"one of {members(enum_type)}" + (f"; {hint}" if hint else ""),
-        ) from None
-
-
 Encoding = ImageEncoding  # for annotations inside classes that re-export the enums as attributes
 
 
-class EffectBase:
-    """What the three effects share: life cycle, inputs, stages and the output buffer."""
+@dataclass(frozen=True)
+class EffectOutput:
+    """What :meth:`Effect.run` returns for a filter of a program's own (an ``Effect`` subclass)."""
+
+    image: Any
+    """A raw DLPack capsule of the SDK-owned output buffer, the input's size: RGB8, float32 ``(3, H, W)`` holding
+    k / 255; RGB10A2, packed uint32 ``(H, W)``. Valid until the next ``run()``, an encoding change or ``close()``."""
+
+
+class Effect:
+    """``nvvfx.effects.base.Effect``: the base of every effect, with its life cycle and stream behaviour.
+
+    ``VideoSuperRes``, ``VideoFrameGeneration`` and ``TrueHDR`` derive from it; a program makes a filter of its
+    own by subclassing it with ``_SELECTOR`` naming the SDK filter (``class ArtifactReduction(Effect):
+    _SELECTOR = "ArtifactReduction"``), then ``fx.load()``, ``fx.run(frame, stream_ptr=s)``, ``fx.close()``.
+    The base class gives ``load()``, ``run()``, ``close()``, ``is_loaded``, ``needs_reload``, the context
+    manager and the SDK's stream behaviour (:mod:`streamsafe.testing.effects`): the input taken with
+    ``__dlpack__()`` and no stream, the work on ``stream_ptr``, RGB8 output converted on stream 0, one output
+    buffer the next ``run()`` reuses. The emulation does not know what another filter computes: its ``run()``
+    passes the frame through (RGB8: as 8-bit codes). ``Effect`` itself, or a subclass without ``_SELECTOR``,
+    cannot be made. The constructor also takes the emulation's ``backend=`` (default: the current backend),
+    ``latency_us=``, ``launch_mode=`` and ``host_cost_us=``.
+    """
 
     ImageEncoding: ClassVar[type[ImageEncoding]] = ImageEncoding
     _has_rgb8_conversion: ClassVar[bool] = True
+    _SELECTOR: ClassVar[str | None] = None
+    """The SDK filter the effect runs (the C API's effect selector); each subclass names one."""
 
     def __init__(
         self,
+        device: int = 0,
+        image_encoding: Encoding = ImageEncoding.RGB8,
         *,
-        device: int,
-        image_encoding: Encoding,
-        backend: Backend | None,
-        latency_us: float | Mapping[str, float] | None,
+        backend: Backend | None = None,
+        latency_us: float | Mapping[str, float] | None = None,
         launch_mode: str = "eager",
         host_cost_us: float = 0.0,
     ) -> None:
+        selector = type(self)._SELECTOR
+        if not isinstance(selector, str) or not selector:
+            raise NvVFXConfigError(
+                self._name, "_SELECTOR", selector,
+                "must name the SDK filter the effect runs (a non-empty string): Effect is a base class; subclass it "
+                'and set _SELECTOR, e.g. class ArtifactReduction(Effect): _SELECTOR = "ArtifactReduction"',
+            )
+        self._reload_pending = False
+        """Whether a setting changed since the last load (:attr:`needs_reload`)."""
         self._device = positive_int(self._name, "device", device, 0, 1024)
         self._encoding = self._check_encoding(image_encoding)
         self._backend = backend
@@ -146,6 +158,7 @@ class EffectBase:
         value = self._check_encoding(value)
         if value != self._encoding:
             self._release_output("encoding change")
+            self._reload_pending = True
         self._encoding = value
         self._steady = None
 
@@ -201,6 +214,13 @@ class EffectBase:
         return self._loaded and not self._closed
 
     @property
+    def needs_reload(self) -> bool:
+        """Whether a setting (a size, the quality, the mode, the encoding, a tunable) changed since ``load()``: the
+        next ``run()`` loads again first, with the new settings checked then (``load()`` does it now). ``False``
+        before the first ``load()`` and after ``close()`` (the emulation's reading; read-only)."""
+        return self._reload_pending and self._loaded and not self._closed
+
+    @property
     def engine(self) -> Engine:
         """Where the stages run: CuPy kernels on a GPU, or the model (made at first use; read-only)."""
         if self._engine is None:
@@ -210,20 +230,26 @@ class EffectBase:
     def load(self) -> None:
         """Validate the configuration and get ready to run. Does not block on GPU work."""
         if self._closed:
-            raise EffectStateError(self._name, "load", "closed", "Create a new effect.")
+            raise NvVFXStateError(self._name, "load", "closed", "Create a new effect.")
         self._validate_config()
         backend = self.engine.backend
         count = backend.device_count() if backend is not None else None
         if count is not None and self._device >= count:
-            raise EffectConfigError(
+            raise NvVFXConfigError(
                 self._name, "device", self._device,
                 f"the backend it runs on ({backend.name}) has {count} device(s), 0 to {count - 1}: make the effect with "
                 f"device=0..{count - 1}, or a model with more devices (SimBackend(devices={self._device + 1}))",
             )
         self._loaded = True
+        self._reload_pending = False
 
     def _validate_config(self) -> None:
         pass
+
+    def _changed(self, old: Any, new: Any) -> None:
+        """A setting went from ``old`` to ``new``: when they differ, the next ``run()`` loads again."""
+        if old != new:
+            self._reload_pending = True
 
     def close(self) -> None:
         """Release the SDK buffers. Blocks the host until the SDK's own work is done, but orders
@@ -244,7 +270,7 @@ class EffectBase:
         """Whether ``close()`` was called (a closed effect refuses every call)."""
         return self._closed
 
-    def __enter__(self) -> EffectBase:
+    def __enter__(self) -> Effect:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -254,9 +280,24 @@ class EffectBase:
 
     def _check_ready(self, call: str) -> None:
         if self._closed:
-            raise EffectStateError(self._name, call, "closed", "Create a new effect; a closed one cannot run.")
+            raise NvVFXStateError(self._name, call, "closed", "Create a new effect; a closed one cannot run.")
         if not self._loaded:
-            raise EffectStateError(self._name, call, "not loaded", f"Call {self._name}.load() before {call}().")
+            raise NvVFXStateError(self._name, call, "not loaded", f"Call {self._name}.load() before {call}().")
+        if self._reload_pending:  # a setting changed since load(): load again (the checks; no GPU work)
+            self._validate_config()
+            self._reload_pending = False
+
+    def run(self, input_array: Any, *, non_blocking: bool = False, stream_ptr: int = 0) -> EffectOutput:
+        """Run the filter on one frame (RGB8: float32 ``(3, H, W)`` in [0, 1]; RGB10A2: packed uint32 ``(H, W)``) and
+        return an :class:`EffectOutput` of the input's shape. The emulation passes the frame through. Blocks the
+        host only with ``non_blocking=False`` (until inference ends); orders nothing after the output."""
+        self._check_ready("run")
+        arr = self._acquire(input_array, "input_array")
+        h, w = self._check_image("input_array", arr, self._encoding)
+        rgb10 = self._encoding is ImageEncoding.RGB10A2
+        shape = (h, w) if rgb10 else (3, h, w)
+        return EffectOutput(self._run_stages([arr], K.pass_through, shape, stream_ptr=stream_ptr, non_blocking=non_blocking,
+                                             graph_key=("effect", type(self)._SELECTOR, rgb10)))
 
     def _acquire(self, obj: Any, what: str) -> Any:
         """Take an input as the SDK does: ``__dlpack__()`` with no stream; then import it zero-copy
@@ -267,7 +308,7 @@ class EffectBase:
         shape, dtype = (array.shape, array.dtype) if type(array) is TakenInput else self.engine.shape_dtype(array)
         if encoding is ImageEncoding.RGB8:
             if len(shape) != 3 or shape[0] != 3 or dtype != np.float32:
-                raise EffectConfigError(
+                raise NvVFXConfigError(
                     self._name,
                     what,
                     f"shape {shape}, dtype {dtype}",
@@ -276,7 +317,7 @@ class EffectBase:
             h, w = shape[1], shape[2]
         else:
             if len(shape) != 2 or dtype != np.uint32:
-                raise EffectConfigError(
+                raise NvVFXConfigError(
                     self._name,
                     what,
                     f"shape {shape}, dtype {dtype}",
@@ -284,7 +325,7 @@ class EffectBase:
                 )
             h, w = shape
         if not (16 <= h <= 8192 and 16 <= w <= 8192):
-            raise EffectConfigError(
+            raise NvVFXConfigError(
                 self._name,
                 what,
                 f"{w}x{h}",
@@ -386,7 +427,7 @@ class EffectBase:
         ``launch_mode="graph"`` on the GPU, the stages are replayed as CUDA graphs.
         """
         if type(stream_ptr) is not int and (isinstance(stream_ptr, bool) or not isinstance(stream_ptr, numbers.Integral)):
-            raise EffectConfigError(
+            raise NvVFXConfigError(
                 self._name, "stream_ptr", stream_ptr,
                 "must be the stream's handle as an int, as the SDK takes it (a stream object is not accepted); pass "
                 "e.g. torch.cuda.current_stream().cuda_stream or cupy.cuda.get_current_stream().ptr",
@@ -405,12 +446,12 @@ class EffectBase:
                 shape, dtype = eng.shape_dtype(arr)
                 buf = self._internal_buffer(_INPUT_NAMES[i], shape, dtype)
                 eng.delay(s, self._latency["transfer"])
-                eng.launch(s, f"{self._name}.transfer", _copy, [eng.as_array(arr)], [buf])
+                eng.launch(s, f"{self._name}.transfer", K.copy_into, [eng.as_array(arr)], [buf])
                 staged.append(buf)  # (from here on, the SDK stream has work of the SDK's own)
             eng.delay(s, self._latency["inference"])
             if rgb8:
                 result = self._internal_buffer("rgb8 result", out_shape, np.uint8)
-                eng.launch(s, f"{self._name}.inference", lambda xp, r, w: _to_rgb8_into(xp, infer(xp, r), w[0]), staged, [result])
+                eng.launch(s, f"{self._name}.inference", lambda xp, r, w: K.to_rgb8_into(xp, infer(xp, r), w[0]), staged, [result])
                 if not non_blocking:
                     eng.host_wait(s)
                 out = self._output_buffer(out_shape, np.float32)
@@ -420,7 +461,7 @@ class EffectBase:
                 self._mark_own_work([s, legacy] if s != legacy else [s])
             else:
                 out = self._output_buffer(out_shape, np.uint32)
-                eng.launch(s, f"{self._name}.inference", lambda xp, r, w: _assign(w[0], infer(xp, r)), staged, [out])
+                eng.launch(s, f"{self._name}.inference", lambda xp, r, w: K.assign(w[0], infer(xp, r)), staged, [out])
                 if not non_blocking:
                     eng.host_wait(s)
                 self._mark_own_work([s])
@@ -506,9 +547,9 @@ class EffectBase:
         def inference(c: Any) -> None:
             eng.delay(c, infer_us)
             if result is not None:
-                eng.launch(c, f"{self._name}.inference", lambda xp, r, w: _to_rgb8_into(xp, infer(xp, r), w[0]), staged, [result])
+                eng.launch(c, f"{self._name}.inference", lambda xp, r, w: K.to_rgb8_into(xp, infer(xp, r), w[0]), staged, [result])
             else:
-                eng.launch(c, f"{self._name}.inference", lambda xp, r, w: _assign(w[0], infer(xp, r)), staged, [out])
+                eng.launch(c, f"{self._name}.inference", lambda xp, r, w: K.assign(w[0], infer(xp, r)), staged, [out])
 
         def conversion(c: Any) -> None:
             eng.delay(c, convert_us)
@@ -572,18 +613,3 @@ def _dtype_str(dtype: Any) -> str:
     if found is None:
         found = _DTYPE_STRS[dtype] = np.dtype(dtype).str
     return found
-
-
-def _copy(xp: Any, reads: Sequence[Any], writes: Sequence[Any]) -> None:
-    writes[0][...] = reads[0]
-
-
-def _assign(dst: Any, value: Any) -> None:
-    dst[...] = value
-
-
-def _to_rgb8_into(xp: Any, rgb: Any, dst: Any) -> None:
-    if getattr(xp, "__name__", "") == "cupy":
-        K._cupy_kernel(xp, "to_rgb8")(rgb, dst)  # straight into the internal buffer: one kernel
-    else:
-        dst[...] = K.to_rgb8(xp, rgb)

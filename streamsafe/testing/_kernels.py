@@ -18,7 +18,11 @@ from typing import Any
 __all__ = [
     "resize_bilinear",
     "to_rgb8",
+    "to_rgb8_into",
     "from_rgb8",
+    "copy_into",
+    "assign",
+    "pass_through",
     "pack_rgb10a2",
     "unpack_rgb10a2",
     "blend",
@@ -110,6 +114,29 @@ def to_rgb8(xp: Any, rgb: Any) -> Any:
     return xp.rint(xp.clip(rgb, 0.0, 1.0) * 255.0).astype(xp.uint8)
 
 
+def to_rgb8_into(xp: Any, rgb: Any, dst: Any) -> None:
+    """:func:`to_rgb8` written into ``dst`` (the SDK's internal 8-bit buffer); on CuPy, one kernel."""
+    if _is_cupy(xp):
+        _cupy_kernel(xp, "to_rgb8")(rgb, dst)
+    else:
+        dst[...] = to_rgb8(xp, rgb)
+
+
+def copy_into(xp: Any, reads: Any, writes: Any) -> None:
+    """The transfer stage: ``writes[0] = reads[0]``."""
+    writes[0][...] = reads[0]
+
+
+def assign(dst: Any, value: Any) -> None:
+    """``dst[...] = value`` (a stage's result into its buffer)."""
+    dst[...] = value
+
+
+def pass_through(xp: Any, staged: Any) -> Any:
+    """The inference of a filter the emulation does not know (an ``Effect`` subclass): its staged input as it is."""
+    return staged[0]
+
+
 def from_rgb8(xp: Any, u8: Any, out: Any) -> None:
     """The RGB8 output conversion (the stage that runs on stream 0): ``out = u8 / 255``."""
     if _is_cupy(xp):
@@ -131,13 +158,16 @@ def unpack_rgb10a2(xp: Any, packed: Any) -> Any:
     return xp.stack(channels).astype(xp.float32) / xp.float32(1023.0)
 
 
-def blend(xp: Any, previous: Any, current: Any, timestep: float, shot_change_detection: bool) -> Any:
+def blend(xp: Any, previous: Any, current: Any, timestep: float, shot_change_detection: bool, shot_change: bool = False) -> Any:
     """Frame generation: ``(1 - t) * previous + t * current``.
 
     With shot-change detection, when the mean absolute difference of the two frames
     exceeds 0.25 (a cut), the nearer input frame is repeated instead of blending.
-    Decided on the device: no host wait.
+    Decided on the device: no host wait. ``shot_change`` (the caller says there is a cut)
+    repeats the nearer frame whatever the frames hold.
     """
+    if shot_change:
+        return (current if timestep >= 0.5 else previous).astype(xp.float32)
     t = xp.float32(timestep)
     mixed = (xp.float32(1) - t) * previous + t * current
     if not shot_change_detection:

@@ -44,10 +44,20 @@ sample programs use it; where they say nothing the emulation chooses, and says s
   refused here with that fix. ``Mode``: LOW 0, MEDIUM 1, HIGH 2 (same page; samples' ``--mode``).
 * TrueHDR tunables: contrast and saturation [0, 200], middle_gray [10, 100], luminance
   [400, 2000] nits, debanding_off 0 or 1 (the samples' README).
-* Invalid values raise :class:`~streamsafe.EffectConfigError` (a ``ValueError``, as the wheel
-  raises for out-of-range tunables); calls in the wrong state raise
-  :class:`~streamsafe.EffectStateError` (a ``RuntimeError``). Each message names the value,
-  the rule and the fix.
+* Invalid values raise :class:`~streamsafe.testing.NvVFXConfigError`, calls in the wrong state
+  :class:`~streamsafe.testing.NvVFXStateError`: both are ``nvvfx.NvVFXError`` (what the bindings
+  raise for SDK failures) and streamsafe's :class:`~streamsafe.errors.EffectConfigError` (a
+  ``ValueError``) or :class:`~streamsafe.errors.EffectStateError` (a ``RuntimeError``), so either
+  ``except`` catches them. Each message names the value, the rule and the fix.
+* The layout of the package (nvvfx 0.2's API reference, and the code that uses it): the effects,
+  ``QualityLevel``, ``ImageEncoding``, ``Mode``, ``NvVFXError`` and ``get_sdk_version()`` at the top;
+  the ``nvvfx.effects`` package with ``QualityLevel``, ``nvvfx.effects.base`` (:class:`Effect`, the
+  base of every effect, which a program subclasses with a ``_SELECTOR`` for another filter) and
+  ``nvvfx.effects.video_super_res``. Chosen where the documentation says nothing: ``needs_reload``
+  is read-only and a changed setting is applied by the next ``run()`` (which loads again first);
+  ``shot_change=True`` repeats the nearer input; ``get_sdk_version()`` returns
+  ``"0.0.0+streamsafe"``; a filter the emulation does not know passes the frame through; the
+  selectors of the three effects are their class names.
 
 The effects live in their own modules (:mod:`streamsafe.testing.super_res`,
 :mod:`streamsafe.testing.frame_generation`, :mod:`streamsafe.testing.true_hdr`, their shared
@@ -56,12 +66,20 @@ base in ``streamsafe.testing._effect``); this module gathers their public names.
 
 from __future__ import annotations
 
-from ._effect import STAGES, ImageEncoding
+from ._effect import STAGES, Effect, EffectOutput, ImageEncoding
+from ._errors import SDK_VERSION, NvVFXConfigError, NvVFXError, NvVFXStateError, get_sdk_version
 from .frame_generation import Mode, VideoFrameGeneration, VideoFrameGenerationOutput
 from .super_res import INPUT_LIMITS, SAME_RESOLUTION_QUALITIES, QualityLevel, VideoSuperRes, VideoSuperResOutput
 from .true_hdr import TrueHDR, TrueHDROutput
 
 __all__ = [
+    "Effect",
+    "EffectOutput",
+    "NvVFXError",
+    "NvVFXConfigError",
+    "NvVFXStateError",
+    "SDK_VERSION",
+    "get_sdk_version",
     "ImageEncoding",
     "QualityLevel",
     "Mode",

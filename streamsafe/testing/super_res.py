@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..backend import Backend
-from ..errors import EffectConfigError, EffectStateError
 from . import _kernels as K
-from ._effect import MIN_SIDE, EffectBase, Encoding, ImageEncoding, member_of, positive_int
+from ._effect import MIN_SIDE, Effect, EffectOutput, Encoding, ImageEncoding
+from ._errors import NvVFXConfigError, NvVFXStateError, member_of, positive_int
 
 __all__ = ["QualityLevel", "SAME_RESOLUTION_QUALITIES", "INPUT_LIMITS", "VideoSuperRes", "VideoSuperResOutput"]
 
@@ -56,7 +56,7 @@ INPUT_LIMITS: dict[int, tuple[int, int]] = {1: (3840, 2160), 2: (3840, 2160), 3:
 
 
 @dataclass(frozen=True)
-class VideoSuperResOutput:
+class VideoSuperResOutput(EffectOutput):
     image: Any
     """A raw DLPack capsule of the SDK-owned output buffer: RGB8, float32 ``(3, OH, OW)`` holding k / 255 for 8-bit codes
     k (the SDK converts to 8 bits on stream 0, then hands the codes back as floats); RGB10A2, uint32 ``(OH, OW)`` packed
@@ -67,7 +67,7 @@ class VideoSuperResOutput:
 _Quality = QualityLevel  # for annotations inside the class, which re-exports the enum as an attribute
 
 
-class VideoSuperRes(EffectBase):
+class VideoSuperRes(Effect):
     """Emulated ``nvvfx.VideoSuperRes``: bilinear upscaling with the SDK's stream behaviour.
 
     Input: float32 ``(3, H, W)`` RGB in [0, 1] on the effect's device (any DLPack producer; taken with
@@ -81,6 +81,7 @@ class VideoSuperRes(EffectBase):
     """
 
     QualityLevel: ClassVar[type[QualityLevel]] = QualityLevel
+    _SELECTOR = "VideoSuperRes"
 
     def __init__(
         self,
@@ -111,8 +112,10 @@ class VideoSuperRes(EffectBase):
     @quality.setter
     def quality(self, value: _Quality) -> None:
         """Changeable between runs; the scale rules are checked at ``load()`` and each ``run()``."""
-        self._quality = member_of(self._name, "quality", QualityLevel, value,
-                                  "pass a member, e.g. VideoSuperRes.QualityLevel.HIGH or VideoSuperRes.QualityLevel['DENOISE_HIGH']")
+        quality = member_of(self._name, "quality", QualityLevel, value,
+                            "pass a member, e.g. VideoSuperRes.QualityLevel.HIGH or VideoSuperRes.QualityLevel['DENOISE_HIGH']")
+        self._changed(getattr(self, "_quality", quality), quality)
+        self._quality = quality
 
     @property
     def strength(self) -> float:
@@ -122,9 +125,10 @@ class VideoSuperRes(EffectBase):
     @strength.setter
     def strength(self, value: float) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-            raise EffectConfigError(
+            raise NvVFXConfigError(
                 self._name, "strength", value, "must be a number in [0.0, 1.0]; 1.0 is the full effect, lower values weaken it"
             )
+        self._changed(getattr(self, "_strength", float(value)), float(value))
         self._strength = float(value)
 
     input_width = property(lambda self: self._in[0], lambda self, v: self._set_dim(self._in, 0, "input_width", v),
@@ -140,11 +144,12 @@ class VideoSuperRes(EffectBase):
         value = positive_int(self._name, name, value, MIN_SIDE, 16384, "; pass a pixel count in that range")
         if output and dims[i] is not None and dims[i] != value:
             self._release_output("output-size change")
+        self._changed(dims[i], value)
         dims[i] = value
 
     def _validate_config(self) -> None:
         if self._out[0] is None or self._out[1] is None:
-            raise EffectStateError(
+            raise NvVFXStateError(
                 self._name, "load", "missing its output size", "Set output_width and output_height before load()."
             )
         if self._in[0] is not None and self._in[1] is not None:  # known early: check the scale rules now
@@ -159,7 +164,7 @@ class VideoSuperRes(EffectBase):
         size = f"{ow}x{oh}"
         if q in SAME_RESOLUTION_QUALITIES:
             if (ow, oh) != (w, h):
-                raise EffectConfigError(
+                raise NvVFXConfigError(
                     self._name,
                     "output size",
                     size,
@@ -168,7 +173,7 @@ class VideoSuperRes(EffectBase):
                 )
         else:
             if not (w <= ow <= 4 * w and h <= oh <= 4 * h):
-                raise EffectConfigError(
+                raise NvVFXConfigError(
                     self._name,
                     "output size",
                     size,
@@ -177,7 +182,7 @@ class VideoSuperRes(EffectBase):
                 )
             if (ow, oh) == (w, h):
                 level = q.name.split("_")[-1] if q.name.endswith(("LOW", "MEDIUM", "HIGH", "ULTRA")) else "HIGH"
-                raise EffectConfigError(
+                raise NvVFXConfigError(
                     self._name,
                     "output size",
                     size,
@@ -191,7 +196,7 @@ class VideoSuperRes(EffectBase):
         if max(w, h) > long_max or min(w, h) > short_max:
             larger = [f"{k}x up to {v[0]}x{v[1]}" for k, v in INPUT_LIMITS.items() if k != 1 and v[0] > long_max]
             hint = f" ({', '.join(larger)})" if larger else ""
-            raise EffectConfigError(
+            raise NvVFXConfigError(
                 self._name,
                 "input size",
                 f"{w}x{h}",
@@ -206,7 +211,7 @@ class VideoSuperRes(EffectBase):
         arr = self._acquire(input_array, "input_array")
         h, w = self._check_image("input_array", arr, self._encoding)
         if (self._in[0] is not None and self._in[0] != w) or (self._in[1] is not None and self._in[1] != h):
-            raise EffectConfigError(
+            raise NvVFXConfigError(
                 self._name,
                 "input_array",
                 f"{w}x{h}",

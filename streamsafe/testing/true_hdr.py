@@ -10,15 +10,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..backend import Backend
-from ..errors import EffectConfigError
 from . import _kernels as K
-from ._effect import EffectBase, Encoding, ImageEncoding, positive_int
+from ._effect import Effect, EffectOutput, Encoding, ImageEncoding
+from ._errors import NvVFXConfigError, positive_int
 
 __all__ = ["TrueHDR", "TrueHDROutput"]
 
 
 @dataclass(frozen=True)
-class TrueHDROutput:
+class TrueHDROutput(EffectOutput):
     image: Any
     """A raw DLPack capsule of the SDK-owned RGB10A2 output buffer: uint32 ``(H, W)``, each pixel packed R10G10B10A2
     (bits 0-9 red, 10-19 green, 20-29 blue: 10-bit PQ-coded values; bits 30-31 alpha, 3). Unpack a copy with
@@ -26,7 +26,7 @@ class TrueHDROutput:
 
 
 
-class TrueHDR(EffectBase):
+class TrueHDR(Effect):
     """Emulated ``nvvfx.TrueHDR``: SDR float RGB to PQ-coded RGB10A2; no RGB8 conversion stage.
 
     Input: float32 ``(3, H, W)`` SDR RGB in [0, 1] (clamped; NaN reads as 0). ``run(x, stream_ptr=s)`` runs
@@ -35,6 +35,7 @@ class TrueHDR(EffectBase):
     """
 
     _has_rgb8_conversion = False
+    _SELECTOR = "TrueHDR"
     _RANGES: ClassVar[dict[str, tuple[int, int]]] = {
         "contrast": (0, 200),
         "saturation": (0, 200),
@@ -80,7 +81,7 @@ class TrueHDR(EffectBase):
     @image_encoding.setter
     def image_encoding(self, value: Encoding) -> None:
         if self._check_encoding(value) is not ImageEncoding.RGB10A2:
-            raise EffectConfigError(
+            raise NvVFXConfigError(
                 "TrueHDR", "image_encoding", value, "TrueHDR output is always RGB10A2 (its input is RGB8 float32); leave it"
             )
 
@@ -90,6 +91,8 @@ class TrueHDR(EffectBase):
             if name == "debanding_off" and isinstance(value, bool):
                 value = int(value)  # chosen: a bool is taken as 0/1 (the samples pass 0 or 1)
             value = positive_int("TrueHDR", name, value, lo, hi, f"; {TrueHDR._MEANING[name]}")
+            if name in self.__dict__:
+                self._changed(self.__dict__[name], value)
         super().__setattr__(name, value)
 
     def run(self, rgb_input: Any, *, non_blocking: bool = False, stream_ptr: int = 0) -> TrueHDROutput:
