@@ -2,9 +2,11 @@
 
 Backends, the emulated effects and contracts report what they do (fences, event records
 and waits, host synchronisations, kernels, releases, the input writes a contract sees and
-the output reads it hands out) to every registered :class:`Observer`. Sanitize mode is one
-such observer: a happens-before model that mirrors the real calls. Nothing here imports a
-backend, so the CUDA backend knows of observers, never of the model.
+the output reads it hands out) to every registered :class:`Observer`; while sanitize mode is on,
+so do the program's own host waits and event calls made through torch, CuPy and ``cuda.bindings``
+(:mod:`streamsafe.sim.sync_hooks` wraps them). Sanitize mode is one such observer: a happens-before
+model that mirrors the real calls. Nothing here imports a backend, so the CUDA backend knows of
+observers, never of the model.
 
 The registry is process-wide: a tuple replaced on every change, read without a lock, so the
 hot path costs one global load and a truth test (``if hooks.observers:``). Every callback runs
@@ -24,7 +26,9 @@ class Observer:
     """Base class: every callback is a no-op; override the ones you need.
 
     ``stream`` arguments are :class:`~streamsafe.streams.Stream` values; ``key`` arguments
-    identify device memory (a data pointer, or the model's buffer); events are the backend's own.
+    identify device memory (a data pointer, or the model's buffer); events are the backend's own, or
+    for the program's own event calls a key with the event's ``device`` and ``handle``
+    (:class:`streamsafe.sim.sync_hooks.EventKey`).
     """
 
     def on_fence(self, waiter: Any, signaller: Any) -> None:

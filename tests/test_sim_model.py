@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import streamsafe as ss
 from streamsafe import hooks
-from streamsafe.sim import mirror
+from streamsafe.sim import mirror, sync_hooks
 from streamsafe.backend import _held
 from streamsafe.backend import cuda as cuda_backend
 from streamsafe.backend._pool import EventPool
@@ -551,6 +551,7 @@ def test_environment_sanitize_registers_one_shadow(monkeypatch: pytest.MonkeyPat
         assert [o for o in hooks.observers if isinstance(o, mirror.Mirror)] == [first]
     finally:
         hooks.unregister(first)
+        sync_hooks.release()  # (the process's hold on the program's sync wrappers, taken once)
 
 
 def test_the_cuda_backend_imports_nothing_of_the_model() -> None:

@@ -6,7 +6,10 @@
   :mod:`~streamsafe.sim.memory` (:class:`SimBuffer`, :class:`SimArray`, :class:`SimCapsule`);
 * :mod:`~streamsafe.sim.schedule`: which ready operation runs next (in order, random, adversarial);
 * :mod:`~streamsafe.sim.clocks` and :mod:`~streamsafe.sim.races`: happens-before and race reports;
-* :mod:`~streamsafe.sim.mirror`: the model fed by hooks from real GPU calls (sanitize mode).
+* :mod:`~streamsafe.sim.mirror`: the model fed by hooks from real GPU calls (sanitize mode), which also
+  hears of torch's ops (:mod:`~streamsafe.sim.torch_observer`) and of the program's own host
+  synchronisations and event calls (:mod:`~streamsafe.sim.sync_hooks`, wrapped by
+  :mod:`~streamsafe.sim.patching` while sanitize mode is on).
 
 Nothing here needs a GPU, and the CUDA backend imports nothing of it. Importing it registers the
 model as the backend used where no GPU is present (:func:`streamsafe.backend.register_fallback`) and

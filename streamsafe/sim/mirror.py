@@ -7,8 +7,9 @@ producer write a contract sees at ``run()`` and every consumer import of a contr
 output is mirrored into a :class:`~streamsafe.sim.SimBackend` whose only job is its vector
 clocks. A missing fence raises :class:`~streamsafe.RaceError` naming both accesses, whether
 or not timing corrupted the data; a read of released memory raises a use-after-free report
-(H7). It sees only what goes through streamsafe: a bare ``torch.cuda.synchronize()`` is
-invisible to it.
+(H7). Besides what goes through streamsafe, it hears of torch's ops on the memory it tracks
+(:mod:`~streamsafe.sim.torch_observer`) and of the program's own host synchronisations and event
+calls through torch, CuPy and ``cuda.bindings`` (:mod:`~streamsafe.sim.sync_hooks`).
 
 Memory is identified by its key (a device pointer): a *write* to a key whose mirror was
 released starts a new allocation at that address (allocators hand addresses out again), so
@@ -22,6 +23,7 @@ import weakref
 from typing import Any
 
 from .. import hooks
+from . import sync_hooks
 from .schedule import InOrderScheduler
 from .backend import SimArray, SimBackend, SimBuffer
 from .._dlpack import array_key, capsule_data_key
@@ -47,6 +49,7 @@ def enable_from_environment() -> Mirror:
     with _env_lock:
         if _ENV_MIRROR is None:
             _ENV_MIRROR = Mirror()
+            sync_hooks.acquire()  # (for the process's life, as the mirror)
             hooks.register(_ENV_MIRROR)
             from .torch_observer import observe_torch
 
@@ -156,6 +159,7 @@ class Mirror(hooks.Observer):
     def on_launch(self, stream: Any, name: str, reads: list[Any], writes: list[Any], device: int) -> None:
         if _is_model(stream):
             return  # a SimBackend's own work: the model already sees the real accesses
+        sync_hooks.refresh()  # (a framework the program imported since sanitize mode was turned on)
         with self._lock:
             read_mirrors = [self.buffer(k, device) for k in reads if k is not None]
             write_mirrors = [self._reallocated(k, device) for k in writes if k is not None]
@@ -177,6 +181,7 @@ class Mirror(hooks.Observer):
     def on_input_write(self, key: Any, producer: Any, device: int) -> None:
         if key is None or isinstance(key, SimBuffer) or producer is None or _is_model(producer):
             return
+        sync_hooks.refresh()
         if key in self._seen_writes:
             return  # its producer reports its own writes (a lab, an instrumented kernel): no assumed write
         with self._lock:

@@ -7,9 +7,11 @@ It lives with the model (:mod:`streamsafe.sim`): the core knows only :mod:`strea
 On the GPU, a happens-before model (a :class:`streamsafe.hooks.Observer`, registered for
 the block) mirrors every fence, event, synchronisation, emulated-effect stage and release
 issued through streamsafe, the input writes a contract sees and every import of a
-contract's output; a read of released memory is reported too (H7); and, where torch runs on CUDA,
+contract's output; a read of released memory is reported too (H7); where torch runs on CUDA,
 the torch ops of the thread that entered the block on that memory, on whichever stream they run
-(:mod:`streamsafe.sim.torch_observer`). On the simulated
+(:mod:`streamsafe.sim.torch_observer`); and the program's own host synchronisations and event
+records and waits made through torch, CuPy and ``cuda.bindings`` (:mod:`streamsafe.sim.sync_hooks`:
+``stream.synchronize()`` before a ``run()`` orders the producer's writes before it). On the simulated
 backend, the model itself raises instead of recording. ``STREAMSAFE_SANITIZE=1`` turns it
 on for the whole process.
 The mirror costs host time; it is for tests and debugging.
@@ -23,7 +25,7 @@ from typing import Any
 
 from .. import hooks
 from ..backend import Backend, current_backend, require_backend
-from . import mirror
+from . import mirror, sync_hooks
 from .backend import SimBackend
 from .engine import sanitize_everywhere
 from .torch_observer import observe_torch
@@ -44,7 +46,7 @@ def sanitize(backend: Backend | None = None) -> Iterator[mirror.Mirror | SimBack
         require_backend(backend, "sanitize()")
     if backend is None:
         model = mirror.Mirror()
-        with sanitize_everywhere(), _torch_observed(model):
+        with sanitize_everywhere(), _torch_observed(model), sync_hooks.observing():
             hooks.register(model)
             try:
                 current = current_backend()
@@ -62,7 +64,7 @@ def sanitize(backend: Backend | None = None) -> Iterator[mirror.Mirror | SimBack
             be.on_race = saved
         return
     model = mirror.Mirror()
-    with _torch_observed(model):
+    with _torch_observed(model), sync_hooks.observing():
         hooks.register(model)
         try:
             yield model

@@ -6,16 +6,16 @@ memory (a copy of a zero-copy view on a second stream, a producer rewriting an i
 not declare) does not go through streamsafe. :class:`TorchAccesses` is a
 ``torch.utils._python_dispatch.TorchDispatchMode``, as PyTorch's own CUDA sanitizer uses: while sanitize
 mode is on, every torch op on a CUDA tensor whose memory the mirror tracks is reported to it as a launch
-on torch's current stream, reading its inputs and writing what the op's schema says it writes; torch's
-own event records and waits and ``Stream.wait_stream`` are reported too, so a fence the program made
-itself orders what it orders. Nothing is installed outside sanitize mode (no cost then); only the thread
-that entered sanitize mode is observed (torch's dispatch modes are per thread).
+on torch's current stream, reading its inputs and writing what the op's schema says it writes. torch's
+own event records and waits, ``Stream.wait_stream`` and host synchronisations are no ops: they are seen by
+:mod:`streamsafe.sim.sync_hooks`, so a fence or a wait the program made itself orders what it orders.
+Nothing is installed outside sanitize mode (no cost then); only the thread that entered sanitize mode is
+observed (torch's dispatch modes are per thread).
 """
 
 from __future__ import annotations
 
 import sys
-import weakref
 from typing import Any
 
 from ..backend.naming import as_stream
@@ -33,8 +33,7 @@ def observe_torch(mirror: Any) -> Any:
 
 
 class TorchAccesses:
-    """Reports torch ops on tracked CUDA memory, and torch's event records, waits and stream waits, to a
-    mirror, while entered. See the module docstring."""
+    """Reports torch ops on tracked CUDA memory to a mirror, while entered. See the module docstring."""
 
     def __init__(self, torch: Any, mirror: Any) -> None:
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -50,20 +49,13 @@ class TorchAccesses:
                 return func(*args, **kwargs)
 
         self._mode = _Mode()
-        self._saved: list[tuple[Any, str, Any]] = []
 
     def __enter__(self) -> TorchAccesses:
-        self._patch_events()
         self._mode.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        try:
-            self._mode.__exit__(*exc)
-        finally:
-            for owner, name, original in reversed(self._saved):
-                setattr(owner, name, original)
-            self._saved.clear()
+        self._mode.__exit__(*exc)
 
     # -- torch ops --------------------------------------------------------------------------------------
 
@@ -103,68 +95,3 @@ class TorchAccesses:
         from ..backend import current_backend
 
         return current_backend()
-
-    # -- torch's own fences -----------------------------------------------------------------------------
-
-    def _patch_events(self) -> None:
-        torch = self._torch
-        mirror = self._mirror
-        Event, Stream = torch.cuda.Event, torch.cuda.Stream
-        observer = self
-
-        def stream_of(s: Any) -> Any:
-            return as_stream(s if s is not None else torch.cuda.current_stream(), backend=observer._mirror_backend())
-
-        def record(event: Any, stream: Any = None) -> Any:
-            mirror.on_record(_Key(event), stream_of(stream))
-            return original_record(event, stream)
-
-        def wait(event: Any, stream: Any = None) -> Any:
-            mirror.on_wait(stream_of(stream), _Key(event))
-            return original_wait(event, stream)
-
-        def synchronize(event: Any) -> Any:
-            result = original_sync(event)
-            mirror.on_event_complete(_Key(event))
-            return result
-
-        def wait_stream(stream: Any, other: Any) -> Any:
-            mirror.on_fence(stream_of(stream), stream_of(other))
-            return original_wait_stream(stream, other)
-
-        def wait_event(stream: Any, event: Any) -> Any:
-            mirror.on_wait(stream_of(stream), _Key(event))
-            return original_wait_event(stream, event)
-
-        original_record, original_wait, original_sync = Event.record, Event.wait, Event.synchronize
-        original_wait_stream, original_wait_event = Stream.wait_stream, Stream.wait_event
-        for owner, name, new in ((Event, "record", record), (Event, "wait", wait), (Event, "synchronize", synchronize),
-                                 (Stream, "wait_stream", wait_stream), (Stream, "wait_event", wait_event)):
-            self._saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name))))
-            setattr(owner, name, new)
-
-
-_KEYS: dict[int, Any] = {}
-
-
-class _Key:
-    """A torch event as the mirror knows events (one mirrored event per torch event, on its device)."""
-
-    __slots__ = ("device", "__weakref__")
-    device: int
-
-    def __new__(cls, event: Any) -> Any:
-        found = _KEYS.get(id(event))
-        if found is not None and found[0]() is event:
-            return found[1]
-        key = super().__new__(cls)
-        key.device = getattr(getattr(event, "device", None), "index", None) or 0
-        if len(_KEYS) > 4096:
-            for k, (ref, _) in list(_KEYS.items()):
-                if ref() is None:
-                    del _KEYS[k]
-        try:
-            _KEYS[id(event)] = (weakref.ref(event), key)
-        except TypeError:  # (not weakly referenceable: one mirrored event per call, still ordered as recorded)
-            pass
-        return key
