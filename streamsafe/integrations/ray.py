@@ -440,8 +440,13 @@ class UpscalePipeline:
         the start of each clip (and again when Ray retries it on a new worker)."""
         return None
 
+    def copy_out(self, output: Any) -> Any:
+        """The copy of one effect output (a :class:`~streamsafe.SafeOutput`) on the copy stream, made 8-bit
+        ``(H, W, 3)``; the effect's next run waits for it on the device. Does not block."""
+        return self._res.machine.copy_out(output)
+
     def to_host(self, copies: list[Any]) -> Any:
-        """The host copy of one decoder call's frames (``copies``: the copied outputs on the copy stream), as
+        """The host copy of one decoder call's frames (``copies``: what :meth:`copy_out` returned), as
         ``(n, H, W, 3)`` uint8. What it returns is checked with :func:`require_owned`. Blocks the host."""
         return self._res.machine.to_host(copies)
 
@@ -518,7 +523,7 @@ class UpscalePipeline:
         res = self._res
         machine, dc, ec = res.machine, res.decoder_contract, res.effect_contract
         while frames := dc.get_batch_frames(self.frames_per_call):
-            copies = [machine.copy_out(machine.upscale(ec, machine.convert(frame))) for frame in frames]
+            copies = [self.copy_out(machine.upscale(ec, machine.convert(frame))) for frame in frames]
             host = self.to_host(copies)
             require_owned(host, f"{type(self).__name__}.to_host()'s result")
             yield host
