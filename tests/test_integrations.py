@@ -7,6 +7,7 @@ runs the same class on a local Ray cluster.
 from __future__ import annotations
 
 import gc
+import os
 import pickle
 import subprocess
 import sys
@@ -194,3 +195,26 @@ def test_outside_ray_no_gpu_is_assigned(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     assert assigned_gpu() == (0, ())
 
+
+
+# -- examples/ray_upscale.py without Ray (tests/test_ray.py runs it on a cluster) ----------------------------------
+
+
+def _example(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, str(ROOT / "examples" / "ray_upscale.py"), *args], capture_output=True,
+                          text=True, env=env, timeout=120, cwd=cwd)
+
+
+def test_the_example_without_ray_checks_every_frame_and_the_check_can_fail(tmp_path: Path) -> None:
+    args = ("--no-ray", "--verify", "--clips", "2", "--frames", "9", "-i", str(tmp_path / "in"), "--no-encode")
+    result = _example(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "made 2 test clips" in result.stdout and "verify: 0 of 18 frames wrong" in result.stdout
+    result = _example(*args, "--strategy", "none", cwd=tmp_path)  # no fences: the same clips come out wrong
+    assert result.returncode == 1 and "verify: 0 of" not in result.stdout, result.stdout + result.stderr
+
+
+def test_the_example_refuses_what_needs_ray_in_one_process(tmp_path: Path) -> None:
+    result = _example("--no-ray", "--kill-once", "clip-0.mp4:1", cwd=tmp_path)
+    assert result.returncode == 2 and "--kill-once need Ray workers" in result.stderr
