@@ -265,11 +265,17 @@ class _Model:
         return (np.clip(np.stack(hosts), 0, 1) * 255 + 0.5).astype(np.uint8).transpose(0, 2, 3, 1).copy()
 
 
-def _machine(device: Device, index: int) -> _Gpu | _Model:
+def _in_ray_actor() -> bool:
+    """Whether this code runs in a Ray actor (a Ray Data worker of a callable class)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+
+
+def _machine(device: Device, index: int, assigned: bool) -> _Gpu | _Model:
     if device not in ("auto", "gpu", "model"):
         raise ss.errors.ArgumentError(f"device={device!r}: expected 'auto', 'gpu' or 'model'")
-    if device == "model":
-        return _Model()
+    if device == "model" or (device == "auto" and not assigned and _in_ray_actor()):
+        return _Model()  # (a Ray worker given no GPU stays off the GPUs Ray gives to others)
     try:
         import torch
 
@@ -321,7 +327,8 @@ class UpscalePipeline:
     ``scale``: output size / input size (1 to 4). ``frames_per_call``: frames a decoder call hands out (the host
     copy is made once per call). ``strategy``: the contracts' (``"none"``, no fences at all, only to see the races;
     it corrupts frames). ``device``: ``"auto"`` (the GPU Ray assigned if torch sees CUDA, else the model), ``"gpu"``
-    or ``"model"``; ``gpu_index`` overrides the CUDA device outside Ray. ``quality``: ``VideoSuperRes``'s
+    or ``"model"`` (a Ray worker given no GPU runs on the model under ``"auto"``); ``gpu_index`` overrides the
+    CUDA device. ``quality``: ``VideoSuperRes``'s
     (default: its own). ``column``: the batch column of clip paths. ``return_frames``: put each clip's frames in
     its row (``"frames"``: ``(N, H, W, 3)`` uint8), default: when :meth:`open_sink` makes no sink.
 
@@ -340,7 +347,7 @@ class UpscalePipeline:
         index, self.gpu_ids = assigned_gpu()
         self.scale, self.frames_per_call, self.column = scale, int(frames_per_call), column
         self.strategy, self.return_frames = strategy, return_frames
-        machine = _machine(device, index if gpu_index is None else gpu_index)
+        machine = _machine(device, index if gpu_index is None else gpu_index, bool(self.gpu_ids))
         self._res = res = _Resources(machine)
         self._finalizer = weakref.finalize(self, _Resources.close, res)
         self.allow_none = strategy == "none"
@@ -389,7 +396,7 @@ class UpscalePipeline:
             before = self._counters()
             meta = self._open(path)
             width, height = meta.width * self.scale, meta.height * self.scale
-            sink = self.open_sink(path, width, height, float(meta.average_fps))
+            sink = self.open_sink(path, width, height, float(getattr(meta, "average_fps", 0) or 30))
             keep = self.return_frames if self.return_frames is not None else sink is None
             kept: list[np.ndarray] = []
             count = 0
@@ -505,7 +512,8 @@ class UpscalePipeline:
         meta = res.decoder.get_stream_metadata()
         width, height = meta.width * self.scale, meta.height * self.scale
         effect = res.effect
-        if (effect.output_width, effect.output_height) != (width, height) or not effect.is_loaded:
+        if (getattr(effect, "output_width", None), getattr(effect, "output_height", None)) != (width, height) \
+                or not effect.is_loaded:
             res.effect_contract.configure(output_width=width, output_height=height)
             effect.load()
         return meta
