@@ -264,8 +264,8 @@ def run_ray(args: argparse.Namespace, clips: list[str], out_dir: str) -> tuple[l
         ds = ray.data.from_items([{"path": p} for p in clips], override_num_blocks=len(clips))
         ds = ds.map_batches(_pipeline_class(), fn_constructor_kwargs=_options(args, out_dir, attempts), batch_size=1,
                             batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=args.workers),
-                            num_gpus=per_worker, num_cpus=args.cpus_per_worker,
-                            max_restarts=-1, max_task_retries=-1)  # (a dead worker is replaced, its clip run again)
+                            num_gpus=per_worker, num_cpus=args.cpus_per_worker)
+        # (Ray Data's workers restart and their tasks retry without limit by default: a dead worker's clip runs again)
         rows: list[dict[str, Any]] = []
         frames: list[int] = []
         with _progress(len(clips)) as bar:
