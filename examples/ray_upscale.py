@@ -63,7 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs each worker asks Ray for")
     parser.add_argument("--address", help="a running Ray cluster ('auto', or HOST:PORT); default: start one here")
     parser.add_argument("--no-ray", action="store_true", help="run the same pipeline in this process, clip after clip")
-    parser.add_argument("--model", action="store_true", help="run on the CUDA ordering model even where there is a GPU")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--gpu", action="store_true", help="run on the GPU (each worker fails without CUDA); default: the GPU "
+                       "where the worker has one, else the model")
+    where.add_argument("--model", action="store_true", help="run on the CUDA ordering model even where there is a GPU")
     parser.add_argument("--no-encode", action="store_true", help="do not encode: count the frames and drop them")
     parser.add_argument("--verify", action="store_true", help="compare every frame with a serial reference; exit 1 on a wrong one")
     parser.add_argument("--json", metavar="FILE", help="write the report (rows, workers, totals) as JSON")
@@ -197,7 +200,7 @@ def _pipeline_class() -> type:
 def _options(args: argparse.Namespace, out_dir: str, attempts: Any) -> dict[str, Any]:
     return {"out_dir": out_dir, "encode": not args.no_encode, "attempts": attempts, "kill_once": args.kill_once,
             "scale": args.scale, "frames_per_call": args.batch, "strategy": args.strategy,
-            "device": "model" if args.model else "auto", "return_frames": args.verify}
+            "device": "model" if args.model else "gpu" if args.gpu else "auto", "return_frames": args.verify}
 
 
 # -- the two ways to run it -----------------------------------------------------------------------------------
@@ -217,8 +220,13 @@ def _done(bar: Any, row: dict[str, Any], frames: list[int]) -> None:
 
 def run_serial(args: argparse.Namespace, clips: list[str], out_dir: str) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The same pipeline in this process, one clip after another (no Ray)."""
+    from streamsafe.errors import BackendUnavailableError
+
     attempts = Attempts()
-    pipeline = _pipeline_class()(**_options(args, out_dir, attempts))
+    try:
+        pipeline = _pipeline_class()(**_options(args, out_dir, attempts))
+    except BackendUnavailableError as e:
+        _unavailable(str(e))
     print(f"no Ray: one pipeline in this process on {pipeline.description}")
     rows: list[dict[str, Any]] = []
     frames: list[int] = []
@@ -251,6 +259,8 @@ def run_ray(args: argparse.Namespace, clips: list[str], out_dir: str) -> tuple[l
             ray.init(num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING)
     try:
         gpus = float(ray.cluster_resources().get("GPU", 0))
+        if args.gpu and not gpus:
+            _unavailable("--gpu: the Ray cluster has no GPUs (run without --gpu to use the model)")
         per_worker = args.gpus_per_worker
         if per_worker is None:
             per_worker = 0.0 if args.model or not gpus else min(1.0, gpus / args.workers)
@@ -289,17 +299,18 @@ def report(rows: list[dict[str, Any]], attempts: dict[str, int], wall: float) ->
     workers: dict[str, dict[str, Any]] = {}
     for row in rows:
         w = workers.setdefault(str(row["worker"]), {"gpu": str(row["gpu"]) or "-", "device": str(row["device"]),
-                                                    "clips": 0, "frames": 0, "seconds": 0.0, **dict.fromkeys(STATS, 0)})
+                                                    "setup": float(row["setup_seconds"]), "clips": 0, "frames": 0,
+                                                    "seconds": 0.0, **dict.fromkeys(STATS, 0)})
         w["clips"] += 1
         w["frames"] += int(row["num_frames"])
         w["seconds"] += float(row["seconds"])
         for k in STATS:
             w[k] += int(row[k])
-    print(f"{'worker':<24}{'gpu':>5}{'device':>8}{'clips':>7}{'frames':>8}{'busy s':>9}{'fps':>8}"
+    print(f"{'worker':<24}{'gpu':>5}{'device':>8}{'setup s':>9}{'clips':>7}{'frames':>8}{'busy s':>9}{'fps':>8}"
           f"{'fences':>8}{'host waits':>12}{'sdk waits':>11}{'device syncs':>14}")
     for name, w in sorted(workers.items()):
         fps = w["frames"] / w["seconds"] if w["seconds"] else 0.0
-        print(f"{name:<24}{w['gpu']:>5}{w['device']:>8}{w['clips']:>7}{w['frames']:>8}{w['seconds']:>9.2f}{fps:>8.1f}"
+        print(f"{name:<24}{w['gpu']:>5}{w['device']:>8}{w['setup']:>9.2f}{w['clips']:>7}{w['frames']:>8}{w['seconds']:>9.2f}{fps:>8.1f}"
               f"{w['fences']:>8}{w['host_waits']:>12}{w['sdk_waits']:>11}{w['device_syncs']:>14}")
     frames = sum(int(r["num_frames"]) for r in rows)
     span = (max(float(r["finished"]) for r in rows) - min(float(r["started"]) for r in rows)) if rows else 0.0

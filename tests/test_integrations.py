@@ -218,3 +218,15 @@ def test_the_example_without_ray_checks_every_frame_and_the_check_can_fail(tmp_p
 def test_the_example_refuses_what_needs_ray_in_one_process(tmp_path: Path) -> None:
     result = _example("--no-ray", "--kill-once", "clip-0.mp4:1", cwd=tmp_path)
     assert result.returncode == 2 and "--kill-once need Ray workers" in result.stderr
+
+
+def test_the_example_on_the_gpu_says_what_is_missing(tmp_path: Path) -> None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+    except ImportError:
+        pass
+    result = _example("--no-ray", "--gpu", "--clips", "1", "--frames", "2", "-i", str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 2 and "torch with CUDA is not available" in result.stderr, result.stderr

@@ -286,7 +286,7 @@ def _machine(device: Device, index: int, assigned: bool) -> _Gpu | _Model:
         return _Gpu(index)
     if device == "gpu":
         raise BackendUnavailableError("GPU pipeline", "torch with CUDA is not available in this worker",
-                                      "install torch with CUDA on the GPU nodes, or pass device='model' (or 'auto')")
+                                      "Install torch with CUDA on the GPU nodes, or pass device='model' (or 'auto')")
     return _Model()
 
 
@@ -384,8 +384,8 @@ class UpscalePipeline:
     def process(self, path: str) -> dict[str, Any]:
         """Decode ``path``, upscale every frame, copy it out; returns the clip's row: ``path``, ``frames``
         (``(N, H, W, 3)`` uint8, when returned), ``num_frames``, ``width``, ``height``, ``worker``, ``gpu`` (Ray's
-        ids), ``device``, ``started``/``finished`` (epoch seconds), ``seconds``, ``decoder_calls``,
-        ``effect_runs`` and :data:`STAT_KEYS`, plus the sink's columns. Blocks the host: once per decoder call
+        ids), ``device``, ``setup_seconds`` (the worker's ``__init__``), ``started``/``finished`` (epoch seconds),
+        ``seconds``, ``decoder_calls``, ``effect_runs`` and :data:`STAT_KEYS`, plus the sink's columns. Blocks the host: once per decoder call
         (the host copy) and at the end of the clip."""
         res = self._res
         if res.closed:
@@ -419,7 +419,7 @@ class UpscalePipeline:
         if keep:
             row["frames"] = np.concatenate(kept) if kept else np.zeros((0, height, width, 3), np.uint8)
         row.update(num_frames=count, width=width, height=height, worker=self.worker, gpu=",".join(self.gpu_ids),
-                   device=machine.kind, started=started, finished=time.time(), seconds=seconds,
+                   device=machine.kind, setup_seconds=self.setup_seconds, started=started, finished=time.time(), seconds=seconds,
                    decoder_calls=after["calls"] - before["calls"], effect_runs=after["runs"] - before["runs"],
                    **{k: after[k] - before[k] for k in STAT_KEYS}, **columns)
         totals = self.totals
@@ -444,7 +444,8 @@ class UpscalePipeline:
 
     def open_sink(self, path: str, width: int, height: int, fps: float) -> FrameSink | None:
         """Where the clip's frames go in the worker, or ``None`` (the default: they go in the row). Called at
-        the start of each clip (and again when Ray retries it on a new worker)."""
+        the start of each clip (and again when Ray retries it on a new worker); the sink's ``write`` is called with
+        each decoder call's frames, so whatever it blocks on holds up the pipeline."""
         return None
 
     def copy_out(self, output: Any) -> Any:
