@@ -25,8 +25,12 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # (read when ray is imported: a loopback-only node)
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-ray = pytest.importorskip("ray", reason="Ray is the 'ray' extra: pip install 'streamsafe[ray]'")
-pytest.importorskip("ray.data", reason="Ray Data is the 'ray' extra: pip install 'streamsafe[ray]'")
+try:
+    import ray
+    import ray.data
+except ImportError as e:  # (missing, or installed without what Ray Data needs)
+    pytest.skip(f"Ray Data does not import ({e}): it is the 'ray' extra, pip install 'streamsafe[ray]'",
+                allow_module_level=True)
 av = pytest.importorskip("av", reason="the emulated decoder and the encoder use PyAV (the 'video' extra)")
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")  # (Ray's own, copying its context)
