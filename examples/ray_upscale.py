@@ -270,9 +270,9 @@ def run_ray(args: argparse.Namespace, clips: list[str], out_dir: str) -> tuple[l
         context.enable_progress_bars = False  # (ours counts clips)
         context.wait_for_min_actors_s = 300  # every worker built before the first clip (a fair start; else an error)
         logging.getLogger("ray.data").setLevel(logging.WARNING)
-        attempts = ray.remote(num_cpus=0)(Attempts).remote()
-        ds = ray.data.from_items([{"path": p} for p in clips], override_num_blocks=len(clips))
-        ds = ds.map_batches(_pipeline_class(), fn_constructor_kwargs=_options(args, out_dir, attempts), batch_size=1,
+        attempts: Any = ray.remote(num_cpus=0)(Attempts).remote()
+        items = ray.data.from_items([{"path": p} for p in clips], override_num_blocks=len(clips))
+        ds = items.map_batches(_pipeline_class(), fn_constructor_kwargs=_options(args, out_dir, attempts), batch_size=1,
                             batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=args.workers),
                             num_gpus=per_worker, num_cpus=args.cpus_per_worker)
         # (Ray Data's workers restart and their tasks retry without limit by default: a dead worker's clip runs again)
@@ -282,7 +282,8 @@ def run_ray(args: argparse.Namespace, clips: list[str], out_dir: str) -> tuple[l
             for row in ds.iter_rows():
                 rows.append(dict(row))
                 _done(bar, rows[-1], frames)
-        return rows, ray.get(attempts.all.remote())
+        counts: dict[str, int] = ray.get(attempts.all.remote())
+        return rows, counts
     finally:
         if started_here:
             ray.shutdown()
