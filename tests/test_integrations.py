@@ -75,7 +75,8 @@ def test_every_frame_matches_the_serial_reference_and_the_guard_adds_no_host_wai
     assert list(out["num_frames"]) == [12, 9, 12]
     assert list(out["decoder_calls"]) == [4, 4, 4]  # (the last returns no frame)
     assert list(out["effect_runs"]) == [12, 9, 12]
-    assert out["host_waits"][0] == 0  # the first clip: nothing but the SDK's own waits (a new source or size waits once)
+    # none a frame: none on the first clip, then 1 for the decoder's new source (D6) and 3 for the new size (H6)
+    assert list(out["host_waits"]) == [0, 4, 4]
     assert all(out["fences"] > 0) and all(out["sdk_waits"] > 0)
     assert pipeline.totals["frames"] == 33 and pipeline.totals["clips"] == 3
     pipeline.close()
