@@ -9,6 +9,7 @@ installed (``pip install 'streamsafe[ray,video]'``; ``make test`` installs both)
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
@@ -38,19 +39,26 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.con
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "ray_upscale.py"
 TIMEOUT = 150  # seconds a run of the example may take (it takes about 10 on two CPU cores)
+MODULE_LIMIT = 600  # seconds the whole module may take (it takes 20 to 50 on two CPU cores)
 FRAMES = 16
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
-    """A local Ray cluster for this module; its GCS address. Stopped (its processes only) at the end."""
+    """A local Ray cluster for this module; its GCS address. Stopped (its processes only) at the end. The module
+    is bounded in time: past ``MODULE_LIMIT`` seconds the run stops with every thread's traceback (a hang in Ray
+    fails the tests in minutes, not at CI's limit), and a worker pool that cannot start fails in a minute."""
+    faulthandler.dump_traceback_later(MODULE_LIMIT, exit=True)
     ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, object_store_memory=128 * 2**20,
              logging_level=logging.WARNING, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT / "tests")}})
-    ray.data.DataContext.get_current().enable_progress_bars = False
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    context.wait_for_min_actors_s = 60
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
         ray.shutdown()
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="module")
