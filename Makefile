@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,video]'
+	$(PY) -m pip install --quiet -e '.[test,video,ray]'
 	touch $@
 
 # run: the environment, then a verdict per hazard; exits 1 if a fenced strategy corrupts a frame or

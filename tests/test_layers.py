@@ -12,7 +12,7 @@ Layers, lowest first; a module imports modules of its own layer or lower ones on
 4. guards: ``guarding``, ``construction``, ``contract``, ``blocks``, ``class_guard``
 5. outputs: ``outputs``
 6. SDK profiles: ``profiles``
-7. tools: ``testing``, ``bench``, ``tools``, the package's face (``__init__``, ``__main__``)
+7. tools: ``testing``, ``bench``, ``tools``, ``integrations`` (Ray, ...), the package's face (``__init__``, ``__main__``)
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ LAYERS = {
     "guarding": 4, "construction": 4, "contract": 4, "blocks": 4, "class_guard": 4,
     "outputs": 5,
     "profiles": 6,
-    "testing": 7, "bench": 7, "tools": 7, "__init__": 7, "__main__": 7,
+    "testing": 7, "bench": 7, "tools": 7, "integrations": 7, "__init__": 7, "__main__": 7,
 }
 MODEL = 2
 
