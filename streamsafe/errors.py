@@ -17,6 +17,7 @@ __all__ = [
     "StreamsafeError",
     "ExportError",
     "EnvironmentSettingError",
+    "EnvironmentSettingWarning",
     "ArgumentError",
     "MissingCallError",
     "StreamTypeError",
@@ -309,12 +310,17 @@ class FrameworkUnavailableError(StreamsafeError, ImportError):
 class EnvironmentSettingError(StreamsafeError, ValueError):
     """A ``STREAMSAFE_*`` environment variable holds a value streamsafe does not read."""
 
-    def __init__(self, name: str, value: str, meaning: str) -> None:
+    def __init__(self, name: str, value: str, meaning: str,
+                 accepted: str = "1 (also true, yes, on) or 0 (also false, no, off), in any case") -> None:
         self.name, self.value = name, value
-        super().__init__(
-            f"{name}={value!r} is not a switch streamsafe reads ({meaning}): set it to 1 (also true, yes, on) "
-            f"or 0 (also false, no, off), in any case, or unset it"
-        )
+        super().__init__(f"{name}={value!r} is not a switch streamsafe reads ({meaning}): set it to {accepted}, or unset it")
+
+
+class EnvironmentSettingWarning(RuntimeWarning):
+    """A ``STREAMSAFE_*`` environment variable streamsafe does not act on: a name it does not know (a misspelt
+    switch, named with the closest known one), or a value of a speed or test switch it does not read (the default
+    is kept). Warned once, at the user's line. Not an error: ``-W error::streamsafe.errors.EnvironmentSettingWarning``
+    makes it one."""
 
 
 class ArgumentError(StreamsafeError, TypeError, ValueError):

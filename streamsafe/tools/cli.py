@@ -2,7 +2,8 @@
 
 Exit status: 0 on success; 1 when ``streamsafe hazards`` finds a fenced strategy that corrupts
 a frame or misses a race; 2 for a usage error (a bad option, a backend that is not available,
-a trace file that cannot be written), reported on one line without a traceback.
+a trace file that cannot be written, a ``STREAMSAFE_*`` switch set to a value it does not read),
+reported on one line without a traceback.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from .._env import check_switches
 from .._version import __version__
+from ..errors import EnvironmentSettingError
 
 __all__ = ["main", "build_parser"]
 
@@ -581,8 +584,10 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
         args.program = program
     args.exiting = exiting  # (streamsafe run then shuts the program's threads down as the interpreter does)
     try:
+        if args.command != "doctor":  # (doctor lists every setting, and says what is wrong with each)
+            check_switches()  # a switch set to a value streamsafe would refuse mid-run: said now, in one line
         return int(args.func(args))
-    except UsageError as e:
+    except (UsageError, EnvironmentSettingError) as e:
         print(f"streamsafe {args.command}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
