@@ -86,3 +86,67 @@ def test_the_docs_say_use_backend_is_per_thread() -> None:
     assert "`ss.use_backend` holds in the thread that calls it only" in readme
     assert "`ss.use_backend(sim)` makes a model current in the thread that calls it" in guide
     assert "a thread started inside the block does not inherit it" in " ".join((ss.use_backend.__doc__ or "").split())
+
+
+# -- item 11: the hazards help describes what the output prints ----------------------------------------------------
+
+
+def test_the_hazards_help_describes_the_controls_as_the_output_marks_them(capsys: pytest.CaptureFixture[str]) -> None:
+    epilog = build_parser()._subparsers._group_actions[0].choices["hazards"].epilog  # type: ignore[union-attr]
+    assert '"*"' not in epilog and 'e.g. "3/4 (H5)"' in epilog
+    assert main(["hazards", "--only", "H2", "--strategy", "none,auto", "--frames", "4"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\d+/\d+ \(H\d+\)", out) and "*" not in out.split("Legend")[0]
+
+
+# -- item 17: bench --png on the model is refused, before anything runs --------------------------------------------
+
+
+def test_bench_png_on_the_model_is_refused_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    png = tmp_path / "chart.png"
+    assert main(["bench", "--backend", "sim", "--scenario", "a", "--png", str(png)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not png.exists()
+    assert captured.err.startswith(f"streamsafe bench: --png {png}: this run is on the simulated backend, which measures no time")
+    saved = tmp_path / "run.json"
+    assert main(["bench", "--backend", "sim", "--scenario", "a", "--strategy", "auto", "--json", str(saved), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["bench", "--from-json", str(saved), "--png", str(png)]) == 2
+    assert f"the run in {saved} was made on the simulated backend" in capsys.readouterr().err and not png.exists()
+
+
+# -- item 18: streamsafe run - --------------------------------------------------------------------------------------
+
+
+def _run_stdin(program: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "streamsafe", "run", "--fake-nvvfx", *args], input=program,
+                          capture_output=True, text=True, env=_env(), timeout=120, cwd=cwd)
+
+
+def test_run_reads_the_program_from_stdin_as_python_does(tmp_path: Path) -> None:
+    program = '''"""doc"""
+from __future__ import annotations
+import sys, numpy as np, nvvfx
+import streamsafe as ss
+print(sys.argv, repr(sys.path[0]), __file__, __doc__)
+sr = nvvfx.VideoSuperRes(); sr.output_width = sr.output_height = 32; sr.load()
+frame = ss.current_backend().array(np.zeros((3, 16, 16), np.float32))
+sr.run(frame).numpy()
+def f(x: not_defined) -> None: ...
+raise ValueError("the program's own")
+'''
+    report = tmp_path / "r.json"
+    result = _run_stdin(program, "--report", str(report), "-", "a", "b", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.splitlines()[0] == "['-', 'a', 'b'] '' <stdin> doc"
+    assert 'File "<stdin>", line 10, in <module>' in result.stderr and "ValueError: the program's own" in result.stderr
+    assert "1 effect(s) guarded" in result.stderr
+    assert json.loads(report.read_text())["program"] == ["-", "a", "b"]
+
+
+def test_run_dash_reports_a_syntax_error_as_python_does(tmp_path: Path) -> None:
+    result = _run_stdin("x = (\n", "-", cwd=tmp_path)
+    python = subprocess.run([sys.executable, "-"], input="x = (\n", capture_output=True, text=True, timeout=60)
+    assert result.returncode == python.returncode == 1
+    assert result.stderr.splitlines()[-1] == python.stderr.splitlines()[-1]
+    assert 'File "<stdin>", line 1' in result.stderr
