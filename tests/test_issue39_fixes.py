@@ -99,6 +99,52 @@ def test_the_hazards_help_describes_the_controls_as_the_output_marks_them(capsys
     assert re.search(r"\d+/\d+ \(H\d+\)", out) and "*" not in out.split("Legend")[0]
 
 
+# -- item 12: every GPU-only example points to its CPU twin, and the CPU commands run ------------------------------
+
+
+@pytest.mark.parametrize("program", ["video_super_resolution.py", "video_frame_generation.py", "true_hdr.py"])
+def test_a_gpu_program_names_its_cpu_twin_which_exists(program: str) -> None:
+    source = (EXAMPLES / program).read_text()
+    twin = re.search(r"python (examples/effects_cpu.py[^#\n]*?)\s*# without a GPU", source)
+    assert twin is not None, f"{program}'s docstring names no CPU twin"
+    result = subprocess.run([sys.executable, str(EXAMPLES / program)], capture_output=True, text=True, env=_env(), timeout=60,
+                            cwd=ROOT)
+    if result.returncode != 2:
+        pytest.skip("this machine runs the GPU program")
+    assert f"its twin runs the same loop on streamsafe's model: python {twin.group(1)}" in result.stderr
+    args = shlex.split(twin.group(1))
+    ran = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=_env(), timeout=60, cwd=ROOT)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "corrupt frames 0 of" in ran.stdout and "races 0" in ran.stdout
+
+
+def test_the_examples_readme_cpu_commands_run_on_a_cpu() -> None:
+    text = (EXAMPLES / "README.md").read_text()
+    section = text.split("On a CPU (no GPU, no torch)", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].strip() for line in section.strip().splitlines()]
+    assert len(commands) == 3
+    for command in commands:
+        args = shlex.split(command)
+        assert args[0] == "python"
+        result = subprocess.run([sys.executable, *args[1:]], capture_output=True, text=True, env=_env(), timeout=120, cwd=ROOT)
+        unguarded = "--unguarded" in args
+        assert result.returncode == (1 if unguarded else 0), command + "\n" + result.stdout + result.stderr
+    assert "On a GPU without the SDK, on streamsafe's emulation (real kernels; PyTorch with CUDA needed)" in " ".join(text.split())
+
+
+def test_the_cpu_twin_shows_every_effects_race_unguarded() -> None:
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import effects_cpu
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    frames = list(__import__("_video_io").synthesize_frames(3, 32, 18))
+    for kind in effects_cpu.EFFECTS:
+        checked, corrupt, races = effects_cpu.run_effect(kind, frames, guarded=False, non_blocking=True)
+        assert corrupt == checked > 0 and races > 0, kind
+        assert effects_cpu.run_effect(kind, frames, guarded=True, non_blocking=True)[1:] == (0, 0), kind
+
+
 # -- item 17: bench --png on the model is refused, before anything runs --------------------------------------------
 
 
