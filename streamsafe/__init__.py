@@ -69,7 +69,7 @@ _NEW_ERRORS = ("StreamsafeError", "ExportError", "EnvironmentSettingWarning")
 """Names of :mod:`streamsafe.errors` that ``streamsafe`` never exported (the base class is exported still)."""
 
 _MOVED = {
-    **{name: "streamsafe.errors" for name in errors.__all__ if name not in _NEW_ERRORS and name[0].isupper()},
+    **{name: "streamsafe.errors" for name in errors.__all__ if name not in _NEW_ERRORS},
     **{name: "streamsafe.sim" for name in (
         "SimBackend", "AdversarialScheduler", "ChoiceScheduler", "InOrderScheduler", "RandomScheduler",
         "HOST", "VectorClock", "is_ordered_after", "Access", "Race",
@@ -78,7 +78,7 @@ _MOVED = {
     "plan_fences": "streamsafe.plan",
     "Ledger": "streamsafe.ledger",
 }
-"""Names ``streamsafe`` exported before 0.3, and the module each lives in now (they warn, then work)."""
+"""Names ``streamsafe`` exported in 0.1.0, and the module each lives in now (they warn, then work)."""
 
 
 _env.warn_unknown_names()  # (a misspelt STREAMSAFE_* switch would be ignored silently)

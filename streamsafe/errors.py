@@ -13,7 +13,6 @@ from typing import Any
 
 __all__ = [
     "UnguardedResultError",
-    "another_models_array",
     "StreamsafeError",
     "ExportError",
     "EnvironmentSettingError",

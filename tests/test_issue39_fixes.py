@@ -145,6 +145,33 @@ def test_the_cpu_twin_shows_every_effects_race_unguarded() -> None:
         assert effects_cpu.run_effect(kind, frames, guarded=True, non_blocking=True)[1:] == (0, 0), kind
 
 
+# -- item 13: the size advice stays within what the setters take ---------------------------------------------------
+
+
+def test_the_output_size_advice_stays_within_the_setters_range() -> None:
+    sr = VideoSuperRes(backend=ss.sim.SimBackend())
+    sr.input_width, sr.input_height = 8192, 16
+    sr.output_width, sr.output_height = 100, 100
+    with pytest.raises(errors.EffectConfigError) as e:
+        sr.load()
+    advised = re.search(r"within \[(\d+), (\d+)\] x \[(\d+), (\d+)\]", str(e.value))
+    assert advised is not None and advised.groups() == ("8192", "16384", "16", "64")
+    sr.output_width, sr.output_height = int(advised.group(2)), int(advised.group(4))  # the setters take the advice
+
+
+# -- item 16: no deprecated name in the docs and examples ----------------------------------------------------------
+
+
+def test_the_docs_and_examples_use_no_deprecated_name() -> None:
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(EXAMPLES.glob("*.py")), EXAMPLES / "README.md",
+             ROOT / "streamsafe" / "__init__.py"]
+    found = [f"{path.relative_to(ROOT)}: {m.group(0)}" for path in files
+             for m in re.finditer(r"(?<![\w.])(?:streamsafe|ss)\.(\w+)", path.read_text()) if m.group(1) in ss._MOVED]
+    assert found == []
+    assert "0.3" not in (ss.__init__.__doc__ or "") and ss.__version__ == "0.1.0"
+    assert "before 0.3" not in (ROOT / "streamsafe" / "__init__.py").read_text()
+
+
 # -- item 17: bench --png on the model is refused, before anything runs --------------------------------------------
 
 
@@ -196,3 +223,16 @@ def test_run_dash_reports_a_syntax_error_as_python_does(tmp_path: Path) -> None:
     assert result.returncode == python.returncode == 1
     assert result.stderr.splitlines()[-1] == python.stderr.splitlines()[-1]
     assert 'File "<stdin>", line 1' in result.stderr
+
+
+# -- item 20: the errors' list -------------------------------------------------------------------------------------
+
+
+def test_api_md_lists_every_error_and_errors_all_holds_only_them() -> None:
+    text = (ROOT / "docs" / "api.md").read_text()
+    listed = text.split("`streamsafe.errors`:", 1)[1].split("`streamsafe.sim`:", 1)[0]
+    assert [n for n in errors.__all__ if f"`{n}`" not in listed] == []
+    assert [n for n in errors.__all__ if not isinstance(getattr(errors, n), type)] == []
+    from streamsafe.errors import another_models_array  # (still there for streamsafe's own modules)
+
+    assert callable(another_models_array)

@@ -44,9 +44,9 @@ sample programs use it; where they say nothing the emulation chooses, and says s
   refused here with that fix. ``Mode``: LOW 0, MEDIUM 1, HIGH 2 (same page; samples' ``--mode``).
 * TrueHDR tunables: contrast and saturation [0, 200], middle_gray [10, 100], luminance
   [400, 2000] nits, debanding_off 0 or 1 (the samples' README).
-* Invalid values raise :class:`~streamsafe.EffectConfigError` (a ``ValueError``, as the wheel
+* Invalid values raise :class:`~streamsafe.errors.EffectConfigError` (a ``ValueError``, as the wheel
   raises for out-of-range tunables); calls in the wrong state raise
-  :class:`~streamsafe.EffectStateError` (a ``RuntimeError``). Each message names the value,
+  :class:`~streamsafe.errors.EffectStateError` (a ``RuntimeError``). Each message names the value,
   the rule and the fix.
 
 The effects live in their own modules (:mod:`streamsafe.testing.super_res`,

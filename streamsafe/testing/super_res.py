@@ -18,6 +18,9 @@ from ._effect import MIN_SIDE, EffectBase, Encoding, ImageEncoding, member_of, p
 
 __all__ = ["QualityLevel", "SAME_RESOLUTION_QUALITIES", "INPUT_LIMITS", "VideoSuperRes", "VideoSuperResOutput"]
 
+MAX_OUTPUT_SIDE = 16384
+"""The largest output side the emulation's setters take (``output_width``, ``output_height``)."""
+
 
 class QualityLevel(enum.IntEnum):
     """``VideoSuperRes.QualityLevel``: the SDK's ``NVVFX_QUALITY_LEVEL`` values.
@@ -137,7 +140,7 @@ class VideoSuperRes(EffectBase):
                              doc="The output's height in pixels; set before ``load()``. Changing it releases the output buffer.")
 
     def _set_dim(self, dims: list[int | None], i: int, name: str, value: int, output: bool = False) -> None:
-        value = positive_int(self._name, name, value, MIN_SIDE, 16384, "; pass a pixel count in that range")
+        value = positive_int(self._name, name, value, MIN_SIDE, MAX_OUTPUT_SIDE, "; pass a pixel count in that range")
         if output and dims[i] is not None and dims[i] != value:
             self._release_output("output-size change")
         dims[i] = value
@@ -168,12 +171,13 @@ class VideoSuperRes(EffectBase):
                 )
         else:
             if not (w <= ow <= 4 * w and h <= oh <= 4 * h):
+                top_w, top_h = min(4 * w, MAX_OUTPUT_SIDE), min(4 * h, MAX_OUTPUT_SIDE)
                 raise EffectConfigError(
                     self._name,
                     "output size",
                     size,
-                    f"must be 1x to 4x the input size {w}x{h} in each dimension; "
-                    f"set output_width and output_height within [{w}, {4 * w}] x [{h}, {4 * h}]",
+                    f"must be 1x to 4x the input size {w}x{h} in each dimension, and at most {MAX_OUTPUT_SIDE} a side; "
+                    f"set output_width and output_height within [{w}, {top_w}] x [{h}, {top_h}]",
                 )
             if (ow, oh) == (w, h):
                 level = q.name.split("_")[-1] if q.name.endswith(("LOW", "MEDIUM", "HIGH", "ULTRA")) else "HIGH"
