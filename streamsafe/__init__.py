@@ -65,7 +65,7 @@ __all__ = [
 _SUBPACKAGES = ("testing", "bench", "tools")
 """Subpackages reachable as attributes without their own import (imported on first use)."""
 
-_NEW_ERRORS = ("StreamsafeError", "ExportError", "EnvironmentSettingWarning")
+_NEW_ERRORS = ("StreamsafeError", "ExportError", "EnvironmentSettingWarning", "DeviceMemoryError")
 """Names of :mod:`streamsafe.errors` that ``streamsafe`` never exported (the base class is exported still)."""
 
 _MOVED = {

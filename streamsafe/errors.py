@@ -36,6 +36,7 @@ __all__ = [
     "HostArrayError",
     "NotAnEffectError",
     "FrameworkUnavailableError",
+    "DeviceMemoryError",
 ]
 
 
@@ -320,6 +321,16 @@ class EnvironmentSettingWarning(RuntimeWarning):
     switch, named with the closest known one), or a value of a speed or test switch it does not read (the default
     is kept). Warned once, at the user's line. Not an error: ``-W error::streamsafe.errors.EnvironmentSettingWarning``
     makes it one."""
+
+
+class DeviceMemoryError(StreamsafeError, MemoryError):
+    """An allocation the device cannot hold: on the model (which keeps every byte in this host's memory), one
+    larger than the host's memory. Also a ``MemoryError``."""
+
+    def __init__(self, what: str, nbytes: int, limit: str, fix: str) -> None:
+        self.what = what
+        self.nbytes = nbytes
+        super().__init__(f"cannot allocate {what}: {nbytes / 2**30:.1f} GiB is more than {limit}. {fix}")
 
 
 class ArgumentError(StreamsafeError, TypeError, ValueError):

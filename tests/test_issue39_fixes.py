@@ -236,3 +236,45 @@ def test_api_md_lists_every_error_and_errors_all_holds_only_them() -> None:
     from streamsafe.errors import another_models_array  # (still there for streamsafe's own modules)
 
     assert callable(another_models_array)
+
+
+# -- item 21: errors of the model that were not streamsafe's --------------------------------------------------------
+
+
+class _ClaimsCuda:
+    """A tensor-like that says it is on CUDA device 0 but hands out a NumPy (host) capsule."""
+
+    def __init__(self) -> None:
+        self.host = np.zeros((3, 16, 16), np.float32)
+
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        return self.host.__dlpack__()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, 0)
+
+
+def test_a_tensor_like_claiming_cuda_with_a_host_capsule_is_an_input_error() -> None:
+    sim = ss.sim.SimBackend()
+    sr = VideoSuperRes(backend=sim)
+    sr.output_width = sr.output_height = 32
+    sr.load()
+    fake = _ClaimsCuda()
+    for call in (lambda: sim.from_dlpack(fake), lambda: sr.run(fake)):
+        with pytest.raises(errors.InputArrayError) as e:
+            call()
+        assert isinstance(e.value, TypeError)  # (what it raised before: except TypeError still catches it)
+        assert "_ClaimsCuda" in str(e.value) and "on device (2, 0)" in str(e.value)
+        assert "PyCapsule, not memory of SimBackend" in str(e.value) and "sim.array(x)" in str(e.value)
+    with pytest.raises(errors.InputArrayError, match="has no __dlpack__"):
+        sim.from_dlpack(object())
+
+
+def test_an_allocation_larger_than_the_host_is_a_device_memory_error() -> None:
+    sim = ss.sim.SimBackend()
+    for allocate in (lambda: sim.empty((3, 1 << 22, 1 << 22), np.float32), lambda: sim.malloc((1 << 40,), np.uint8)):
+        with pytest.raises(errors.DeviceMemoryError) as e:
+            allocate()
+        assert isinstance(e.value, MemoryError) and isinstance(e.value, ss.StreamsafeError)
+        assert "GiB is more than this host's memory" in str(e.value) and "smaller frames" in str(e.value)
+    sim.empty((3, 8, 8), np.float32)  # the model is as it was
