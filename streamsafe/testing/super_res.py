@@ -176,8 +176,9 @@ class VideoSuperRes(EffectBase):
                     self._name,
                     "output size",
                     size,
-                    f"must be 1x to 4x the input size {w}x{h} in each dimension, and at most {MAX_OUTPUT_SIDE} a side; "
-                    f"set output_width and output_height within [{w}, {top_w}] x [{h}, {top_h}]",
+                    f"must be 1x to 4x the input size {w}x{h} in each dimension"
+                    + (f", and at most {MAX_OUTPUT_SIDE} a side" if (top_w, top_h) != (4 * w, 4 * h) else "")
+                    + f"; set output_width and output_height within [{w}, {top_w}] x [{h}, {top_h}]",
                 )
             if (ow, oh) == (w, h):
                 level = q.name.split("_")[-1] if q.name.endswith(("LOW", "MEDIUM", "HIGH", "ULTRA")) else "HIGH"
