@@ -4,6 +4,8 @@ protocol) and :class:`SimCapsule`, and small helpers on arrays and buffers."""
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -261,8 +263,9 @@ def fill_poison(data: np.ndarray) -> None:
         data.fill(0)
 
 
+@functools.cache
 def _host_memory() -> int | None:
-    """This host's physical memory in bytes, where the system says (``None`` elsewhere)."""
+    """This host's physical memory in bytes, where the system says (``None`` elsewhere); asked once."""
     try:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, OSError, ValueError):
@@ -273,17 +276,20 @@ def poisoned_block(dims: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[An
     """A fresh NumPy block for a model allocation of ``dims`` x ``dtype``, filled with the poison pattern; or
     :class:`DeviceMemoryError` (also a ``MemoryError``) when this host cannot hold it: the model keeps every byte of
     its device memory in host memory."""
-    nbytes = int(np.prod(dims, dtype=object)) * dtype.itemsize
+    nbytes = math.prod(dims) * dtype.itemsize
     total = _host_memory()
-    what = f"{dims} {dtype.name} on the model"
-    fix = ("The model (streamsafe.sim) keeps its device memory in this host's memory; its ordering and arithmetic do not "
-           "depend on the size, so test with smaller frames (e.g. (3, 72, 128)), or run at this size on a GPU")
-    if total is not None and nbytes > total:
-        raise DeviceMemoryError(what, nbytes, f"this host's memory ({total / 2**30:.1f} GiB)", fix)
     try:
+        if total is not None and nbytes > total:
+            raise MemoryError
         data = np.empty(dims, dtype=dtype)
     except MemoryError:
-        raise DeviceMemoryError(what, nbytes, "this host could give (NumPy's allocation failed)", fix) from None
+        limit = f"this host's memory ({total / 2**30:.1f} GiB)" if total is not None and nbytes > total else \
+            "this host could give (NumPy's allocation failed)"
+        raise DeviceMemoryError(
+            f"{dims} {dtype.name} on the model", nbytes, limit,
+            "The model (streamsafe.sim) keeps its device memory in this host's memory; its ordering and arithmetic do "
+            "not depend on the size, so test with smaller frames (e.g. (3, 72, 128)), or run at this size on a GPU",
+        ) from None
     fill_poison(data)
     return data
 
