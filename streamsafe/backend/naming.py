@@ -8,9 +8,8 @@ stream's device and flags.
 from __future__ import annotations
 
 import numbers
-from typing import Any
-
 import threading
+from typing import Any
 
 from ..errors import CudaDriverError, DeviceMismatchError, StreamTypeError, StreamValueError
 from ..streams import ACCEPTED_STREAMS, Stream, StreamKind, handle_of, stream_from_handle
