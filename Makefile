@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test doctor bench docs lint clean
+.PHONY: run test test-fast doctor bench docs lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,13 @@ run: $(VENV)/.installed
 	$(VENV)/bin/streamsafe doctor
 	$(VENV)/bin/streamsafe hazards
 
+# test: every test, on every core (pytest-xdist: -n auto; worksteal keeps both busy to the end).
+# test-fast: the edit loop, under 30 s on two cores: all but the `slow` tests (tests/conftest.py's SLOW).
 test: $(VENV)/.installed
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist worksteal
+
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -n auto --dist worksteal -m "not slow"
 
 doctor: $(VENV)/.installed
 	$(VENV)/bin/streamsafe doctor

@@ -102,8 +102,18 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 # -- what the machine must have --------------------------------------------------------------------
 
 
+CPU_TWINS = {
+    "video_super_resolution.py": "python examples/effects_cpu.py --effect super_res",
+    "video_frame_generation.py": "python examples/effects_cpu.py --effect frame_gen",
+    "true_hdr.py": "python examples/effects_cpu.py --effect true_hdr --non-blocking",
+}
+"""Each GPU program's twin on a CPU: the same loop on streamsafe's model (``effects_cpu.py``)."""
+
+
 def _unavailable(program: str, why: str) -> None:
-    print(f"{program}: {why}", file=sys.stderr)
+    twin = CPU_TWINS.get(program)
+    print(f"{program}: {why}" + (f". Without a GPU, its twin runs the same loop on streamsafe's model: {twin}" if twin else ""),
+          file=sys.stderr)
     raise SystemExit(EXIT_UNAVAILABLE)
 
 

@@ -23,7 +23,8 @@ except ImportError:
 if torch is None or not torch.cuda.is_available():
     why = "PyTorch is not installed" if torch is None else "torch.cuda.is_available() is False on this machine"
     print(f"nvvfx_api_tour.py: needs PyTorch with CUDA and an NVIDIA GPU ({why}); nothing was run. "
-          "Without a GPU, see examples/quickstart_cpu.py", file=sys.stderr)
+          "Without a GPU, see examples/quickstart_cpu.py and examples/effects_cpu.py (each effect on streamsafe's model)",
+          file=sys.stderr)
     sys.exit(2)
 
 import nvvfx

@@ -2,7 +2,7 @@
 
     python examples/quickstart_cpu.py          # no GPU, no SDK, no torch: NumPy only
 
-``streamsafe.SimBackend`` is a model of CUDA's ordering rules (streams, events, the legacy stream,
+``streamsafe.sim.SimBackend`` is a model of CUDA's ordering rules (streams, events, the legacy stream,
 a caching allocator) holding real NumPy data, and ``streamsafe.testing.VideoSuperRes`` emulates
 ``nvvfx.VideoSuperRes`` on it with the SDK's exact stream behaviour. The model's adversarial
 scheduler runs any ready work in any order CUDA allows, so a missing fence shows up as a wrong

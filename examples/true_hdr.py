@@ -1,7 +1,8 @@
 """Convert an SDR video to HDR with nvvfx.TrueHDR: decode with PyAV, tone-map on the GPU, encode.
 
     python examples/true_hdr.py -i sdr.mp4 -o hdr.mp4 --luminance 1000
-    streamsafe run --fake-nvvfx examples/true_hdr.py --side-stream --non-blocking --copy-stream
+    streamsafe run --fake-nvvfx examples/true_hdr.py --side-stream --non-blocking --copy-stream   # a GPU and torch too
+    python examples/effects_cpu.py --effect true_hdr --non-blocking   # without a GPU: this loop on streamsafe's model
 
 TrueHDR takes float32 RGB ``(3, H, W)`` and returns PQ-coded (SMPTE ST 2084) packed RGB10A2
 ``(H, W)``. The result is written as 10-bit H.264 (yuv420p10le) when the PyAV build can, else

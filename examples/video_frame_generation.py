@@ -2,7 +2,8 @@
 
     python examples/video_frame_generation.py -i in.mp4 -o out.mp4 --multiplier 2
     python examples/video_frame_generation.py --timestep 0.5       # run_at_timestep() instead of run()
-    streamsafe run --fake-nvvfx examples/video_frame_generation.py --side-stream
+    streamsafe run --fake-nvvfx examples/video_frame_generation.py --side-stream   # a GPU and torch too
+    python examples/effects_cpu.py --effect frame_gen   # without a GPU: this loop on streamsafe's model
 
 Between each pair of decoded frames it generates ``multiplier - 1`` frames with
 ``run(previous, current, frame_index=i)`` (or one frame with ``run_at_timestep(previous,

@@ -1,7 +1,8 @@
 """Upscale a video with nvvfx.VideoSuperRes: decode with PyAV, upscale on the GPU, encode.
 
     python examples/video_super_resolution.py -i in.mp4 -o out.mp4 --scale 2
-    streamsafe run --fake-nvvfx examples/video_super_resolution.py --side-stream -o sr.mp4
+    streamsafe run --fake-nvvfx examples/video_super_resolution.py --side-stream -o sr.mp4   # a GPU and torch too
+    python examples/effects_cpu.py --effect super_res   # without a GPU: this loop on streamsafe's model
 
 A plain nvvfx program, written the way the SDK's documentation shows: the SDK stream is
 torch's current stream (``stream_ptr=torch.cuda.current_stream().cuda_stream``), each result

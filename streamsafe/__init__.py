@@ -15,6 +15,7 @@ import importlib
 import warnings
 from typing import Any
 
+from . import _env
 from . import errors as errors
 from . import profiles as profiles
 from . import sim as sim
@@ -63,9 +64,11 @@ __all__ = [
 _SUBPACKAGES = ("testing", "bench", "tools")
 """Subpackages reachable as attributes without their own import (imported on first use)."""
 
+_NEW_ERRORS = ("StreamsafeError", "ExportError", "EnvironmentSettingWarning", "DeviceMemoryError", "ProfileError")
+"""Names of :mod:`streamsafe.errors` that ``streamsafe`` never exported (the base class is exported still)."""
+
 _MOVED = {
-    **{name: "streamsafe.errors" for name in errors.__all__
-       if name not in ("StreamsafeError", "ExportError", "ProfileError") and name[0].isupper()},  # (the last two are new: never here)
+    **{name: "streamsafe.errors" for name in errors.__all__ if name not in _NEW_ERRORS},
     **{name: "streamsafe.sim" for name in (
         "SimBackend", "AdversarialScheduler", "ChoiceScheduler", "InOrderScheduler", "RandomScheduler",
         "HOST", "VectorClock", "is_ordered_after", "Access", "Race",
@@ -74,7 +77,10 @@ _MOVED = {
     "plan_fences": "streamsafe.plan",
     "Ledger": "streamsafe.ledger",
 }
-"""Names ``streamsafe`` exported before 0.3, and the module each lives in now (they warn, then work)."""
+"""Names ``streamsafe`` exported in 0.1.0, and the module each lives in now (they warn, then work)."""
+
+
+_env.warn_unknown_names()  # (a misspelt STREAMSAFE_* switch would be ignored silently)
 
 
 def __getattr__(name: str) -> Any:

@@ -13,10 +13,10 @@ from typing import Any
 
 __all__ = [
     "UnguardedResultError",
-    "another_models_array",
     "StreamsafeError",
     "ExportError",
     "EnvironmentSettingError",
+    "EnvironmentSettingWarning",
     "ArgumentError",
     "MissingCallError",
     "ProfileError",
@@ -37,6 +37,7 @@ __all__ = [
     "HostArrayError",
     "NotAnEffectError",
     "FrameworkUnavailableError",
+    "DeviceMemoryError",
 ]
 
 
@@ -310,12 +311,27 @@ class FrameworkUnavailableError(StreamsafeError, ImportError):
 class EnvironmentSettingError(StreamsafeError, ValueError):
     """A ``STREAMSAFE_*`` environment variable holds a value streamsafe does not read."""
 
-    def __init__(self, name: str, value: str, meaning: str) -> None:
+    def __init__(self, name: str, value: str, meaning: str,
+                 accepted: str = "1 (also true, yes, on) or 0 (also false, no, off), in any case") -> None:
         self.name, self.value = name, value
-        super().__init__(
-            f"{name}={value!r} is not a switch streamsafe reads ({meaning}): set it to 1 (also true, yes, on) "
-            f"or 0 (also false, no, off), in any case, or unset it"
-        )
+        super().__init__(f"{name}={value!r} is not a switch streamsafe reads ({meaning}): set it to {accepted}, or unset it")
+
+
+class EnvironmentSettingWarning(RuntimeWarning):
+    """A ``STREAMSAFE_*`` environment variable streamsafe does not act on: a name it does not know (a misspelt
+    switch, named with the closest known one), or a value of a speed or test switch it does not read (the default
+    is kept). Warned once, at the user's line. Not an error: ``-W error::streamsafe.errors.EnvironmentSettingWarning``
+    makes it one."""
+
+
+class DeviceMemoryError(StreamsafeError, MemoryError):
+    """An allocation the device cannot hold: on the model (which keeps every byte in this host's memory), one
+    larger than the host's memory. Also a ``MemoryError``."""
+
+    def __init__(self, what: str, nbytes: int, limit: str, fix: str) -> None:
+        self.what = what
+        self.nbytes = nbytes
+        super().__init__(f"cannot allocate {what}: {nbytes / 2**30:.1f} GiB is more than {limit}. {fix}")
 
 
 class ArgumentError(StreamsafeError, TypeError, ValueError):

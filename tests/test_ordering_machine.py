@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -253,6 +253,10 @@ class Unfenced(EffectLife):
     forced = "none"
 
 
+FIND_ONLY = (Phase.explicit, Phase.generate)
+"""The controls' phases: a failing example found is the result; shrinking it (most of their time) adds nothing."""
+
+
 def test_the_machine_finds_corruption_without_fences() -> None:
     """The control: with no fences the same machine fails (so the invariant can fail)."""
     import pytest
@@ -260,7 +264,7 @@ def test_the_machine_finds_corruption_without_fences() -> None:
 
     with pytest.raises(AssertionError):
         run_state_machine_as_test(
-            Unfenced, settings=settings(max_examples=300, stateful_step_count=12, deadline=None,
+            Unfenced, settings=settings(max_examples=300, stateful_step_count=12, deadline=None, phases=FIND_ONLY,
                                         suppress_health_check=list(HealthCheck), database=None, report_multiple_bugs=False)
         )
 
@@ -385,7 +389,7 @@ def test_the_decoder_machine_finds_corruption_without_fences() -> None:
 
     with pytest.raises(AssertionError):
         run_state_machine_as_test(
-            UnfencedDecoder, settings=settings(max_examples=200, stateful_step_count=14, deadline=None,
+            UnfencedDecoder, settings=settings(max_examples=200, stateful_step_count=14, deadline=None, phases=FIND_ONLY,
                                                suppress_health_check=list(HealthCheck), database=None,
                                                report_multiple_bugs=False)
         )

@@ -36,6 +36,7 @@ __all__ = [
     "process_default",
     "register_fallback",
     "require_backend",
+    "thread_uses_default",
 ]
 
 _active: contextvars.ContextVar[Backend | None] = contextvars.ContextVar("streamsafe_backend", default=None)
@@ -94,6 +95,12 @@ def current_backend() -> Backend:
     return active if active is not None else default_backend()
 
 
+def thread_uses_default(backend: Backend) -> bool:
+    """Whether this thread (and task) set no backend with :func:`use_backend` and ``backend`` is the process's
+    default: what a thread started without its own ``use_backend`` gets. Does not block."""
+    return _active.get() is None and backend is _default
+
+
 def require_backend(obj: Any, call: str) -> Backend:
     """``obj`` when it is a backend (it has the ordering calls of :class:`Backend`), else a
     :class:`~streamsafe.errors.ArgumentError` (a ``TypeError``) naming it, the rule and the fix. Does not block."""
@@ -111,7 +118,9 @@ _BACKEND_CALLS = ("current_stream", "record", "wait", "fence", "synchronize_stre
 
 @contextlib.contextmanager
 def use_backend(backend: Backend) -> Iterator[Backend]:
-    """Make ``backend`` the current one inside the block (per thread and task). Raises
+    """Make ``backend`` the current one inside the block, in this thread (and asyncio task) only: a thread started
+    inside the block does not inherit it, and gets the process's default backend (the driver with a GPU, else a
+    model of its own) unless it calls ``use_backend`` itself; :func:`process_default` sets it for every thread. Raises
     :class:`~streamsafe.errors.ArgumentError` (a ``TypeError``) for anything that is not a backend,
     before the block runs."""
     require_backend(backend, "use_backend()")

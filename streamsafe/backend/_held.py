@@ -17,9 +17,9 @@ Nothing here blocks the host; every call returns the driver's ``CUresult`` as an
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import Any
 
+from .._env import env_choice
 from ..streams import Stream, StreamKind
 
 __all__ = ["HeldCalls", "held_calls", "stream_handle"]
@@ -58,11 +58,13 @@ _HELD: Any = False
 
 def held_calls() -> HeldCalls | None:
     """The driver calls that keep the GIL, found once per process; ``None`` when the driver or
-    ``cuda.bindings`` cannot give them, or ``STREAMSAFE_FENCE_CALLS=bindings``."""
+    ``cuda.bindings`` cannot give them, or ``STREAMSAFE_FENCE_CALLS=bindings`` (any case). Another value of it
+    raises :class:`~streamsafe.errors.EnvironmentSettingError`."""
     global _HELD
     if _HELD is False:
+        bindings = env_choice("STREAMSAFE_FENCE_CALLS") == "bindings"  # (raises for a value it does not read)
         _HELD = None
-        if os.environ.get("STREAMSAFE_FENCE_CALLS", "held") != "bindings":
+        if not bindings:
             try:
                 from cuda.bindings import driver as d
 

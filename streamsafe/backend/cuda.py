@@ -22,6 +22,7 @@ from typing import Any
 from .. import hooks
 from ..errors import BackendUnavailableError, CudaDriverError, StreamValueError
 from ..frameworks import framework_current_stream_handle
+from .._env import env_choice
 from ._held import held_calls, stream_handle
 from ._pool import EventPool, EventPoolStats
 from ..streams import LEGACY_HANDLE, Stream, StreamKind, stream_from_handle
@@ -110,6 +111,7 @@ class CudaBackend:
                 reason,
                 "Install the NVIDIA driver and `cuda-python`, or use streamsafe.sim.SimBackend() (the model) to run without a GPU",
             )
+        env_choice("STREAMSAFE_FENCE_CALLS")  # (a value it does not read refused now, before any call issues work)
         self._d = _load_driver()
         self._pool: EventPool[CudaEvent] = EventPool(self._create_event, self._destroy_event, max_free_events)
         self._devices: dict[int, _Device] = {}

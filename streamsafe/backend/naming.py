@@ -8,11 +8,12 @@ stream's device and flags.
 from __future__ import annotations
 
 import numbers
+import threading
 from typing import Any
 
-from ..errors import DeviceMismatchError, StreamTypeError, StreamValueError
+from ..errors import CudaDriverError, DeviceMismatchError, StreamTypeError, StreamValueError
 from ..streams import ACCEPTED_STREAMS, Stream, StreamKind, handle_of, stream_from_handle
-from . import Backend, current_backend
+from . import Backend, current_backend, thread_uses_default
 
 __all__ = ["as_stream", "stream_on_device"]
 
@@ -51,7 +52,25 @@ def _named(handle: int, obj: Any, obj_device: int | None, device: int | None, be
     dev = obj_device if obj_device is not None else device if device is not None else None
     if dev is None and handle in (0, 1, 2):
         dev = be.current_device()
-    return _check_device(stream_from_handle(handle, dev if dev is not None else 0, be, obj), obj, device)
+    try:
+        stream = stream_from_handle(handle, dev if dev is not None else 0, be, obj)
+    except CudaDriverError as e:
+        hint = _no_backend_hint(be)
+        if not hint or e.name != "CUDA_ERROR_INVALID_HANDLE":
+            raise
+        raise CudaDriverError(e.call, e.code, e.name, e.description, f"{e.hint} {hint}" if e.hint else hint) from None
+    return _check_device(stream, obj, device)
+
+
+def _no_backend_hint(be: Backend) -> str:
+    """Why a model may not know a stream: this thread set no backend (``use_backend`` is per thread), so ``be``
+    is the process's default model, and the stream is likely another model's. Empty when that is not so."""
+    if not getattr(be, "private_handles", False) or not thread_uses_default(be):
+        return ""
+    return (f"This thread ({threading.current_thread().name!r}) has no backend set: call ss.use_backend(...) in it, "
+            "or pass backend= to what it makes (an effect, a contract). "
+            "ss.use_backend() holds for the thread (and task) that entered it only: a thread you start gets the "
+            f"process's default backend, {be!r}, which numbers its streams apart from every other model")
 
 
 def _refuse_another_model(stream: Stream, backend: Backend) -> None:
@@ -59,12 +78,13 @@ def _refuse_another_model(stream: Stream, backend: Backend) -> None:
     stream there (two models number their streams alike). Streams of the driver mix freely, and the
     default streams are the same in every backend (the caller maps those)."""
     if getattr(stream.backend, "private_handles", False) or getattr(backend, "private_handles", False):
+        hint = _no_backend_hint(backend)
         raise StreamValueError(
             stream,
             f"it is a stream of {stream.backend!r} (id {id(stream.backend):#x}), not of the backend in use here, "
             f"{backend!r} (id {id(backend):#x}); its handle would name another stream there",
             "Create the stream with the effect's backend (backend.create_stream(...)), or make the effect with the "
-            "backend the stream belongs to (backend=...).",
+            "backend the stream belongs to (backend=...)." + (f" {hint}" if hint else ""),
         )
 
 

@@ -53,6 +53,7 @@ from .clocks import VectorClock, is_ordered_after
 from .lifetimes import StreamLifetimes
 from .engine import collecting_races, entry, sanitize_everywhere, sanitizing_everywhere
 from .memory import FreeBlock, Lease, PoolKey, SimArray, SimBuffer, SimCapsule, as_dims, fill_poison, pool_stream
+from .memory import model_capsule, poisoned_block
 from .ops import Op, SimEvent, StreamState
 from .races import Access
 from .schedule import InOrderScheduler, Scheduler, make_scheduler
@@ -271,8 +272,7 @@ class SimBackend(StreamLifetimes):
         label = name or f"buf{next(self._handles)}"
         buf = self._reuse((pool_stream(alloc), dims, dt.str))
         if buf is None:
-            data = np.empty(dims, dtype=dt)
-            fill_poison(data)
+            data = poisoned_block(dims, dt)
             buf = SimBuffer(label, data, dev)
         else:
             buf.name = label
@@ -290,8 +290,7 @@ class SimBackend(StreamLifetimes):
         :meth:`free`. Does not block."""
         dev = self.current_device() if device is None else device
         self._check_device(dev)
-        data = np.empty(as_dims(shape), dtype=np.dtype(dtype))
-        fill_poison(data)
+        data = poisoned_block(as_dims(shape), np.dtype(dtype))
         return SimArray(self, SimBuffer(name or f"buf{next(self._handles)}", data, dev), lease=None)
 
     def _reuse(self, key: PoolKey) -> SimBuffer | None:
@@ -589,9 +588,9 @@ class SimBackend(StreamLifetimes):
                 capsule = obj.__dlpack__(stream=consumer.dlpack, max_version=max_version)
             except TypeError:
                 capsule = obj.__dlpack__(stream=consumer.dlpack)
-        else:
-            raise TypeError(f"from_dlpack needs an object with __dlpack__ or a SimCapsule, got {type(obj).__name__}")
-        return self._import_capsule(capsule)
+        else:  # (refused below, by model_capsule)
+            capsule = None
+        return self._import_capsule(model_capsule(obj, capsule, self))  # (InputArrayError for what is not the model's)
 
     @entry
     def _import_capsule(self, capsule: SimCapsule) -> SimArray:

@@ -4,6 +4,9 @@ protocol) and :class:`SimCapsule`, and small helpers on arrays and buffers."""
 
 from __future__ import annotations
 
+import functools
+import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -12,6 +15,7 @@ import numpy as np
 
 from .._dlpack import DLPACK_CUDA
 from ..backend.naming import as_stream
+from ..errors import DeviceMemoryError, InputArrayError
 from ..streams import LEGACY_HANDLE, Stream
 from .ops import SimEvent
 
@@ -21,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FreeBlock", "Lease", "PoolKey", "SimArray", "SimBuffer", "SimCapsule", "as_dims", "buffers_of", "fill_poison",
-    "pool_stream", "stale_views",
+    "model_capsule", "poisoned_block", "pool_stream", "stale_views",
 ]
 
 _POISON = 0xDEAD
@@ -257,3 +261,56 @@ def fill_poison(data: np.ndarray) -> None:
         data.fill(_POISON % (np.iinfo(data.dtype).max + 1))
     else:
         data.fill(0)
+
+
+@functools.cache
+def _host_memory() -> int | None:
+    """This host's physical memory in bytes, where the system says (``None`` elsewhere); asked once."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def poisoned_block(dims: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+    """A fresh NumPy block for a model allocation of ``dims`` x ``dtype``, filled with the poison pattern; or
+    :class:`DeviceMemoryError` (also a ``MemoryError``) when this host cannot hold it: the model keeps every byte of
+    its device memory in host memory."""
+    nbytes = math.prod(dims) * dtype.itemsize
+    total = _host_memory()
+    try:
+        if total is not None and nbytes > total:
+            raise MemoryError
+        data = np.empty(dims, dtype=dtype)
+    except MemoryError:
+        limit = f"this host's memory ({total / 2**30:.1f} GiB)" if total is not None and nbytes > total else \
+            "this host could give (NumPy's allocation failed)"
+        raise DeviceMemoryError(
+            f"{dims} {dtype.name} on the model", nbytes, limit,
+            "The model (streamsafe.sim) keeps its device memory in this host's memory; its ordering and arithmetic do "
+            "not depend on the size, so test with smaller frames (e.g. (3, 72, 128)), or run at this size on a GPU",
+        ) from None
+    fill_poison(data)
+    return data
+
+
+def model_capsule(obj: Any, capsule: Any, backend: Any, what: str = "array") -> SimCapsule:
+    """``capsule``, what ``obj.__dlpack__()`` gave, when it is memory of the model ``backend``; else an
+    :class:`InputArrayError` (also a ``TypeError``): a NumPy or CPU capsule, whatever device ``obj`` claims, or
+    (``capsule`` ``None``) an ``obj`` without ``__dlpack__``."""
+    if isinstance(capsule, SimCapsule):
+        return capsule
+    if capsule is None:
+        raise InputArrayError(what, obj, "it has no __dlpack__ and is not a capsule of this model",
+                              "Pass an array of this model (sim.empty(...), sim.array(x)), a guarded output, or its capsule.")
+    try:
+        claim = f"it says it is on device {tuple(obj.__dlpack_device__())} (__dlpack_device__), but "
+    except Exception:  # noqa: BLE001  (no such method, or one that fails: the capsule is what counts)
+        claim = ""
+    raise InputArrayError(
+        what,
+        obj,
+        f"{claim}its __dlpack__() gave a {type(capsule).__name__}, not memory of {backend!r}: on the model, device "
+        "memory is what a SimBackend allocated, and a NumPy or CPU capsule is host memory",
+        "Allocate it on the model (sim.empty(...), sim.array(x)), or pass a guarded output or a view of one.",
+    )

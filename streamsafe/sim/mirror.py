@@ -5,7 +5,7 @@ A :class:`Mirror` is a :class:`streamsafe.hooks.Observer`. While registered (ins
 event record and wait, host synchronisation, emulated-effect kernel and release, every
 producer write a contract sees at ``run()`` and every consumer import of a contract's
 output is mirrored into a :class:`~streamsafe.sim.SimBackend` whose only job is its vector
-clocks. A missing fence raises :class:`~streamsafe.RaceError` naming both accesses, whether
+clocks. A missing fence raises :class:`~streamsafe.errors.RaceError` naming both accesses, whether
 or not timing corrupted the data; a read of released memory raises a use-after-free report
 (H7). Besides what goes through streamsafe, it hears of torch's ops on the memory it tracks
 (:mod:`~streamsafe.sim.torch_observer`) and of the program's own host synchronisations and event
@@ -67,7 +67,7 @@ def is_release(name: str) -> bool:
 
 
 class Mirror(hooks.Observer):
-    """The model that mirrors real calls. Raises :class:`~streamsafe.RaceError` on the first race;
+    """The model that mirrors real calls. Raises :class:`~streamsafe.errors.RaceError` on the first race;
     the model stays usable after it (the racing access is fully recorded). Thread-safe."""
 
     strict = True

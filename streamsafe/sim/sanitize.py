@@ -1,7 +1,7 @@
 """Sanitize mode: report every race among calls made through streamsafe, not just the visible ones.
 
     with ss.sanitize():
-        ...   # a missing fence raises streamsafe.RaceError naming both accesses
+        ...   # a missing fence raises streamsafe.errors.RaceError naming both accesses
 
 It lives with the model (:mod:`streamsafe.sim`): the core knows only :mod:`streamsafe.hooks`.
 On the GPU, a happens-before model (a :class:`streamsafe.hooks.Observer`, registered for

@@ -24,6 +24,7 @@ from ..backend import Backend, current_backend
 from ..sim.backend import SimBackend
 from ..frameworks import cupy_external_stream
 from ..sim.backend import SimArray, another_models_array
+from ..sim.memory import model_capsule
 from ..streams import LEGACY_HANDLE, Stream, StreamKind
 from ..backend.naming import as_stream
 
@@ -84,7 +85,7 @@ class SimEngine:
         require_cuda_input(what, obj, self.device)
         if type(obj) is SimArray and obj.backend is not self.backend:
             raise another_models_array(obj, self.backend, what)
-        return self.backend.from_dlpack(obj.__dlpack__())
+        return self.backend.from_dlpack(model_capsule(obj, obj.__dlpack__(), self.backend, what))  # (not a host capsule)
 
     def as_array(self, taken: SimArray) -> SimArray:
         return taken

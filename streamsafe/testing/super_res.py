@@ -18,6 +18,9 @@ from ._errors import NvVFXConfigError, NvVFXStateError, member_of, positive_int
 
 __all__ = ["QualityLevel", "SAME_RESOLUTION_QUALITIES", "INPUT_LIMITS", "VideoSuperRes", "VideoSuperResOutput"]
 
+MAX_OUTPUT_SIDE = 16384
+"""The largest output side the emulation's setters take (``output_width``, ``output_height``)."""
+
 
 class QualityLevel(enum.IntEnum):
     """``VideoSuperRes.QualityLevel``: the SDK's ``NVVFX_QUALITY_LEVEL`` values.
@@ -141,7 +144,7 @@ class VideoSuperRes(Effect):
                              doc="The output's height in pixels; set before ``load()``. Changing it releases the output buffer.")
 
     def _set_dim(self, dims: list[int | None], i: int, name: str, value: int, output: bool = False) -> None:
-        value = positive_int(self._name, name, value, MIN_SIDE, 16384, "; pass a pixel count in that range")
+        value = positive_int(self._name, name, value, MIN_SIDE, MAX_OUTPUT_SIDE, "; pass a pixel count in that range")
         if output and dims[i] is not None and dims[i] != value:
             self._release_output("output-size change")
         self._changed(dims[i], value)
@@ -173,12 +176,14 @@ class VideoSuperRes(Effect):
                 )
         else:
             if not (w <= ow <= 4 * w and h <= oh <= 4 * h):
+                top_w, top_h = min(4 * w, MAX_OUTPUT_SIDE), min(4 * h, MAX_OUTPUT_SIDE)
                 raise NvVFXConfigError(
                     self._name,
                     "output size",
                     size,
-                    f"must be 1x to 4x the input size {w}x{h} in each dimension; "
-                    f"set output_width and output_height within [{w}, {4 * w}] x [{h}, {4 * h}]",
+                    f"must be 1x to 4x the input size {w}x{h} in each dimension"
+                    + (f", and at most {MAX_OUTPUT_SIDE} a side" if (top_w, top_h) != (4 * w, 4 * h) else "")
+                    + f"; set output_width and output_height within [{w}, {top_w}] x [{h}, {top_h}]",
                 )
             if (ow, oh) == (w, h):
                 level = q.name.split("_")[-1] if q.name.endswith(("LOW", "MEDIUM", "HIGH", "ULTRA")) else "HIGH"

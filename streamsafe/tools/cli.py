@@ -2,7 +2,8 @@
 
 Exit status: 0 on success; 1 when ``streamsafe hazards`` finds a fenced strategy that corrupts
 a frame or misses a race; 2 for a usage error (a bad option, a backend that is not available,
-a trace file that cannot be written), reported on one line without a traceback.
+a trace file that cannot be written, a ``STREAMSAFE_*`` switch set to a value it does not read),
+reported on one line without a traceback.
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ import contextlib
 import importlib.util
 import json
 import os
-import stat
 import sys
 import tempfile
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from .._env import check_switches
 from .._version import __version__
+from ..errors import EnvironmentSettingError
+from .run_files import program_from_stdin, write_whole
 
 __all__ = ["main", "build_parser"]
 
@@ -139,8 +143,9 @@ Output: a short table per hazard, then a legend and a VERDICT line. Per hazard:
   auto event async stream device
            each fenced strategy: "ok" (no corrupt frame, no race), or "2/4 H3" (2 of 4 frames
            corrupt; H3 = a race the fence missed)
-  control  rows whose stream kinds make the hazard impossible; a "*" marks frames corrupted by
-           another hazard, which is not a failure of the control
+  control  rows whose stream kinds make the hazard impossible; another hazard may still corrupt
+           frames there without streamsafe: its name follows the count, e.g. "3/4 (H5)", and a
+           note under the row says so (not a failure of the control)
   fence    what strategy auto does for the hazard, in terms of the streams P (input producer),
            S (the SDK's stream_ptr), L (the RGB8 conversion, stream 0) and C (the consumer)
 --full adds every row: its stream kinds (P S L C: 0 legacy, t per-thread, b blocking,
@@ -222,6 +227,7 @@ def _bench(args: argparse.Namespace) -> int:
     scenarios = _choose(args.scenario, [s.key for s in SCENARIOS], "scenario")
     strategies = _choose(args.strategy, STRATEGIES, "strategy")
     backend = _resolve_backend(args.backend)
+    _check_png(args.png, timed=backend == "cuda")
     from .doctor import collect
 
     if backend == "cuda":
@@ -259,6 +265,20 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_png(png: str | None, *, timed: bool, saved: str | None = None) -> None:
+    """Refuse ``--png`` before anything runs when no chart could be drawn: a run on the model (no times) or no
+    matplotlib."""
+    if not png:
+        return
+    if not timed:
+        where = f"the run in {saved} was made on the simulated backend" if saved else "this run is on the simulated backend"
+        raise UsageError(f"--png {png}: {where}, which measures no time, so there is no frames/s chart to draw; run on "
+                         "a GPU (--backend cuda) for one, or drop --png (the counts are in the table, and in --json)")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(f"--png {png}: the chart needs matplotlib, which is not installed (pip install "
+                         "'streamsafe[bench]'); or drop --png")
+
+
 def _bench_outputs(result: Any, args: argparse.Namespace) -> None:
     """The table on stdout, then the ``--json`` and ``--png`` files asked for."""
     from ..bench import write_json, write_png
@@ -289,6 +309,7 @@ def _bench_again(args: argparse.Namespace) -> int:
         raise UsageError(f"--from-json {args.from_json}: {e.strerror or e}") from None
     except ValueError as e:
         raise UsageError(str(e)) from None
+    _check_png(args.png, timed=result.timed, saved=args.from_json)
     scenarios = _choose(args.scenario, result.scenarios, "scenario in that run")
     strategies = _choose(args.strategy, result.strategies, "strategy in that run")
     try:
@@ -321,7 +342,8 @@ class _BenchProgress:
 # -- parser ------------------------------------------------------------------------------------
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, shown: str | None = None) -> int:
+    """``streamsafe run``; ``shown``: the script's name in the report when it is not the path run (``-``)."""
     from .runner import RunReport, command_status, format_report, run_program
     from ..strategy import Strategy
 
@@ -337,6 +359,14 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown strategy {args.strategy!r}: {choose}")
     args.strategy = chosen
     target, rest = (args.module, list(args.program)) if args.module else (args.program[0], list(args.program[1:]))
+    if args.module is None and target == "-":  # the program on standard input, as `python -` reads it
+        with tempfile.TemporaryDirectory(prefix="streamsafe-stdin-") as folder:
+            try:
+                args.program = [program_from_stdin(folder), *rest]
+            except SyntaxError as e:  # (as Python reports it: the traceback's last lines, status 1)
+                sys.stderr.write("".join(traceback.format_exception_only(type(e), e)))
+                return 1
+            return _run(args, shown="-")
     if args.module is None and not (os.path.isfile(target) or os.path.isfile(os.path.join(target, "__main__.py"))):
         raise UsageError(f"{target}: no such file" if not os.path.isdir(target) else f"{target}: a folder without __main__.py")
     if args.report:
@@ -349,6 +379,8 @@ def _run(args: argparse.Namespace) -> int:
         A report file that cannot be written is said in one line; the exit status stays."""
         with contextlib.suppress(ValueError, OSError):  # (a program that closed its stdout)
             sys.stdout.flush()
+        if shown is not None and report.program:
+            report.program[0] = shown
         text = format_report(report) + "\n"
         try:
             err.write(text)
@@ -358,7 +390,7 @@ def _run(args: argparse.Namespace) -> int:
                 os.write(2, text.encode())
         if args.report:
             try:
-                _write_whole(args.report, report.to_json() + "\n")
+                write_whole(args.report, report.to_json() + "\n")
             except OSError as e:
                 with contextlib.suppress(ValueError, OSError):
                     os.write(2, f"streamsafe run: --report {args.report}: cannot write it ({e.strerror or e}); "
@@ -373,56 +405,6 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
         raise
     return command_status(report)
-
-
-def _write_whole(path: str, text: str) -> None:
-    """``text`` into ``path``. A regular file (or a new one) is written beside itself and renamed over
-    itself: a reader, or a process that ends meanwhile, sees the old file or the new one, never half of
-    one. A symbolic link is followed (the link stays). Anything else, and any path under ``/dev`` or
-    ``/proc`` (``/dev/stdout``, whatever it leads to), is appended to in place; a file where no file can
-    be made beside it is written in place."""
-    given = os.path.abspath(path)
-    try:
-        special = not stat.S_ISREG(os.stat(given).st_mode)
-    except OSError:  # (not there yet: a new file)
-        special = False
-    if special or given.startswith(("/dev/", "/proc/")):
-        with open(given, "a") as f:  # (appended: /dev/stdout sent to a file holds the program's output too)
-            f.write(text)
-        return
-    real = os.path.realpath(given)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".streamsafe-report-", dir=os.path.dirname(real))
-    except OSError:
-        with open(real, "w") as f:
-            f.write(text)
-        return
-    try:
-        with os.fdopen(fd, "w") as f:
-            os.fchmod(f.fileno(), _new_file_mode(real))  # (the file's mode, or a plain open()'s; not mkstemp's 0600)
-            f.write(text)
-        os.replace(tmp, real)
-        return
-    except OSError:  # (a folder that lets us make files but not replace this one: written in place below)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with open(real, "w") as f:
-        f.write(text)
-
-
-def _new_file_mode(path: str) -> int:
-    """The mode ``path`` has, else what ``open(path, "w")`` would give it: 0o666 less the process's umask
-    (read from ``/proc``, since setting it to read it would race the program's threads; 0o022 elsewhere)."""
-    with contextlib.suppress(OSError):
-        return os.stat(path).st_mode & 0o7777
-    umask = 0o022
-    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as f:
-        umask = next((int(line.split()[1], 8) for line in f if line.startswith("Umask:")), umask)
-    return 0o666 & ~umask
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -473,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--block", type=_positive, help="frames per interleaved block (default 20 on cuda, 4 on sim)")
     bench.add_argument("--json", metavar="PATH", help="write environment, summary and every raw sample")
     bench.add_argument("--png", metavar="PATH", help="write a chart of each strategy's frames/s over the hand-written "
-                                                     "rows' (needs matplotlib)")
+                                                     "rows' (needs matplotlib and a GPU run: the model measures no time)")
     bench.add_argument("--from-json", metavar="PATH", help="run nothing: print the table of a run that --json saved "
                                                            "(and write --png, --json from it; --scenario and --strategy "
                                                            "choose its cells)")
@@ -499,7 +481,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="make `import nvvfx` load streamsafe's emulation (no SDK needed; no GPU needed)")
     run.add_argument("--report", metavar="FILE", help="also write the report as JSON")
     run.add_argument("-m", dest="module", metavar="MODULE", help="run a module as a script (like python -m)")
-    run.add_argument("program", nargs="*", help="the script and its arguments (or the module's arguments)")
+    run.add_argument("program", nargs="*", help="the script and its arguments (or the module's arguments); '-' reads the "
+                                                "program from standard input, as python - does")
     run.set_defaults(func=_run)
     parser.set_defaults(subparsers=sub.choices)  # (main() reports a command's unknown options with its own usage)
     return parser
@@ -580,8 +563,10 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
         args.program = program
     args.exiting = exiting  # (streamsafe run then shuts the program's threads down as the interpreter does)
     try:
+        if args.command != "doctor":  # (doctor lists every setting, and says what is wrong with each)
+            check_switches()  # a switch set to a value streamsafe would refuse mid-run: said now, in one line
         return int(args.func(args))
-    except UsageError as e:
+    except (UsageError, EnvironmentSettingError) as e:
         print(f"streamsafe {args.command}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -15,8 +15,10 @@ import sys
 import textwrap
 from typing import Any
 
+from .._env import SWITCHES, setting_problems
 from .._version import __version__
 from ..backend import cuda_available
+from ..errors import EnvironmentSettingError
 
 __all__ = ["collect", "format_report"]
 
@@ -129,7 +131,7 @@ def _gpus() -> tuple[str | None, list[dict[str, Any]]]:
     return f"{version // 1000}.{version % 1000 // 10}", gpus
 
 
-_SWITCHES = ("STREAMSAFE_SANITIZE", "STREAMSAFE_FENCE_CALLS", "STREAMSAFE_REPLAY", "STREAMSAFE_CHECK_REPLAY")
+_SWITCHES = tuple(SWITCHES)
 """The environment switches streamsafe reads, as doctor shows them."""
 
 
@@ -144,6 +146,7 @@ def collect() -> dict[str, Any]:
         "packages": {name: _version(name) for name in _PACKAGES},
         "nvvfx_importable": importlib.util.find_spec("nvvfx") is not None,
         "switches": {name: os.environ.get(name) for name in _SWITCHES},
+        "switch_problems": setting_problems(),
     }
     reason = CudaBackend.probe()
     report["cuda"] = {"available": reason is None, "reason": reason}
@@ -152,9 +155,12 @@ def collect() -> dict[str, Any]:
         driver, gpus = _gpus()
         from ..backend._held import held_calls
 
-        held = held_calls()
-        calls = ("cuda.bindings (GIL released around each call)" if held is None
-                 else "the driver's entry points through ctypes, GIL kept")
+        try:
+            held = held_calls()
+            calls = ("cuda.bindings (GIL released around each call)" if held is None
+                     else "the driver's entry points through ctypes, GIL kept")
+        except EnvironmentSettingError as e:  # (said under switches too)
+            calls = f"none: {e}"
         report["cuda"].update({"driver": driver, "gpus": gpus, "fence_calls": calls})
         report["stream_defaults"] = _stream_defaults()
         report["backend"] = "cuda"
@@ -181,6 +187,8 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  PyNvVideoCodec (NVIDIA's video decoder): {'yes; NVDEC ' + state if decoder['importable'] else state}")
     set_switches = {k: v for k, v in report["switches"].items() if v is not None}
     lines.append("  switches: " + (", ".join(f"{k}={v}" for k, v in set_switches.items()) or "none set (" + ", ".join(_SWITCHES) + ")"))
+    for problem in report.get("switch_problems", []):
+        lines += textwrap.wrap(f"! {problem}", 98, initial_indent="    ", subsequent_indent="      ")
     cuda = report["cuda"]
     lines += ["", "CUDA:"]
     if cuda["available"]:
