@@ -134,11 +134,10 @@ def _classes_of(target: Any, verb: str = "guard") -> list[type]:
             try:
                 module = importlib.import_module(target)
             except ImportError as e:
-                emulations = [p for p in profiles() if p.module == target and p.emulation]
-                fix = (f"or, on a machine without it, install the emulation first ({str(emulations[0].emulation).replace(':', '.')}"
-                       ".install(), as streamsafe.testing's install_fake_... calls do)" if emulations else "or pass the module or class itself")
-                raise FrameworkUnavailableError(target, f"{verb}({target!r})", str(e), target.lower() if emulations else None,
-                                                fix) from e
+                emulations = [p.emulation for p in profiles() if p.module == target and p.emulation]
+                fix = (f"or, on a machine without it, call {_emulation(emulations[0])} first (the emulation)"
+                       if emulations else "or pass the module or class itself")
+                raise FrameworkUnavailableError(target, f"{verb}({target!r})", str(e), None, fix) from e
         return _classes_of(module, verb)
     if isinstance(target, Iterable):
         return [cls for item in target for cls in _classes_of(item, verb)]
@@ -146,6 +145,15 @@ def _classes_of(target: Any, verb: str = "guard") -> list[type]:
         f"cannot {verb} {target!r} (type {type(target).__name__}): pass an effect class, a module such as nvvfx, "
         "its name, or a list of those"
     )
+
+
+def _emulation(where: str) -> str:
+    """What installs the emulation a profile names (``"module:object"``), as a call a user types."""
+    module, _, attr = where.partition(":")
+    try:
+        return str(getattr(importlib.import_module(module), attr).install_call)
+    except Exception:  # noqa: BLE001  (the message names the object then)
+        return f"{module}.{attr}.install()"
 
 
 def _resolve(module: types.ModuleType, name: str) -> Any:

@@ -31,6 +31,8 @@ class ModuleFake:
         self.build = build
         self.uninstall_call = uninstall
         """The public call that undoes :meth:`install` (for the message of a refused install)."""
+        self.install_call = "streamsafe.testing." + uninstall[2:]
+        """The public call that does :meth:`install` (for messages that tell where the emulation is)."""
         self._saved: list[dict[str, Any]] = []
         """For each install that shadowed something: the ``sys.modules`` entries under :attr:`name` it took out."""
 
