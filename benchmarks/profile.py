@@ -33,6 +33,7 @@ Commands (each prints a table or a cProfile listing; none is a target):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import statistics
 import sys
@@ -73,6 +74,7 @@ class StubBackend:
         self._stream = ss.Stream
         self.sdk = ss.Stream(0, 0x1000, ss.StreamKind.NON_BLOCKING, self)  # type: ignore[arg-type]
         self._blocking = ss.StreamKind.BLOCKING
+        self._non_blocking = ss.StreamKind.NON_BLOCKING
         self.fences = 0
 
     def device_count(self) -> int:
@@ -123,7 +125,12 @@ class StubBackend:
         return run
 
     def acquire_stream(self, device: int, non_blocking: bool = False) -> Any:
+        if non_blocking:  # (the stream auto copies undeclared inputs on)
+            return self._stream(0, 0x3000, self._non_blocking, self)  # type: ignore[arg-type]
         return self._stream(0, 0x2000, self._blocking, self)  # type: ignore[arg-type]
+
+    def hold_stream(self, stream: Any) -> Any:
+        return None
 
     def release_stream(self, stream: Any) -> None:
         pass
@@ -175,9 +182,20 @@ class FakeTensor:
     """What the contract reads of a torch CUDA tensor: device, shape, data pointer, record_stream."""
 
     shape = (3, 16, 16)
+    is_sparse = False
+    dtype = device = None
 
     def get_device(self) -> int:
         return 0
+
+    def size(self) -> tuple[int, ...]:
+        return self.shape
+
+    def stride(self) -> tuple[int, ...]:
+        return (256, 16, 1)
+
+    def copy_(self, src: Any) -> FakeTensor:
+        return self
 
     def data_ptr(self) -> int:
         return 0xDEF000
@@ -207,7 +225,9 @@ def _install_fake_torch() -> bool:
         ExternalStream=lambda ptr, device=None: types.SimpleNamespace(cuda_stream=ptr),
         default_stream=lambda device=None: types.SimpleNamespace(cuda_stream=0),
     )
+    cuda.stream = lambda stream: contextlib.nullcontext()  # (streamsafe copies an undeclared input under torch's stream)
     torch.cuda = cuda  # type: ignore[attr-defined]
+    torch.empty_strided = lambda size, stride, dtype=None, device=None: FakeTensor()  # type: ignore[attr-defined]
     torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: 0x1000, _cuda_getDevice=lambda: 0)  # type: ignore[attr-defined]
     torch.Tensor = FakeTensor  # type: ignore[attr-defined]
     sys.modules["torch"] = torch

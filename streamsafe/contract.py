@@ -181,6 +181,10 @@ class _Contract(GuardedBlocks, Unshareable):
         """The engine's question: the arguments as the SDK gets them (as given: a decoder takes no inputs)."""
         return args, kwargs, None
 
+    def copy_inputs(self, frame: Frame, args: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """The engine's question: the inputs copied (a decoder takes none: its frames never copy)."""
+        return args, kwargs, None
+
     def protect(self, arrays: Any, frame: Frame, seen: Any) -> None:
         """The engine's question: keep the inputs from reuse (a decoder takes no inputs)."""
 
@@ -314,9 +318,11 @@ class StreamContract(_Contract):
 
     @property
     def plan(self) -> FencePlan:
-        """The plan for the declared streams (else the current ones) and the default consumer."""
-        sdk = self._planner.sdk_stream()
-        return self._planner.plan(self.effect, producer=self._input or sdk, sdk=sdk)
+        """The plan for the declared streams (else the current ones) and the default consumer, for inputs streamsafe
+        can copy (torch's, CuPy's): under ``auto`` with no ``input_stream``, its copy stream. Does not block."""
+        planner = self._planner
+        sdk = planner.sdk_stream()
+        return planner.plan(self.effect, producer=self._input or sdk, sdk=sdk, copy=planner.copy_stream())
 
     def plan_for(
         self, *, producer: Stream | None, sdk: Stream | None = None, consumer: Stream | None = None,
@@ -400,9 +406,19 @@ class StreamContract(_Contract):
         return self._inputs.for_sdk(args, kwargs, frame.inputs, frame.producers, frame.plan.run_stream,
                                     forward=frame.forward, record=frame.record)
 
+    def copy_inputs(self, frame: Frame, args: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """The engine's question when ``auto`` copies undeclared inputs: the arguments with copies issued on the
+        frame's copy stream in place of the inputs, and the copies. Does not block."""
+        assert frame.copy_stream is not None
+        return self._inputs.copy_inputs(args, kwargs, frame.inputs, frame.copy_stream)
+
     def protect(self, arrays: Any, frame: Frame, seen: Any) -> None:
-        """The engine's question: keep the inputs from reuse while the SDK may still read them (H12). Does not
-        block."""
+        """The engine's question: keep the inputs (or the copies the SDK read instead) from reuse while the SDK may
+        still read them (H12). Does not block."""
+        if frame.copy_stream is not None:
+            if seen:
+                self._inputs.protect(seen, frame.plan.run_stream)
+            return
         self._inputs.protect(arrays, frame.plan.run_stream, seen)
 
     # -- configuration and life cycle -----------------------------------------------------------------------------

@@ -54,6 +54,10 @@ class Caller(Protocol):
     def sdk_arguments(self, frame: Frame, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
         """The arguments as the SDK gets them when the frame forwards or records inputs, and what was wrapped."""
 
+    def copy_inputs(self, frame: Frame, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """The inputs copied on the frame's copy stream: the arguments with the copies in their place, and the
+        copies (what :meth:`protect` keeps from reuse)."""
+
     def protect(self, arrays: Sequence[Any], frame: Frame, seen: Any) -> None:
         """H12: keep the inputs from reuse while the SDK may still read them."""
 
@@ -85,14 +89,18 @@ def call(caller: Caller, obj: Any, method: Any, name: str, args: Sequence[Any], 
         if ledger.captured:
             ledger.wait_captured(frame.plan, stats, frame.waited)
         seen = None
-        if frame.forward or frame.record:
-            args, kwargs, seen = caller.sdk_arguments(frame, args, kwargs)
-        keywords = frame.keywords
-        if keywords:
-            # (the SDK's method gets a dict of its own from the ** of the call: the frame's is never changed)
-            kwargs = {**{k: v for k, v in kwargs.items() if k not in frame.keyword_names}, **keywords} if kwargs else keywords
         returned = recorded = False
         try:
+            if frame.copy_stream is not None:  # (the SDK reads copies of the inputs: the run stream waits for them)
+                args, kwargs, seen = caller.copy_inputs(frame, args, kwargs)
+                if frame.after_copy_program is not None:
+                    frame.after_copy_program(stats)
+            elif frame.forward or frame.record:
+                args, kwargs, seen = caller.sdk_arguments(frame, args, kwargs)
+            keywords = frame.keywords
+            if keywords:
+                # (the SDK's method gets a dict of its own from the ** of the call: the frame's is never changed)
+                kwargs = {**{k: v for k, v in kwargs.items() if k not in frame.keyword_names}, **keywords} if kwargs else keywords
             if frame.check_device:
                 with on_torch_device(ledger.device):
                     raw = call_raw(obj, method, args, kwargs)

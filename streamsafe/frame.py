@@ -80,6 +80,10 @@ class Frame:
     """Whether inputs kept alive are wrapped to note the memory the SDK imports (on a model)."""
     waited: frozenset[Stream] = frozenset()
     """The streams :attr:`before` waits for as a whole (a pool's captured readers need no wait of their own)."""
+    copy_stream: Stream | None = None
+    """The stream the inputs are copied on before the call (the SDK reads the copies), else ``None``."""
+    after_copy: tuple[Fence, ...] = ()
+    """Fences issued once the copies are issued (the run stream waits for them)."""
     profile: Profile | None = field(default=None, compare=False)
     check_device: bool = field(default=True, compare=False)
     """Whether the framework's current device is made the object's for the call (a planned effect call: a
@@ -89,6 +93,7 @@ class Frame:
     before_program: FenceProgram | None = field(default=None, compare=False, repr=False)
     """:attr:`before`, ready to issue (bound once for a steady frame)."""
     after_program: FenceProgram | None = field(default=None, compare=False, repr=False)
+    after_copy_program: FenceProgram | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "keyword_names", frozenset(self.keywords))
@@ -107,6 +112,7 @@ class Frame:
             self,
             before_program=FenceProgram(backend, device, self.before, bind=bind),
             after_program=FenceProgram(backend, device, self.after, bind=bind),
+            after_copy_program=FenceProgram(backend, device, self.after_copy, bind=bind) if self.after_copy else None,
             check_device=self.check_device and not bind,
         )
 
@@ -138,6 +144,8 @@ class EffectPlanner:
         :mod:`streamsafe.occupancy`)."""
         self._shadow: Stream | None = None
         self._shadow_finalizer: Any = None
+        self._copier: Stream | None = None
+        self._copier_finalizer: Any = None
         self._plans: dict[tuple[Any, ...], FencePlan] = {}
 
     # -- streams and plans -----------------------------------------------------------------------------------
@@ -166,25 +174,39 @@ class EffectPlanner:
             self._shadow_finalizer = weakref.finalize(self, self.backend.release_stream, self._shadow)  # type: ignore[attr-defined]
         return self._shadow
 
+    def copy_stream(self) -> Stream | None:
+        """The non-blocking stream ``auto`` copies the inputs on when no ``input_stream`` is declared (made when first
+        wanted); ``None`` for any other strategy, or with ``input_stream`` declared."""
+        if self.strategy is not Strategy.AUTO or self.producer is not None:
+            return None
+        if self._copier is None:
+            self._copier = self.backend.acquire_stream(self.device, non_blocking=True)  # type: ignore[attr-defined]
+            hooks.label(self._copier, "streamsafe's input-copy stream (auto copies undeclared inputs there)")
+            self._copier_finalizer = weakref.finalize(self, self.backend.release_stream, self._copier)  # type: ignore[attr-defined]
+        return self._copier
+
     def release_shadow(self) -> None:
-        """Give the shadow stream back (pooled, never destroyed: torch records events on it later for inputs given
-        ``record_stream()``)."""
+        """Give the shadow and input-copy streams back (pooled, never destroyed: torch records events on them later
+        for inputs given ``record_stream()``)."""
         if self._shadow is not None:
             self._shadow_finalizer()
             self._shadow = None
+        if self._copier is not None:
+            self._copier_finalizer()
+            self._copier = None
 
     def plan(
         self, effect: Any, *, producer: Stream | None, sdk: Stream | None = None, consumer: Stream | None = None,
-        non_blocking: bool = False, input_writers: tuple[Stream, ...] = (),
+        non_blocking: bool = False, input_writers: tuple[Stream, ...] = (), copy: Stream | None = None,
     ) -> FencePlan:
         """The plan for given streams (``producer=None``: unknown, forwarded; ``input_writers``: more streams that
-        may write an input after the call). Cached; issues nothing."""
+        may write an input after the call; ``copy``: the stream the inputs can be copied on). Cached; issues nothing."""
         sdk = sdk or self.sdk_stream()
         consumer = consumer or self.consumer or sdk
         conversion = self.conversion_stream(effect)
         shadow = self.shadow_stream()
         fixed = self.fixed_non_blocking()
-        key = (producer, sdk, consumer, conversion, shadow, non_blocking, input_writers)
+        key = (producer, sdk, consumer, conversion, shadow, non_blocking, input_writers, copy)
         plan = self._plans.get(key)
         if plan is None:
             if len(self._plans) > 256:
@@ -192,7 +214,7 @@ class EffectPlanner:
             plan = self._plans[key] = plan_fences(
                 self.strategy, sdk=sdk, conversion=conversion, consumer=consumer, producer=producer,
                 shadow=shadow, user_non_blocking=non_blocking, input_writers=input_writers,
-                writers_known=self.producer is not None, fixed_non_blocking=fixed,
+                writers_known=self.producer is not None, fixed_non_blocking=fixed, copy_stream=copy,
             )
         return plan
 
@@ -236,21 +258,29 @@ class EffectPlanner:
             extra = tuple(dict.fromkeys(p for p in (*producers[1:], current) if p is not None))
             if self.producer is not None and current != self.producer:
                 others.append(current)  # with input_stream declared, an input may still come from the current stream
-        plan = self.plan(effect, producer=first, sdk=sdk, non_blocking=user_nb, input_writers=extra)
+        copy = self.copy_stream() if arrays and None not in producers and inputs.copyable(arrays) else None
+        plan = self.plan(effect, producer=first, sdk=sdk, non_blocking=user_nb, input_writers=extra, copy=copy)
+        copy = plan.copy_stream
         shapes = tuple(shape_of(a) for a in arrays)
         escaped_current = (current or ledger.current_stream()) if ledger.escaped else None
         fences = ledger.reuse_fences(plan, shapes, escaped_current)
         fences += plan.at("before run")
+        after_copy = list(plan.at("after input copy"))
         for producer in others:
             if producer != first:
-                fences += self.plan(effect, producer=producer, sdk=sdk, non_blocking=user_nb, input_writers=extra).at("before run")
+                other = self.plan(effect, producer=producer, sdk=sdk, non_blocking=user_nb, input_writers=extra, copy=copy)
+                fences += other.at("before run")
+                after_copy += other.at("after input copy")
+        fences = [f for f in fences if f.action != "copy-input"]
         after = plan.at("after run")
         profile = self.profile
         keywords = {k: v for k, v in ((profile.stream_keyword, plan.run_stream.ptr), (profile.blocking_keyword, plan.non_blocking))
                     if k is not None}
         active = plan.strategy is not Strategy.NONE
         return Frame(
-            call=name, plan=plan, before=plan.before_run(fences), after=tuple(f for f in after if f.action == "device-wait"),
+            call=name, plan=plan, before=plan.before_run(fences),
+            after=tuple(f for f in after if f.action in ("device-wait", "host-wait")),
+            copy_stream=copy, after_copy=plan.before_run(after_copy),
             protect=bool(after), keywords=keywords, inputs=keys, arrays_are_args=keys == tuple(range(len(args))),
             producers=tuple(producers), shapes=shapes,
             default_consumer=self.consumer or sdk, counts=run_counts(plan),

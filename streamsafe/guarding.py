@@ -376,6 +376,8 @@ class _Tracked:
     def sdk_arguments(self, frame: Frame, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
         return args, kwargs, None
 
+    copy_inputs = sdk_arguments  # (a tracked raw call's frame never copies)
+
     def protect(self, arrays: Sequence[Any], frame: Frame, seen: Any) -> None:
         pass
 

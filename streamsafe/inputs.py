@@ -164,6 +164,48 @@ class Inputs:
                 call_kwargs[key] = wrapper  # type: ignore[index]
         return call_args, call_kwargs, seen
 
+    def copyable(self, arrays: Sequence[Any]) -> bool:
+        """Whether every input can be copied with its exact layout (a torch tensor or a CuPy array whose elements
+        fill their memory, or a backend's own array), so that ``auto`` can hand the SDK copies instead of waiting
+        for the SDK's work on the host (:meth:`copy_inputs`). Issues nothing."""
+        return all(_copyable(a, self.backend) for a in arrays)
+
+    def copy_inputs(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], keys: tuple[int | str, ...], stream: Stream,
+    ) -> tuple[list[Any], dict[str, Any], list[Any]]:
+        """The call's arguments with each input replaced by a copy issued on ``stream`` (streamsafe's own, which
+        already waits for each input's producer), allocated there, with the original's layout; returns the
+        arguments, keywords and the copies. Issues the copies; does not block."""
+        call_args, call_kwargs = list(args), dict(kwargs)
+        copies = []
+        for key in keys:
+            a = call_args[key] if type(key) is int else call_kwargs[key]  # type: ignore[index]
+            c = self._copy(a, stream)
+            copies.append(c)
+            if type(key) is int:
+                call_args[key] = c  # type: ignore[index]
+            else:
+                call_kwargs[key] = c  # type: ignore[index]
+        return call_args, call_kwargs, copies
+
+    def _copy(self, a: Any, stream: Stream) -> Any:
+        if _owner(a) is self.backend:
+            return self.backend.copy(a, stream, name=f"streamsafe's copy of {a.buffer.name}")  # type: ignore[attr-defined]
+        fw = framework_of(a)
+        if fw == "torch":
+            import torch
+
+            with torch.cuda.stream(self.torch_stream(stream)):
+                c = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
+                c.copy_(a)
+            return c
+        import cupy
+
+        from .frameworks import cupy_external_stream
+
+        with cupy.cuda.Device(self.device), cupy_external_stream(cupy, stream):
+            return a.copy(order="K")
+
     def kept_alive(self, a: Any) -> bool:
         """Whether :meth:`protect` keeps ``a`` alive (not a backend's own array or a torch tensor, which it
         protects with ``record_stream``)."""
@@ -213,6 +255,32 @@ class Inputs:
 def _owner(arr: Any) -> Any:
     """The backend whose own array ``arr`` is (a model's: it has ``__streamsafe_key__``), else ``None``."""
     return arr.backend if backend_own(type(arr)) else None
+
+
+def _dense(shape: Sequence[int], strides: Sequence[int], itemsize: int = 1) -> bool:
+    """Whether elements of ``shape`` laid out by ``strides`` (in units of ``itemsize``) fill their span exactly,
+    in some order of the dimensions: no gaps, no element seen twice (then a copy with the same strides is the
+    same layout)."""
+    if 0 in shape:
+        return True
+    expected = 1
+    for stride, size in sorted((st // itemsize, sz) for sz, st in zip(shape, strides) if sz > 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _copyable(a: Any, backend: Backend) -> bool:
+    """:meth:`Inputs.copyable` for one input."""
+    if _owner(a) is backend:
+        return True
+    fw = framework_of(a)
+    if fw == "torch":
+        return not a.is_sparse and _dense(a.shape, a.stride())  # type: ignore[no-any-return]
+    if fw == "cupy":
+        return _dense(a.shape, a.strides, a.itemsize) and hasattr(a, "copy")
+    return False
 
 
 def _described(error: HostArrayError) -> str:

@@ -25,8 +25,9 @@ from .streams import Stream, StreamKind, implicitly_ordered
 __all__ = ["Fence", "FencePlan", "plan_fences", "pool_plan", "raw_plan", "waited_streams", "consumer_fences", "reuse_fences",
            "release_fences", "Action", "When"]
 
-Action = Literal["device-wait", "host-wait", "device-sync", "forward-dlpack", "sdk-blocking", "shadow-stream", "protect-input"]
-When = Literal["before run", "inside run", "after run", "at import", "before next run", "before release"]
+Action = Literal["device-wait", "host-wait", "device-sync", "forward-dlpack", "sdk-blocking", "shadow-stream", "protect-input",
+                 "copy-input"]
+When = Literal["before run", "after input copy", "inside run", "after run", "at import", "before next run", "before release"]
 
 _HOST_BLOCKING = ("host-wait", "device-sync", "sdk-blocking")
 
@@ -56,6 +57,7 @@ class Fence:
             "sdk-blocking": f"run(non_blocking=False): the SDK makes the host wait for {self.signaller}",
             "shadow-stream": f"SDK runs on the shadow stream, {self.waiter}; stream 0 waits for it implicitly",
             "protect-input": f"input kept from reuse until {self.signaller} has read it",
+            "copy-input": f"each input copied on {self.waiter}, streamsafe's own stream; the SDK reads the copy",
         }[self.action]
         return f"{self.hazard:<4} {self.when:<16} {who}  ({self.why})"
 
@@ -83,6 +85,9 @@ class FencePlan:
     output_complete: bool = False
     """The SDK's call returns only once its output is written (its own host wait: a decoder's): an import
     needs no fence."""
+    copy_stream: Stream | None = None
+    """The stream streamsafe copies each input on before the call (``auto`` with no ``input_stream``: the SDK reads
+    the copy, and the host waits for the copies, not for the SDK's work), else ``None``."""
     _cache: dict[Any, tuple[Fence, ...]] = field(default_factory=dict, compare=False, repr=False, hash=False)
     _sdk_streams: tuple[Stream, ...] = field(init=False, compare=False, repr=False, hash=False)
 
@@ -197,8 +202,9 @@ class FencePlan:
             + f", non_blocking={self.non_blocking}\n"
             f"  streams: P={self.producer or 'framework current stream (forwarded)'}  S={self.sdk}"
             + (f"  run on {self.run_stream}" if self.run_stream != self.sdk else "")
-            + f"  L={self.conversion or '- (RGB10A2: no conversion)'}  C={self.consumer} (default; each import is fenced for its own stream)\n"
-            f"  why: {self.reason}"
+            + f"  L={self.conversion or '- (RGB10A2: no conversion)'}  C={self.consumer} (default; each import is fenced for its own stream)"
+            + (f"  Q={self.copy_stream} (the inputs' copies)" if self.copy_stream is not None else "")
+            + f"\n  why: {self.reason}"
         )
         body = [f"  {f}" for f in self.fences] or ["  (no per-frame fence: the stream kinds already order every edge)"]
         tail = [f"  {f}" for f in self.on_release]
@@ -217,6 +223,7 @@ def plan_fences(
     input_writers: Iterable[Stream] = (),
     writers_known: bool = True,
     fixed_non_blocking: bool | None = None,
+    copy_stream: Stream | None = None,
 ) -> FencePlan:
     """The plan for one call. ``conversion`` is ``None`` for RGB10A2 output; ``producer`` is
     ``None`` when the input's stream is unknown (then ``__dlpack__(stream=...)`` is forwarded);
@@ -226,10 +233,15 @@ def plan_fences(
     next (its ``input_stream`` is declared); else a program may write an input on an undeclared stream
     once ``run()`` returns, having synchronised that stream before the call (the vendor's recipe), and
     only the SDK's own host wait (``non_blocking=False``) keeps that write after the SDK's read: ``auto``
-    and ``async`` keep it then. ``fixed_non_blocking``: the SDK takes no blocking keyword, and its calls always
-    (``False``) or never (``True``) make the host wait for their stream before they return. A pure function:
-    issues nothing, blocks nothing."""
+    and ``async`` keep it then. ``copy_stream`` (``auto`` only, its inputs copyable): with no ``input_stream``,
+    ``auto`` copies each input on that stream of streamsafe's own instead, the SDK reads the copy, and the host waits
+    for the copies only (not for the SDK's work), so the SDK runs as if every writer were known. ``fixed_non_blocking``:
+    the SDK takes no blocking keyword, and its calls always (``False``) or never (``True``) make the host wait for
+    their stream before they return. A pure function: issues nothing, blocks nothing."""
     requested = strategy
+    copies = strategy is Strategy.AUTO and not writers_known and copy_stream is not None and producer is not None
+    if copies:
+        writers_known = True  # (the SDK reads the copy: whoever writes the input once run() returns writes no input of its)
     h2_open = conversion is not None and not implicitly_ordered(sdk, conversion)
     if fixed_non_blocking is not None and strategy is not Strategy.NONE:
         _check_fixed(strategy, fixed_non_blocking, h2_open, shadow)
@@ -293,11 +305,30 @@ def plan_fences(
         non_blocking = True
     else:
         non_blocking = False
+    if copies and not non_blocking:
+        copies = False  # (the SDK's own host wait covers its read of the input: nothing to copy)
+    elif copies:
+        reason = (
+            "no input_stream is declared, so a stream streamsafe does not know may rewrite an input once run() returns "
+            "(the vendor's recipe): streamsafe copies each input on a stream of its own, the SDK reads the copy, and the "
+            "host waits for the copies only, not for the SDK's work; then " + reason[0].lower() + reason[1:]
+            + ". Declare input_stream= to drop the copies and their wait"
+        )
+    copy = copy_stream if copies else None
 
     fences: list[Fence] = []
     release: list[Fence] = []
-    if strategy is not Strategy.NONE:
+    if strategy is not Strategy.NONE and copy is not None:
+        fences.append(Fence("H1", "before run", "device-wait", copy, producer, "the copy reads the input after its producer wrote it"))
+        if sdk != producer:
+            fences.append(Fence("H1", "before run", "device-wait", copy, sdk, "work already issued on the SDK stream comes first"))
+        fences.append(Fence("H12", "before run", "copy-input", copy, producer,
+                            "a stream streamsafe does not know may rewrite the input once run() returns"))
+        fences += [dataclasses.replace(f, when="after input copy") if f.signaller == copy else f
+                   for f in _before_run(run_stream, sdk, copy)]
+    elif strategy is not Strategy.NONE:
         fences += _before_run(run_stream, sdk, producer)
+    if strategy is not Strategy.NONE:
         if conversion is not None and not implicitly_ordered(run_stream, conversion):
             fences.append(Fence("H2", "inside run", "sdk-blocking", None, run_stream, f"stream 0 does not wait for {run_stream.kind} streams"))
         elif strategy is Strategy.ASYNC and conversion is not None:
@@ -307,7 +338,14 @@ def plan_fences(
             fences.append(Fence("H12", "inside run", "sdk-blocking", None, run_stream,
                                 "no input_stream is declared: an undeclared stream may write an input once run() returns"))
         writers = _unique([w for w in (producer, sdk, *input_writers) if w is not None])
-        if non_blocking:
+        if copy is not None:
+            # the copies are read on the run stream (kept from reuse until then); the inputs only by the copy, which
+            # the host waits for before run() returns
+            fences.append(Fence("H12", "after run", "protect-input", None, run_stream, "the copy of each input is read later"))
+            fences.append(Fence("H12", "after run", "host-wait", None, copy,
+                                "run() returns once the inputs are copied: the program may rewrite them then"))
+            writers = [copy]
+        elif non_blocking:
             open_writers = [w for w in writers if not implicitly_ordered(w, run_stream)]
             # Always: an input's memory goes back to the pool of the stream that allocated it, which no
             # plan knows (a decoder's stream, say), even when every writer above is ordered with the run.
@@ -329,7 +367,7 @@ def plan_fences(
         writers = []
     return FencePlan(
         requested, strategy, non_blocking, sdk, run_stream, conversion, producer, consumer, tuple(fences), tuple(release), reason,
-        tuple(writers),
+        tuple(writers), copy_stream=copy,
     )
 
 

@@ -47,7 +47,10 @@ def test_everything_on_the_legacy_stream_needs_no_fence(sim: ss.sim.SimBackend) 
     legacy = sim.legacy_stream()
     for strategy in ("auto", "event", "async", "stream", "device"):
         plan = ss.StreamContract(make_sr(sim), legacy, strategy=strategy).plan
-        fences = [f for f in plan.fences if f.action not in ("sdk-blocking", "shadow-stream", "protect-input")]
+        copy = plan.copy_stream  # (auto, no input_stream: the inputs' copies are ordered, and waited for)
+        assert (copy is not None) == (strategy == "auto"), strategy
+        fences = [f for f in plan.fences if f.action not in ("sdk-blocking", "shadow-stream", "protect-input", "copy-input")
+                  and copy not in (f.waiter, f.signaller)]
         assert fences == [], (strategy, str(plan))
     plan = ss.StreamContract(make_sr(sim), legacy, input_stream=legacy).plan
     # auto (the input's writer declared): stream 0 waits for itself, no fence; the input is still kept from
@@ -113,16 +116,21 @@ def test_auto_picks_async_for_a_non_blocking_sdk_stream_and_says_why(sim: ss.sim
 
 
 @pytest.mark.parametrize("kind", ["non-blocking", "blocking", "legacy"])
-def test_auto_keeps_the_sdks_wait_when_no_input_stream_is_declared_and_says_why(sim: ss.sim.SimBackend, kind: str) -> None:
+def test_auto_copies_the_inputs_when_no_input_stream_is_declared_and_says_why(sim: ss.sim.SimBackend, kind: str) -> None:
     """Without ``input_stream=`` an undeclared stream may write the input once ``run()`` returns (the vendor's
-    recipe synchronises it before the call): ``auto`` keeps ``non_blocking=False`` and says how to drop it."""
-    plan = ss.StreamContract(make_sr(sim), stream_of(sim, kind)).plan
-    assert plan.strategy is ss.Strategy.EVENT and not plan.non_blocking
-    assert "declare input_stream=" in plan.reason
+    recipe synchronises it before the call): ``auto`` hands the SDK copies made on a stream of its own, waits on
+    the host for the copies only, and says how to drop them."""
     fx = TrueHDR(backend=sim)
     fx.load()
     hdr = ss.StreamContract(fx, sim.create_stream(non_blocking=True)).plan  # (no conversion stage either)
-    assert not hdr.non_blocking
+    for plan in (ss.StreamContract(make_sr(sim), stream_of(sim, kind)).plan, hdr):
+        assert plan.non_blocking and plan.copy_stream is not None, str(plan)
+        assert [f.signaller for f in plan.host_waits] == [plan.copy_stream]
+        waits = [(f.when, f.waiter, f.signaller) for f in plan.fences if f.action == "device-wait"]
+        assert ("before run", plan.copy_stream, plan.producer) in waits  # the copy reads the written input
+        assert ("after input copy", plan.run_stream, plan.copy_stream) in waits  # the SDK reads the finished copy
+        assert "declare input_stream=" in plan.reason.lower()
+        assert "input copied on" in str(plan) and "Q=" in str(plan)
 
 
 def test_plans_compare_equal(sim: ss.sim.SimBackend) -> None:
@@ -418,8 +426,9 @@ def test_configure_waits_for_copies_before_the_buffer_goes(sim: ss.sim.SimBacken
     with ss.stream_contract(sr, sim.legacy_stream()) as c:
         out = sr.run(arr)
         copy = sim.copy(sim.from_dlpack(out.image, stream=c_stream), c_stream, name="consumer.copy")
+        waits = c.stats["host_waits"]
         sr.output_width = 64  # guarded: waits for the copy (H6), then resizes
-        assert c.stats["host_waits"] == 2  # the copy's stream, and the current stream (a zero-copy view escaped)
+        assert c.stats["host_waits"] - waits == 2  # the copy's stream, and the current stream (a zero-copy view escaped)
     np.testing.assert_array_equal(sim.download(copy, c_stream), expected(data))
     assert sim.races == []
     assert sr.output_width == 64

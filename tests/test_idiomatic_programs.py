@@ -110,12 +110,38 @@ def test_control_the_recipe_breaks_when_the_sdks_wait_is_dropped(sim: SimBackend
     assert races > 0 or bad > 0
 
 
+@pytest.mark.parametrize("cls", [VideoSuperRes, TrueHDR])
+def test_control_the_recipe_breaks_when_the_copies_are_not_waited_for(
+    sim: SimBackend, cls: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """auto copies the undeclared input and the host waits for the copy: without that wait P's next write races
+    with the copy's read."""
+    import dataclasses
+
+    import streamsafe.frame as contract_module
+
+    real = contract_module.plan_fences
+
+    def no_copy_wait(*a: Any, **k: Any) -> Any:
+        plan = real(*a, **k)
+        assert plan.copy_stream is not None  # (the recipe's inputs are copied)
+        kept = tuple(f for f in plan.fences if not (f.action == "host-wait" and f.signaller == plan.copy_stream))
+        return dataclasses.replace(plan, fences=kept)
+
+    monkeypatch.setattr(contract_module, "plan_fences", no_copy_wait)
+    bad, races = vendor_recipe(sim, cls, "auto")
+    assert races > 0 or bad > 0
+
+
 def test_declaring_the_input_stream_lets_auto_drop_the_wait(sim: SimBackend) -> None:
     P, S = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
     undeclared = ss.StreamContract(make(sim), S).plan
     declared = ss.StreamContract(make(sim), S, input_stream=P).plan
-    assert not undeclared.non_blocking and "input_stream=" in undeclared.reason
-    assert declared.non_blocking and declared.strategy is ss.Strategy.ASYNC
+    # undeclared: the SDK reads copies, and the host waits for the copies only
+    assert undeclared.non_blocking and undeclared.copy_stream is not None and "input_stream=" in undeclared.reason
+    assert [f.signaller for f in undeclared.at("after run") if f.action == "host-wait"] == [undeclared.copy_stream]
+    assert declared.non_blocking and declared.strategy is ss.Strategy.ASYNC and declared.copy_stream is None
+    assert declared.host_waits == ()
 
 
 # -- 2. @stream_safe on a generator function, an async def, an async generator -------------------------------

@@ -91,12 +91,34 @@ def _frames_checked(run: Any) -> int:
 
 
 def test_control_the_recipe_breaks_when_the_sdks_wait_is_dropped(torch_cuda, bank, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    import streamsafe.contract as contract_module
+    """Planned as if every writer were known, with no copies: P's next write races with the SDK's read."""
+    import streamsafe.frame as frame_module
 
-    real = contract_module.plan_fences
-    monkeypatch.setattr(contract_module, "plan_fences", lambda *a, **k: real(*a, **{**k, "writers_known": True}))
+    real = frame_module.plan_fences
+    monkeypatch.setattr(frame_module, "plan_fences", lambda *a, **k: real(*a, **{**k, "writers_known": True}))
     bad = vendor_recipe(torch_cuda, bank, "auto", 200, s_work_us=3000)
     print(f"vendor recipe with the SDK's wait dropped: {bad} corrupt of 200")
+    assert bad > 0
+
+
+def test_control_the_recipe_breaks_when_the_copies_are_not_waited_for(torch_cuda, bank, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """auto hands the SDK copies of the undeclared input and waits on the host for the copies: without that wait,
+    and with the copy queued behind 3 ms of work, P's next write races with the copy's read."""
+    import dataclasses
+
+    import streamsafe.frame as frame_module
+
+    real = frame_module.plan_fences
+
+    def no_copy_wait(*a: Any, **k: Any) -> Any:
+        plan = real(*a, **k)
+        assert plan.copy_stream is not None
+        kept = tuple(f for f in plan.fences if not (f.action == "host-wait" and f.signaller == plan.copy_stream))
+        return dataclasses.replace(plan, fences=kept)
+
+    monkeypatch.setattr(frame_module, "plan_fences", no_copy_wait)
+    bad = vendor_recipe(torch_cuda, bank, "auto", 200, s_work_us=3000)
+    print(f"vendor recipe with the copies' wait dropped: {bad} corrupt of 200")
     assert bad > 0
 
 
