@@ -110,7 +110,6 @@ def _command(line: str) -> tuple[list[str], dict[str, str], str]:
     return words, env, comment.strip()
 
 
-@pytest.mark.slow
 def test_the_guides_streamsafe_run_lines_do_what_their_comments_say(tmp_path: Path) -> None:
     _write_files(tmp_path)
     (block,) = _blocks("sh")
