@@ -64,7 +64,7 @@ __all__ = [
 _SUBPACKAGES = ("testing", "bench", "tools")
 """Subpackages reachable as attributes without their own import (imported on first use)."""
 
-_NEW_ERRORS = ("StreamsafeError", "ExportError", "EnvironmentSettingWarning", "DeviceMemoryError", "ProfileError")
+_NEW_ERRORS = ("StreamsafeError", "ExportError", "EnvironmentSettingWarning", "HostWaitWarning", "DeviceMemoryError", "ProfileError")
 """Names of :mod:`streamsafe.errors` that ``streamsafe`` never exported (the base class is exported still)."""
 
 _MOVED = {

@@ -43,8 +43,8 @@ _EFFECT_FIX = "Copy each output before the next run(), close() or resize (out.to
 def new_stats() -> dict[str, int]:
     """Counters of one guard: runs; device-side fences; host waits and device syncs streamsafe made; runs in
     which the SDK itself made the host wait (``non_blocking=False``); and, under each hazard's name (``"H1"``,
-    ``"H3"``, ...), the fences of any kind made for it."""
-    return {"runs": 0, "fences": 0, "host_waits": 0, "device_syncs": 0, "sdk_waits": 0}
+    ``"H3"``, ...), the fences of any kind made for it; and the inputs ``auto`` copied (no ``input_stream``)."""
+    return {"runs": 0, "fences": 0, "host_waits": 0, "device_syncs": 0, "sdk_waits": 0, "input_copies": 0}
 
 
 class Buffer:

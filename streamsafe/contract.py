@@ -37,8 +37,8 @@ from .backend import Backend, current_backend, require_backend
 from .backend.naming import as_stream, stream_on_device
 from .buffers import new_stats
 from .calls import call_raw, raw_method
-from .errors import ArgumentError, EffectConfigError, EffectStateError, MissingCallError, NotAnEffectError, StreamsafeError, \
-    UnguardedChangeError
+from .errors import ArgumentError, EffectConfigError, EffectStateError, HostWaitWarning, MissingCallError, NotAnEffectError, \
+    StreamsafeError, UnguardedChangeError
 from .frame import EffectPlanner, Frame, pool_frame
 from .frameworks import TORCH, is_framework_stream
 from .guarding import GuardBlock, GuardedBlocks, config_reader, settable, snapshot
@@ -202,6 +202,26 @@ def _named_call(name: str) -> Any:
     return named
 
 
+class UndeclaredInputs:
+    """What a contract with no ``input_stream`` saw of its inputs: the streams they were found on (their framework's
+    current stream at each call planned, in order) and the seconds the host waited for ``auto``'s copies of them;
+    what ``streamsafe run --advise`` reports. Noting does not block."""
+
+    __slots__ = ("streams", "wait_s")
+
+    def __init__(self) -> None:
+        self.streams: dict[Stream, None] = {}
+        self.wait_s = 0.0
+
+    def note(self, producers: Any) -> None:
+        for producer in producers:
+            if producer is not None:
+                self.streams[producer] = None
+
+    def waited(self, seconds: float) -> None:
+        self.wait_s += seconds
+
+
 class StreamContract(_Contract):
     """Fences one effect's calls. See the module docstring for the streams and the three ways in.
 
@@ -270,6 +290,9 @@ class StreamContract(_Contract):
         self._config_getter = config_reader(effect, self.profile)
         self._run = raw_method(self._cls, "run")
         self._auto = self.strategy is Strategy.AUTO
+        self._host_wait_warned = False
+        self.undeclared = UndeclaredInputs()
+        """With no ``input_stream`` declared: where the inputs came from, and what the host waited for them."""
         """The SDK's own ``run`` (called by :meth:`run`)."""
         self.last_plan: FencePlan | None = None
         """The plan of the contract's last call."""
@@ -380,12 +403,31 @@ class StreamContract(_Contract):
         facts = kept.facts(name, args, kwargs, shared) if not hooks.observers else None
         self._check_unguarded_change()
         frame = planner.frame(effect, name, args, kwargs, ledger, self._inputs)
+        if self._input is None:
+            self.undeclared.note(frame.producers)
+            if self._auto and not self._host_wait_warned:
+                self._warn_host_wait(frame)
         config = self._config(effect) if facts is not None else UNREADABLE
         if (config is not UNREADABLE and facts is not None and None not in frame.producers
                 and (ledger.input_shapes is None or ledger.input_shapes == frame.shapes)):
             # (an input-size change waits for every outstanding reader: nothing kept for that)
             kept.keep(facts, ledger.state(), config, frame)
         return frame.ready(self.backend, self.device)
+
+    def _warn_host_wait(self, frame: Frame) -> None:
+        """:class:`~streamsafe.errors.HostWaitWarning`, once: ``auto`` waits on the host every call for something an
+        ``input_stream`` declaration would order on the device."""
+        plan = frame.plan
+        if plan.copy_stream is not None:
+            cost = "copies each input on a stream of its own and makes the host wait for the copies"
+        elif any(f.hazard == "H12" and f.action == "sdk-blocking" for f in plan.fences):
+            cost = f"keeps the SDK's own host wait ({self.profile.blocking_keyword or 'its blocking call'}=False: the host waits for its work)"
+        else:
+            return
+        self._host_wait_warned = True
+        fix = ("ss.stream_contract(effect, S, input_stream=P), or input_stream=P on @ss.stream_safe or ss.guard, "
+               "P being the stream that writes the inputs")
+        warnings.warn(HostWaitWarning(self.effect_name, cost, fix), stacklevel=_user_stacklevel())
 
     def _check_kept(self, frame: Frame, name: str, args: Any, kwargs: dict[str, Any]) -> None:
         """``STREAMSAFE_CHECK_REPLAY=1``: plan the call again; the kept frame must be the same."""

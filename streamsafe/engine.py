@@ -16,6 +16,8 @@ Blocks the host only where the frame's fences do, and in the SDK's own call.
 
 from __future__ import annotations
 
+from time import perf_counter
+
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -57,6 +59,9 @@ class Caller(Protocol):
     def copy_inputs(self, frame: Frame, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
         """The inputs copied on the frame's copy stream: the arguments with the copies in their place, and the
         copies (what :meth:`protect` keeps from reuse)."""
+
+    undeclared: Any
+    """What a frame that copies its inputs notes: the host's wait for the copies (``waited(seconds)``)."""
 
     def protect(self, arrays: Sequence[Any], frame: Frame, seen: Any) -> None:
         """H12: keep the inputs from reuse while the SDK may still read them."""
@@ -113,7 +118,12 @@ def call(caller: Caller, obj: Any, method: Any, name: str, args: Sequence[Any], 
             if frame.protect:
                 after = frame.after_program
                 if after is not None and after.fences:
-                    after(stats)
+                    if frame.copy_stream is not None:  # (the host waits for the copies: the time a declaration saves)
+                        began = perf_counter()
+                        after(stats)
+                        caller.undeclared.waited(perf_counter() - began)
+                    else:
+                        after(stats)
                 caller.protect(arrays, frame, seen)
         except BaseException as e:
             _unwound(caller, frame, e, returned, recorded, counted, arrays, seen)

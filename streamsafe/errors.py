@@ -17,6 +17,7 @@ __all__ = [
     "ExportError",
     "EnvironmentSettingError",
     "EnvironmentSettingWarning",
+    "HostWaitWarning",
     "ArgumentError",
     "MissingCallError",
     "ProfileError",
@@ -322,6 +323,22 @@ class EnvironmentSettingWarning(RuntimeWarning):
     switch, named with the closest known one), or a value of a speed or test switch it does not read (the default
     is kept). Warned once, at the user's line. Not an error: ``-W error::streamsafe.errors.EnvironmentSettingWarning``
     makes it one."""
+
+
+class HostWaitWarning(UserWarning):
+    """``auto`` makes the host wait on every call for something a declaration would order on the device: with no
+    ``input_stream``, a stream streamsafe does not know may rewrite an input once ``run()`` returns, so the host
+    waits for the inputs' copies (or, for inputs it cannot copy, for the SDK's work). Warned once per contract, at
+    the user's line, naming the declaration that removes the wait. Not an error:
+    ``warnings.filterwarnings("ignore", category=streamsafe.errors.HostWaitWarning)`` silences it."""
+
+    def __init__(self, effect: str, cost: str, fix: str) -> None:
+        self.effect, self.cost, self.fix = effect, cost, fix
+        super().__init__(
+            f"{effect}: no input_stream is declared, so auto {cost} on every call (a stream streamsafe does not know "
+            f"may rewrite an input once run() returns). If your program writes each input on one stream, declare it: "
+            f"{fix}. `streamsafe run --advise your_program.py` names the streams your inputs come from"
+        )
 
 
 class DeviceMemoryError(StreamsafeError, MemoryError):

@@ -283,7 +283,7 @@ class EffectPlanner:
             copy_stream=copy, after_copy=plan.before_run(after_copy),
             protect=bool(after), keywords=keywords, inputs=keys, arrays_are_args=keys == tuple(range(len(args))),
             producers=tuple(producers), shapes=shapes,
-            default_consumer=self.consumer or sdk, counts=run_counts(plan),
+            default_consumer=self.consumer or sdk, counts=run_counts(plan) + ((("input_copies", len(keys)),) if copy else ()),
             forward=active and None in producers, record=active and self.backend.records_accesses, profile=profile,
         )
 

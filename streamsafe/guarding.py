@@ -377,6 +377,7 @@ class _Tracked:
         return args, kwargs, None
 
     copy_inputs = sdk_arguments  # (a tracked raw call's frame never copies)
+    undeclared = None
 
     def protect(self, arrays: Sequence[Any], frame: Frame, seen: Any) -> None:
         pass

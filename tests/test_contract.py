@@ -522,9 +522,30 @@ def test_seed_jax_adapter_forwards_to_a_safe_image(sim: ss.sim.SimBackend) -> No
 def test_warning_free_normal_use(sim: ss.sim.SimBackend) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        c = ss.StreamContract(make_sr(sim))
+        c = ss.StreamContract(make_sr(sim), input_stream=sim.current_stream())
         for i in range(3):
             c.run(frame(sim, i)[0]).numpy()
+
+
+def test_a_kept_host_wait_is_said_once_per_contract_naming_the_declaration(sim: ss.sim.SimBackend) -> None:
+    """Nothing declared: auto copies the inputs and waits for the copies on the host, and says so once per
+    contract, at the user's line, naming input_stream=; a second contract says it again."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c = ss.StreamContract(make_sr(sim))
+        for i in range(5):
+            c.run(frame(sim, i)[0]).numpy()
+        said = [w for w in caught if issubclass(w.category, ss.errors.HostWaitWarning)]
+        assert len(said) == 1 and said[0].filename == __file__
+        text = str(said[0].message)
+        assert "input_stream=P" in text and "VideoSuperRes" in text and "host wait" in text
+        assert c.stats["input_copies"] == 5 and c.stats["host_waits"] == 5
+        ss.StreamContract(make_sr(sim)).run(frame(sim, 0)[0]).numpy()
+        assert len([w for w in caught if issubclass(w.category, ss.errors.HostWaitWarning)]) == 2
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=ss.errors.HostWaitWarning)
+        warnings.filterwarnings("ignore", category=ss.errors.HostWaitWarning)  # (the filter a user adds)
+        ss.StreamContract(make_sr(sim)).run(frame(sim, 0)[0]).numpy()
 
 
 def test_an_input_the_sdk_rejects_keeps_the_previous_output_valid(sim: ss.sim.SimBackend) -> None:
