@@ -16,6 +16,7 @@ import warnings
 from typing import Any
 
 from . import _env
+from . import guarding as _guarding
 from . import errors as errors
 from . import profiles as profiles
 from . import sim as sim
@@ -81,6 +82,7 @@ _MOVED = {
 
 
 _env.warn_unknown_names()  # (a misspelt STREAMSAFE_* switch would be ignored silently)
+_guarding.watch_profiles()  # (dispatchers on the SDK classes now: a method bound before the first guard is guarded too)
 
 
 def __getattr__(name: str) -> Any:

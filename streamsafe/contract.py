@@ -37,7 +37,7 @@ from .backend import Backend, current_backend, require_backend
 from .backend.naming import as_stream, stream_on_device
 from .buffers import new_stats
 from .calls import call_raw, raw_method
-from .errors import ArgumentError, EffectConfigError, EffectStateError, MissingCallError, NotAnEffectError, StreamsafeError, \
+from .errors import ArgumentError, DeviceMismatchError, EffectConfigError, EffectStateError, MissingCallError, NotAnEffectError, StreamsafeError, \
     UnguardedChangeError
 from .frame import EffectPlanner, Frame, pool_frame
 from .frameworks import TORCH, is_framework_stream
@@ -664,7 +664,7 @@ class PoolContract(_Contract):
         """:attr:`stream` is the decoder's stream (declared, said by the decoder, recorded when it was made, or
         declared to an earlier guard), rather than assumed to be its default (then ``auto`` waits on the host)."""
         if stream is not None:
-            self.stream: Stream = stream_on_device(stream, dev, be, "sdk")
+            self.stream: Stream = stream_on_device(stream, dev, be, "decoder")
             if said is not None and said != self.stream:
                 raise ArgumentError(
                     f"stream {self.stream} is not {self.effect_name}'s stream ({said}): the decoder writes its frames on "
@@ -677,7 +677,7 @@ class PoolContract(_Contract):
         else:
             self.stream = as_stream(LEGACY_HANDLE, device=dev, backend=be)  # the SDK's default, cuda_stream=0
             self.stream_known = False
-        self._consumer = None if consumer_stream is None else stream_on_device(consumer_stream, dev, be, "consumer")
+        self._consumer = None if consumer_stream is None else stream_on_device(consumer_stream, dev, be, "frame consumer")
         self._stream_objects = (stream, consumer_stream)  # (the streams the contract fences live as long as it)
         self.pool: PoolLedger = existing or pool_of(sdk, self.backend, device=dev)
         """The decoder's ledger: a buffer per pool buffer."""
@@ -694,6 +694,7 @@ class PoolContract(_Contract):
         self.last_plan: FencePlan | None = None
         self.closed = False
         self.guard_owner: Any = None
+        self._device_checked = False
         self._tracked = guarding.install(self._cls)
         self._name_calls()
         for sink in contract_sinks:
@@ -725,8 +726,27 @@ class PoolContract(_Contract):
     def output(self, raw: Any, made: Any, frame: Frame, obj: Any) -> Any:
         """The SDK's result with each frame a :class:`~streamsafe.SafeFrame` (a list stays a list)."""
         profile = self.profile
-        result = output_maker("pool")(raw, profile.frames_of(raw), made, self.device, frame.default_consumer, obj, self.pool)
+        frames = profile.frames_of(raw)
+        if not self._device_checked and frames:
+            self._check_device(frames[0])
+        result = output_maker("pool")(raw, frames, made, self.device, frame.default_consumer, obj, self.pool)
         return result if profile.wrap is None else profile.wrap(raw, result)
+
+    def _check_device(self, frame: Any) -> None:
+        """The first frame's device is the one the pool's ledger and fences use: else refuse, loudly (once)."""
+        self._device_checked = True
+        try:
+            kind, device = frame.__dlpack_device__()
+        except Exception:  # noqa: BLE001  (a frame that does not say: nothing to compare)
+            return
+        if int(device) != self.device:
+            self.closed = True  # (its ledger speaks of the wrong device: a new contract, once the decoder says its GPU)
+            raise DeviceMismatchError(
+                f"{self.effect_name}'s frames (buffers of its pool)", frame, int(device), self.device,
+                f"streamsafe took {self.effect_name} to be on device {self.device}: it has no device attribute, and its "
+                f"gpu_id was not recorded (it was made before streamsafe was imported, or with gpu_id passed by position "
+                f"to a C++ constructor). Make the decoder after `import streamsafe`, passing gpu_id={int(device)} by keyword "
+                f"(or run the program under `streamsafe run`)")
 
     def _release(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], method: Any) -> Any:
         if self.closed:

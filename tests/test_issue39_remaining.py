@@ -1,0 +1,210 @@
+"""Issue 39's remaining items, each a test that failed before its fix: class-guarded objects are collected, a
+decoder on GPU 1 without a ``device`` attribute, a method bound before its class was first guarded, decoders
+in their own words, a decoder call returning ``(frames, timestamps)``, the fixture's model, a refused call
+that keeps the frames, ``unguard``'s words, and the API names."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+from streamsafe.errors import DeviceMismatchError
+from streamsafe.sim import SimBackend
+from streamsafe.testing import sample_clip
+from streamsafe.testing.fake_pynvvideocodec import decode_reference
+
+pytest.importorskip("av")
+
+ROOT = Path(__file__).resolve().parents[1]
+STRATEGIES = ["auto", "event", "async", "stream", "device"]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSAFE_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
+                          env=_env(), timeout=120, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def clip() -> str:
+    return sample_clip(24, (32, 16))
+
+
+@pytest.fixture
+def nvc(fake_pynvvideocodec: Any) -> Any:
+    return fake_pynvvideocodec
+
+
+# -- item 2: a decoder on GPU 1 that has no device attribute (the real one keeps its gpu_id in C++) ---------------
+
+
+def _gpu_id_only(nvc: Any) -> type:
+    class GpuIdOnly(nvc.SimpleDecoder):  # type: ignore[name-defined,misc]
+        @property
+        def device(self) -> int:
+            raise AttributeError("the SDK's decoder has no device attribute")
+
+    return GpuIdOnly
+
+
+@pytest.fixture
+def two_gpus() -> Iterator[SimBackend]:
+    sim = SimBackend(devices=2, scheduler="adversarial")
+    with ss.use_backend(sim), sim.device(1):
+        yield sim
+
+
+@pytest.mark.parametrize("own_stream", [False, True])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_decoder_on_gpu_1_without_a_device_attribute_is_fenced_on_gpu_1(
+        nvc: Any, two_gpus: SimBackend, clip: str, strategy: str, own_stream: bool) -> None:
+    """A fresh consumer stream per batch, each frame read there as a view and copied without a wait (the next
+    decode must wait for it on device 1), for 12 batches; the decoder's device-1 stream declared to the block."""
+    sim = two_gpus
+    D = sim.create_stream(non_blocking=True, device=1)
+    dec = _gpu_id_only(nvc)(clip, gpu_id=1, cuda_stream=D.handle if own_stream else 0,
+                            output_color_type=nvc.OutputColorType.RGBP)
+    with pytest.raises(AttributeError):
+        dec.device  # noqa: B018
+    reference = decode_reference(clip)
+    copies = []
+    with ss.stream_contract(dec, D.handle if own_stream else None, strategy=strategy) as c:
+        for _ in range(12):
+            frames = dec.get_batch_frames(2)
+            C = sim.create_stream(non_blocking=True, device=1)  # (a fresh consumer stream per batch)
+            with sim.use_stream(C):
+                for f in frames:
+                    copies.append((f.index, sim.copy(sim.from_dlpack(f), C)))
+    assert c.device == 1 and c.pool.device == 1 and c.stream.device == 1
+    sim.synchronize_device(1)
+    assert sum(not np.array_equal(sim.download(copy), reference[i]) for i, copy in copies) == 0
+    assert sim.races == []
+
+
+def test_a_decoder_whose_gpu_is_unknown_is_refused_loudly_at_its_first_call(nvc: Any, two_gpus: SimBackend,
+                                                                             clip: str) -> None:
+    """Made before streamsafe could record its gpu_id (its own ``__init__``, as before ``import streamsafe``): the
+    first frames show the guard took the wrong device, and it says so instead of fencing on device 0."""
+    cls = _gpu_id_only(nvc)
+    dec = cls.__new__(cls)
+    inspect.unwrap(nvc.SimpleDecoder.__init__)(dec, clip, gpu_id=1, output_color_type=nvc.OutputColorType.RGBP)
+    with pytest.raises(DeviceMismatchError) as e, ss.stream_contract(dec):
+        dec.get_batch_frames(2)
+    message = str(e.value)
+    assert "GpuIdOnly's frames" in message and "is on CUDA device 1, but device 0 is required" in message
+    assert "Make the decoder after `import streamsafe`, passing gpu_id=1 by keyword" in message
+
+
+def test_a_c_constructor_records_the_gpu_id_passed_by_keyword() -> None:
+    from types import SimpleNamespace
+
+    from streamsafe.construction import made_with, recording_init
+
+    class Native(SimpleNamespace):  # (its __init__ is C's: its signature says only *args, **kwargs)
+        __hash__ = object.__hash__
+
+    init = recording_init(SimpleNamespace.__init__, ("gpu_id", "cuda_stream"), "__streamsafe_dispatch__")
+    n = Native()
+    init(n, gpu_id=1)
+    assert made_with(n, "gpu_id") == 1 and made_with(n, "cuda_stream") is None
+
+
+# -- item 3: a method bound before its class was first guarded ------------------------------------------------------
+
+_BOUND_BEFORE = """
+    import sys
+    import numpy as np
+    import streamsafe as ss
+    from streamsafe.sim import SimBackend
+    from streamsafe.testing import VideoSuperRes, install_fake_pynvvideocodec, sample_clip
+    from streamsafe.testing.fake_pynvvideocodec import decode_reference
+
+    sim = SimBackend(scheduler="adversarial")
+    held = ss.use_backend(sim)
+    held.__enter__()
+    which = sys.argv[1]
+    if which == "effect":
+        sr = VideoSuperRes(); sr.output_width = sr.output_height = 32; sr.load()
+        run = sr.run  # bound before any contract of the class
+        S = sim.create_stream(non_blocking=True)
+        with ss.stream_contract(sr, S.handle):
+            out = run(sim.array(np.ones((3, 16, 16), np.float32)))
+        print(type(out).__name__)
+    else:
+        nvc = install_fake_pynvvideocodec()
+        clip = sample_clip(16, (32, 16))
+        dec = nvc.SimpleDecoder(clip, output_color_type=nvc.OutputColorType.RGBP)
+        get = dec.get_batch_frames if which == "batch" else dec.__getitem__  # bound before any contract
+        C = sim.create_stream(non_blocking=True)
+        copies, kinds = [], set()
+        with ss.stream_contract(dec):
+            for i in range(8):
+                frames = get(2) if which == "batch" else [get(i)]
+                for f in frames:
+                    kinds.add(type(f).__name__)
+                    with sim.use_stream(C):
+                        copies.append((f.index, sim.copy(sim.from_dlpack(f), C)))
+        sim.synchronize_device()
+        reference = decode_reference(clip)
+        wrong = sum(not np.array_equal(sim.download(c), reference[i]) for i, c in copies)
+        print(",".join(sorted(kinds)), "wrong", wrong, "of", len(copies), "races", len(sim.races))
+"""
+
+
+@pytest.mark.parametrize("which", ["effect", "batch", "item"])
+def test_a_method_bound_before_the_first_guard_is_guarded_in_a_block(which: str) -> None:
+    result = _python(_BOUND_BEFORE, which)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.strip()
+    if which == "effect":
+        assert out == "SafeOutput"
+    else:
+        assert out.startswith("SafeFrame wrong 0 of") and out.endswith("races 0"), out
+
+
+def test_the_classes_a_profile_names_get_their_dispatchers_when_seen(tmp_path: Path) -> None:
+    """Registered before its module is imported (the import hook), and registered after (``register``)."""
+    (tmp_path / "later_sdk_x39.py").write_text(textwrap.dedent("""
+        class Sharpener:
+            def run(self, x, stream_ptr=0, non_blocking=False):
+                return x
+    """))
+    result = _python(f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        import streamsafe as ss
+        from streamsafe.profile import EffectProfile, register
+        from streamsafe.calls import MARK
+        register(EffectProfile(name="later.Sharpener", classes=("later_sdk_x39.Sharpener",), calls=("run",), output=None))
+        import later_sdk_x39
+        print(getattr(later_sdk_x39.Sharpener.run, MARK, False))
+        class Own:
+            def run(self, x):
+                return x
+        register(EffectProfile(name="own.Own", classes=(Own,), calls=("run",), output=None))
+        print(getattr(Own.run, MARK, False))
+        print(type(later_sdk_x39.__loader__).__name__)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True", "SourceFileLoader"]
+
+
+def test_the_docs_say_a_method_bound_before_import_streamsafe_is_not_guarded() -> None:
+    guide = " ".join((ROOT / "docs" / "guide.md").read_text().split())
+    assert "A method bound before `import streamsafe` is the SDK's own" in guide
+
