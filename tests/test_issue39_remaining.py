@@ -20,7 +20,7 @@ import pytest
 import streamsafe as ss
 from streamsafe.errors import DeviceMismatchError
 from streamsafe.sim import SimBackend
-from streamsafe.testing import sample_clip
+from streamsafe.testing import VideoSuperRes, sample_clip
 from streamsafe.testing.fake_pynvvideocodec import decode_reference
 
 pytest.importorskip("av")
@@ -208,3 +208,59 @@ def test_the_docs_say_a_method_bound_before_import_streamsafe_is_not_guarded() -
     guide = " ".join((ROOT / "docs" / "guide.md").read_text().split())
     assert "A method bound before `import streamsafe` is the SDK's own" in guide
 
+
+# -- item 7: a decoded frame gone stale is reported in the decoder's words, wherever it is found ---------------------
+
+
+def _assert_decoder_words(message: str) -> None:
+    assert "the decoder" in message and "run()" not in message and "the effect" not in message, message
+    assert "Copy each output" not in message and "frame" in message, message
+
+
+@pytest.fixture
+def sim() -> Iterator[SimBackend]:
+    backend = SimBackend(scheduler="adversarial")
+    with ss.use_backend(backend):
+        yield backend
+
+
+def test_a_frame_gone_stale_while_another_thread_decodes_is_reported_in_the_decoders_words(
+        nvc: Any, sim: SimBackend, clip: str) -> None:
+    """The frame is current when its import starts; another thread's decode rewrites its buffer before the import
+    records its reader (deterministic here: the other thread runs inside the SDK frame's ``__dlpack__``)."""
+    import threading
+
+    dec = nvc.SimpleDecoder(clip, output_color_type=nvc.OutputColorType.RGBP)
+    with ss.stream_contract(dec):
+        frame = dec.get_batch_frames(2)[0]
+    sdk_frame = frame.raw
+    own = type(sdk_frame).__dlpack__
+
+    class Racing(type(sdk_frame)):  # type: ignore[misc]
+        def __dlpack__(self, stream: Any = 0, **kw: Any) -> Any:
+            capsule = own(self, stream, **kw)
+            other = threading.Thread(target=lambda: [dec.get_batch_frames(2) for _ in range(12)])
+            other.start()
+            other.join()
+            return capsule
+
+    sdk_frame.__class__ = Racing
+    with pytest.raises(ss.errors.StaleOutputError) as e:
+        sim.from_dlpack(frame)
+    _assert_decoder_words(str(e.value))
+
+
+def test_every_stale_frame_message_is_the_decoders(nvc: Any, sim: SimBackend, clip: str) -> None:
+    dec = nvc.SimpleDecoder(clip, output_color_type=nvc.OutputColorType.RGBP)
+    sr = VideoSuperRes(backend=sim)
+    sr.output_width, sr.output_height = 128, 96
+    sr.load()
+    with ss.stream_contract(dec):
+        frame = dec.get_batch_frames(1)[0]
+        view = sim.from_dlpack(frame)
+        dec.get_batch_frames(8)
+        for attempt in (lambda: frame.record_stream(sim.create_stream()), lambda: sim.from_dlpack(frame),
+                        lambda: ss.stream_contract(sr, input_stream=sim.legacy_stream()).run(view)):
+            with pytest.raises(ss.errors.StaleOutputError) as e:
+                attempt()
+            _assert_decoder_words(str(e.value))
