@@ -335,6 +335,7 @@ class PoolLedger(Ledger):
 
     def __init__(self, name: str, backend: Backend | None, device: int) -> None:
         super().__init__(name, backend, device)
+        self.turns.kind = "decoder"
         self.pool: dict[Any, Buffer] = {}
         """Each buffer, by its memory (a data pointer, or the model's buffer)."""
         self.handed: tuple[Any, ...] = ()

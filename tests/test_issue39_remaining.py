@@ -264,3 +264,89 @@ def test_every_stale_frame_message_is_the_decoders(nvc: Any, sim: SimBackend, cl
             with pytest.raises(ss.errors.StaleOutputError) as e:
                 attempt()
             _assert_decoder_words(str(e.value))
+
+
+# -- item 8: a decoder subclass whose call returns (frames, timestamps) ---------------------------------------------
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_call_returning_frames_and_timestamps_is_guarded_and_fenced(nvc: Any, sim: SimBackend, clip: str,
+                                                                      guarded: bool) -> None:
+    import contextlib
+
+    class WithTimes(nvc.SimpleDecoder):  # type: ignore[name-defined,misc]
+        def get_batch_frames(self, n: int) -> Any:
+            frames = super().get_batch_frames(n)
+            return frames, [f.timestamp for f in frames]
+
+    dec = WithTimes(clip, output_color_type=nvc.OutputColorType.RGBP)
+    C = sim.create_stream(non_blocking=True)
+    copies = []
+    with ss.stream_contract(dec) if guarded else contextlib.nullcontext() as c:
+        while True:
+            frames, times = dec.get_batch_frames(4)
+            if not frames:
+                break
+            assert times == [f.timestamp for f in frames]
+            assert all(isinstance(f, ss.SafeFrame) for f in frames) == guarded
+            for f in frames:
+                with sim.use_stream(C):
+                    copies.append((f.index, sim.copy(sim.from_dlpack(f), C)))
+    sim.synchronize_device()
+    reference = decode_reference(clip)
+    wrong = sum(not np.array_equal(sim.download(copy), reference[i]) for i, copy in copies)
+    if guarded:
+        assert wrong == 0 and sim.races == [] and c.stats["D5"] > 0
+    else:
+        assert wrong > 0 and sim.races  # (the control: the race is there without the guard)
+
+
+# -- item 9: a decoder's messages in its own words ---------------------------------------------------------------------
+
+
+def test_a_decoder_passed_to_stream_contract_class_is_told_to_use_stream_contract(nvc: Any, sim: SimBackend,
+                                                                                  clip: str) -> None:
+    dec = nvc.SimpleDecoder(clip)
+    with pytest.raises(ss.errors.NotAnEffectError) as e:
+        ss.StreamContract(dec)
+    message = str(e.value)
+    assert "ss.stream_contract(simpledecoder, stream), which makes a PoolContract" in message
+    assert "VideoSuperRes()" not in message
+
+
+def test_concurrent_use_of_a_decoder_is_reported_in_its_words(nvc: Any, sim: SimBackend, clip: str) -> None:
+    import pickle
+    import threading
+
+    dec = nvc.SimpleDecoder(clip)
+    c = ss.stream_contract(dec)
+    inside, release = threading.Event(), threading.Event()
+    t = threading.Thread(target=lambda: c.pool.turns.run("get_batch_frames", lambda: (inside.set(), release.wait(5))),
+                         name="decode-thread")
+    t.start()
+    inside.wait(5)
+    try:
+        with pytest.raises(ss.errors.ConcurrentUseError) as e:
+            c.get_batch_frames(2)
+    finally:
+        release.set()
+        t.join()
+    message = str(e.value)
+    assert "inside a call on the same decoder" in message and "give each thread its own decoder" in message
+    assert "effect" not in message and "run()" not in message
+    assert str(pickle.loads(pickle.dumps(e.value))) == message
+
+
+def test_a_frames_copy_helper_without_its_framework_names_frame_numpy() -> None:
+    error = ss.errors.FrameworkUnavailableError("torch", "frame.torch()", "No module named 'torch'", "torch")
+    assert "or take a host copy with frame.numpy(); the frame is untouched" in str(error) and "out." not in str(error)
+    effect = ss.errors.FrameworkUnavailableError("torch", "out.torch()", "No module named 'torch'", "torch")
+    assert "or take a host copy with out.numpy(); the output is untouched" in str(effect)
+
+
+def test_the_package_docstring_and_run_help_name_the_decoders() -> None:
+    from streamsafe.tools.cli import build_parser
+
+    assert "PyNvVideoCodec" in (ss.__doc__ or "") and "PoolContract" in (ss.__doc__ or "")
+    run = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    assert "PyNvVideoCodec decoder" in run.description and "PyNvVideoCodec" in build_parser().description
