@@ -533,13 +533,15 @@ class StreamContract(_Contract):
 
     # -- the guard (``with`` and the decorator) ---------------------------------------------------------------------
 
-    def enter_block(self, frame: Any) -> None:
-        """Route the plain calls made by ``frame``'s code through this contract (what a guard block does on entry:
-        :meth:`guarded`, ``with``, the decorator). Does not block."""
+    def enter_block(self, stack_frame: Any = None, **deprecated: Any) -> None:
+        """Route the plain calls made by the code of ``stack_frame`` (a Python stack frame: the guarded code's)
+        through this contract (what a guard block does on entry: :meth:`guarded`, ``with``, the decorator). The
+        keyword ``frame=`` is deprecated (a frame is a video frame in streamsafe). Does not block."""
+        stack_frame = guarding.stack_frame_argument(stack_frame, deprecated, "enter_block")
         if self.closed:
             self._refuse_closed("stream_contract")
         if self._tracked:
-            guarding.push(self.effect, self, frame)
+            guarding.push(self.effect, self, stack_frame)
             return
         # A class that refuses new attributes: patch the instance, if it has a __dict__.
         instance_dict = getattr(self.effect, "__dict__", None)
@@ -556,10 +558,11 @@ class StreamContract(_Contract):
                 else getattr(self, name)
         self._patched_instance = True
 
-    def leave_block(self, frame: Any, *, host_wait: bool) -> None:
-        """End :meth:`enter_block` for ``frame``; with ``host_wait``, block the host as :meth:`synchronize`."""
+    def leave_block(self, stack_frame: Any = None, *, host_wait: bool, **deprecated: Any) -> None:
+        """End :meth:`enter_block` for ``stack_frame``; with ``host_wait``, block the host as :meth:`synchronize`."""
+        stack_frame = guarding.stack_frame_argument(stack_frame, deprecated, "leave_block")
         if self._tracked:
-            guarding.pop(self.effect, self, frame)
+            guarding.pop(self.effect, self, stack_frame)
         elif self._patched_instance:
             for name in self.profile.calls_of(self._cls):
                 self.effect.__dict__.pop(name, None)
@@ -774,9 +777,11 @@ class PoolContract(_Contract):
 
     # -- the guard (``with`` and the decorator), as an effect's contract ----------------------------------------
 
-    def enter_block(self, frame: Any) -> None:
-        """Route the plain calls made by ``frame``'s code through this contract (what a guard block does on entry:
-        :meth:`guarded`, ``with``, the decorator). Does not block."""
+    def enter_block(self, stack_frame: Any = None, **deprecated: Any) -> None:
+        """Route the plain calls made by the code of ``stack_frame`` (a Python stack frame: the guarded code's)
+        through this contract (what a guard block does on entry: :meth:`guarded`, ``with``, the decorator). The
+        keyword ``frame=`` is deprecated (a frame is a video frame in streamsafe). Does not block."""
+        stack_frame = guarding.stack_frame_argument(stack_frame, deprecated, "enter_block")
         if self.closed:
             self._refuse_closed("stream_contract")
         if not self._tracked:
@@ -784,11 +789,12 @@ class PoolContract(_Contract):
                 f"cannot guard plain {self.effect_name} calls: its class refuses new attributes. "
                 "Call the contract instead: c.get_batch_frames(...), c[i]."
             )
-        guarding.push(self.effect, self, frame)
+        guarding.push(self.effect, self, stack_frame)
 
-    def leave_block(self, frame: Any, *, host_wait: bool) -> None:
-        """End :meth:`enter_block` for ``frame``; with ``host_wait``, block the host as :meth:`synchronize`."""
-        guarding.pop(self.effect, self, frame)
+    def leave_block(self, stack_frame: Any = None, *, host_wait: bool, **deprecated: Any) -> None:
+        """End :meth:`enter_block` for ``stack_frame``; with ``host_wait``, block the host as :meth:`synchronize`."""
+        stack_frame = guarding.stack_frame_argument(stack_frame, deprecated, "leave_block")
+        guarding.pop(self.effect, self, stack_frame)
         if host_wait and not self.closed and self.strategy is not Strategy.NONE:
             self.synchronize()
 

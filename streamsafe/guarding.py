@@ -36,6 +36,7 @@ import inspect
 import operator
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -66,6 +67,7 @@ __all__ = [
     "config_reader",
     "watch_profiles",
     "install_named",
+    "stack_frame_argument",
 ]
 
 _lock = threading.Lock()
@@ -450,21 +452,46 @@ class GuardBlock:
     """A guard block of one contract (:meth:`StreamContract.guarded`): the code of the frame that enters it calls
     the object through the contract until it leaves. Does not block on entry."""
 
-    __slots__ = ("contract", "host_wait", "frame")
+    __slots__ = ("contract", "host_wait", "stack_frame")
 
     def __init__(self, contract: Any, host_wait: bool) -> None:
         self.contract = contract
         self.host_wait = host_wait
-        self.frame: Any = None
+        self.stack_frame: Any = None
+        """The Python stack frame of the code the open block guards (``None`` outside the block)."""
+
+    @property
+    def frame(self) -> Any:
+        """Deprecated: :attr:`stack_frame` (a frame is a video frame in streamsafe)."""
+        warnings.warn("GuardBlock.frame is deprecated: use GuardBlock.stack_frame (a Python stack frame; in streamsafe "
+                      "a frame is a video frame)", DeprecationWarning, stacklevel=2)
+        return self.stack_frame
 
     def __enter__(self) -> Any:
-        self.frame = code_frame(sys._getframe(1))
-        self.contract.enter_block(self.frame)
+        self.stack_frame = code_frame(sys._getframe(1))
+        self.contract.enter_block(self.stack_frame)
         return self.contract
 
     def __exit__(self, *exc: object) -> None:
-        frame, self.frame = self.frame, None
-        self.contract.leave_block(frame, host_wait=self.host_wait)
+        stack_frame, self.stack_frame = self.stack_frame, None
+        self.contract.leave_block(stack_frame, host_wait=self.host_wait)
+
+
+def stack_frame_argument(stack_frame: Any, deprecated: dict[str, Any], method: str) -> Any:
+    """``enter_block``'s and ``leave_block``'s stack frame, also given by the deprecated keyword ``frame=`` (which
+    warns, naming ``stack_frame=``); any other keyword raises :class:`TypeError`."""
+    if "frame" in deprecated:
+        warnings.warn(f"{method}(frame=...) is deprecated: pass stack_frame=... (the guarded code's Python stack frame; "
+                      "in streamsafe a frame is a video frame)", DeprecationWarning, stacklevel=3)
+        if stack_frame is None:
+            stack_frame = deprecated.pop("frame")
+        else:
+            deprecated.pop("frame")
+    if deprecated:
+        raise TypeError(f"{method}() got an unexpected keyword argument {sorted(deprecated)[0]!r}")
+    if stack_frame is None:
+        raise TypeError(f"{method}() missing its argument stack_frame (the guarded code's Python stack frame)")
+    return stack_frame
 
 
 _C = TypeVar("_C", bound="GuardedBlocks")
@@ -473,12 +500,13 @@ _C = TypeVar("_C", bound="GuardedBlocks")
 class GuardedBlocks:
     """``with contract:`` and ``contract.guarded()`` for a contract with ``enter_block`` and ``leave_block``."""
 
-    def enter_block(self, frame: Any) -> None:
-        """Route the plain calls made by ``frame``'s code through this contract (each contract's own)."""
+    def enter_block(self, stack_frame: Any = None, **deprecated: Any) -> None:
+        """Route the plain calls made by the code of ``stack_frame`` (a Python stack frame) through this contract
+        (each contract's own)."""
         raise NotImplementedError
 
-    def leave_block(self, frame: Any, *, host_wait: bool) -> None:
-        """End :meth:`enter_block` for ``frame`` (each contract's own)."""
+    def leave_block(self, stack_frame: Any = None, *, host_wait: bool, **deprecated: Any) -> None:
+        """End :meth:`enter_block` for ``stack_frame`` (each contract's own)."""
         raise NotImplementedError
 
     def __enter__(self: _C) -> _C:

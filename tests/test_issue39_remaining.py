@@ -350,3 +350,115 @@ def test_the_package_docstring_and_run_help_name_the_decoders() -> None:
     assert "PyNvVideoCodec" in (ss.__doc__ or "") and "PoolContract" in (ss.__doc__ or "")
     run = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
     assert "PyNvVideoCodec decoder" in run.description and "PyNvVideoCodec" in build_parser().description
+
+
+# -- item 14: the fake_nvvfx fixture alone runs on an adversarial model ----------------------------------------------
+
+
+def test_the_fake_nvvfx_fixture_alone_shows_a_race_as_wrong_frames(fake_nvvfx: Any) -> None:
+    """Unguarded, non_blocking, the output copied on another stream with no fence: the in-order model ran it in
+    program order and the frames came out right; the fixture's model shows the race."""
+    backend = ss.current_backend()
+    assert isinstance(backend, SimBackend) and type(backend.scheduler).__name__ == "AdversarialScheduler"
+    sr = fake_nvvfx.VideoSuperRes()
+    sr.output_width = sr.output_height = 32
+    sr.load()
+    S, C = backend.create_stream(non_blocking=True), backend.create_stream(non_blocking=True)
+    out = sr.run(backend.array(np.full((3, 16, 16), 0.5, np.float32)), stream_ptr=S.handle, non_blocking=True)
+    copy = backend.copy(backend.from_dlpack(out.image, stream=C), C)
+    backend.synchronize_device()
+    assert backend.races and not np.allclose(backend.download(copy), 0.5)
+
+
+# -- item 15: a decoder's argument error before any write ----------------------------------------------------------
+
+
+def test_a_threaded_decoders_batch_larger_than_its_buffer_is_documented_and_tested(nvc: Any, sim: SimBackend,
+                                                                                   clip: str) -> None:
+    dec = nvc.ThreadedDecoder(clip, 2, output_color_type=nvc.OutputColorType.RGBP)
+    with ss.stream_contract(dec):
+        frames = dec.get_batch_frames(2)
+        with pytest.raises(nvc.PyNvVCException, match="batch_size cannot be greater than buffer_size"):
+            dec.get_batch_frames(8)
+        assert all(f.stale for f in frames)  # (as the guide says: the SDK's one exception class may follow writes)
+        kept = dec.get_batch_frames(2)
+        with pytest.raises(TypeError):
+            dec.get_batch_frames("8")  # (any other exception is a refusal: the frames stay valid)
+        assert not any(f.stale for f in kept)
+    guide = " ".join((ROOT / "docs" / "guide.md").read_text().split())
+    assert ("includes an argument the decoder refuses before it decodes anything, such as `get_batch_frames(n)` with "
+            "`n` larger than a `ThreadedDecoder`'s `buffer_size`: streamsafe cannot tell the two apart") in guide
+
+
+# -- item 19: unguard's words ------------------------------------------------------------------------------------------
+
+
+def test_unguard_of_what_is_not_a_class_says_unguard() -> None:
+    with pytest.raises(ss.errors.NotAnEffectError, match=r"^cannot unguard 42 \(type int\): pass an effect class"):
+        ss.unguard(42)
+    with pytest.raises(ss.errors.NotAnEffectError, match=r"^cannot unguard 42"):
+        ss.unguard([42])
+
+
+# -- item 22: API names ----------------------------------------------------------------------------------------------
+
+
+def test_enter_and_leave_block_take_a_stack_frame_and_the_old_keyword_warns(sim: SimBackend) -> None:
+    sr = VideoSuperRes(backend=sim)
+    sr.output_width = sr.output_height = 32
+    sr.load()
+    c = ss.StreamContract(sr)
+    assert list(inspect.signature(c.enter_block).parameters)[0] == "stack_frame"
+    here = sys._getframe()
+    with pytest.warns(DeprecationWarning, match=r"enter_block\(frame=\.\.\.\) is deprecated: pass stack_frame=") as w:
+        c.enter_block(frame=here)
+    assert w[0].filename == __file__  # (the warning points at the caller's line)
+    assert isinstance(sr.run(sim.array(np.ones((3, 16, 16), np.float32))), ss.SafeOutput)
+    with pytest.warns(DeprecationWarning, match=r"leave_block\(frame=\.\.\.\) is deprecated: pass stack_frame="):
+        c.leave_block(frame=here, host_wait=True)
+    assert not isinstance(sr.run(sim.array(np.ones((3, 16, 16), np.float32))), ss.SafeOutput)
+    block = c.guarded()
+    with block:
+        assert block.stack_frame is here
+        with pytest.warns(DeprecationWarning, match="use GuardBlock.stack_frame"):
+            assert block.frame is here
+    with pytest.raises(TypeError, match="unexpected keyword argument 'code'"):
+        c.enter_block(code=here)
+
+
+@pytest.mark.parametrize("name", ["Auto", "EVENT ", " async", "Stream\n"])
+def test_strategy_names_are_read_in_any_case_and_stripped(name: str) -> None:
+    assert ss.Strategy(name).value == name.strip().lower()
+    with pytest.raises(ss.errors.StrategyError, match=r"in any case, spaces around it ignored"):
+        ss.Strategy("fastest")
+
+
+def test_stream_ptr_handle_and_dlpack_are_documented_and_differ_for_the_legacy_stream(sim: SimBackend) -> None:
+    legacy, made = sim.legacy_stream(), sim.create_stream(non_blocking=True)
+    assert (legacy.ptr, legacy.handle, legacy.dlpack) == (0, 1, 1)
+    assert made.ptr == made.handle == made.dlpack
+    doc = " ".join((ss.Stream.__doc__ or "").split())
+    assert "Pass :attr:`ptr` to an SDK and :attr:`dlpack` to ``__dlpack__``" in doc
+
+
+def test_the_models_blocking_default_is_said_where_users_meet_it() -> None:
+    assert "*blocking* unless ``non_blocking``" in (SimBackend.create_stream.__doc__ or "")
+    assert "create_stream() makes a blocking stream unless told" in (ROOT / "README.md").read_text()
+    guide = " ".join((ROOT / "docs" / "guide.md").read_text().split())
+    assert "The model's `sim.create_stream()` makes a *blocking* stream unless you pass `non_blocking=True`" in guide
+
+
+def test_copying_a_frame_or_an_output_names_its_copy_method(nvc: Any, sim: SimBackend, clip: str) -> None:
+    import copy
+
+    dec = nvc.SimpleDecoder(clip, output_color_type=nvc.OutputColorType.RGBP)
+    with ss.stream_contract(dec):
+        frame = dec.get_batch_frames(1)[0]
+        with pytest.raises(TypeError, match=r"frame\.copy\(\)"):
+            copy.copy(frame)
+    sr = VideoSuperRes(backend=sim)
+    sr.output_width = sr.output_height = 32
+    sr.load()
+    out = ss.StreamContract(sr).run(sim.array(np.ones((3, 16, 16), np.float32)))
+    with pytest.raises(TypeError, match=r"out\.copy\(\)"):
+        copy.copy(out)
