@@ -5,11 +5,13 @@ that keeps the frames, ``unguard``'s words, and the API names."""
 
 from __future__ import annotations
 
+import gc
 import inspect
 import os
 import subprocess
 import sys
 import textwrap
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,46 @@ def clip() -> str:
 @pytest.fixture
 def nvc(fake_pynvvideocodec: Any) -> Any:
     return fake_pynvvideocodec
+
+
+# -- item 1: objects made under a class guard are collected --------------------------------------------------------
+
+
+def _make_and_drop(nvc: Any, sim: SimBackend, clip: str, n: int) -> list[weakref.ref[Any]]:
+    refs: list[weakref.ref[Any]] = []
+    C = sim.create_stream(non_blocking=True)
+    for _ in range(n):
+        dec = nvc.SimpleDecoder(clip, output_color_type=nvc.OutputColorType.RGBP)
+        for f in dec.get_batch_frames(4):
+            sim.copy(sim.from_dlpack(f, stream=C), C)
+        sr = VideoSuperRes()
+        sr.output_width = sr.output_height = 32
+        sr.load()
+        sr.run(sim.array(np.ones((3, 16, 16), np.float32))).numpy()
+        refs += [weakref.ref(dec), weakref.ref(sr)]
+        del dec, sr, f
+    sim.synchronize_device()
+    gc.collect()
+    return refs
+
+
+def test_decoders_and_effects_made_under_a_class_guard_are_collected(nvc: Any, sim: SimBackend, clip: str) -> None:
+    with ss.guard(nvc), ss.guard(ss.testing) as g:  # (the newest guard takes the decoders' classes too)
+        refs = _make_and_drop(nvc, sim, clip, 20)
+        assert sum(r() is not None for r in refs) == 0
+        assert len(g.pool_contracts) == len(g.contracts) == 20  # (a contract for each, kept for reports)
+
+
+def test_a_decoder_per_clip_under_streamsafe_run_keeps_no_decoder_alive() -> None:
+    """``scripts/decoder_per_clip.py`` (5,000 frames by default; fewer here): the live decoders, counted after
+    ``gc.collect()`` at intervals, stay at 0 once each is dropped; every frame right."""
+    result = subprocess.run([sys.executable, "-m", "streamsafe", "run", "--fake-nvvfx", "scripts/decoder_per_clip.py",
+                             "--frames", "400", "--every", "100"], capture_output=True, text=True, env=_env(), timeout=120,
+                            cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "400 frames, 40 decoders made, 0 wrong frames" in result.stdout
+    assert "by frames decoded: 100: 0, 200: 0, 300: 0, 400: 0, 400: 0" in result.stdout
+    assert "SimpleDecoder (cuda:0): 4 run(s)" in result.stderr
 
 
 # -- item 2: a decoder on GPU 1 that has no device attribute (the real one keeps its gpu_id in C++) ---------------
