@@ -1,7 +1,10 @@
-"""streamsafe: safe, cheap stream ordering for GPU video effects across PyTorch, CuPy and JAX.
+"""streamsafe: safe, cheap stream ordering for GPU video effects and decoders across PyTorch, CuPy and JAX.
 
-Three ways in (:func:`stream_contract`, :func:`stream_safe`, :class:`StreamContract`), a class guard
-(:func:`guard`), sanitize mode (:func:`sanitize`), the strategies and the guarded outputs. The errors
+NVIDIA's nvvfx effects (``VideoSuperRes``, ``VideoFrameGeneration``, ``TrueHDR``), PyNvVideoCodec's decoders
+(``SimpleDecoder``, ``ThreadedDecoder``) and any SDK a registered profile describes. Three ways in
+(:func:`stream_contract`, :func:`stream_safe`, :class:`StreamContract` for an effect, :class:`PoolContract` for a
+decoder), a class guard (:func:`guard`), sanitize mode (:func:`sanitize`), the strategies and the guarded outputs
+(:class:`SafeOutput` of an effect, :class:`SafeFrame` of a decoder). The errors
 are in :mod:`streamsafe.errors`, the CUDA ordering model in :mod:`streamsafe.sim`, the emulated SDKs in
 :mod:`streamsafe.testing`, the SDK profiles in :mod:`streamsafe.profiles`.
 
@@ -16,6 +19,7 @@ import warnings
 from typing import Any
 
 from . import _env
+from . import guarding as _guarding
 from . import errors as errors
 from . import profiles as profiles
 from . import sim as sim
@@ -81,6 +85,7 @@ _MOVED = {
 
 
 _env.warn_unknown_names()  # (a misspelt STREAMSAFE_* switch would be ignored silently)
+_guarding.watch_profiles()  # (dispatchers on the SDK classes now: a method bound before the first guard is guarded too)
 
 
 def __getattr__(name: str) -> Any:

@@ -31,13 +31,19 @@ from .streams import Stream, issuable
 if TYPE_CHECKING:
     from .ledger import Ledger
 
-__all__ = ["Buffer", "new_stats", "OUTSTANDING_BOUND"]
+__all__ = ["Buffer", "PoolBuffer", "new_stats", "OUTSTANDING_BOUND"]
 
 OUTSTANDING_BOUND = 8
 """Past this many outstanding reader streams (a new consumer stream a frame), a write drops those whose reads
 are known complete (an event query; no host wait)."""
 
 _EFFECT_FIX = "Copy each output before the next run(), close() or resize (out.torch(), out.cupy(), ...)."
+
+
+_DECODER_FIX = (
+    "The decoder has written this frame's buffer again since (the next batch of the same size, the call after next "
+    "for decoder[i], the next call for a ThreadedDecoder, or a new source). Copy a frame you keep (frame.torch(), "
+    "frame.copy()) before the decoder's next call.")
 
 
 def new_stats() -> dict[str, int]:
@@ -90,14 +96,19 @@ class Buffer:
 
     # -- checks --------------------------------------------------------------------------------------------
 
-    def check_current(self, generation: int, what: str = "this output", fix: str | None = None,
-                      source: str = "the effect") -> None:
+    stale_what = "this output"
+    stale_fix = _EFFECT_FIX
+    stale_source = "the effect"
+    """What a stale-output message calls the contents, tells the user to do, and calls their writer (an effect's
+    words; a decoder's buffer says its own: :class:`PoolBuffer`)."""
+
+    def check_current(self, generation: int, what: str | None = None, fix: str | None = None,
+                      source: str | None = None) -> None:
         """Raise :class:`~streamsafe.errors.StaleOutputError` unless ``generation`` is the current contents
-        (``fix``: what the message tells the user to do, if not the effect's rule; ``source``: who writes the
-        buffer, for the message)."""
+        (``what``, ``fix``, ``source``: the message's words, if not the buffer's own)."""
         if generation != self.generation:
-            raise StaleOutputError(what, generation, self.generation, fix or _EFFECT_FIX, closed=self.closed,
-                                   source=source)
+            raise StaleOutputError(what or self.stale_what, generation, self.generation, fix or self.stale_fix,
+                                   closed=self.closed, source=source or self.stale_source)
 
     def refuse_stale_view(self, generation: int, what: str) -> None:
         """Raise :class:`~streamsafe.errors.StaleOutputError` for a zero-copy view of ``generation``."""
@@ -286,3 +297,22 @@ class Buffer:
 
     def __repr__(self) -> str:
         return f"<streamsafe Buffer of {self.name} #{self.generation}, {len(self.readers)} reader(s)>"
+
+
+class PoolBuffer(Buffer):
+    """A buffer of a decoder's pool: the same state, and its stale-frame messages in the decoder's words."""
+
+    __slots__ = ()
+
+    stale_what = "this decoded frame"
+    stale_fix = _DECODER_FIX
+    stale_source = "the decoder"
+
+    def refuse_stale_view(self, generation: int, what: str) -> None:
+        how = ("freed or reallocated its buffers since (reconfigure_decoder(), end()): the view points at freed memory"
+               if generation < self.release_generation else "has written this buffer again since (a later call)")
+        raise StaleOutputError(
+            f"this {what} (a zero-copy view of a frame {self.name} handed out at call #{generation})", generation,
+            self.generation, f"{self.name} {how}. Copy each frame before the decoder's next call (frame.torch(), "
+            "frame.copy()) and pass the copy down the pipeline.", closed=self.closed, source="the decoder",
+        )

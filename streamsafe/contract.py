@@ -37,8 +37,8 @@ from .backend import Backend, current_backend, require_backend
 from .backend.naming import as_stream, stream_on_device
 from .buffers import new_stats
 from .calls import call_raw, raw_method
-from .errors import ArgumentError, EffectConfigError, EffectStateError, HostWaitWarning, MissingCallError, NotAnEffectError, \
-    StreamsafeError, UnguardedChangeError
+from .errors import ArgumentError, DeviceMismatchError, EffectConfigError, EffectStateError, HostWaitWarning, MissingCallError, \
+    NotAnEffectError, StreamsafeError, UnguardedChangeError
 from .frame import EffectPlanner, Frame, pool_frame
 from .frameworks import TORCH, is_framework_stream
 from .guarding import GuardBlock, GuardedBlocks, config_reader, settable, snapshot
@@ -591,13 +591,15 @@ class StreamContract(_Contract):
 
     # -- the guard (``with`` and the decorator) ---------------------------------------------------------------------
 
-    def enter_block(self, frame: Any) -> None:
-        """Route the plain calls made by ``frame``'s code through this contract (what a guard block does on entry:
-        :meth:`guarded`, ``with``, the decorator). Does not block."""
+    def enter_block(self, stack_frame: Any = None, **deprecated: Any) -> None:
+        """Route the plain calls made by the code of ``stack_frame`` (a Python stack frame: the guarded code's)
+        through this contract (what a guard block does on entry: :meth:`guarded`, ``with``, the decorator). The
+        keyword ``frame=`` is deprecated (a frame is a video frame in streamsafe). Does not block."""
+        stack_frame = guarding.stack_frame_argument(stack_frame, deprecated, "enter_block")
         if self.closed:
             self._refuse_closed("stream_contract")
         if self._tracked:
-            guarding.push(self.effect, self, frame)
+            guarding.push(self.effect, self, stack_frame)
             return
         # A class that refuses new attributes: patch the instance, if it has a __dict__.
         instance_dict = getattr(self.effect, "__dict__", None)
@@ -614,10 +616,11 @@ class StreamContract(_Contract):
                 else getattr(self, name)
         self._patched_instance = True
 
-    def leave_block(self, frame: Any, *, host_wait: bool) -> None:
-        """End :meth:`enter_block` for ``frame``; with ``host_wait``, block the host as :meth:`synchronize`."""
+    def leave_block(self, stack_frame: Any = None, *, host_wait: bool, **deprecated: Any) -> None:
+        """End :meth:`enter_block` for ``stack_frame``; with ``host_wait``, block the host as :meth:`synchronize`."""
+        stack_frame = guarding.stack_frame_argument(stack_frame, deprecated, "leave_block")
         if self._tracked:
-            guarding.pop(self.effect, self, frame)
+            guarding.pop(self.effect, self, stack_frame)
         elif self._patched_instance:
             for name in self.profile.calls_of(self._cls):
                 self.effect.__dict__.pop(name, None)
@@ -722,7 +725,7 @@ class PoolContract(_Contract):
         """:attr:`stream` is the decoder's stream (declared, said by the decoder, recorded when it was made, or
         declared to an earlier guard), rather than assumed to be its default (then ``auto`` waits on the host)."""
         if stream is not None:
-            self.stream: Stream = stream_on_device(stream, dev, be, "sdk")
+            self.stream: Stream = stream_on_device(stream, dev, be, "decoder")
             if said is not None and said != self.stream:
                 raise ArgumentError(
                     f"stream {self.stream} is not {self.effect_name}'s stream ({said}): the decoder writes its frames on "
@@ -735,7 +738,7 @@ class PoolContract(_Contract):
         else:
             self.stream = as_stream(LEGACY_HANDLE, device=dev, backend=be)  # the SDK's default, cuda_stream=0
             self.stream_known = False
-        self._consumer = None if consumer_stream is None else stream_on_device(consumer_stream, dev, be, "consumer")
+        self._consumer = None if consumer_stream is None else stream_on_device(consumer_stream, dev, be, "frame consumer")
         self._stream_objects = (stream, consumer_stream)  # (the streams the contract fences live as long as it)
         self.pool: PoolLedger = existing or pool_of(sdk, self.backend, device=dev)
         """The decoder's ledger: a buffer per pool buffer."""
@@ -752,6 +755,7 @@ class PoolContract(_Contract):
         self.last_plan: FencePlan | None = None
         self.closed = False
         self.guard_owner: Any = None
+        self._device_checked = False
         self._tracked = guarding.install(self._cls)
         self._name_calls()
         for sink in contract_sinks:
@@ -783,8 +787,27 @@ class PoolContract(_Contract):
     def output(self, raw: Any, made: Any, frame: Frame, obj: Any) -> Any:
         """The SDK's result with each frame a :class:`~streamsafe.SafeFrame` (a list stays a list)."""
         profile = self.profile
-        result = output_maker("pool")(raw, profile.frames_of(raw), made, self.device, frame.default_consumer, obj, self.pool)
+        frames = profile.frames_of(raw)
+        if not self._device_checked and frames:
+            self._check_device(frames[0])
+        result = output_maker("pool")(raw, frames, made, self.device, frame.default_consumer, obj, self.pool)
         return result if profile.wrap is None else profile.wrap(raw, result)
+
+    def _check_device(self, frame: Any) -> None:
+        """The first frame's device is the one the pool's ledger and fences use: else refuse, loudly (once)."""
+        self._device_checked = True
+        try:
+            kind, device = frame.__dlpack_device__()
+        except Exception:  # noqa: BLE001  (a frame that does not say: nothing to compare)
+            return
+        if int(device) != self.device:
+            self.closed = True  # (its ledger speaks of the wrong device: a new contract, once the decoder says its GPU)
+            raise DeviceMismatchError(
+                f"{self.effect_name}'s frames (buffers of its pool)", frame, int(device), self.device,
+                f"streamsafe took {self.effect_name} to be on device {self.device}: it has no device attribute, and its "
+                f"gpu_id was not recorded (it was made before streamsafe was imported, or with gpu_id passed by position "
+                f"to a C++ constructor). Make the decoder after `import streamsafe`, passing gpu_id={int(device)} by keyword "
+                f"(or run the program under `streamsafe run`)")
 
     def _release(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], method: Any) -> Any:
         if self.closed:
@@ -812,9 +835,11 @@ class PoolContract(_Contract):
 
     # -- the guard (``with`` and the decorator), as an effect's contract ----------------------------------------
 
-    def enter_block(self, frame: Any) -> None:
-        """Route the plain calls made by ``frame``'s code through this contract (what a guard block does on entry:
-        :meth:`guarded`, ``with``, the decorator). Does not block."""
+    def enter_block(self, stack_frame: Any = None, **deprecated: Any) -> None:
+        """Route the plain calls made by the code of ``stack_frame`` (a Python stack frame: the guarded code's)
+        through this contract (what a guard block does on entry: :meth:`guarded`, ``with``, the decorator). The
+        keyword ``frame=`` is deprecated (a frame is a video frame in streamsafe). Does not block."""
+        stack_frame = guarding.stack_frame_argument(stack_frame, deprecated, "enter_block")
         if self.closed:
             self._refuse_closed("stream_contract")
         if not self._tracked:
@@ -822,11 +847,12 @@ class PoolContract(_Contract):
                 f"cannot guard plain {self.effect_name} calls: its class refuses new attributes. "
                 "Call the contract instead: c.get_batch_frames(...), c[i]."
             )
-        guarding.push(self.effect, self, frame)
+        guarding.push(self.effect, self, stack_frame)
 
-    def leave_block(self, frame: Any, *, host_wait: bool) -> None:
-        """End :meth:`enter_block` for ``frame``; with ``host_wait``, block the host as :meth:`synchronize`."""
-        guarding.pop(self.effect, self, frame)
+    def leave_block(self, stack_frame: Any = None, *, host_wait: bool, **deprecated: Any) -> None:
+        """End :meth:`enter_block` for ``stack_frame``; with ``host_wait``, block the host as :meth:`synchronize`."""
+        stack_frame = guarding.stack_frame_argument(stack_frame, deprecated, "leave_block")
+        guarding.pop(self.effect, self, stack_frame)
         if host_wait and not self.closed and self.strategy is not Strategy.NONE:
             self.synchronize()
 

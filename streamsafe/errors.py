@@ -208,6 +208,10 @@ class ExportError(StreamsafeError, BufferError):
         return type(self), (self.rule, self.fix)
 
 
+def _concurrent(effect: str, call: str, owner: str, caller: str, kind: str) -> ConcurrentUseError:
+    return ConcurrentUseError(effect, call, owner, caller, kind=kind)
+
+
 def _stale(output: str, run: int, current: int, fix: str, closed: bool, source: str) -> StaleOutputError:
     return StaleOutputError(output, run, current, fix, closed=closed, source=source)
 
@@ -229,16 +233,22 @@ class UnguardedChangeError(StreamsafeError, RuntimeError):
 class ConcurrentUseError(StreamsafeError, RuntimeError):
     """Two threads used one effect (through any of its guards) at the same time."""
 
-    def __init__(self, effect: str, call: str, owner: str, caller: str) -> None:
+    def __init__(self, effect: str, call: str, owner: str, caller: str, *, kind: str = "effect") -> None:
         self.effect = effect
         self.call = call
         self.owner = owner
         self.caller = caller
+        self.kind = kind
+        """``"effect"`` or ``"decoder"`` (the message's words)."""
+        around = ("each decode and the copies of its frames" if kind == "decoder" else "run() and the copy of its output")
         super().__init__(
-            f"{effect}: thread {caller!r} called {call}() while thread {owner!r} is inside a call on the same effect. "
-            "An effect and its contracts are used by one thread at a time: give each thread its own effect and "
-            "contract, or serialise the calls (a lock or a queue around run() and the copy of its output)."
+            f"{effect}: thread {caller!r} called {call}() while thread {owner!r} is inside a call on the same {kind}. "
+            f"A{'n' if kind[0] in 'aeiou' else ''} {kind} and its contracts are used by one thread at a time: give each "
+            f"thread its own {kind} and contract, or serialise the calls (a lock or a queue around {around})."
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:  # (picklable: it crosses multiprocessing)
+        return _concurrent, (self.effect, self.call, self.owner, self.caller, self.kind)
 
 
 class InputDeviceError(InputArrayError, DeviceMismatchError):
@@ -299,11 +309,13 @@ class FrameworkUnavailableError(StreamsafeError, ImportError):
     """A call needs a module that cannot be imported: a copy helper's framework (``out.torch()``, ``out.cupy()``,
     ``out.jax()``), PyAV for the emulated decoder, the SDK a class guard names (``ss.guard("nvvfx")``)."""
 
-    def __init__(self, framework: str, helper: str, reason: str, extra: str | None,
-                 alternative: str = "or take a host copy with out.numpy(); the output is untouched") -> None:
+    def __init__(self, framework: str, helper: str, reason: str, extra: str | None, alternative: str | None = None) -> None:
         self.framework = framework
         self.helper = helper
         self.reason = reason
+        if alternative is None:  # (a decoder's frame.torch() is told of frame.numpy(), an effect's out.torch() of out.numpy())
+            what = "frame" if helper.startswith("frame.") else "output"
+            alternative = f"or take a host copy with {helper.split('.')[0] if '.' in helper else 'out'}.numpy(); the {what} is untouched"
         install = f"Install it (pip install 'streamsafe[{extra}]'), " if extra else "Install it, "
         super().__init__(f"{helper} needs {framework}, which cannot be imported here ({reason}). {install}{alternative}",
                          name=framework)

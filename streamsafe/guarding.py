@@ -14,6 +14,14 @@ dispatchers. A dispatcher looks, per call, for what guards *this* instance:
    streamsafe knows, and makes older outputs stale;
 4. nothing: the SDK's own method, untouched.
 
+The dispatchers go on every class a registered profile names as soon as streamsafe sees the class
+(:func:`watch_profiles`: at ``import streamsafe`` for SDK modules already imported, when an SDK module is
+imported later, and when a profile is registered), not at the first guard: a method bound before the first guard
+(``run = sr.run``, ``get = decoder.get_batch_frames``) is then the dispatcher too, and a guard block made later
+guards it. A method bound before ``import streamsafe`` is the SDK's own, and no guard reaches it: import streamsafe
+first (``streamsafe run`` does). A class no profile names (one duck-typed on nvvfx's API) gets its dispatchers at its
+first guard. An unguarded instance's call costs the dispatcher about a microsecond.
+
 The original methods are kept (:mod:`streamsafe.calls`) and called directly, so guards never recurse, whatever
 the nesting of blocks, decorators and class guards, and whether or not instances have a ``__dict__``. Instances
 of other classes are not affected. Nothing here blocks the host.
@@ -23,10 +31,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.abc
 import inspect
 import operator
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -37,7 +47,7 @@ from .errors import NotAnEffectError
 from .frame import Frame, pool_frame, raw_frame
 from .ledger import EffectLedger, Ledger, PoolLedger, ledger_of
 from .plan import FencePlan, pool_plan
-from .profile import EffectProfile, PoolProfile, Profile, profile_of
+from .profile import EffectProfile, PoolProfile, Profile, on_register, profile_of, profiles
 from .strategy import Strategy
 
 __all__ = [
@@ -55,6 +65,9 @@ __all__ = [
     "check_object",
     "settable",
     "config_reader",
+    "watch_profiles",
+    "install_named",
+    "stack_frame_argument",
 ]
 
 _lock = threading.Lock()
@@ -122,23 +135,28 @@ def snapshot(effect: Any, profile: EffectProfile | None = None) -> tuple[Any, ..
 def install(cls: type) -> bool:
     """Put the dispatchers on ``cls`` (once): on its profile's guarded and releasing calls and on ``__setattr__``.
     False when the class refuses new attributes."""
-    if originals(cls) is not None:
+    existing = originals(cls)
+    if existing is not None and not _replaced(cls, existing):
         return True
     profile = profile_of(cls)
     with _lock:
-        if originals(cls) is not None:
+        existing = originals(cls)
+        if existing is not None and not _replaced(cls, existing):
             return True
         saved: dict[str, Any] = {}
         try:
             init = getattr(cls, "__init__", None)  # (its own or inherited)
-            if profile.constructor_keywords and inspect.isfunction(init) and not getattr(init, MARK, False):
+            if (existing is None and profile.constructor_keywords and callable(init) and init is not object.__init__
+                    and not getattr(init, MARK, False)):
                 saved["__init__"] = cls.__dict__.get("__init__")
                 cls.__init__ = recording_init(init, profile.constructor_keywords, MARK)  # type: ignore[misc]
             for name in (*profile.calls, *profile.releases, "__setattr__"):
                 if name != "__setattr__" and not hasattr(cls, name):
                     continue
+                if existing is not None and name not in _replaced(cls, existing):
+                    continue
                 saved[name] = cls.__dict__.get(name)
-                dispatcher = _dispatcher(name, cls, profile)
+                dispatcher = _dispatcher(name, cls, profile, saved[name])
                 original = raw_method(cls, name)
                 if original is not None and name != "__setattr__":
                     functools.update_wrapper(dispatcher, original)  # help() and signatures show the SDK's
@@ -146,10 +164,132 @@ def install(cls: type) -> bool:
         except Exception:  # (a class that refuses new attributes; anything else leaves it as it was, too)
             for name, value in saved.items():
                 _restore(cls, name, value)
-            forget_originals(cls)
+            if existing is None:
+                forget_originals(cls)
             return False
-        keep_originals(cls, saved)
+        keep_originals(cls, {**(existing or {}), **saved})
         return True
+
+
+def _replaced(cls: type, existing: dict[str, Any]) -> list[str]:
+    """The calls of ``cls`` whose dispatcher something else replaced after it was put there (a profiler's or a
+    user's wrapper, which may call the dispatcher it replaced): a new dispatcher goes on top, standing in for it."""
+    return [name for name in existing if name != "__init__" and name in cls.__dict__
+            and not getattr(cls.__dict__[name], MARK, False)]
+
+
+def _loaded(name: str) -> type | None:
+    """The class a profile names ``"module.QualName"``, where its module is imported already (nothing is imported)."""
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is None:
+            continue
+        found: Any = module
+        for attr in parts[cut:]:
+            found = getattr(found, attr, None)
+        return found if isinstance(found, type) else None
+    return None
+
+
+def install_named(profile: Profile | None = None) -> list[type]:
+    """Put the dispatchers on every class ``profile`` (default: every registered profile) names that exists now: a
+    class it holds, or one whose module is imported. Imports nothing; returns the classes that have them."""
+    done: list[type] = []
+    for p in (profile,) if profile is not None else profiles():
+        for c in p.classes:
+            cls = c if isinstance(c, type) else _loaded(c)
+            if cls is None or cls in done:
+                continue
+            try:
+                profile_of(cls)
+            except NotAnEffectError:
+                continue
+            if install(cls):
+                done.append(cls)
+    return done
+
+
+def _watched() -> set[str]:
+    """Every module a registered profile's classes may live in (each dotted prefix of a named class), and each
+    profile's SDK module."""
+    names: set[str] = set()
+    for p in profiles():
+        if p.module:
+            names.add(p.module)
+        for c in p.classes:
+            if isinstance(c, str):
+                parts = c.split(".")
+                names.update(".".join(parts[:cut]) for cut in range(1, len(parts)))
+    return names
+
+
+class _Loader(importlib.abc.Loader):
+    """A module's own loader, and then the dispatchers on the classes of it that a profile names."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        try:
+            self.loader.exec_module(module)
+        finally:
+            module.__loader__ = self.loader  # (the module's loader is its own again: reload() and resources use it)
+        install_named()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
+
+
+class _Watcher(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: for a module a profile names, the spec the other finders give, with a loader that puts
+    the dispatchers on its classes right after the module runs (:func:`watch_profiles`)."""
+
+    def __init__(self) -> None:
+        self.busy = threading.local()
+        self.names = _watched()
+        """The modules watched (refreshed when a profile is registered)."""
+
+    def registered(self, profile: Profile) -> None:
+        self.names = _watched()
+        install_named(profile)
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name not in self.names or getattr(self.busy, "on", False):
+            return None
+        self.busy.on = True  # (the other finders may import: this one stays out of that)
+        spec = None
+        try:
+            for finder in sys.meta_path:
+                if finder is not self and hasattr(finder, "find_spec"):
+                    spec = finder.find_spec(name, path, target)
+                    if spec is not None:
+                        break
+        finally:
+            self.busy.on = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _Loader(spec.loader)
+        return spec
+
+
+_watcher: _Watcher | None = None
+
+
+def watch_profiles() -> None:
+    """Put the dispatchers on every class a registered profile names as soon as it exists (``import streamsafe``
+    calls this once): those imported already now, those of a module imported later right after it runs, those of
+    a profile registered later when it is registered. Imports nothing; idempotent."""
+    global _watcher
+    with _lock:
+        if _watcher is None:
+            _watcher = _Watcher()
+            sys.meta_path.insert(0, _watcher)
+            on_register(_watcher.registered)
+    install_named()
 
 
 def uninstall_all() -> int:
@@ -178,11 +318,12 @@ def _restore(cls: type, name: str, value: Any) -> None:
         pass
 
 
-def _dispatcher(name: str, owner: type, profile: Profile) -> Callable[..., Any]:
-    """The dispatcher of ``owner.name``. Where it calls the SDK's own method, it calls the one ``super()`` would
-    reach from ``owner`` on in ``type(self)``'s MRO, not ``type(self)``'s: a subclass whose ``run()`` calls
-    ``super().run()`` reaches this dispatcher from inside its own method, and ``type(self)``'s would call that
-    again (forever)."""
+def _dispatcher(name: str, owner: type, profile: Profile, replaced: Any = None) -> Callable[..., Any]:
+    """The dispatcher of ``owner.name``, standing in for ``replaced`` (what ``owner.__dict__`` held; ``None``: it
+    was inherited). Where it calls the SDK's own method, it calls ``replaced``, else the one ``super()`` would reach
+    from ``owner`` in ``type(self)``'s MRO, not ``type(self)``'s: a subclass whose ``run()`` calls ``super().run()``
+    reaches this dispatcher from inside its own method, and ``type(self)``'s would call that again (forever); and a
+    wrapper put over this dispatcher later (and a dispatcher over that) would call this one again."""
     if name == "__setattr__":
         settings = frozenset(getattr(profile, "settings", ()))
 
@@ -195,9 +336,18 @@ def _dispatcher(name: str, owner: type, profile: Profile) -> Callable[..., Any]:
         setattr(dispatch_setattr, MARK, True)
         return dispatch_setattr
 
+    after: dict[type, Any] = {}  # (per class: the class after owner in its MRO, where an inherited method is found)
+
     def dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
         cls = type(self)
-        method = raw_method(cls, name, owner)
+        if replaced is not None:
+            method = replaced
+        else:
+            start = after.get(cls)
+            if start is None:
+                mro = cls.__mro__
+                start = after[cls] = mro[mro.index(owner) + 1] if owner in mro else owner.__mro__[1]
+            method = raw_method(cls, name, start)
         if in_raw_call(self, cls is not owner):
             return method(self, *args, **kwargs)  # (from inside the object's own method, or super()'s from its worker)
         contract = active_contract(self)
@@ -302,21 +452,46 @@ class GuardBlock:
     """A guard block of one contract (:meth:`StreamContract.guarded`): the code of the frame that enters it calls
     the object through the contract until it leaves. Does not block on entry."""
 
-    __slots__ = ("contract", "host_wait", "frame")
+    __slots__ = ("contract", "host_wait", "stack_frame")
 
     def __init__(self, contract: Any, host_wait: bool) -> None:
         self.contract = contract
         self.host_wait = host_wait
-        self.frame: Any = None
+        self.stack_frame: Any = None
+        """The Python stack frame of the code the open block guards (``None`` outside the block)."""
+
+    @property
+    def frame(self) -> Any:
+        """Deprecated: :attr:`stack_frame` (a frame is a video frame in streamsafe)."""
+        warnings.warn("GuardBlock.frame is deprecated: use GuardBlock.stack_frame (a Python stack frame; in streamsafe "
+                      "a frame is a video frame)", DeprecationWarning, stacklevel=2)
+        return self.stack_frame
 
     def __enter__(self) -> Any:
-        self.frame = code_frame(sys._getframe(1))
-        self.contract.enter_block(self.frame)
+        self.stack_frame = code_frame(sys._getframe(1))
+        self.contract.enter_block(self.stack_frame)
         return self.contract
 
     def __exit__(self, *exc: object) -> None:
-        frame, self.frame = self.frame, None
-        self.contract.leave_block(frame, host_wait=self.host_wait)
+        stack_frame, self.stack_frame = self.stack_frame, None
+        self.contract.leave_block(stack_frame, host_wait=self.host_wait)
+
+
+def stack_frame_argument(stack_frame: Any, deprecated: dict[str, Any], method: str) -> Any:
+    """``enter_block``'s and ``leave_block``'s stack frame, also given by the deprecated keyword ``frame=`` (which
+    warns, naming ``stack_frame=``); any other keyword raises :class:`TypeError`."""
+    if "frame" in deprecated:
+        warnings.warn(f"{method}(frame=...) is deprecated: pass stack_frame=... (the guarded code's Python stack frame; "
+                      "in streamsafe a frame is a video frame)", DeprecationWarning, stacklevel=3)
+        if stack_frame is None:
+            stack_frame = deprecated.pop("frame")
+        else:
+            deprecated.pop("frame")
+    if deprecated:
+        raise TypeError(f"{method}() got an unexpected keyword argument {sorted(deprecated)[0]!r}")
+    if stack_frame is None:
+        raise TypeError(f"{method}() missing its argument stack_frame (the guarded code's Python stack frame)")
+    return stack_frame
 
 
 _C = TypeVar("_C", bound="GuardedBlocks")
@@ -325,12 +500,13 @@ _C = TypeVar("_C", bound="GuardedBlocks")
 class GuardedBlocks:
     """``with contract:`` and ``contract.guarded()`` for a contract with ``enter_block`` and ``leave_block``."""
 
-    def enter_block(self, frame: Any) -> None:
-        """Route the plain calls made by ``frame``'s code through this contract (each contract's own)."""
+    def enter_block(self, stack_frame: Any = None, **deprecated: Any) -> None:
+        """Route the plain calls made by the code of ``stack_frame`` (a Python stack frame) through this contract
+        (each contract's own)."""
         raise NotImplementedError
 
-    def leave_block(self, frame: Any, *, host_wait: bool) -> None:
-        """End :meth:`enter_block` for ``frame`` (each contract's own)."""
+    def leave_block(self, stack_frame: Any = None, *, host_wait: bool, **deprecated: Any) -> None:
+        """End :meth:`enter_block` for ``stack_frame`` (each contract's own)."""
         raise NotImplementedError
 
     def __enter__(self: _C) -> _C:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import hooks
 from .backend import Backend, current_backend
-from .buffers import OUTSTANDING_BOUND, Buffer, new_stats
+from .buffers import OUTSTANDING_BOUND, Buffer, PoolBuffer, new_stats
 from .frameworks import framework_current_stream_handle
 from .holds import StreamHolds
 from .keepalive import KeepAlive
@@ -335,6 +335,7 @@ class PoolLedger(Ledger):
 
     def __init__(self, name: str, backend: Backend | None, device: int) -> None:
         super().__init__(name, backend, device)
+        self.turns.kind = "decoder"
         self.pool: dict[Any, Buffer] = {}
         """Each buffer, by its memory (a data pointer, or the model's buffer)."""
         self.handed: tuple[Any, ...] = ()
@@ -360,7 +361,7 @@ class PoolLedger(Ledger):
         """The buffer of memory ``key`` (made on first use)."""
         buffer = self.pool.get(key)
         if buffer is None:
-            buffer = self.pool[key] = Buffer(self)
+            buffer = self.pool[key] = PoolBuffer(self)
         return buffer
 
     def escaped(self) -> bool:

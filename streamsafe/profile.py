@@ -36,7 +36,7 @@ from typing import Any
 from .errors import NotAnEffectError, ProfileError
 
 __all__ = ["Profile", "EffectProfile", "PoolProfile", "register", "unregister", "profile_of", "profiles", "qualified_name",
-           "call_signature", "set_output_maker", "output_maker"]
+           "call_signature", "set_output_maker", "output_maker", "on_register"]
 
 
 def _never(obj: Any, attr: str) -> bool:
@@ -284,6 +284,7 @@ def _check_classes(profile: str, classes: Any) -> None:
 
 _registered: list[Profile] = []
 _fallback: list[Profile] = []
+_listeners: list[Callable[[Profile], None]] = []
 _by_class: dict[type, Profile] = {}
 _lock = threading.Lock()
 
@@ -308,7 +309,16 @@ def register(profile: Profile, *, fallback: bool = False) -> Profile:
         else:
             _registered.insert(0, profile)
         _by_class.clear()
+    for listener in list(_listeners):
+        listener(profile)
     return profile
+
+
+def on_register(listener: Callable[[Profile], None]) -> None:
+    """Call ``listener(profile)`` after each :func:`register` (the guards put their dispatchers on the classes a
+    new profile names as soon as it is registered: :func:`streamsafe.guarding.watch_profiles`)."""
+    if listener not in _listeners:
+        _listeners.append(listener)
 
 
 def unregister(profile: Profile) -> None:

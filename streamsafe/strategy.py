@@ -43,13 +43,16 @@ class Strategy(str, enum.Enum):
 
     @classmethod
     def _missing_(cls, value: object) -> Strategy:
-        """``Strategy("fast")``: a :class:`~streamsafe.errors.StrategyError` naming the strategies (any case works)."""
+        """``Strategy("fast")``: a :class:`~streamsafe.errors.StrategyError` naming the strategies. A name is read in
+        any case and with surrounding spaces stripped (``"Auto"``, ``" EVENT "``)."""
         if isinstance(value, str):
+            name = value.strip().lower()
             for member in cls:
-                if member.value == value.lower():
+                if member.value == name:
                     return member
         names = ", ".join(repr(s.value) for s in cls)
-        raise StrategyError(value, f"it is not one of {names}", "Pass a streamsafe.Strategy or one of those strings.")
+        raise StrategyError(value, f"it is not one of {names} (in any case, spaces around it ignored)",
+                            "Pass a streamsafe.Strategy or one of those strings.")
 
 
 def as_strategy(value: Any, *, allow_none: bool = False) -> Strategy:

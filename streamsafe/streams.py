@@ -79,6 +79,13 @@ class Stream:
     :func:`thread_token` of the thread it was named in, filled in when left out) is part
     of its identity: the per-thread streams of two threads are neither equal nor ordered.
     Every other stream has ``thread`` 0.
+
+    Three integers name a stream, and they differ only for the legacy stream: :attr:`handle` (1 for the legacy
+    stream, 2 per-thread, else the ``CUstream`` pointer) is streamsafe's own name, part of the stream's identity;
+    :attr:`ptr` is what a C API takes as a ``cudaStream_t`` (an SDK's ``stream_ptr``, ``cuda_stream=``): 0 for the
+    legacy stream; :attr:`dlpack` is what ``__dlpack__(stream=...)`` takes (DLPack numbers the legacy stream 1, and
+    0 is not allowed). Pass :attr:`ptr` to an SDK and :attr:`dlpack` to ``__dlpack__``: for a created stream both are
+    its pointer, for the legacy stream they are 0 and 1.
     """
 
     device: int
@@ -100,12 +107,14 @@ class Stream:
 
     @property
     def ptr(self) -> int:
-        """The value to pass as a ``stream_ptr``/``cudaStream_t``: 0 for the legacy stream."""
+        """The value to pass as a ``stream_ptr``/``cudaStream_t`` (an SDK's stream argument): 0 for the legacy stream,
+        else :attr:`handle`."""
         return 0 if self.kind is StreamKind.LEGACY else self.handle
 
     @property
     def dlpack(self) -> int:
-        """The value to pass as ``__dlpack__(stream=...)``: 1 legacy, 2 per-thread, else the pointer."""
+        """The value to pass as ``__dlpack__(stream=...)``: 1 legacy, 2 per-thread, else the pointer (the same as
+        :attr:`handle`; unlike :attr:`ptr`, never 0, which DLPack does not allow)."""
         return self.handle
 
     @property

@@ -36,10 +36,12 @@ def _thread_name(ident: int | None) -> str:
 class Turns:
     """Whose turn it is to use one SDK object (named ``name`` in errors)."""
 
-    __slots__ = ("name", "lock", "owner", "closing_wait", "closing")
+    __slots__ = ("name", "kind", "lock", "owner", "closing_wait", "closing")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, kind: str = "effect") -> None:
         self.name = name
+        self.kind = kind
+        """What the object is, in errors: ``"effect"`` or ``"decoder"``."""
         self.lock = threading.RLock()
         self.owner: int | None = None
         """The thread holding the object now, or ``None``."""
@@ -117,12 +119,13 @@ class Turns:
             if not closing and owner is not None:
                 if self.owner != owner:  # (the holder changed while we looked: look again)
                     continue
-                raise ConcurrentUseError(self.name, call, _thread_name(owner), threading.current_thread().name)
+                raise ConcurrentUseError(self.name, call, _thread_name(owner), threading.current_thread().name,
+                                         kind=self.kind)
             # a closing wait holds it, or a holder not recorded yet: wait a little, then look again (a call
             # that takes the lock after the closing wait is a concurrent one, and raises)
             if self.lock.acquire(timeout=0.005 if closing else 0.001):
                 return
-        raise ConcurrentUseError(self.name, call, _thread_name(self.owner), threading.current_thread().name)
+        raise ConcurrentUseError(self.name, call, _thread_name(self.owner), threading.current_thread().name, kind=self.kind)
 
     def __repr__(self) -> str:
         return f"<Turns of {self.name}: {'free' if self.owner is None else _thread_name(self.owner)}>"

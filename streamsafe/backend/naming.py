@@ -117,6 +117,17 @@ _STREAM_FIXES = {
         "inside `with torch.cuda.device({expected}):`, or out.torch(stream) with a stream of device {expected}), "
         "then copy the result to device {actual} (y.to('cuda:{actual}')).",
     ),
+    "decoder": (
+        "the decoder's stream",
+        "The decoder writes its frames on device {expected} (its gpu_id): declare a stream of device {expected} (the "
+        "cuda_stream it was made with), or none; a decoder made with gpu_id={actual} writes on device {actual}.",
+    ),
+    "frame consumer": (
+        "the consumer's stream",
+        "The decoder's frames live on device {expected} (its gpu_id): read them on a stream of device {expected} (e.g. "
+        "inside `with torch.cuda.device({expected}):`, or frame.torch(stream) with a stream of device {expected}), "
+        "then copy the result to device {actual} (y.to('cuda:{actual}')).",
+    ),
     "conversion": (
         "the conversion stream",
         "Pass a stream of device {expected}, or leave conversion_stream unset (the legacy stream of device {expected}).",
@@ -127,7 +138,7 @@ _STREAM_FIXES = {
 def stream_on_device(obj: Any, device: int, backend: Any, role: str) -> Any:
     """``as_stream(obj, device=device, backend=backend)``, with a
     :class:`~streamsafe.errors.DeviceMismatchError` that names the stream's ``role`` (``"sdk"``,
-    ``"input"``, ``"consumer"``, ``"conversion"``), both devices and the fix for that role.
+    ``"input"``, ``"consumer"``, ``"conversion"``; a decoder's ``"decoder"`` and ``"frame consumer"``), both devices and the fix for that role.
     Does not block."""
     what, fix = _STREAM_FIXES[role]
     try:

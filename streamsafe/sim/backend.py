@@ -149,7 +149,9 @@ class SimBackend(StreamLifetimes):
 
     @entry
     def create_stream(self, *, non_blocking: bool = False, device: int | None = None) -> Stream:
-        """A new stream (blocking unless ``non_blocking``), like ``cuStreamCreate``."""
+        """A new stream, like ``cuStreamCreate``: *blocking* unless ``non_blocking`` (ordered with the legacy stream).
+        ``torch.cuda.Stream()`` and ``cupy.cuda.Stream(non_blocking=True)`` are non-blocking: spell a torch stream as
+        ``create_stream(non_blocking=True)``, or a test on the model may miss a race your program has."""
         dev = self.current_device() if device is None else device
         self._check_device(dev)
         free = self._free_handles.get(dev)

@@ -230,12 +230,18 @@ class _Decoder:
         if not use_device_memory:
             raise PyNvVCException("the emulated decoder hands out device memory only (use_device_memory=True)")
         self.backend = backend
-        self.device = int(gpu_id)
+        self._gpu = int(gpu_id)
         self.cuda_stream = cuda_stream
         """The stream the decoder writes its frames on (what streamsafe's guard reads; the SDK keeps it in C++)."""
-        self._stream = as_stream(cuda_stream, device=self.device, backend=backend)
+        self._stream = as_stream(cuda_stream, device=self._gpu, backend=backend)
         self._color = OutputColorType(output_color_type)
         self._open(enc_file_path)
+
+    @property
+    def device(self) -> int:
+        """The decoder's GPU (``gpu_id``; what streamsafe's guard reads. The SDK's decoder keeps it in C++: a subclass
+        whose ``device`` raises :class:`AttributeError` stands in for it)."""
+        return self._gpu
 
     def _open(self, source: Any) -> None:
         self._source = str(source)
@@ -254,7 +260,7 @@ class _Decoder:
     def _grow(self, size: int) -> None:
         while len(self._ring) < size:
             shape = self._frames[0].shape
-            self._ring.append(self.backend.malloc(shape, np.uint8, device=self.device, name=f"decoder buffer {len(self._ring)}"))  # type: ignore[attr-defined]
+            self._ring.append(self.backend.malloc(shape, np.uint8, device=self._gpu, name=f"decoder buffer {len(self._ring)}"))  # type: ignore[attr-defined]
 
     def _write(self, indices: list[int]) -> list[DecodedFrame]:
         """Decode ``indices`` into the next buffers of the ring (kernels on the decoder's stream)."""

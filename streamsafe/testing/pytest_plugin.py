@@ -4,7 +4,9 @@
   through pytest's ``monkeypatch``, so whatever ``sys.modules["nvvfx"]`` held before the test
   is back after it. An emulation installed for the whole session (``install_fake_nvvfx()`` in a
   ``conftest.py``) is used as it is and left in place; a real ``nvvfx`` is shadowed for the
-  test only.
+  test only. It brings ``sim_backend`` with it: the effects run on an adversarial model (a race
+  shows as wrong frames, and in ``sim_backend.races``), never on the in-order default model, on
+  which a racy pipeline would pass with correct frames.
 * ``fake_pynvvideocodec``: ``import PyNvVideoCodec`` resolves to the emulated decoder during the test
   (:mod:`streamsafe.testing.fake_pynvvideocodec`), the same way.
 * ``sim_backend``: a fresh :class:`~streamsafe.sim.SimBackend` (race-directed adversarial
@@ -21,10 +23,10 @@ import pytest
 
 
 @pytest.fixture
-def fake_nvvfx(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def fake_nvvfx(monkeypatch: pytest.MonkeyPatch, sim_backend: object) -> ModuleType:
     from .fake_nvvfx import nvvfx_for_test
 
-    return nvvfx_for_test(monkeypatch)
+    return nvvfx_for_test(monkeypatch)  # (on sim_backend's adversarial model: see the module docstring)
 
 
 @pytest.fixture

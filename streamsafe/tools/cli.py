@@ -410,7 +410,8 @@ def _run(args: argparse.Namespace, shown: str | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streamsafe",
-        description="Safe CUDA stream ordering for GPU video effects (nvvfx) across PyTorch, CuPy and JAX.",
+        description="Safe CUDA stream ordering for GPU video effects (nvvfx) and decoders (PyNvVideoCodec) across "
+                    "PyTorch, CuPy and JAX.",
         epilog="Without a GPU every command runs on the simulated backend (a CUDA ordering model).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -463,12 +464,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_bench)
     run = sub.add_parser(
         "run",
-        help="run a Python program unchanged, with every nvvfx effect it creates guarded",
+        help="run a Python program unchanged, with every nvvfx effect and PyNvVideoCodec decoder it creates guarded",
         description="Run a Python program unchanged (as compute-sanitizer or nsys wrap a binary): every nvvfx "
                     "effect it creates goes through its own stream contract from its first run(), with the "
-                    "program's own current stream (torch or CuPy) as the SDK stream at each call. At exit, a "
-                    "report per effect goes to stderr: runs, fences by hazard, host waits, the strategy chosen "
-                    "and why, and races found (with --sanitize).",
+                    "program's own current stream (torch or CuPy) as the SDK stream at each call; every "
+                    "PyNvVideoCodec decoder (SimpleDecoder, ThreadedDecoder) through its own from its first "
+                    "decode, its stream the cuda_stream it was made with; and any object of a class a registered "
+                    "profile names. At exit, a report per effect and decoder goes to stderr: calls, fences by "
+                    "hazard, host waits, the strategy chosen and why, and races found (with --sanitize).",
         epilog="Exit status: the program's; 3 when --sanitize found a race and the program exited 0; "
                "2 for a usage error.\nExamples:\n  streamsafe run --fake-nvvfx video_super_resolution.py -i in.mp4\n"
                "  streamsafe run --sanitize --report report.json -m mypackage.pipeline --frames 100",
