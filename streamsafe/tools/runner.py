@@ -340,7 +340,9 @@ def _install_emulations() -> list[Any]:
         seen.add(name)
         module_name, _, attr = where.partition(":")
         emulation = getattr(importlib.import_module(module_name), attr)
-        if name in sys.modules or _importable(name):
+        stands_in = getattr(emulation, "stands_in", None)  # (an emulation of part of a module: PyAV's NVDEC)
+        if emulation.is_fake(sys.modules.get(name)) or (
+                (name in sys.modules or _importable(name)) and not (stands_in is not None and stands_in())):
             continue  # (already emulated, or the real SDK is here: it is guarded as it is)
         emulation.install()
         installed.append(emulation)
