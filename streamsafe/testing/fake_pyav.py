@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import current_backend
+from ..calls import raw_method
 from ..errors import BackendUnavailableError, FrameworkUnavailableError
 
 __all__ = [
@@ -183,6 +184,12 @@ class HWVideoFrame:
 # -- the container ------------------------------------------------------------------------------------------------
 
 
+def _own(container: Any, name: str) -> Any:
+    """PyAV's own ``container.name`` method, past streamsafe's dispatchers: the software container underneath is the
+    emulated decoder's inside, not a container of the program's (a class guard on ``av`` leaves it alone)."""
+    return functools.partial(raw_method(type(container), name), container)
+
+
 class EmulatedInputContainer:
     """What ``av.open(path, hwaccel=...)`` returns with the emulation installed (see the module docstring): PyAV's
     software container underneath, its video frames uploaded into the surfaces of a pool on the model."""
@@ -211,7 +218,7 @@ class EmulatedInputContainer:
     def decode(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
         """A generator of the frames of the streams asked for (as PyAV's ``decode``): video frames as emulated NVDEC
         frames, complete when they come out; others as PyAV gives them. Each step blocks the host for its decode."""
-        return self._frames(self.container.decode(*args, **kwargs))
+        return self._frames(_own(self.container, "decode")(*args, **kwargs))
 
     def _frames(self, source: Iterator[Any]) -> Iterator[Any]:
         av = _av()
@@ -252,7 +259,7 @@ class EmulatedInputContainer:
 
     def close(self) -> None:
         """Close the container (frames handed out keep their surfaces)."""
-        self.container.close()
+        _own(self.container, "close")()
 
     def __enter__(self) -> EmulatedInputContainer:
         return self
