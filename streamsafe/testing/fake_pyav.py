@@ -149,7 +149,7 @@ class HWVideoFrame:
     """An emulated NVDEC frame (PyAV's ``VideoFrame`` of format ``cuda``): holds its surface while it lives."""
 
     def __init__(self, container: EmulatedInputContainer, surface: _Surface, lease: Any, source: Any, index: int) -> None:
-        self.backend = container.backend
+        self.backend: Any = container.backend
         self.device = container.device
         self.surface = surface
         self.lease = lease
@@ -202,7 +202,7 @@ class EmulatedInputContainer:
                 "On a GPU, use PyAV's own NVDEC (uninstall the emulation: streamsafe.testing.uninstall_fake_pyav_hw()); on "
                 "the model, make a streamsafe.sim.SimBackend current (streamsafe.use_backend(sim)) first",
             )
-        self.backend = backend
+        self.backend: Any = backend  # (the model: a SimBackend)
         self.device = int(getattr(hwaccel, "device_id", 0) or 0)
         self.hwaccel = hwaccel
         self.container = _REAL_OPEN[0](file, "r", **kwargs)
