@@ -416,3 +416,36 @@ def test_streamsafe_run_guards_a_pyav_program(tmp_path: Path, clip: str) -> None
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"decoded {FRAMES} SafeFrame" in result.stdout
     assert "EmulatedInputContainer" in result.stderr and "sanitize: no race found" in result.stderr
+
+
+# -- examples/pyav_nvdec_upscale.py on the model ------------------------------------------------------------------
+
+
+def _example(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(ROOT / "examples" / "pyav_nvdec_upscale.py"), "--model", *args],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.parametrize("strategy", ["auto", "stream"])
+def test_the_example_runs_on_the_model_and_every_frame_is_right(strategy: str) -> None:
+    result = _example("--verify", "--frames", "16", "--strategy", strategy)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "verify: 0 of 16 frames wrong" in result.stdout
+    if strategy == "auto":
+        assert "0 host waits of streamsafe's" in result.stdout
+
+
+def test_the_example_unguarded_races_on_the_model() -> None:
+    result = _example("--verify", "--unguarded", "--frames", "16")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "the unguarded program races" in result.stdout
+
+
+def test_the_example_writes_a_video(tmp_path: Path) -> None:
+    out = tmp_path / "up.mp4"
+    result = _example("--frames", "8", "--scale", "2", "-o", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    with av.open(str(out)) as container:
+        frames = list(container.decode(video=0))
+    assert len(frames) == 8 and (frames[0].width, frames[0].height) == (320, 192)
