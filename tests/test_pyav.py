@@ -449,3 +449,10 @@ def test_the_example_writes_a_video(tmp_path: Path) -> None:
     with av.open(str(out)) as container:
         frames = list(container.decode(video=0))
     assert len(frames) == 8 and (frames[0].width, frames[0].height) == (320, 192)
+
+
+def test_the_benchmark_says_what_it_needs_without_a_gpu() -> None:
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pyav_nvdec.py"), "--rounds", "1"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 2 and "pyav_nvdec.py: needs" in result.stderr, result.stdout + result.stderr
