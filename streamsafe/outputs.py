@@ -618,14 +618,21 @@ class SafeFrame(_BufferView):
         return out
 
     def jax(self) -> Any:
-        """A JAX copy (imported on JAX's stream, copied, waited for; a frame of planes: its planes row after row).
-        Blocks the host until the copy is done."""
+        """A JAX copy (imported on JAX's stream, copied, waited for; a frame of planes: its planes row after row,
+        through a compact torch or CuPy copy, as JAX imports no row pitch). Blocks the host until the copy is done."""
         return self.jax_parts(self._whole())
 
     def jax_parts(self, parts: tuple[int | None, ...]) -> Any:
         """A JAX copy of ``parts`` (see :meth:`jax`). Blocks the host until the copy is done."""
         jax = _framework("jax", "frame.jax()", "jax")
         jnp = _framework("jax.numpy", "frame.jax()", "jax")
+        if self._planes_attr is not None:
+            # (a plane has the decoder's row pitch, and JAX imports compact arrays only: a compact copy first, on
+            # torch's (or CuPy's) current stream, which JAX's import then waits for through DLPack)
+            compact = self.torch_parts(parts, None, True) if _have_torch() else self.cupy_parts(parts, None)
+            out = jnp.array(jax.dlpack.from_dlpack(compact, copy=False), copy=True)
+            out.block_until_ready()
+            return out
         views = [jax.dlpack.from_dlpack(_Once(self, part), copy=False) for part in parts]
         out = jnp.array(views[0], copy=True) if len(views) == 1 else jnp.concatenate(_rows(views))
         out.block_until_ready()
