@@ -569,10 +569,13 @@ class PoolLedger(Ledger):
     def frame_closed(self, raw: Any, buffer: Buffer) -> None:
         """``frame.close()``: ``raw`` is given back now, as a dropped frame is at the next call (under the plan that
         wrote it). Takes the object's turn; blocks the host only under ``stream`` and ``device``."""
+        if self.closed:  # (the SDK decodes no more into its pool)
+            self.pool.pop(buffer, None)
+            buffer.released()
+            return
         plan = buffer.plan
-        self.frame_dropped(raw, buffer)
-        if self.dropped:
-            self.turns.run("close", self.give_back, plan.requested if plan is not None else Strategy.EVENT, buffer.stats)
+        self.dropped.append((raw, buffer))
+        self.turns.run("close", self.give_back, plan.requested if plan is not None else Strategy.EVENT, buffer.stats)
 
     def give_back(self, strategy: Strategy, stats: dict[str, int]) -> None:
         """D7: each SDK frame dropped since goes back to the SDK once its readers are done: under ``auto``, ``event``

@@ -452,12 +452,17 @@ class SafeFrame(_BufferView):
         if attr is None:
             raise AttributeError(f"{type(self.raw).__name__} frames have no planes: the frame is one DLPack producer "
                                  "(torch.from_dlpack(frame), frame.torch())")
+        if self.raw is None:  # (closed)
+            self.check_importable()
         # (made at each access, never kept: a plane holds its frame, and a frame holding its planes would be a cycle
         # that only the garbage collector ends, late: the frame's buffer would go back to the decoder late)
         return tuple(SafePlane(self, i) for i in range(len(getattr(self.raw, attr))))
 
     def raw_plane(self, index: int) -> Any:
-        """The SDK frame's own plane ``index`` (importing it directly orders nothing streamsafe knows of)."""
+        """The SDK frame's own plane ``index`` (importing it directly orders nothing streamsafe knows of). Raises
+        :class:`~streamsafe.errors.StaleOutputError` once the frame is closed."""
+        if self.raw is None:
+            self.check_importable()
         return getattr(self.raw, self._planes_attr)[index]  # type: ignore[arg-type]
 
     def close(self) -> None:
@@ -471,6 +476,7 @@ class SafeFrame(_BufferView):
         found = finalizer.detach()
         if found is not None:
             _, _, (raw, buffer), _ = found
+            self.raw = None  # (the ledger keeps the SDK's frame until the reads are done, then lets it go)
             self._pool.frame_closed(raw, buffer)
 
     def __enter__(self) -> SafeFrame:
@@ -491,7 +497,10 @@ class SafeFrame(_BufferView):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        return getattr(self.raw, name)
+        raw = self.raw
+        if raw is None:  # (closed: its SDK frame went back to the decoder)
+            self.check_importable()
+        return getattr(raw, name)
 
     def __dlpack__(
         self, stream: Any = None, *, max_version: tuple[int, int] | None = None, dl_device: tuple[int, int] | None = None,

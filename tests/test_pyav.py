@@ -273,6 +273,8 @@ def test_a_closed_frame_is_stale_and_goes_back_at_once(pyav: Any, sim: SimBacken
             sim.from_dlpack(frame.planes[1], stream=C)
         with pytest.raises(StaleOutputError):
             frame.numpy()
+        with pytest.raises(StaleOutputError):
+            frame.pts  # noqa: B018  (its SDK frame went back: nothing of it is read any more)
         frame.close()  # (twice: nothing)
         for _ in frames:
             pass
@@ -319,6 +321,9 @@ def test_frames_stay_valid_after_the_container_closes(pyav: Any, sim: SimBackend
         container.close()  # a release: the host waits for the readers once; the frames hold their surfaces
         assert not any(f.stale for f in frames)
         assert np.array_equal(frames[2].numpy(), decode_nv12(clip)[2])
+        frames[1].close()
+        with pytest.raises(StaleOutputError):
+            frames[1].numpy()
     assert c.ledger.closed and sim.races == []
 
 
