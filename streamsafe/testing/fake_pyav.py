@@ -205,7 +205,7 @@ class EmulatedInputContainer:
         self.backend: Any = backend  # (the model: a SimBackend)
         self.device = int(getattr(hwaccel, "device_id", 0) or 0)
         self.hwaccel = hwaccel
-        self.container = _REAL_OPEN[0](file, "r", **kwargs)
+        self.container = _real_open()(file, "r", **kwargs)
         """PyAV's own container (software decoding)."""
         self.pool = _SurfacePool(backend, self.device)
         """The surfaces (``pool.made``: how many were ever allocated)."""
@@ -243,7 +243,7 @@ class EmulatedInputContainer:
             np.copyto(dst_y.data, pixels_y)
             np.copyto(dst_uv.data, pixels_uv)
 
-        be.launch(legacy, f"NVDEC decodes frame {index} into surface {surface.number}", write, writes=[y, uv])
+        be.launch(legacy, f"decode frame {index}", write, writes=[y, uv])  # (into surface {surface.number})
         be.synchronize_stream(legacy)
         lease = Lease(dst_y, legacy)
         done = weakref.finalize(lease, self.pool.put, surface)  # the last reference went: the surface is free again
@@ -277,12 +277,17 @@ _REAL_OPEN: list[Any] = []
 """PyAV's own ``av.open`` (kept while the emulation is installed)."""
 
 
+def _real_open() -> Any:
+    """PyAV's own ``av.open``."""
+    return _REAL_OPEN[0] if _REAL_OPEN else _av().open
+
+
 def _emulated_open(file: Any, mode: str | None = None, **kwargs: Any) -> Any:
     """``av.open`` with the emulation installed: a container of device frames where ``hwaccel`` asks PyAV to keep
     the frames on the device (``is_hw_owned=True``); PyAV's own ``open`` otherwise (without ``hwaccel``, frames in
     host memory, as PyAV's are when it copies them out of the device)."""
     hwaccel = kwargs.pop("hwaccel", None)
-    real = _REAL_OPEN[0]
+    real = _real_open()
     if hwaccel is not None and (mode or "r") == "r" and getattr(hwaccel, "is_hw_owned", False):
         return EmulatedInputContainer(file, hwaccel, **kwargs)
     return real(file, mode, **kwargs) if mode is not None else real(file, **kwargs)
