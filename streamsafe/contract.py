@@ -186,6 +186,11 @@ class _Contract(GuardedBlocks, Unshareable):
         """The engine's question: keep the inputs from reuse (a decoder takes no inputs)."""
 
 
+def _gone() -> None:
+    """What a contract that let go of its object holds instead of a weak reference to it."""
+    return None
+
+
 _NAMED: dict[tuple[type, Any], type] = {}
 """Contract classes with the named calls of a profile (:meth:`_Contract._name_calls`)."""
 
@@ -745,8 +750,14 @@ class PoolContract(_Contract):
         if self.closed:
             self._refuse_closed(name)
         sdk = self.effect
-        return engine.release(self.pool, sdk, method or raw_method(type(sdk), name), args, kwargs, plan=self.plan,
-                              strategy=self.strategy, stats=self.stats, closes=name in self.profile.closes, call=name)
+        closes = name in self.profile.closes
+        result = engine.release(self.pool, sdk, method or raw_method(type(sdk), name), args, kwargs, plan=self.plan,
+                                strategy=self.strategy, stats=self.stats, closes=closes, call=name)
+        if closes:  # closed for good: so is the contract; a class guard's keeps no object it could not hold weakly
+            self.closed = True
+            if self.guard_owner is not None and self._effect is not None:
+                self._effect, self._effect_ref = None, _gone
+        return result
 
     def synchronize(self) -> None:
         """Block the host until every read of a frame streamsafe knows of is done. Frames stay valid."""
