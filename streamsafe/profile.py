@@ -372,8 +372,8 @@ def profile_of(obj: Any) -> Any:
                 return profile
     if not _fallback or not callable(getattr(cls, "run", None)):
         raise NotAnEffectError(
-            f"no SDK profile describes {qualified_name(cls)}: streamsafe guards nvvfx's effects and PyNvVideoCodec's "
-            "decoders (and any class with nvvfx's run()); for another SDK, register a profile: "
+            f"no SDK profile describes {qualified_name(cls)}: streamsafe guards nvvfx's effects, PyNvVideoCodec's "
+            "decoders and PyAV's input containers (and any class with nvvfx's run()); for another SDK, register a profile: "
             "streamsafe.profile.register(streamsafe.profile.EffectProfile(...)) (docs/guide.md, 'Guarding your own SDK')"
         )
     _by_class[cls] = _fallback[0]
