@@ -1,7 +1,7 @@
 """Lazy calls: an SDK call whose result is an iterator that hands out its frames one step at a time.
 
-PyAV's ``container.decode()`` is a generator: calling it decodes nothing, each ``next()`` decodes until a frame
-comes out. A profile names such calls (:attr:`~streamsafe.profile.PoolProfile.lazy`); the guarded call makes the
+A decoder may hand out its frames from a generator (PyAV's ``container.decode()``): calling it decodes nothing,
+each ``next()`` decodes until a frame comes out. A profile names such calls (:attr:`~streamsafe.profile.PoolProfile.lazy`); the guarded call makes the
 SDK's iterator (no GPU work) and returns :func:`steps` of it: a generator whose every step is a guarded call
 of its own through the engine (:mod:`streamsafe.engine`: the object's turn, the fences before it, the records
 after it, its frames guarded by the caller's output), so the program between two steps holds no turn and the
