@@ -34,8 +34,8 @@ from .backend import Backend, current_backend
 from .buffers import OUTSTANDING_BOUND, Buffer, new_stats
 from .frameworks import framework_current_stream_handle
 from .holds import StreamHolds
-from .keepalive import KeepAlive
 from .errors import NotAnEffectError
+from .keepalive import KeepAlive
 from .plan import Fence, FencePlan, release_fences
 from .profile import PoolProfile, profile_of
 from .program import ImportPrograms, apply_fences
@@ -555,6 +555,7 @@ class PoolLedger(Ledger):
             made.append((buffer, buffer.wrote(frame.plan, stats, frame.default_consumer)))
         self.calls += 1
         self.holds.hold(frame.plan.run_stream)
+        self.release_holds()
         return made
 
     def frame_dropped(self, raw: Any, buffer: Buffer) -> None:
@@ -584,7 +585,7 @@ class PoolLedger(Ledger):
         once. The frame's buffer is released (a view of it used later is stale). Call under the object's turn."""
         resolved = _HELD_STRATEGY[strategy]
         waiting: dict[Stream, None] = {}
-        kept: list[Any] = []
+        kept: list[Any] = []  # (let go at the end, once the host waited for their readers)
         current: Stream | None = None
         while self.dropped:
             raw, buffer = self.dropped.popleft()
