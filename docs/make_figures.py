@@ -1,6 +1,7 @@
 """Draw docs/img/<hazard>.png: the model's timeline of each hazard, unfenced and fenced (and H11.png:
 two threads' per-thread streams, fenced the old way and streamsafe's; D5.png: NVIDIA's decoder
-rewriting a frame a consumer still copies, unguarded and guarded).
+rewriting a frame a consumer still copies, unguarded and guarded; D7.png: PyAV's NVDEC decoding into the
+surface of a dropped frame a consumer still copies, unguarded and guarded).
 
     python3 docs/make_figures.py        (needs matplotlib; runs on the model, no GPU)
 
@@ -187,7 +188,47 @@ def decoder_figure() -> None:
     print("wrote", OUT / "D5.png")
 
 
+def pyav_figure() -> None:
+    """D7: PyAV's NVDEC decodes the frame after next into the surface of a frame the program dropped while a
+    consumer on another stream still copies it; guarded, the dropped frame is kept until an event after the copy
+    has completed (the adversarial model never runs it early: every frame gets a surface of its own)."""
+    import contextlib
+
+    from av.codec.hwaccel import HWAccel
+
+    import streamsafe as ss
+    from streamsafe.testing import sample_clip
+    from streamsafe.testing.fake_pyav import EmulatedInputContainer
+
+    clip = sample_clip(8, (32, 16))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 2.8), sharey=False)
+    for ax, guarded in zip(axes, (False, True)):
+        sim = ss.sim.SimBackend(scheduler="adversarial")
+        with ss.use_backend(sim):
+            container = EmulatedInputContainer(clip, HWAccel(device_type="cuda", is_hw_owned=True))
+            consumer = sim.create_stream(non_blocking=True)
+            sim.trace = []
+            with ss.stream_contract(container) if guarded else contextlib.nullcontext():
+                for i, frame in enumerate(container.decode(video=0)):
+                    plane = frame.planes[0]
+                    view = sim.from_dlpack(plane, stream=consumer) if guarded else sim.from_dlpack(plane.__dlpack__())
+                    sim.copy(view, consumer, name="consumer.copy")
+                    del view, plane
+                    if i == 3:
+                        break
+            sim.synchronize_device()
+        verdict = f"{len(sim.races)} race(s)" if sim.races else "no race"
+        how = ("guarded: a dropped frame is kept until an event after its copy" if guarded
+               else "unguarded: a dropped frame's surface is decoded into again")
+        draw(ax, sim.trace, sim.races, f"D7 - {how}: {verdict}")
+    fig.tight_layout()
+    fig.savefig(OUT / "D7.png", dpi=100)
+    plt.close(fig)
+    print("wrote", OUT / "D7.png")
+
+
 if __name__ == "__main__":
     main()
     per_thread_figure()
     decoder_figure()
+    pyav_figure()

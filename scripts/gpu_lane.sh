@@ -21,11 +21,18 @@
 #                   (STREAMSAFE_DECODER_FRAMES a strategy, default 10000), examples/decode_upscale.py guarded
 #                   and unguarded with --verify, benchmarks/decode_pipeline.py, `streamsafe doctor`; a clip from
 #                   STREAMSAFE_TEST_CLIP, else made with PyAV (carried in .whl/ too)
+#   pyav            PyAV's NVDEC frames (needs PyAV with CUDA decoding: the wheel PYAV_WHEEL names, else one
+#                   carried in .whl/, else an importable PyAV): the release race unguarded (views dropped, random
+#                   consumer delays), guarded under each strategy (STREAMSAFE_PYAV_FRAMES a strategy, default 2000;
+#                   the clip looped), wrong frames and host waits a frame; examples/pyav_nvdec_upscale.py guarded and
+#                   unguarded with --verify; benchmarks/pyav_nvdec.py (streamsafe vs the per-frame consumer sync vs
+#                   hand-written events); a clip from STREAMSAFE_PYAV_CLIP, else made with PyAV (240 frames, 320x192)
 #   all             every part above, in that order (longer than one device call)
 #
 # Environment: OUT (results; ./gpu-out when unset), GPU_LANE_TIMEOUT (seconds, overrides each command's
 # limit), GPU_LANE_TESTS (a pytest -k filter for `tests`), GPU_LANE_BENCH_ARGS (extra options for the bench,
-# e.g. "--scenario g-host,server-8"), EXAMPLES_* and NVS_* (see those parts), STREAMSAFE_*_FRAMES (tests).
+# e.g. "--scenario g-host,server-8"), EXAMPLES_* and NVS_* (see those parts), STREAMSAFE_*_FRAMES (tests),
+# PYAV_WHEEL (a PyAV wheel with CUDA decoding, for the pyav part; a path from the repository root, or absolute).
 # Wheels carried in .whl/ (PyAV, PyNvVideoCodec; .nvsamples/wheels/ too) are installed into /tmp/site: the
 # machine has no package index.
 #
@@ -36,10 +43,10 @@
 set -uo pipefail
 shopt -s nullglob
 
-ALL_PARTS=(probe tests fuzz bench overhead profile examples nvidia-samples race-check multi-gpu decoder)
+ALL_PARTS=(probe tests fuzz bench overhead profile examples nvidia-samples race-check multi-gpu decoder pyav)
 
 usage() {
-  sed -n '3,35p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '3,42p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 if [ $# -lt 1 ]; then
@@ -51,7 +58,7 @@ for p in "$@"; do
   case $p in
     all) parts+=("${ALL_PARTS[@]}") ;;
     -h|--help) usage; exit 0 ;;
-    probe|tests|fuzz|bench|overhead|profile|examples|nvidia-samples|race-check|multi-gpu|decoder) parts+=("$p") ;;
+    probe|tests|fuzz|bench|overhead|profile|examples|nvidia-samples|race-check|multi-gpu|decoder|pyav) parts+=("$p") ;;
     *) echo "gpu_lane.sh: unknown part '$p' (parts: ${ALL_PARTS[*]} all)" >&2; exit 2 ;;
   esac
 done
@@ -379,6 +386,56 @@ part_decoder() {
     --json "$L/decode_pipeline.json" > "$L/decode_pipeline.txt" 2>&1 || rc=1
   cat "$L/decode_pipeline.txt"
   NOTE="tests: $tests_note$ex; bench streamsafe $(awk '$1 == "streamsafe" {print $3}' "$L/decode_pipeline.txt")x hand"
+  return "$rc"
+}
+
+PYAV_PROBE='import sys, av
+from av.codec.hwaccel import HWAccel
+with av.open(sys.argv[1], hwaccel=HWAccel(device_type="cuda", allow_software_fallback=False, is_hw_owned=True)) as c:
+    f = next(c.decode(video=0))
+print("PyAV", av.__version__, "decodes into", f.format.name, "planes", [tuple(p.__dlpack_device__()) for p in f.planes])
+sys.exit(0 if f.format.name == "cuda" else 3)'
+
+part_pyav() {
+  if [ -n "${PYAV_WHEEL:-}" ]; then
+    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-pyav \
+        "$PYAV_WHEEL" > "$L/pip-pyav.txt" 2>&1; then
+      export PYTHONPATH=/tmp/site-pyav:$PYTHONPATH
+    else
+      NOTE="installing PYAV_WHEEL=$PYAV_WHEEL failed (lane/pip-pyav.txt)"
+      return 1
+    fi
+  fi
+  if ! python3 -c "import av" > "$L/pyav-import.txt" 2>&1; then
+    NOTE="PyAV does not import: set PYAV_WHEEL or carry its wheel in .whl/"
+    cat "$L/pyav-import.txt"
+    return 77
+  fi
+  local rc=0 clip=${STREAMSAFE_PYAV_CLIP:-}
+  if [ -z "$clip" ]; then
+    clip=$L/pyav-clip.mp4
+    python3 -c "import sys; from streamsafe.testing import make_test_clip; make_test_clip(sys.argv[1], 240, (320, 192))" \
+      "$clip" > "$L/pyav-clip.txt" 2>&1 || { NOTE="no clip: set STREAMSAFE_PYAV_CLIP (PyAV could not make one)"; return 1; }
+  fi
+  if ! timeout "$(limit 60)" python3 -c "$PYAV_PROBE" "$clip" > "$L/pyav-probe.txt" 2>&1; then
+    NOTE="PyAV cannot decode on NVDEC here: $(tail -1 "$L/pyav-probe.txt" | cut -c1-80)"
+    cat "$L/pyav-probe.txt"
+    return 77
+  fi
+  cat "$L/pyav-probe.txt"
+  STREAMSAFE_PYAV_CLIP=$clip STREAMSAFE_PYAV_FRAMES=${STREAMSAFE_PYAV_FRAMES:-2000} \
+    pytest_gpu "$L/pytest-pyav.txt" 420 tests/gpu/test_pyav_gpu.py || rc=1
+  local tests_note=$NOTE
+  cat "$L/pyav.txt" 2>/dev/null
+  timeout "$(limit 120)" python3 examples/pyav_nvdec_upscale.py -i "$clip" --verify --frames 240 \
+    > "$L/pyav_nvdec_upscale.txt" 2>&1 || rc=1
+  # (unguarded with 3 ms on the conversion's stream: it races as measured; recorded, not required)
+  timeout "$(limit 120)" python3 examples/pyav_nvdec_upscale.py -i "$clip" --verify --frames 240 --unguarded \
+    --consumer-delay-us 3000 > "$L/pyav_nvdec_upscale-unguarded.txt" 2>&1
+  cat "$L/pyav_nvdec_upscale.txt" "$L/pyav_nvdec_upscale-unguarded.txt"
+  timeout "$(limit 240)" python3 benchmarks/pyav_nvdec.py -i "$clip" --json "$L/pyav_nvdec.json" > "$L/pyav_nvdec.txt" 2>&1 || rc=1
+  cat "$L/pyav_nvdec.txt"
+  NOTE="tests: $tests_note; $(grep -m1 '^control' "$L/pyav.txt" 2>/dev/null | cut -c1-60); bench streamsafe $(awk '$1 == "streamsafe" {print $3}' "$L/pyav_nvdec.txt")x sync"
   return "$rc"
 }
 

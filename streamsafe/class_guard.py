@@ -80,7 +80,9 @@ class ClassGuard:
             contract.guard_owner = self
             try:
                 self._made[obj] = contract
-            except TypeError:
+            except TypeError:  # (held until its contract closes: the object cannot be weakly referenced)
+                for key in [k for k, (_, made) in self._made_pinned.items() if made.closed]:
+                    del self._made_pinned[key]
                 self._made_pinned[id(obj)] = (obj, contract)
             if self.record:
                 (self.pool_contracts if pool else self.contracts).append(contract)

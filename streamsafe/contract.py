@@ -25,13 +25,14 @@ synchronizes, closes and opens blocks.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from . import engine, guarding, hooks, occupancy, steady
+from . import engine, guarding, hooks, lazy, occupancy, steady
 from ._env import SANITIZE_MEANING, env_flag
 from .backend import Backend, current_backend, require_backend
 from .backend.naming import as_stream, stream_on_device
@@ -43,7 +44,7 @@ from .frame import EffectPlanner, Frame, pool_frame
 from .frameworks import TORCH, is_framework_stream
 from .guarding import GuardBlock, GuardedBlocks, config_reader, settable, snapshot
 from .inputs import Inputs
-from .ledger import EffectLedger, PoolLedger, adopt_ledger, forget_ledger, ledger_of, pool_of
+from .ledger import EffectLedger, PoolLedger, adopt_ledger, forget_ledger, held_reason, ledger_of, pool_of
 from .plan import FencePlan, pool_plan
 from .profile import EffectProfile, PoolProfile, output_maker, profile_of
 from .sharing import Unshareable
@@ -187,6 +188,11 @@ class _Contract(GuardedBlocks, Unshareable):
 
     def protect(self, arrays: Any, frame: Frame, seen: Any) -> None:
         """The engine's question: keep the inputs from reuse (a decoder takes no inputs)."""
+
+
+def _gone() -> None:
+    """What a contract that let go of its object holds instead of a weak reference to it."""
+    return None
 
 
 _NAMED: dict[tuple[type, Any], type] = {}
@@ -747,7 +753,9 @@ class PoolContract(_Contract):
             self.pool.backend = self.backend
         if self.stream_known or self.pool.writer is None:
             self.pool.writer, self.pool.writer_known = self.stream, self.stream_known
-        self.plan: FencePlan = pool_plan(self.strategy, self.stream, writer_known=self.stream_known)
+        self.plan: FencePlan = pool_plan(self.strategy, self.stream, writer_known=self.stream_known or profile.frames_hold_buffers)
+        if profile.frames_hold_buffers:  # (no call is fenced: a dropped frame goes back once its readers are done, D7)
+            self.plan = dataclasses.replace(self.plan, reason=held_reason(self.plan.strategy), _cache={})
         """The plan of every call (a value you can print)."""
         self.stats = new_stats()
         """Counters: calls, device-side fences, host waits and device syncs streamsafe made, and calls in which the
@@ -772,6 +780,16 @@ class PoolContract(_Contract):
 
     def _refuse_closed(self, call: str) -> NoReturn:
         raise EffectStateError(self.effect_name, call, "closed", "Make a new contract for the decoder.")
+
+    def guarded_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], method: Any = None) -> Any:
+        """As for any contract; a lazy call of the profile (``container.decode()``) returns a generator whose every
+        step is a guarded call (:mod:`streamsafe.lazy`). Blocks as the call (or each step) does."""
+        if name in self.profile.lazy:
+            if self.closed:
+                self._refuse_closed(name)
+            sdk = self.effect
+            return lazy.steps(self, sdk, call_raw(sdk, method or raw_method(type(sdk), name), args, kwargs), name)
+        return super().guarded_call(name, args, kwargs, method)
 
     def frame_for(self, name: str, args: Any, kwargs: dict[str, Any]) -> Frame:
         """The engine's question, under the decoder's turn: this call's frame. Changes the pool's stream, where the
@@ -813,8 +831,14 @@ class PoolContract(_Contract):
         if self.closed:
             self._refuse_closed(name)
         sdk = self.effect
-        return engine.release(self.pool, sdk, method or raw_method(type(sdk), name), args, kwargs, plan=self.plan,
-                              strategy=self.strategy, stats=self.stats, closes=name in self.profile.closes, call=name)
+        closes = name in self.profile.closes
+        result = engine.release(self.pool, sdk, method or raw_method(type(sdk), name), args, kwargs, plan=self.plan,
+                                strategy=self.strategy, stats=self.stats, closes=closes, call=name)
+        if closes:  # closed for good: so is the contract; a class guard's keeps no object it could not hold weakly
+            self.closed = True
+            if self.guard_owner is not None and self._effect is not None:
+                self._effect, self._effect_ref = None, _gone
+        return result
 
     def synchronize(self) -> None:
         """Block the host until every read of a frame streamsafe knows of is done. Frames stay valid."""

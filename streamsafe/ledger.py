@@ -10,7 +10,9 @@ will still fence (:mod:`streamsafe.holds`), and its buffers (:mod:`streamsafe.bu
   H5), the input shapes (an input-size change may make the SDK reallocate: H6), the output-size and
   encoding attributes, and the inputs kept alive after asynchronous calls (:mod:`streamsafe.keepalive`: H12);
 * :class:`PoolLedger`: a decoder's pool of buffers, each written by some calls and handed out as frames
-  (D5, D6), with the events recorded right after a copy helper's reads.
+  (D5, D6), with the events recorded right after a copy helper's reads; or, for an SDK whose frames hold their
+  buffers until dropped (:attr:`~streamsafe.profile.PoolProfile.frames_hold_buffers`: PyAV), a buffer per frame
+  handed out, and the SDK's frames dropped since, each kept until its readers are done (D7).
 
 Both answer the engine (:mod:`streamsafe.engine`) with one protocol: :meth:`~Ledger.reuse_fences` (what must
 come before a call that writes), :meth:`~Ledger.record_write`, :meth:`~Ledger.record_interrupted`,
@@ -23,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +34,10 @@ from .backend import Backend, current_backend
 from .buffers import OUTSTANDING_BOUND, Buffer, PoolBuffer, new_stats
 from .frameworks import framework_current_stream_handle
 from .holds import StreamHolds
+from .errors import NotAnEffectError
 from .keepalive import KeepAlive
 from .plan import Fence, FencePlan, release_fences
+from .profile import PoolProfile, profile_of
 from .program import ImportPrograms, apply_fences
 from .strategy import Strategy
 from .streams import Stream, implicitly_ordered, issuable
@@ -41,7 +46,8 @@ from .turns import Turns
 if TYPE_CHECKING:
     from .frame import Frame
 
-__all__ = ["Ledger", "EffectLedger", "PoolLedger", "ledger_of", "pool_of", "adopt_ledger", "forget_ledger", "new_stats"]
+__all__ = ["Ledger", "EffectLedger", "PoolLedger", "ledger_of", "pool_of", "adopt_ledger", "forget_ledger", "new_stats",
+           "held_reason"]
 
 
 class Ledger:
@@ -324,6 +330,30 @@ class EffectLedger(Ledger):
         self.release_holds()
 
 
+_HELD_STRATEGY = {
+    Strategy.AUTO: Strategy.EVENT, Strategy.EVENT: Strategy.EVENT, Strategy.ASYNC: Strategy.EVENT,
+    Strategy.STREAM: Strategy.STREAM, Strategy.DEVICE: Strategy.DEVICE, Strategy.NONE: Strategy.NONE,
+}
+"""How a dropped frame is given back under each strategy (D7): kept until events on its readers complete (no host
+wait), or after a host wait for each reader (``stream``) or for the device (``device``), or at once (``none``)."""
+
+
+_HELD_REASONS = {
+    Strategy.EVENT: "the decoder hands out complete frames, and no call rewrites a buffer a frame holds: a dropped frame "
+                    "goes back to the decoder once events recorded on every stream that read it have completed (D7), "
+                    "with no host wait of streamsafe's",
+    Strategy.STREAM: "a dropped frame goes back to the decoder after the host waits for each stream that read it (D7)",
+    Strategy.DEVICE: "a dropped frame goes back to the decoder after a device-wide synchronisation (D7)",
+    Strategy.NONE: "no fences (benchmarks only): a dropped frame goes back to the decoder at once, while its reads may "
+                   "still be queued",
+}
+
+
+def held_reason(strategy: Strategy) -> str:
+    """Why the plan of an SDK whose frames hold their buffers (PyAV's) is what it is, under ``strategy``."""
+    return _HELD_REASONS[_HELD_STRATEGY[strategy]]
+
+
 class PoolLedger(Ledger):
     """A pooled SDK object's ordering state: a buffer per pool buffer, by its memory (see the module docstring).
 
@@ -331,13 +361,26 @@ class PoolLedger(Ledger):
     buffer (D5); the call's own host wait for its stream then covers them. After the call, each buffer it
     handed out has a new generation; with a prefetching SDK (a decoder thread that decodes ahead into the
     buffers no longer handed out), every buffer handed out before the call is rewritten at any time after it,
-    so it is stale too. A release first makes the host wait for every reader (D6)."""
+    so it is stale too. A release first makes the host wait for every reader (D6).
 
-    def __init__(self, name: str, backend: Backend | None, device: int) -> None:
+    When the SDK's frames hold their buffers (``profile.frames_hold_buffers``: the SDK takes a buffer back when the
+    last reference to its frame goes, and never rewrites one a frame holds), no call is fenced: each frame handed
+    out gets a buffer of its own, and the SDK's frame a guarded frame dropped (or closed) is kept until its readers
+    are done (D7: :meth:`give_back`), so the SDK reuses the buffer only after them."""
+
+    def __init__(self, name: str, backend: Backend | None, device: int, profile: PoolProfile | None = None) -> None:
         super().__init__(name, backend, device)
         self.turns.kind = "decoder"
+        self.profile = profile
+        """The SDK's pool profile (``None``: not known; its buffers are rewritten by later calls)."""
+        self.frames_hold = bool(profile is not None and profile.frames_hold_buffers)
+        """Whether each frame holds its buffer until it is dropped (see the class docstring)."""
+        self.dropped: deque[tuple[Any, Buffer]] = deque()
+        """The SDK's frames whose guarded frames were dropped, with their buffers, not yet given back (appended by a
+        finalizer, in whatever thread drops the last reference: :meth:`frame_dropped`)."""
         self.pool: dict[Any, Buffer] = {}
-        """Each buffer, by its memory (a data pointer, or the model's buffer)."""
+        """Each buffer, by its memory (a data pointer, or the model's buffer); by itself when frames hold their
+        buffers (a buffer per frame handed out, until the frame is given back)."""
         self.handed: tuple[Any, ...] = ()
         """The buffers the last call handed out."""
         self.writer: Stream | None = None
@@ -371,7 +414,10 @@ class PoolLedger(Ledger):
     def reuse_fences(self, plan: FencePlan) -> list[Fence]:
         """D5, before a call that may write any buffer: ``plan``'s stream waits for every reader of the pool (on
         the device under ``event``; a host wait under ``stream``, a device sync under ``device``). The readers
-        an event covers (:meth:`capture`) are waited for by :meth:`wait_captured`."""
+        an event covers (:meth:`capture`) are waited for by :meth:`wait_captured`. None when frames hold their
+        buffers (the SDK writes no buffer a frame holds)."""
+        if self.frames_hold:
+            return []
         readers = self.all_readers(self.escaped_reader())
         if not readers:
             return []
@@ -382,6 +428,8 @@ class PoolLedger(Ledger):
         """A copy of a frame (``buffer``, ``generation``) was just issued on ``stream``, and the frame is read there
         no more: record an event on ``stream`` now, which the next call waits for (the expert's "event after the
         reader"), instead of the stream's later work. Does not block."""
+        if self.frames_hold:  # (the frame's readers are waited for when it is given back, not by the next call)
+            return
         backend = self.resolved_backend()
         event = self.captured.get(stream)
         if event is None:
@@ -424,6 +472,8 @@ class PoolLedger(Ledger):
         """Each buffer the call handed out has a new generation (older frames of it are stale); with a
         prefetching SDK, so has every buffer handed out before. Returns each frame's (buffer, generation)."""
         profile: Any = frame.profile  # (a PoolProfile)
+        if self.frames_hold:
+            return self._hand_out(frame, raw, stats)
         keys = profile.buffer_keys(raw)
         if hooks.observers and not self.resolved_backend().records_accesses:
             # sanitize mode on a GPU: the SDK's writes, which no kernel of streamsafe's shows, go to the observers
@@ -447,7 +497,10 @@ class PoolLedger(Ledger):
         return [made[key] for key in keys]
 
     def record_interrupted(self, frame: Frame, stats: dict[str, int]) -> None:
-        """Every buffer may have been written, so every frame handed out so far is stale."""
+        """Every buffer may have been written, so every frame handed out so far is stale (none when frames hold
+        their buffers: the SDK writes none a frame holds)."""
+        if self.frames_hold:
+            return
         for buffer in self.pool.values():
             buffer.wrote(frame.plan, stats, frame.default_consumer)
         self.handed = ()
@@ -467,7 +520,12 @@ class PoolLedger(Ledger):
                 for f in release_fences(resolved, streams)]
 
     def released(self) -> None:
-        """Every frame is stale, and a buffer at the same address later is a new one."""
+        """Every frame is stale, and a buffer at the same address later is a new one. When frames hold their buffers,
+        the frames handed out stay valid (the SDK frees no buffer a frame holds), and those dropped are given back
+        (the host waited for their readers)."""
+        if self.frames_hold:
+            self.waited()
+            return
         for buffer in self.pool.values():
             buffer.released()
         self.pool = {}
@@ -476,10 +534,88 @@ class PoolLedger(Ledger):
         self.release_holds()
 
     def waited(self) -> None:
+        if self.frames_hold:  # the host waited for every reader: the frames dropped go back now, and those kept too
+            self._give_back_now()
+            self.keepalive.drain()
         for buffer in self.pool.values():
             buffer.waited()
         self._drop_captured()
         self.release_holds()
+
+    # -- frames that hold their buffers (D7) ---------------------------------------------------------------------
+
+    def _hand_out(self, frame: Frame, raw: Any, stats: dict[str, int]) -> list[tuple[Buffer, int]]:
+        """``frame``'s call returned ``raw``: a buffer of its own for each frame in it (no buffer is rewritten), after
+        the frames dropped since the last call are given back. Returns each frame's (buffer, generation)."""
+        if self.dropped:
+            self.give_back(frame.plan.requested, stats)
+        made = []
+        for _ in frame.profile.frames_of(raw):  # type: ignore[union-attr]
+            buffer = PoolBuffer(self)
+            self.pool[buffer] = buffer
+            made.append((buffer, buffer.wrote(frame.plan, stats, frame.default_consumer)))
+        self.calls += 1
+        self.holds.hold(frame.plan.run_stream)
+        self.release_holds()
+        return made
+
+    def frame_dropped(self, raw: Any, buffer: Buffer) -> None:
+        """A guarded frame of ``buffer`` went (its finalizer, in whatever thread dropped it): its SDK frame ``raw`` is
+        kept until the next call, or the next wait, gives it back (:meth:`give_back`). Issues nothing. Once the
+        object is closed, the SDK decodes no more into its pool, so ``raw`` goes at once."""
+        if self.closed:
+            self.pool.pop(buffer, None)
+            return
+        self.dropped.append((raw, buffer))
+
+    def frame_closed(self, raw: Any, buffer: Buffer) -> None:
+        """``frame.close()``: ``raw`` is given back now, as a dropped frame is at the next call (under the plan that
+        wrote it). Takes the object's turn; blocks the host only under ``stream`` and ``device``."""
+        if self.closed:  # (the SDK decodes no more into its pool)
+            self.pool.pop(buffer, None)
+            buffer.released()
+            return
+        plan = buffer.plan
+        self.dropped.append((raw, buffer))
+        self.turns.run("close", self.give_back, plan.requested if plan is not None else Strategy.EVENT, buffer.stats)
+
+    def give_back(self, strategy: Strategy, stats: dict[str, int]) -> None:
+        """D7: each SDK frame dropped since goes back to the SDK once its readers are done: under ``auto``, ``event``
+        and ``async`` it is kept until events recorded now on every stream that read it complete (no host wait); under
+        ``stream`` the host waits for each reader, under ``device`` for the device, first; under ``none`` it goes at
+        once. The frame's buffer is released (a view of it used later is stale). Call under the object's turn."""
+        resolved = _HELD_STRATEGY[strategy]
+        waiting: dict[Stream, None] = {}
+        kept: list[Any] = []  # (let go at the end, once the host waited for their readers)
+        current: Stream | None = None
+        while self.dropped:
+            raw, buffer = self.dropped.popleft()
+            streams = dict(buffer.outstanding)
+            streams.update(buffer.readers)
+            if buffer.escaped:  # (a view that left with no stream streamsafe knows: the current stream may read it)
+                current = current or self.current_stream()
+                streams[current] = None
+            self.pool.pop(buffer, None)
+            buffer.released()
+            if not streams or resolved is Strategy.NONE:
+                continue
+            if resolved is Strategy.EVENT:
+                stats["D7"] = stats.get("D7", 0) + 1
+                self.keepalive.add(raw, streams, ordering=True, stats=stats)
+            else:
+                waiting.update(streams)
+                kept.append(raw)
+        if waiting:
+            self.apply([dataclasses.replace(f, hazard="D7", why="the SDK takes the buffer back when its frame goes, with "
+                                            "no stream order") for f in release_fences(resolved, waiting)], stats)
+        self.release_holds()
+
+    def _give_back_now(self) -> None:
+        """The host waited for every reader: the frames dropped go back at once."""
+        while self.dropped:
+            _, buffer = self.dropped.popleft()
+            self.pool.pop(buffer, None)
+            buffer.released()
 
     def _drop_captured(self) -> None:
         if self.captured:
@@ -530,11 +666,17 @@ def ledger_of(effect: Any, backend: Backend | None = None, *, create: bool = Tru
 
 
 def pool_of(owner: Any, backend: Backend | None = None, *, create: bool = True, device: int = 0) -> Any:
-    """The :class:`PoolLedger` of ``owner`` on ``device`` (made on first use when ``create``), or ``None``."""
+    """The :class:`PoolLedger` of ``owner`` on ``device`` (made on first use when ``create``, with ``owner``'s pool
+    profile), or ``None``."""
     ledger = _registered(owner)
     if ledger is not None or not create:
         return ledger
-    return _register(owner, lambda: PoolLedger(type(owner).__name__, backend, device))
+    try:
+        profile = profile_of(owner)
+    except NotAnEffectError:
+        profile = None
+    return _register(owner, lambda: PoolLedger(type(owner).__name__, backend, device,
+                                               profile if isinstance(profile, PoolProfile) else None))
 
 
 def adopt_ledger(obj: Any) -> Ledger | None:

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import math
 import sys
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from . import hooks, views
 from ._dlpack import DLPACK_CUDA, backend_own, capsule_data_key
 from .backend.naming import stream_on_device
-from .errors import DeviceMismatchError, ExportError, FrameworkUnavailableError, StreamsafeError
+from .errors import ArgumentError, DeviceMismatchError, ExportError, FrameworkUnavailableError, StreamsafeError
 from .frameworks import torch_current_stream_handle
 from .profile import set_output_maker
 from .sharing import Unshareable
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
     from .buffers import Buffer
     from .ledger import PoolLedger
 
-__all__ = ["SafeImage", "SafeOutput", "SafeFrame", "JaxDLPackAdapter"]
+__all__ = ["SafeImage", "SafeOutput", "SafeFrame", "SafePlane", "JaxDLPackAdapter"]
 
 _CONSUMED = (
     "this output's capsule was already imported; a DLPack capsule can be consumed once (H9)",
@@ -396,12 +398,19 @@ class SafeFrame(_BufferView):
     reader of the buffer, so the decoder's stream waits for it on the device before the decoder writes the buffer
     again. Importable any number of times until then; after, an import raises
     :class:`~streamsafe.errors.StaleOutputError`. Other attributes (``shape``, ``dtype``, ``timestamp``, ...) are
-    the SDK frame's. Keeps the decoder alive (the buffer is the decoder's memory)."""
+    the SDK frame's. Keeps the decoder alive (the buffer is the decoder's memory).
+
+    A frame of planes (PyAV's NV12 frames: its profile's :attr:`~streamsafe.profile.PoolProfile.planes`) is imported
+    plane by plane (:attr:`planes`, each a :class:`SafePlane`); its copy helpers join the planes row after row (NV12:
+    ``(H * 3 // 2, W)`` ``uint8``, Y then the interleaved UV). A frame that holds its buffer (PyAV's: the decoder takes
+    the buffer back only when the frame goes) is never rewritten: when it is dropped or :meth:`close`\\ d, its SDK frame
+    is kept until every read streamsafe knows of is done, then let go (D7); a closed frame is stale."""
 
     _no_copy = "a SafeFrame cannot be copied: it points at a buffer the decoder reuses; copy the data (frame.torch(), frame.copy())"
     _no_pickle = "a SafeFrame cannot be pickled: it points at GPU memory the decoder owns; pickle a copy (frame.numpy())"
 
-    __slots__ = ("raw", "_buffer", "_generation", "_device", "_default_consumer", "_owner", "_pool")
+    __slots__ = ("raw", "_buffer", "_generation", "_device", "_default_consumer", "_owner", "_pool", "_planes_attr",
+                 "_export_stream", "_finalizer", "__weakref__")
 
     def __init__(self, raw: Any, buffer: Buffer, generation: int, device: int, default_consumer: Stream, owner: Any,
                  pool: PoolLedger | None = None) -> None:
@@ -412,15 +421,70 @@ class SafeFrame(_BufferView):
         self._default_consumer = default_consumer
         self._owner = owner
         self._pool = pool
+        profile = pool.profile if pool is not None else None
+        self._planes_attr = profile.planes if profile is not None else None
+        """The attribute of the SDK frame that holds its planes (``None``: the frame is one producer)."""
+        self._export_stream = profile.export_stream if profile is not None else True
+        """Whether the SDK's ``__dlpack__`` takes the consumer's stream (else it is asked with none)."""
+        self._finalizer: Any = None
+        if pool is not None and pool.frames_hold:
+            # the SDK frame goes back when this one goes (or closes), once its readers are done: the ledger keeps it
+            self._finalizer = weakref.finalize(self, pool.frame_dropped, raw, buffer)
+            self._finalizer.atexit = False
 
     @property
     def stale(self) -> bool:
-        """Whether the decoder has written this frame's buffer again (or freed it) since."""
+        """Whether the decoder has written this frame's buffer again (or freed it), or the frame was closed, since."""
         return self._generation != self._buffer.generation
 
     def check_importable(self) -> None:
-        """Raise :class:`~streamsafe.errors.StaleOutputError` if the decoder has written the buffer since."""
-        self._buffer.check_current(self._generation, "this decoded frame", _FRAME_FIX, source="the decoder")
+        """Raise :class:`~streamsafe.errors.StaleOutputError` if the decoder has written the buffer since (or the frame
+        was closed)."""
+        fix = _HELD_FIX if self._finalizer is not None else _FRAME_FIX
+        self._buffer.check_current(self._generation, "this decoded frame", fix, source="the decoder")
+
+    @property
+    def planes(self) -> tuple[SafePlane, ...]:
+        """The frame's planes as guarded DLPack producers (PyAV's NV12: Y ``(H, W)`` and the interleaved UV
+        ``(H/2, W/2, 2)``, each with the decoder's row pitch), ordered as the frame is. Raises ``AttributeError`` for
+        a frame that is one producer itself (PyNvVideoCodec's)."""
+        attr = self._planes_attr
+        if attr is None:
+            raise AttributeError(f"{type(self.raw).__name__} frames have no planes: the frame is one DLPack producer "
+                                 "(torch.from_dlpack(frame), frame.torch())")
+        if self.raw is None:  # (closed)
+            self.check_importable()
+        # (made at each access, never kept: a plane holds its frame, and a frame holding its planes would be a cycle
+        # that only the garbage collector ends, late: the frame's buffer would go back to the decoder late)
+        return tuple(SafePlane(self, i) for i in range(len(getattr(self.raw, attr))))
+
+    def raw_plane(self, index: int) -> Any:
+        """The SDK frame's own plane ``index`` (importing it directly orders nothing streamsafe knows of). Raises
+        :class:`~streamsafe.errors.StaleOutputError` once the frame is closed."""
+        if self.raw is None:
+            self.check_importable()
+        return getattr(self.raw, self._planes_attr)[index]  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """Give a frame that holds its buffer back to the decoder now instead of when the frame goes (D7): under
+        ``auto``, ``event`` and ``async`` once events recorded now on every stream that read it complete (no host
+        wait); under ``stream`` and ``device`` after a host wait. The frame (and any plane of it) is stale after.
+        Does nothing for a frame the decoder rewrites by itself (PyNvVideoCodec's), nor twice."""
+        finalizer = self._finalizer
+        if finalizer is None or self._pool is None:
+            return
+        found = finalizer.detach()
+        if found is not None:
+            _, _, (raw, buffer), _ = found
+            self.raw = None  # (the ledger keeps the SDK's frame until the reads are done, then lets it go)
+            self._pool.frame_closed(raw, buffer)
+
+    def __enter__(self) -> SafeFrame:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """:meth:`close` the frame."""
+        self.close()
 
     def cuda(self) -> Any:
         """The SDK frame's CUDA array interface views (``DecodedFrame.cuda()``): streamsafe does not see them read,
@@ -433,7 +497,10 @@ class SafeFrame(_BufferView):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        return getattr(self.raw, name)
+        raw = self.raw
+        if raw is None:  # (closed: its SDK frame went back to the decoder)
+            self.check_importable()
+        return getattr(raw, name)
 
     def __dlpack__(
         self, stream: Any = None, *, max_version: tuple[int, int] | None = None, dl_device: tuple[int, int] | None = None,
@@ -443,14 +510,22 @@ class SafeFrame(_BufferView):
         rules: ``None`` or 1 the legacy stream, 2 per-thread, else a stream pointer; ``-1``: the guard's consumer
         stream, with no synchronisation asked of the SDK). Records ``stream`` as a reader of the buffer (the
         decoder's next write waits for it on the device). Raises :class:`~streamsafe.errors.StaleOutputError` if
-        the buffer was written again since. Does not block."""
+        the buffer was written again since, :class:`~streamsafe.errors.ExportError` for a frame of planes (import a
+        plane). Does not block."""
         if copy or dl_device is not None:
             _check_export((DLPACK_CUDA, self._device), copy, dl_device)
+        if self._planes_attr is not None:
+            raise ExportError(
+                f"a {type(self.raw).__name__} is {len(self.planes)} planes, not one array (NV12: Y, then the interleaved UV)",
+                "Import a plane (torch.from_dlpack(frame.planes[0])), or copy the frame whole (frame.torch(): the planes "
+                "row after row)",
+            )
         return self.export(stream, escapes=True)[0]
 
-    def export(self, stream: Any, *, escapes: bool) -> tuple[Any, Stream]:
-        """A capsule of the frame imported on ``stream`` (as :meth:`__dlpack__` takes it), and the consumer stream
-        it was ordered on; ``escapes``: the consumer keeps a zero-copy view (not a copy helper's). Does not block."""
+    def export(self, stream: Any, *, escapes: bool, plane: int | None = None) -> tuple[Any, Stream]:
+        """A capsule of the frame (of its plane ``plane``) imported on ``stream`` (as :meth:`__dlpack__` takes it),
+        and the consumer stream it was ordered on; ``escapes``: the consumer keeps a zero-copy view (not a copy
+        helper's). Does not block."""
         if self._generation != self._buffer.generation:
             self.check_importable()
         if type(stream) is int and stream == -1:
@@ -459,7 +534,9 @@ class SafeFrame(_BufferView):
             raw_stream = LEGACY_DLPACK if stream is None or (type(stream) is int and stream == 0) else stream
             consumer = self._reader_stream(raw_stream)
             raw_stream = consumer.dlpack if not isinstance(raw_stream, int) else raw_stream
-        capsule = self.raw.__dlpack__(stream=raw_stream)
+        source = self.raw if plane is None else self.raw_plane(plane)
+        # (an SDK that takes no stream hands out complete frames, D1: the consumer needs no fence of its own)
+        capsule = source.__dlpack__(stream=raw_stream) if self._export_stream else source.__dlpack__()
         self._import(consumer, capsule, escapes)
         return capsule, consumer
 
@@ -469,81 +546,227 @@ class SafeFrame(_BufferView):
         if self._pool is not None:
             self._pool.capture(self._buffer, self._generation, consumer)
 
+    def _whole(self) -> tuple[int | None, ...]:
+        """What a copy of the whole frame reads: the frame itself, or each of its planes."""
+        return (None,) if self._planes_attr is None else tuple(range(len(self.planes)))
+
     def torch(self, stream: Any = None, *, copy: bool = True) -> Any:
         """A torch copy (``copy=False``: a zero-copy view, valid until the decoder writes the buffer again), issued
-        on ``stream`` or torch's current stream. Does not block."""
+        on ``stream`` or torch's current stream; a frame of planes is copied into one tensor, its planes row after
+        row. Does not block."""
+        return self.torch_parts(self._whole(), stream, copy)
+
+    def torch_parts(self, parts: tuple[int | None, ...], stream: Any, copy: bool) -> Any:
+        """A torch copy of ``parts`` (the frame, a plane, or the planes joined), or a view of one. Does not block."""
         torch = _framework("torch", "frame.torch()", "torch")
         if stream is not None:
             self._on_device(stream)
             with torch.cuda.stream(stream):
-                return self._torch(torch, copy)
-        return self._torch(torch, copy)
+                return self._torch(torch, copy, parts)
+        return self._torch(torch, copy, parts)
 
-    def _torch(self, torch: Any, copy: bool) -> Any:
+    def _torch(self, torch: Any, copy: bool, parts: tuple[int | None, ...]) -> Any:
         handle = torch_current_stream_handle(torch, self._device) or LEGACY_DLPACK
-        capsule, consumer = self.export(handle, escapes=not copy)
-        view = torch.from_dlpack(capsule)
+        if len(parts) > 1 and not copy:
+            raise ArgumentError("a frame of planes has no one zero-copy view: take a plane's, "
+                                "frame.planes[0].torch(copy=False), or a copy of the whole frame, frame.torch()")
+        views = []
+        for part in parts:
+            capsule, consumer = self.export(handle, escapes=not copy, plane=part)
+            views.append(torch.from_dlpack(capsule))
         if not copy:
-            self._buffer.tag_view(view, self._generation)
-            return view
-        out = view.clone()
+            self._buffer.tag_view(views[0], self._generation)
+            return views[0]
+        out = views[0].clone() if len(views) == 1 else torch.cat(_rows(views))
         self._copied(consumer)
         return out
 
     def copy(self, stream: Any = None) -> Any:
         """A copy in the backend's own arrays, issued on ``stream`` (default: the current one): on the model a
         :class:`~streamsafe.sim.SimArray`, on a GPU a torch tensor (else a CuPy array). Does not block."""
+        return self.copy_parts(self._whole(), stream)
+
+    def copy_parts(self, parts: tuple[int | None, ...], stream: Any) -> Any:
+        """A copy of ``parts`` in the backend's own arrays (see :meth:`copy`). Does not block."""
         backend = self._buffer.ledger.resolved_backend()
         if not backend.records_accesses:
-            return self.torch(stream) if _have_torch() else self.cupy(stream)
+            return self.torch_parts(parts, stream, True) if _have_torch() else self.cupy_parts(parts, stream)
         model: Any = backend
         consumer = model.current_stream(self._device) if stream is None else stream_on_device(
             stream, self._device, backend, "consumer")
-        capsule, consumer = self.export(consumer.dlpack, escapes=False)
-        out = model.copy(model.from_dlpack(capsule, stream=consumer), consumer)
+        views = []
+        for part in parts:
+            capsule, consumer = self.export(consumer.dlpack, escapes=False, plane=part)
+            views.append(model.from_dlpack(capsule, stream=consumer))
+        out = model.copy(views[0], consumer) if len(views) == 1 else _model_join(model, views, consumer)
         self._copied(consumer)
         return out
 
     def cupy(self, stream: Any = None) -> Any:
-        """A CuPy copy, issued on ``stream`` or CuPy's current stream. Does not block."""
+        """A CuPy copy, issued on ``stream`` or CuPy's current stream (a frame of planes: its planes row after row).
+        Does not block."""
+        return self.cupy_parts(self._whole(), stream)
+
+    def cupy_parts(self, parts: tuple[int | None, ...], stream: Any) -> Any:
+        """A CuPy copy of ``parts`` (see :meth:`cupy`). Does not block."""
         cupy = _framework("cupy", "frame.cupy()", "cupy-cuda13")
         if stream is not None:
             self._on_device(stream)
             with stream:
-                return self._cupy(cupy)
-        return self._cupy(cupy)
+                return self._cupy(cupy, parts)
+        return self._cupy(cupy, parts)
 
-    def _cupy(self, cupy: Any) -> Any:
-        capsule, consumer = self.export(cupy.cuda.get_current_stream().ptr or LEGACY_DLPACK, escapes=False)
-        out = cupy.from_dlpack(capsule).copy()
+    def _cupy(self, cupy: Any, parts: tuple[int | None, ...]) -> Any:
+        handle = cupy.cuda.get_current_stream().ptr or LEGACY_DLPACK
+        views = []
+        for part in parts:
+            capsule, consumer = self.export(handle, escapes=False, plane=part)
+            views.append(cupy.from_dlpack(capsule))
+        out = views[0].copy() if len(views) == 1 else cupy.concatenate(_rows(views))
         self._copied(consumer)
         return out
 
     def jax(self) -> Any:
-        """A JAX copy (imported on JAX's stream, copied, waited for). Blocks the host until the copy is done."""
+        """A JAX copy (imported on JAX's stream, copied, waited for; a frame of planes: its planes row after row,
+        through a compact torch or CuPy copy, as JAX imports no row pitch). Blocks the host until the copy is done."""
+        return self.jax_parts(self._whole())
+
+    def jax_parts(self, parts: tuple[int | None, ...]) -> Any:
+        """A JAX copy of ``parts`` (see :meth:`jax`). Blocks the host until the copy is done."""
         jax = _framework("jax", "frame.jax()", "jax")
         jnp = _framework("jax.numpy", "frame.jax()", "jax")
-        view = jax.dlpack.from_dlpack(_Once(self), copy=False)
-        out = jnp.array(view, copy=True)
+        if self._planes_attr is not None:
+            # (a plane has the decoder's row pitch, and JAX imports compact arrays only: a compact copy first, on
+            # torch's (or CuPy's) current stream, which JAX's import then waits for through DLPack)
+            compact = self.torch_parts(parts, None, True) if _have_torch() else self.cupy_parts(parts, None)
+            out = jnp.array(jax.dlpack.from_dlpack(compact, copy=False), copy=True)
+            out.block_until_ready()
+            return out
+        views = [jax.dlpack.from_dlpack(_Once(self, part), copy=False) for part in parts]
+        out = jnp.array(views[0], copy=True) if len(views) == 1 else jnp.concatenate(_rows(views))
         out.block_until_ready()
         return out
 
     def numpy(self) -> Any:
-        """A host copy (NumPy). Blocks the host until it is complete."""
+        """A host copy (NumPy; a frame of planes: its planes row after row). Blocks the host until it is complete."""
+        return self.numpy_parts(self._whole())
+
+    def numpy_parts(self, parts: tuple[int | None, ...]) -> Any:
+        """A host copy of ``parts`` (see :meth:`numpy`). Blocks the host until it is complete."""
         backend = self._buffer.ledger.resolved_backend()
         if backend.records_accesses:  # the model: its own import and host copy
             model: Any = backend
             consumer = model.current_stream(self._device)
-            result = model.download(model.from_dlpack(self.export(consumer.dlpack, escapes=False)[0]), consumer)
+            if len(parts) == 1:
+                result = model.download(model.from_dlpack(self.export(consumer.dlpack, escapes=False, plane=parts[0])[0]),
+                                        consumer)
+            else:
+                result = model.download(self.copy_parts(parts, consumer), consumer)
             self._buffer.reader_done(self._generation, consumer)
             return result
         if _have_torch():
-            return self.torch().cpu().numpy()
-        return _framework("cupy", "frame.numpy() on the GPU without torch", "cupy-cuda13").asnumpy(self.cupy())
+            return self.torch_parts(parts, None, True).cpu().numpy()
+        return _framework("cupy", "frame.numpy() on the GPU without torch", "cupy-cuda13").asnumpy(self.cupy_parts(parts, None))
 
     def __repr__(self) -> str:
         state = "stale" if self.stale else f"buffer write #{self._generation}"
         return f"<streamsafe SafeFrame of {self._buffer.name} cuda:{self._device} {state}>"
+
+
+class SafePlane(Unshareable):
+    """One plane of a guarded frame of planes (PyAV's NV12 Y or UV): a DLPack producer that takes the consumer's
+    stream (``torch.from_dlpack(plane)``, ``cupy.from_dlpack(plane)``, ``jax.dlpack.from_dlpack(plane)`` work as
+    they are), ordered as its frame is, with its frame's copy helpers for the plane alone. Other attributes
+    (``width``, ``height``, ``line_size``, ...) are the SDK plane's. Keeps its frame alive."""
+
+    _no_copy = "a SafePlane cannot be copied: it points at a buffer the decoder owns; copy the data (plane.torch())"
+    _no_pickle = "a SafePlane cannot be pickled: it points at GPU memory the decoder owns; pickle a copy (plane.numpy())"
+
+    __slots__ = ("frame", "index")
+
+    def __init__(self, frame: SafeFrame, index: int) -> None:
+        self.frame = frame
+        self.index = index
+
+    @property
+    def raw(self) -> Any:
+        """The SDK's own plane (importing it directly orders nothing streamsafe knows of)."""
+        return self.frame.raw_plane(self.index)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.raw, name)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.frame.__dlpack_device__()
+
+    def __dlpack__(
+        self, stream: Any = None, *, max_version: tuple[int, int] | None = None, dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """A capsule of the plane for a consumer on ``stream`` (DLPack rules, as :meth:`SafeFrame.__dlpack__`): the
+        consumer is recorded as a reader of the frame (the frame goes back to the decoder only after its reads).
+        Raises :class:`~streamsafe.errors.StaleOutputError` for a closed frame's plane. Does not block."""
+        if copy or dl_device is not None:
+            _check_export(self.__dlpack_device__(), copy, dl_device)
+        return self.frame.export(stream, escapes=True, plane=self.index)[0]
+
+    def record_stream(self, stream: Any) -> None:
+        """Declare that a view of the plane is also read on ``stream`` (see :meth:`SafeFrame.record_stream`)."""
+        self.frame.record_stream(stream)
+
+    def torch(self, stream: Any = None, *, copy: bool = True) -> Any:
+        """A torch copy of the plane (``copy=False``: a zero-copy view), issued on ``stream`` or torch's current
+        stream. Does not block."""
+        return self.frame.torch_parts((self.index,), stream, copy)
+
+    def cupy(self, stream: Any = None) -> Any:
+        """A CuPy copy of the plane, issued on ``stream`` or CuPy's current stream. Does not block."""
+        return self.frame.cupy_parts((self.index,), stream)
+
+    def copy(self, stream: Any = None) -> Any:
+        """A copy of the plane in the backend's own arrays, issued on ``stream`` (default: current). Does not block."""
+        return self.frame.copy_parts((self.index,), stream)
+
+    def jax(self) -> Any:
+        """A JAX copy of the plane. Blocks the host until the copy is done."""
+        return self.frame.jax_parts((self.index,))
+
+    def numpy(self) -> Any:
+        """A host copy of the plane (NumPy). Blocks the host until it is complete."""
+        return self.frame.numpy_parts((self.index,))
+
+    def __repr__(self) -> str:
+        return f"<streamsafe SafePlane {self.index} of {self.frame!r}>"
+
+
+def _rows(views: list[Any]) -> list[Any]:
+    """Arrays of a frame's planes as rows of one width (NV12's UV ``(H/2, W/2, 2)`` as ``(H/2, W)``), to join."""
+    rows = [v.reshape(v.shape[0], -1) for v in views]
+    if len({r.shape[1] for r in rows}) > 1:
+        raise ArgumentError(f"the frame's planes have rows of different widths ({[tuple(r.shape) for r in rows]}): they "
+                            "do not join into one array; copy each plane (frame.planes[i].torch())")
+    return rows
+
+
+def _model_join(model: Any, views: list[Any], stream: Stream) -> Any:
+    """On the model: one array of ``views`` (a frame's planes) row after row, copied by a kernel on ``stream``."""
+    shapes = [(v.shape[0], math.prod(v.shape[1:])) for v in views]
+    if len({w for _, w in shapes}) > 1:
+        raise ArgumentError(f"the frame's planes have rows of different widths ({shapes}): they do not join into one "
+                            "array; copy each plane (frame.planes[i].copy())")
+    out = model.empty((sum(h for h, _ in shapes), shapes[0][1]), views[0].dtype, stream=stream, device=views[0].device)
+    sources, dst = [v.buffer for v in views], out.buffer  # (pending work holds buffers, not arrays)
+
+    def join() -> None:
+        row = 0
+        for src, (h, w) in zip(sources, shapes):
+            dst.data[row:row + h] = src.data.reshape(h, w)
+            row += h
+
+    model.launch(stream, "join planes", join, reads=views, writes=[out])
+    return out
 
 
 _FRAME_FIX = (
@@ -551,22 +774,27 @@ _FRAME_FIX = (
     "for decoder[i], the next call for a ThreadedDecoder, or a new source). Copy a frame you keep (frame.torch(), "
     "frame.cupy()) before the decoder's next call"
 )
+_HELD_FIX = (
+    "The frame was closed (frame.close()), which gave its buffer back to the decoder. Copy what you keep (frame.torch(), "
+    "frame.planes[0].torch()) before you close it, or keep the frame open while you read it"
+)
 
 
 class _Once:
-    """A frame as a one-import producer (what JAX's ``from_dlpack`` wants), that does not escape."""
+    """A frame (or one plane of it) as a one-import producer (what JAX's ``from_dlpack`` wants), that does not escape."""
 
-    __slots__ = ("frame",)
+    __slots__ = ("frame", "plane")
 
-    def __init__(self, frame: SafeFrame) -> None:
+    def __init__(self, frame: SafeFrame, plane: int | None = None) -> None:
         self.frame = frame
+        self.plane = plane
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self.frame.__dlpack_device__()
 
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
-        return self.frame.export(stream, escapes=False)[0]
+        return self.frame.export(stream, escapes=False, plane=self.plane)[0]
 
 
 class JaxDLPackAdapter:

@@ -180,6 +180,27 @@ class PoolProfile(Profile):
     """Advanced: ``wrap(result, frames)``, the guarded result given the guarded ``frames`` (each a
     :class:`~streamsafe.SafeFrame`, in the order :attr:`frames_of` gave); ``None``: the result with each frame
     replaced by its guarded one (a list stays a list)."""
+    lazy: tuple[str, ...] = ()
+    """The guarded calls whose result is an iterator that hands out its frames one step at a time (PyAV's
+    ``container.decode()``, a generator): the guarded call returns a generator too, and each step of the SDK's
+    iterator is a guarded call of its own (the object's turn, the fences before it, the records after it), whose
+    frames are guarded as they come. Creating the iterator issues nothing."""
+    frames_hold_buffers: bool = False
+    """Whether a frame holds its buffer for as long as it lives: the SDK takes a buffer back into its pool only when
+    the last reference to the frame (or to a capsule of it) goes, and never rewrites a buffer a frame holds (FFmpeg's
+    reference-counted surfaces, PyAV's frames). Then no call is fenced (no D5): the guarded frame keeps the SDK's frame,
+    and when it is dropped or closed, streamsafe keeps that until events recorded on every stream that read it have
+    completed (an event-ordered release, as ``record_stream`` gives torch's allocator). ``False``: the SDK rewrites its
+    buffers on later calls (PyNvVideoCodec's decoders), and each call waits for their readers (D5)."""
+    planes: str | None = None
+    """The attribute of an SDK frame that holds its planes, each a DLPack producer of a part of the frame's buffer
+    (PyAV's ``frame.planes``: NV12's Y and interleaved UV): the guarded frame's :attr:`~streamsafe.SafeFrame.planes`
+    are guarded producers of them, and its copies join the planes row after row. ``None``: a frame is one DLPack
+    producer itself."""
+    export_stream: bool = True
+    """Whether a frame's (or plane's) ``__dlpack__`` takes the consumer's stream (DLPack's rule; PyNvVideoCodec's
+    orders the consumer after its writes). ``False``: it refuses one (PyAV's raises), so streamsafe asks for the
+    capsule with none; the frame must be complete when the call returns (the SDK's own host wait: D1)."""
 
     @property
     def pool(self) -> bool:
@@ -193,7 +214,7 @@ class PoolProfile(Profile):
 
 # -- checks -----------------------------------------------------------------------------------------------------
 
-_NAMES = ("calls", "releases", "closes", "errors_after_writes", "constructor_keywords", "settings", "inputs")
+_NAMES = ("calls", "releases", "closes", "errors_after_writes", "constructor_keywords", "settings", "inputs", "lazy")
 _CALLABLES = ("device_of", "releases_output", "converts", "frames_of", "buffer_key", "stream_of")
 
 
@@ -224,9 +245,21 @@ def _check_profile(p: Profile) -> None:
             value = getattr(p, attr)
             if value is not None and not (isinstance(value, str) and value.isidentifier() and not keyword.iskeyword(value)):
                 raise ProfileError(name, attr, value, "is not a keyword name", f"Give the SDK's keyword as a string, or {attr}=None when it takes none")
-    for attr in ("host_waits", "prefetches"):
+    lazy = getattr(p, "lazy", ())
+    strays = [c for c in lazy if c not in p.calls]
+    if strays:
+        raise ProfileError(name, "lazy", lazy, f"names {strays[0]!r}, which is not in calls={p.calls!r}",
+                           "List every lazy call in calls too (a lazy call is a guarded call whose result is an iterator)")
+    if "planes" in present and p.planes is not None and not (isinstance(p.planes, str) and p.planes.isidentifier()):  # type: ignore[attr-defined]
+        raise ProfileError(name, "planes", p.planes, "is not an attribute name",  # type: ignore[attr-defined]
+                           "Name the attribute of a frame that holds its planes (planes='planes'), or planes=None when a "
+                           "frame is one DLPack producer")
+    for attr in ("host_waits", "prefetches", "frames_hold_buffers", "export_stream"):
         if attr in present and not isinstance(getattr(p, attr), bool):
             raise ProfileError(name, attr, getattr(p, attr), "is not True or False", f"Set {attr}=True or {attr}=False")
+    if getattr(p, "frames_hold_buffers", False) and getattr(p, "prefetches", False):
+        raise ProfileError(name, "prefetches", True, "contradicts frames_hold_buffers=True (an SDK that rewrites the "
+                           "buffers it handed out cannot also leave them to its frames)", "Set one of them, not both")
     if "output" in present and p.output is not None and not (isinstance(p.output, str) and p.output.isidentifier()):  # type: ignore[attr-defined]
         raise ProfileError(name, "output", p.output, "is not an attribute name",  # type: ignore[attr-defined]
                            "Name the attribute of a call's result that holds the output's DLPack capsule, or output=None "
@@ -349,8 +382,8 @@ def profile_of(obj: Any) -> Any:
                 return profile
     if not _fallback or not callable(getattr(cls, "run", None)):
         raise NotAnEffectError(
-            f"no SDK profile describes {qualified_name(cls)}: streamsafe guards nvvfx's effects and PyNvVideoCodec's "
-            "decoders (and any class with nvvfx's run()); for another SDK, register a profile: "
+            f"no SDK profile describes {qualified_name(cls)}: streamsafe guards nvvfx's effects, PyNvVideoCodec's "
+            "decoders and PyAV's input containers (and any class with nvvfx's run()); for another SDK, register a profile: "
             "streamsafe.profile.register(streamsafe.profile.EffectProfile(...)) (docs/guide.md, 'Guarding your own SDK')"
         )
     _by_class[cls] = _fallback[0]

@@ -8,7 +8,7 @@ Layers, lowest first; a module imports modules of its own layer or lower ones on
 1. the backend protocol and the driver: ``backend``
 2. the model: ``sim`` (a backend; nothing below the tools imports it)
 3. the ordering core: ``plan``, ``program``, ``turns``, ``interrupts``, ``views``, ``occupancy``, ``profile``,
-   ``calls``, ``buffers``, ``holds``, ``keepalive``, ``ledger``, ``inputs``, ``frame``, ``steady``, ``engine``
+   ``calls``, ``buffers``, ``holds``, ``keepalive``, ``ledger``, ``inputs``, ``frame``, ``steady``, ``engine``, ``lazy``
 4. guards: ``guarding``, ``construction``, ``contract``, ``blocks``, ``class_guard``
 5. outputs: ``outputs``
 6. SDK profiles: ``profiles``
@@ -30,6 +30,7 @@ LAYERS = {
     "sim": 2,
     "plan": 3, "program": 3, "turns": 3, "interrupts": 3, "views": 3, "occupancy": 3, "profile": 3, "calls": 3,
     "buffers": 3, "holds": 3, "keepalive": 3, "ledger": 3, "inputs": 3, "frame": 3, "steady": 3, "engine": 3,
+    "lazy": 3,
     "guarding": 4, "construction": 4, "contract": 4, "blocks": 4, "class_guard": 4,
     "outputs": 5,
     "profiles": 6,

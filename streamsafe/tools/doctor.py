@@ -117,6 +117,38 @@ def _decoder(gpu: bool) -> dict[str, Any]:
     return found
 
 
+def _pyav(gpu: bool) -> dict[str, Any]:
+    """Whether PyAV imports, and whether it decodes on NVDEC here: its CUDA hardware acceleration (on a GPU, a device
+    context made for H.264), or the emulation (:mod:`streamsafe.testing.fake_pyav`)."""
+    found: dict[str, Any] = {"importable": False, "nvdec": None}
+    if "av" not in sys.modules and importlib.util.find_spec("av") is None:
+        found["why"] = "not installed (pip install 'streamsafe[video]')"
+        return found
+    try:
+        import av
+        from av.codec.hwaccel import HWAccel, hwdevices_available
+    except Exception as e:  # (too old for hardware decoding, or broken)
+        found["why"] = f"installed, but without hardware decoding: {type(e).__name__}: {e}"
+        return found
+    found["importable"] = True
+    found["version"] = getattr(av, "__version__", "?")
+    from ..testing.fake_pyav import is_fake_pyav_hw
+
+    if is_fake_pyav_hw(av):
+        found["nvdec"] = "emulated (streamsafe.testing.install_fake_pyav_hw(), on the model)"
+    elif "cuda" not in hwdevices_available():
+        found["nvdec"] = "this build has no CUDA hardware acceleration"
+    elif not gpu:
+        found["nvdec"] = "no GPU (on a CPU: streamsafe.testing.install_fake_pyav_hw())"
+    else:
+        try:
+            HWAccel(device_type="cuda", allow_software_fallback=False, is_hw_owned=True).create(av.Codec("h264", "r"))
+            found["nvdec"] = "opens for H.264"
+        except Exception as e:
+            found["nvdec"] = f"does not open for H.264: {type(e).__name__}: {e}"
+    return found
+
+
 def _gpus() -> tuple[str | None, list[dict[str, Any]]]:
     from cuda.bindings import driver as d
 
@@ -151,6 +183,7 @@ def collect() -> dict[str, Any]:
     reason = CudaBackend.probe()
     report["cuda"] = {"available": reason is None, "reason": reason}
     report["decoder"] = _decoder(reason is None)
+    report["pyav"] = _pyav(reason is None)
     if cuda_available():
         driver, gpus = _gpus()
         from ..backend._held import held_calls
@@ -185,6 +218,10 @@ def format_report(report: dict[str, Any]) -> str:
     if decoder:
         state = decoder["nvdec"] if decoder["importable"] else decoder.get("why", "no")
         lines.append(f"  PyNvVideoCodec (NVIDIA's video decoder): {'yes; NVDEC ' + state if decoder['importable'] else state}")
+    pyav = report.get("pyav", {})
+    if pyav:
+        state = f"yes (PyAV {pyav['version']}); NVDEC {pyav['nvdec']}" if pyav["importable"] else pyav.get("why", "no")
+        lines.append(f"  PyAV's NVDEC frames: {state}")
     set_switches = {k: v for k, v in report["switches"].items() if v is not None}
     lines.append("  switches: " + (", ".join(f"{k}={v}" for k, v in set_switches.items()) or "none set (" + ", ".join(_SWITCHES) + ")"))
     for problem in report.get("switch_problems", []):

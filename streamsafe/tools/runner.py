@@ -310,6 +310,9 @@ def _sdk_modules() -> list[Any]:
         if name not in sys.modules and not _importable(name):
             failures.append(f"{name} (not installed)")
             continue
+        if _stood_in(name):
+            failures.append(f"{name} (its emulation stands in for it here: --fake-nvvfx)")
+            continue
         try:
             modules.append(importlib.import_module(name))
         except Exception as e:  # noqa: BLE001  (installed but broken, e.g. no driver: the program's own import says why)
@@ -318,6 +321,18 @@ def _sdk_modules() -> list[Any]:
         raise ImportError(f"cannot import any SDK streamsafe guards: {', '.join(failures)}; install one, or pass "
                           "--fake-nvvfx to run on streamsafe's emulations")
     return modules
+
+
+def _stood_in(name: str) -> bool:
+    """Whether the SDK ``name`` imports but cannot work here, its emulation not installed (PyAV's NVDEC without a CUDA
+    device: the emulation's ``stands_in()`` says)."""
+    for profile in profiles():
+        if profile.module == name and profile.emulation:
+            module_name, _, attr = profile.emulation.partition(":")
+            emulation = getattr(importlib.import_module(module_name), attr)
+            stands_in = getattr(emulation, "stands_in", None)
+            return stands_in is not None and stands_in() and not emulation.is_fake(sys.modules.get(name))
+    return False
 
 
 def _importable(name: str) -> bool:
@@ -340,7 +355,9 @@ def _install_emulations() -> list[Any]:
         seen.add(name)
         module_name, _, attr = where.partition(":")
         emulation = getattr(importlib.import_module(module_name), attr)
-        if name in sys.modules or _importable(name):
+        stands_in = getattr(emulation, "stands_in", None)  # (an emulation of part of a module: PyAV's NVDEC)
+        if emulation.is_fake(sys.modules.get(name)) or (
+                (name in sys.modules or _importable(name)) and not (stands_in is not None and stands_in())):
             continue  # (already emulated, or the real SDK is here: it is guarded as it is)
         emulation.install()
         installed.append(emulation)

@@ -1,0 +1,41 @@
+"""Lazy calls: an SDK call whose result is an iterator that hands out its frames one step at a time.
+
+A decoder may hand out its frames from a generator (PyAV's ``container.decode()``): calling it decodes nothing,
+each ``next()`` decodes until a frame comes out. A profile names such calls (:attr:`~streamsafe.profile.PoolProfile.lazy`); the guarded call makes the
+SDK's iterator (no GPU work) and returns :func:`steps` of it: a generator whose every step is a guarded call
+of its own through the engine (:mod:`streamsafe.engine`: the object's turn, the fences before it, the records
+after it, its frames guarded by the caller's output), so the program between two steps holds no turn and the
+frames come out as they are made. The SDK's iterator ending (``StopIteration``) is no call: it ends the
+generator; closing the generator closes the SDK's iterator. Blocks as each step of the SDK's does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from . import engine
+
+__all__ = ["steps"]
+
+
+def _advance(obj: Any, iterator: Iterator[Any]) -> Any:
+    """One step of the SDK's ``iterator`` (what the engine calls as the SDK's method of ``obj``)."""
+    return next(iterator)
+
+
+def steps(caller: engine.Caller, obj: Any, iterator: Any, name: str) -> Iterator[Any]:
+    """The guarded result of a lazy call ``name`` of ``obj``: each step of the SDK's ``iterator`` made as a guarded
+    call of ``caller`` (see the module docstring), its output what ``caller`` makes of the step's result."""
+    it = iter(iterator)
+    try:
+        while True:
+            try:
+                out = engine.call(caller, obj, _advance, name, (it,), {})
+            except StopIteration:
+                return
+            yield out
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
