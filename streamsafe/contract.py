@@ -107,6 +107,8 @@ class _Contract(GuardedBlocks, Unshareable):
     closed: bool
     guard_owner: Any
     last_plan: FencePlan | None
+    undeclared: Any = None
+    """:class:`UndeclaredInputs` of an effect's contract (a decoder's takes no inputs: ``None``)."""
     _effect: Any
     _effect_ref: Any
 

@@ -549,7 +549,7 @@ class PoolLedger(Ledger):
         the frames dropped since the last call are given back. Returns each frame's (buffer, generation)."""
         if self.dropped:
             self.give_back(frame.plan.requested, stats)
-        made = []
+        made: list[tuple[Buffer, int]] = []
         for _ in frame.profile.frames_of(raw):  # type: ignore[union-attr]
             buffer = PoolBuffer(self)
             self.pool[buffer] = buffer
