@@ -311,7 +311,8 @@ def plan_fences(
         reason = (
             "no input_stream is declared, so a stream streamsafe does not know may rewrite an input once run() returns "
             "(the vendor's recipe): streamsafe copies each input on a stream of its own, the SDK reads the copy, and the "
-            "host waits for the copies only, not for the SDK's work; then " + reason[0].lower() + reason[1:]
+            "host waits for the copies only, not for the SDK's work; then "
+            + (reason[0].lower() + reason[1:]).replace("the host never waits", "the host waits for nothing else")
             + ". Declare input_stream= to drop the copies and their wait"
         )
     copy = copy_stream if copies else None

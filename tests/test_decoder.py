@@ -669,5 +669,5 @@ def test_streamsafe_run_guards_a_program_of_the_decoder_alone(tmp_path: Any, cli
     result = subprocess.run([sys.executable, "-m", "streamsafe", "run", "--fake-nvvfx", "--sanitize", str(program)],
                             capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"decoded {FRAMES}" in result.stdout and "SimpleDecoder (cuda:0): 6 run(s)" in result.stderr
+    assert f"decoded {FRAMES}" in result.stdout and "SimpleDecoder (cuda:0): 6 call(s)" in result.stderr
     assert "0 host waits" in result.stderr and "sanitize: no race found" in result.stderr

@@ -89,7 +89,7 @@ def test_a_decoder_per_clip_under_streamsafe_run_keeps_no_decoder_alive() -> Non
     assert result.returncode == 0, result.stdout + result.stderr
     assert "400 frames, 40 decoders made, 0 wrong frames" in result.stdout
     assert "by frames decoded: 100: 0, 200: 0, 300: 0, 400: 0, 400: 0" in result.stdout
-    assert "SimpleDecoder (cuda:0): 4 run(s)" in result.stderr
+    assert "SimpleDecoder (cuda:0): 4 call(s)" in result.stderr
 
 
 # -- item 2: a decoder on GPU 1 that has no device attribute (the real one keeps its gpu_id in C++) ---------------

@@ -778,3 +778,47 @@ def test_an_os_exit_made_while_reporting_goes_straight_out(monkeypatch: pytest.M
     t.join(10)
     assert not t.is_alive(), "os._exit made while reporting waited for the report's lock"
     assert exits == [7, 5] and os._exit is real_exit
+
+
+# -- the host wait a declaration would drop (issue 37) ---------------------------------------------------------------
+
+
+def test_the_report_says_which_declaration_drops_the_kept_host_wait_and_advise_names_the_stream(program: Path, tmp_path: Path) -> None:
+    """Nothing declared: auto copies each input and the host waits for the copies; the report says so in one line
+    per object, with the time measured, and --advise names the stream the inputs came from (the program's side
+    stream) and the declaration. The program is correct either way."""
+    report = tmp_path / "report.json"
+    done = run_cli("--fake-nvvfx", "--advise", "--report", str(report), str(program))
+    assert done.returncode == 0 and "corrupt frames: 0 of 6" in done.stdout, done.stdout + done.stderr
+    [effect] = json.loads(report.read_text())["effects"]
+    assert effect["input_copies"] == 6 and effect["host_waits"] >= 6 and effect["copy_wait_ms"] >= 0
+    [side] = effect["input_streams"]
+    assert side.startswith("non-blocking stream 0x")
+    assert "a declaration would drop a host wait kept every call: auto copied 6 input(s)" in done.stderr
+    advice = done.stderr.split("streamsafe run --advise:", 1)[1]
+    assert f"every input came from {side}" in advice and "input_stream=" in advice
+    assert done.stderr.count("HostWaitWarning") == 1  # (the warning, once for the one object)
+
+
+def test_advise_says_nothing_to_declare_when_no_host_wait_was_kept(tmp_path: Path) -> None:
+    path = tmp_path / "declared.py"
+    path.write_text(textwrap.dedent(
+        """
+        import numpy as np
+        import nvvfx
+        import streamsafe as ss
+
+        sim = ss.current_backend()
+        sr = nvvfx.VideoSuperRes()
+        sr.output_width = sr.output_height = 32
+        sr.load()
+        S = sim.create_stream(non_blocking=True)
+        with sim.use_stream(S), ss.stream_contract(sr, S, input_stream=S):
+            for i in range(3):
+                out = sr.run(sim.empty((3, 16, 16), np.float32))
+                sim.copy(sim.from_dlpack(out.image, stream=S), S)
+        """
+    ))
+    done = run_cli("--fake-nvvfx", "--advise", str(path))
+    assert done.returncode == 0, done.stderr
+    assert "VideoSuperRes (cuda:0): nothing to declare" in done.stderr and "HostWaitWarning" not in done.stderr

@@ -26,8 +26,8 @@ from typing import Any, Protocol
 
 from ..strategy import Strategy, as_strategy
 
-__all__ = ["Pipeline", "BlockPipeline", "PipelineFactory", "Samples", "BenchResult", "run_bench", "ProgressFn", "Hand", "Row", "as_row",
-           "HAND_ROWS", "UNSAFE_ROWS"]
+__all__ = ["Pipeline", "BlockPipeline", "PipelineFactory", "Samples", "BenchResult", "run_bench", "ProgressFn", "Hand", "Usage", "Row", "as_row",
+           "HAND_ROWS", "USAGE_ROWS", "UNSAFE_ROWS"]
 
 
 class Hand(str, enum.Enum):
@@ -45,19 +45,33 @@ class Hand(str, enum.Enum):
         return self.value
 
 
-Row = Strategy | Hand
-"""One row of the bench: a library strategy or a hand-written reference."""
+class Usage(str, enum.Enum):
+    """streamsafe as users write it: ``readme``, the README's first example verbatim, a block
+    ``with ss.stream_contract(sr, stream):`` with nothing declared and plain ``sr.run(frame)`` inside (``auto``: with
+    no ``input_stream``, it copies each input on a stream of its own and waits on the host for the copies)."""
+
+    README = "readme"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+Row = Strategy | Hand | Usage
+"""One row of the bench: a library strategy, a hand-written reference, or streamsafe as users write it."""
 HAND_ROWS: tuple[str, ...] = tuple(h.value for h in Hand)
+USAGE_ROWS: tuple[str, ...] = tuple(u.value for u in Usage)
 UNSAFE_ROWS: tuple[str, ...] = ("none",)
 """Rows that place no fences: the unsafe reference, shown for what races cost, never a floor to reach."""
 
 
 def as_row(value: Row | str) -> Row:
     """A bench row name as a :class:`Hand` or a :class:`~streamsafe.Strategy` (``none`` allowed)."""
-    if isinstance(value, Hand):
+    if isinstance(value, (Hand, Usage)):
         return value
     if isinstance(value, str) and value.lower() in HAND_ROWS:
         return Hand(value.lower())
+    if isinstance(value, str) and value.lower() in USAGE_ROWS:
+        return Usage(value.lower())
     return as_strategy(value, allow_none=True)
 
 
@@ -82,7 +96,7 @@ class Pipeline(Protocol):
         ...
 
     def counters(self) -> dict[str, int]:
-        """Running totals: ``fences``, ``host_waits``, ``runs``."""
+        """Running totals: ``fences``, ``host_waits``, ``runs`` (and ``input_copies``, where ``auto`` copied inputs)."""
         ...
 
     def close(self) -> None: ...

@@ -30,7 +30,7 @@ from ..streams import LEGACY_HANDLE, Stream
 from ..testing import _kernels as K
 from ..testing.effects import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
 from .hand import FenceSites, HandRunner, RawFences, SimFences, own_method
-from .harness import HAND_ROWS, Hand, Pipeline, Row, as_row
+from .harness import HAND_ROWS, USAGE_ROWS, Hand, Pipeline, Row, Usage, as_row
 
 __all__ = ["BenchScenario", "SCENARIOS", "SERVER_SIZES", "scenario_by_key", "GpuPipeline", "SimPipeline", "gpu_factory",
            "sim_factory"]
@@ -176,12 +176,15 @@ class _Runner:
         self.stream = stream
         self.runs = 0
         self.contract: StreamContract | None = None
+        self.in_block = False
         self.hand: HandRunner | None = None
         if isinstance(row, Hand):
             if hand_sites is None or legacy is None or sc is None:
                 raise ValueError(f"row {row.value!r} needs fence sites, the legacy stream and the scenario")
             self.hand = HandRunner(effect, stream, row, hand_sites, conversion=sc.conversion, legacy=legacy,
                                    consumer_on_sdk=consumer_on_sdk)
+        elif row is Usage.README:  # the README's first example: nothing declared
+            self.contract = StreamContract(effect, stream)
         elif row is not Strategy.NONE:
             self.contract = StreamContract(effect, stream, strategy=row, input_stream=stream)  # (the inputs are written on S)
 
@@ -198,6 +201,11 @@ class _Runner:
             self.runs += 1
             if self.contract is None:  # the unsafe reference: the effect's own run(), no dispatcher
                 out = own_method(self.effect, "run")(self.effect, *inputs, stream_ptr=self.stream.ptr, non_blocking=True, **kw)
+            elif self.strategy is Usage.README:
+                if not self.in_block:  # (as the README writes it: the loop inside the contract's block, plain sr.run())
+                    self.contract.__enter__()
+                    self.in_block = True
+                out = self.effect.run(*inputs, **kw)
             else:
                 out = self.contract.run(*inputs, **kw)
             copies.append(consume(out.image))
@@ -209,12 +217,15 @@ class _Runner:
         if self.contract is None:
             return {"fences": 0, "host_waits": 0, "runs": self.runs}
         st = self.contract.stats
-        return {"fences": st["fences"], "host_waits": st["host_waits"] + st["device_syncs"] + st["sdk_waits"], "runs": self.runs}
+        return {"fences": st["fences"], "host_waits": st["host_waits"] + st["device_syncs"] + st["sdk_waits"], "runs": self.runs,
+                "input_copies": st["input_copies"]}
 
     def close(self) -> None:
         if self.hand is not None:
             self.hand.close()
         elif self.contract is not None:
+            if self.in_block:
+                self.contract.__exit__(None, None, None)
             self.contract.close()
         else:
             self.effect.close()
@@ -428,7 +439,7 @@ def _is_raw(image: Any) -> bool:
 class _Factory:
     """``factory(scenario, row) -> Pipeline`` on the GPU or on the model; builds the hand rows too."""
 
-    references: tuple[str, ...] = HAND_ROWS
+    references: tuple[str, ...] = (*HAND_ROWS, *USAGE_ROWS)
 
     def __init__(self, gpu: bool) -> None:
         self.gpu = gpu

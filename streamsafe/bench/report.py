@@ -61,6 +61,10 @@ def format_table(result: BenchResult) -> str:
     if any(h in result.strategies for h in HAND_ROWS):
         notes.append("hand, hand-sync: the fences an expert writes for these streams with raw events, no streamsafe "
                      "(hand: no host wait where possible; hand-sync: non_blocking=False).")
+    if "readme" in result.strategies:
+        notes.append("readme: the README's first example as written (a block of ss.stream_contract(sr, stream), nothing "
+                     "declared): auto copies each input on a stream of its own and the host waits for the copies; "
+                     "declaring input_stream= (the other rows) drops the copies and that host wait.")
     if any(u in result.strategies for u in UNSAFE_ROWS):
         notes.append("none (unsafe): no fences at all; shown for what races cost, not a floor: it corrupts frames.")
     if result.timed:

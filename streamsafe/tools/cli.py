@@ -227,6 +227,11 @@ def _bench(args: argparse.Namespace) -> int:
     scenarios = _choose(args.scenario, [s.key for s in SCENARIOS], "scenario")
     strategies = _choose(args.strategy, STRATEGIES, "strategy")
     backend = _resolve_backend(args.backend)
+    import warnings
+
+    from ..errors import HostWaitWarning
+
+    warnings.filterwarnings("ignore", category=HostWaitWarning)  # (the readme row's: the report's notes say it once)
     _check_png(args.png, timed=backend == "cuda")
     from .doctor import collect
 
@@ -344,7 +349,7 @@ class _BenchProgress:
 
 def _run(args: argparse.Namespace, shown: str | None = None) -> int:
     """``streamsafe run``; ``shown``: the script's name in the report when it is not the path run (``-``)."""
-    from .runner import RunReport, command_status, format_report, run_program
+    from .runner import RunReport, command_status, format_advice, format_report, run_program
     from ..strategy import Strategy
 
     if args.module is None and not args.program:
@@ -381,7 +386,7 @@ def _run(args: argparse.Namespace, shown: str | None = None) -> int:
             sys.stdout.flush()
         if shown is not None and report.program:
             report.program[0] = shown
-        text = format_report(report) + "\n"
+        text = format_report(report) + "\n" + (format_advice(report) + "\n" if args.advise else "")
         try:
             err.write(text)
             err.flush()
@@ -482,6 +487,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="check every access with the happens-before model; races are reported at exit")
     run.add_argument("--fake-nvvfx", action="store_true",
                      help="make `import nvvfx` load streamsafe's emulation (no SDK needed; no GPU needed)")
+    run.add_argument("--advise", action="store_true",
+                     help="also print, per guarded object, the input_stream= declaration that would drop the host "
+                          "waits auto keeps when nothing is declared, and the time they took in this run")
     run.add_argument("--report", metavar="FILE", help="also write the report as JSON")
     run.add_argument("-m", dest="module", metavar="MODULE", help="run a module as a script (like python -m)")
     run.add_argument("program", nargs="*", help="the script and its arguments (or the module's arguments); '-' reads the "

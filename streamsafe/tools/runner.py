@@ -29,7 +29,7 @@ from ..class_guard import ClassGuard, guard
 from ..profile import profiles
 from ..strategy import as_strategy
 
-__all__ = ["EffectReport", "RunReport", "run_program", "command_status", "format_report"]
+__all__ = ["EffectReport", "RunReport", "run_program", "command_status", "format_report", "format_advice"]
 
 RACE_EXIT_STATUS = 3
 """The exit status of ``streamsafe run --sanitize`` when the program exited 0 but races were found."""
@@ -53,6 +53,17 @@ class EffectReport:
     requested: str
     strategy: str
     why: str
+    kind: str = "effect"
+    """``"effect"``, or ``"decoder"`` for an object its profile says is a pooled SDK."""
+    input_copies: int = 0
+    """Inputs ``auto`` copied, with no ``input_stream`` declared (the host waited for the copies)."""
+    copy_wait_ms: float = 0.0
+    """Milliseconds the host waited for those copies, measured in this run: at most what declaring saves."""
+    input_streams: list[str] = field(default_factory=list)
+    """With no ``input_stream`` declared: the streams the inputs came from (their framework's current stream at
+    the calls)."""
+    advice: str = ""
+    """The declaration that would drop a host wait kept every call, and what it saves; empty when none would."""
 
 
 @dataclass
@@ -96,12 +107,19 @@ class _EffectTally:
         self.effect, self.device = contract.effect_name, contract.device
         self.ledger = weakref.ref(_state_of(contract))
         self.plan: Any = _state_of(contract).plan
+        self.kind = "decoder" if contract.profile.pool else "effect"
         self.totals: dict[str, int] = {}
         self.runs_by_strategy: dict[str, int] = {}
         self.live: list[tuple[Any, dict[str, int], str]] = []
+        self.undeclared: list[Any] = []
+        """Each contract's record of inputs with no ``input_stream`` (it outlives the contract, as its counters do)."""
 
     def add(self, contract: Any) -> None:
         self._fold_gone()
+        if self.plan is None and contract.profile.pool:
+            self.plan = contract.plan  # (a decoder's contract has its plan from the start)
+        if contract.undeclared is not None and all(u is not contract.undeclared for u in self.undeclared):
+            self.undeclared.append(contract.undeclared)
         self.live.append((weakref.ref(contract), contract.stats, contract.strategy.value))
 
     def _fold_gone(self) -> None:
@@ -130,15 +148,44 @@ class _EffectTally:
             self._count(stats, strategy, totals, runs)
         plan = self.plan
         requested = max(runs, key=runs.__getitem__) if any(runs.values()) else first
-        why = (plan.reason if plan is not None else "the effect never ran" if not totals.get("runs")
-               else "not known: the effect went before the report, with its last plan")
-        return EffectReport(
+        verb = "decoded" if self.kind == "decoder" else "ran"
+        why = (plan.reason if plan is not None else f"the {self.kind} never {verb}" if not totals.get("runs")
+               else f"not known: the {self.kind} went before the report, with its last plan")
+        streams = list(dict.fromkeys(str(st) for u in self.undeclared for st in u.streams))
+        waited_ms = sum(u.wait_s for u in self.undeclared) * 1e3
+        copies = totals.get("input_copies", 0)
+        report = EffectReport(
             effect=self.effect, device=self.device, runs=totals.get("runs", 0), fences=totals.get("fences", 0),
             fences_by_hazard={k: v for k, v in sorted(totals.items()) if _is_hazard(k)},
             host_waits=totals.get("host_waits", 0), device_syncs=totals.get("device_syncs", 0),
             sdk_waits=totals.get("sdk_waits", 0), requested=requested,
-            strategy=plan.strategy.value if plan is not None else "-", why=why,
+            strategy=plan.strategy.value if plan is not None else "-", why=why, kind=self.kind,
+            input_copies=copies, copy_wait_ms=round(waited_ms, 3), input_streams=streams,
         )
+        report.advice = _advice(report, plan)
+        return report
+
+
+def _advice(e: EffectReport, plan: Any) -> str:
+    """The declaration that drops the host wait ``auto`` kept for undeclared inputs, with what it saves."""
+    kept_sdk_wait = plan is not None and any(f.hazard == "H12" and f.action == "sdk-blocking" for f in plan.fences)
+    if not e.input_copies and not (kept_sdk_wait and e.sdk_waits):
+        return ""
+    if e.input_copies:
+        cost = (f"auto copied {e.input_copies} input(s) and the host waited {e.copy_wait_ms:.1f} ms for the copies "
+                "(what the declaration saves, at most)")
+    else:
+        cost = f"the SDK made the host wait for its work in {e.sdk_waits} call(s) (inputs streamsafe cannot copy)"
+    if len(e.input_streams) == 1:
+        where = (f"every input came from {e.input_streams[0]}, the current stream at the calls: if nothing else writes "
+                 "the inputs, declare it, input_stream=<that stream> where you make the guard "
+                 "(e.g. ss.stream_contract(sr, S, input_stream=S) when the frames are made on S)")
+    elif e.input_streams:
+        where = (f"the inputs came from {len(e.input_streams)} streams ({'; '.join(e.input_streams)}): one input_stream "
+                 "covers one; make the inputs on one stream, then declare it")
+    else:
+        where = "the inputs' streams were not known (JAX, or a producer with no stream): declare the stream that writes them"
+    return f"{cost}; {where}"
 
 
 class ContractTally:
@@ -536,21 +583,42 @@ def _race_details(race: Any) -> dict[str, Any]:
     return {"buffer": race.buffer, "kind": race.kind, "first": access(race.first), "second": access(race.second), "fix": race.fix}
 
 
+def format_advice(report: RunReport) -> str:
+    """``streamsafe run --advise``: per guarded object, the declaration that drops the host waits ``auto`` kept
+    because nothing was declared, and what it saves (measured in the run); or that none is needed."""
+    lines = ["streamsafe run --advise:"]
+    for i, e in enumerate(report.effects, 1):
+        if e.advice:
+            lines.append(f"  {i}. {e.effect} (cuda:{e.device}): {e.advice}")
+        else:
+            lines.append(f"  {i}. {e.effect} (cuda:{e.device}): nothing to declare (no host wait was kept for want of a "
+                         "declaration)")
+    if not report.effects:
+        lines.append("  no SDK object was guarded")
+    lines.append("  (the streams are each input's framework's current stream at the call, as DLPack's convention has it: "
+                 "declare one only if nothing else writes the inputs once run() returns)")
+    return "\n".join(lines)
+
+
 def format_report(report: RunReport) -> str:
     """The short report ``streamsafe run`` prints to stderr at exit."""
+    kinds = {kind: sum(e.kind == kind for e in report.effects) for kind in ("effect", "decoder")}
+    guarded = " and ".join(f"{n} {kind}(s)" for kind, n in kinds.items() if n) or "0 effect(s)"
     lines = [
-        f"streamsafe run: {len(report.effects)} effect(s) guarded, strategy {report.strategy}"
-        + (" (emulated nvvfx)" if report.fake_nvvfx else ""),
+        f"streamsafe run: {guarded} guarded, strategy {report.strategy}" + (" (emulated nvvfx)" if report.fake_nvvfx else ""),
     ]
     for i, e in enumerate(report.effects, 1):
         hazards = ", ".join(f"{k} {v}" for k, v in sorted(e.fences_by_hazard.items(), key=lambda kv: (kv[0][0], int(kv[0][1:]))))
+        calls = "call(s)" if e.kind == "decoder" else "run(s)"
         lines.append(
-            f"  {i}. {e.effect} (cuda:{e.device}): {e.runs} run(s); {e.fences} device fences, {e.host_waits} host waits, "
+            f"  {i}. {e.effect} (cuda:{e.device}): {e.runs} {calls}; {e.fences} device fences, {e.host_waits} host waits, "
             f"{e.device_syncs} device syncs" + (f" (by hazard: {hazards})" if hazards else " (none needed)")
             + f"; the SDK's own host waits {e.sdk_waits}"
         )
         chosen = e.requested if e.strategy == e.requested else f"{e.requested} -> {e.strategy}"
-        lines.append(f"     strategy {chosen} (its last run's plan): {e.why}")
+        lines.append(f"     strategy {chosen} (its last {'call' if e.kind == 'decoder' else 'run'}'s plan): {e.why}")
+        if e.advice:
+            lines.append(f"     a declaration would drop a host wait kept every call: {e.advice}")
         if e.requested == "auto" and 0 < e.sdk_waits < e.runs:  # (plans that let the SDK wait on the host, and others)
             lines.append(f"     auto's plan changed between runs: in {e.sdk_waits} of {e.runs} the SDK waited on the host "
                          "(event's plan: other threads drove effects on the device, or the streams changed)")
