@@ -61,8 +61,8 @@ class Bench:
         import torch
 
         self.av, self.torch, self.clip, self.work = av, torch, clip, int(work_us * US)
+        self.reference = self._reference()  # (first: FFmpeg makes its CUDA device before torch's first CUDA call)
         self.C = torch.cuda.Stream()
-        self.reference = self._reference()
 
     def _reference(self) -> list[Any]:
         torch, out = self.torch, []

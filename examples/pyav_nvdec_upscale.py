@@ -111,6 +111,16 @@ def nv12_to_rgb_torch(torch: Any, y: Any, uv: Any) -> Any:
 # -- the two machines: a GPU (torch) and the model ---------------------------------------------------------
 
 
+def open_on_nvdec(av: Any, path: str) -> Any:
+    """``av.open`` on NVDEC. Open the first container before torch's first CUDA call: FFmpeg sets the flags of the
+    GPU's primary context when it makes its CUDA device, and fails (OSError: Operation not supported) once torch
+    has made that context with others (measured on an H200 with PyAV 19)."""
+    try:
+        return av.open(path, hwaccel=_hwaccel(av))
+    except Exception as e:  # noqa: BLE001  (no NVDEC in this PyAV build, or for this codec)
+        _unavailable(f"PyAV cannot decode {path} on NVDEC here ({type(e).__name__}: {e}); run with --model")
+
+
 class OnGpu:
     """PyAV's NVDEC (and nvvfx when installed, else the emulated effect), torch on two streams."""
 
@@ -130,10 +140,7 @@ class OnGpu:
         self.scope: Any = contextlib.nullcontext()
 
     def open(self, av: Any, path: str) -> Any:
-        try:
-            return av.open(path, hwaccel=_hwaccel(av))
-        except Exception as e:  # noqa: BLE001  (no NVDEC in this PyAV build, or for this codec)
-            _unavailable(f"PyAV cannot decode {path} on NVDEC here ({type(e).__name__}: {e}); run with --model")
+        return open_on_nvdec(av, path)
 
     def convert(self, frame: Any, guarded: bool) -> Any:
         """On U: the frame's NV12 planes imported zero-copy (guarded: the planes take U's stream; unguarded: PyAV's
@@ -263,10 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     av = _av()
     torch = None if args.model else _gpu_torch()
-    machine: Any = OnGpu(torch, args.consumer_delay_us) if torch is not None else OnModel()
     path = _clip(args)
+    first = open_on_nvdec(av, path) if torch is not None else None  # (before torch's first CUDA call: see open_on_nvdec)
+    machine: Any = OnGpu(torch, args.consumer_delay_us) if torch is not None else OnModel()
     with machine.scope:
-        container = machine.open(av, path)
+        container = first if first is not None else machine.open(av, path)
         guards = contextlib.ExitStack()
         if not args.unguarded:
             d = guards.enter_context(ss.stream_contract(container, strategy=args.strategy))

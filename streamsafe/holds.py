@@ -33,6 +33,10 @@ class StreamHolds:
         """Framework objects of the streams declared to the live guards of the ledger (:meth:`declare`)."""
         self.known: dict[int, Stream] = {}
         """Streams by handle whose kind is settled: held ones, and the legacy stream."""
+
+    def __len__(self) -> int:
+        """How many streams are held."""
+        return len(self.held)
         self.hold_stream: Callable[[Stream], Any] | None = None
         """The backend's own way to keep one of its streams (the model's); set by the ledger."""
 
