@@ -329,7 +329,9 @@ class SafeImage(_BufferView):
 
 
 class SafeOutput(Unshareable):
-    """The SDK's output with ``image`` a :class:`SafeImage`; other fields are the SDK output's.
+    """The SDK's output with ``image`` a :class:`SafeImage`; so is the attribute the profile's
+    :attr:`~streamsafe.profile.EffectProfile.output` names (``out.frame`` for ``output="frame"``: code written for the
+    SDK gets the guarded output); other fields are the SDK output's.
 
     The copy helpers import once, copy on the given (or the framework's current) stream, and return an array the
     framework owns, which may outlive the effect."""
@@ -337,15 +339,19 @@ class SafeOutput(Unshareable):
     _no_copy = "a SafeOutput cannot be copied: its image can be imported once; copy the data (out.torch(), out.copy())"
     _no_pickle = "a SafeOutput cannot be pickled: it points at GPU memory the SDK owns; pickle a copy (out.numpy())"
 
-    __slots__ = ("raw", "image")
+    __slots__ = ("raw", "image", "_attr")
 
-    def __init__(self, raw: Any, image: SafeImage) -> None:
+    def __init__(self, raw: Any, image: SafeImage, attr: str | None = "image") -> None:
         self.raw = raw
         self.image = image
+        self._attr = attr
+        """The attribute of the SDK's result that holds the output (the profile's ``output``): it gives :attr:`image`."""
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
+        if name.startswith("__") or name in SafeOutput.__slots__:
             raise AttributeError(name)
+        if name == self._attr:
+            return self.image
         return getattr(self.raw, name)
 
     def __repr__(self) -> str:
@@ -854,11 +860,11 @@ def _effect_outputs(attr: str | None, wrap: Any, buffer: Buffer, device: int) ->
     if attr is None or wrap is not None:
         def output(raw: Any, generation: int, frame: Any, effect: Any) -> Any:
             out = SafeOutput(raw, SafeImage(buffer, raw if attr is None else getattr(raw, attr), generation, device,
-                                            frame.default_consumer, effect))
+                                            frame.default_consumer, effect), attr)
             return out if wrap is None else wrap(raw, out)
     else:
         def output(raw: Any, generation: int, frame: Any, effect: Any) -> Any:
-            return SafeOutput(raw, SafeImage(buffer, getattr(raw, attr), generation, device, frame.default_consumer, effect))
+            return SafeOutput(raw, SafeImage(buffer, getattr(raw, attr), generation, device, frame.default_consumer, effect), attr)
     return output
 
 

@@ -197,7 +197,7 @@ def test_the_nvvfx_defaults_left_in_a_profile_fail_as_the_guide_says(
             assert f"{type(e.value).__name__}: {e.value}" in text, f"the docs do not quote {e.value}"
 
 
-def test_without_wrap_out_image_is_the_guarded_output_and_out_frame_the_sdks_own(
+def test_without_wrap_out_image_and_out_frame_are_the_guarded_output(
     guide_modules: dict[str, ModuleType], sim: SimBackend
 ) -> None:
     """What the guide says of a SafeOutput when ``output`` names another attribute than ``image``."""
@@ -209,13 +209,13 @@ def test_without_wrap_out_image_is_the_guarded_output_and_out_frame_the_sdks_own
         sim.fill(x, 1.0, S)
         out = ss.StreamContract(Sharpener(), S).process(image=x)
     assert isinstance(out, ss.SafeOutput) and isinstance(out.image, ss.SafeImage)
-    assert not isinstance(out.frame, ss.SafeImage)  # (the SDK's own capsule: unguarded)
+    assert out.frame is out.image  # (the attribute the profile's output names: guarded too)
     with _registered(SHARPENER):
         x = sim.empty((3, 8, 8))
         sim.fill(x, 1.0, S)
         result = ss.StreamContract(Sharpener(), S).process(image=x)
     assert type(result).__name__ == "Sharpened" and isinstance(result.frame, ss.SafeImage)
-    assert "`out.frame` is the SDK's own capsule, unguarded" in " ".join(_section().split())
+    assert "`out.frame` is `out.image`" in " ".join(_section().split())
 
 
 def test_the_guide_describes_every_field() -> None:

@@ -1,0 +1,95 @@
+"""The profile API's rules where a profile meets its SDK: the attribute a profile's ``output`` names is guarded, a class
+guard of a module takes that module's classes only, a profile is checked against its SDK's signatures when a contract is
+made, and the messages and texts the profile API shows (a contract for an object no profile names, ``streamsafe
+doctor``'s profiles, a decoder's plan, a copied output)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+from streamsafe import profile as P
+from streamsafe.sim import SimBackend
+
+
+@dataclasses.dataclass
+class Sharpened:
+    frame: object  # a DLPack capsule of the SDK's output buffer
+
+
+class Sharpener:
+    """The guide's stand-in SDK: ``process(*, image, stream)`` doubles a frame; ``reset()`` frees the output buffer."""
+
+    def __init__(self) -> None:
+        self.gpu = ss.current_backend()
+        self.output: Any = None
+
+    def process(self, *, image: Any, stream: int = 0) -> Sharpened:
+        gpu, s = self.gpu, ss.as_stream(stream, backend=self.gpu)
+        x = gpu.from_dlpack(image.__dlpack__())
+        if self.output is None:
+            self.output = gpu.malloc(x.shape, name="Sharpener.output")
+        src, dst = x.buffer, self.output.buffer
+        gpu.launch(s, "sharpen", lambda: np.multiply(src.data, 2, out=dst.data), reads=[x], writes=[self.output])
+        gpu.synchronize_stream(s)
+        return Sharpened(frame=self.output.__dlpack__())
+
+    def reset(self) -> None:
+        if self.output is not None:
+            self.gpu.free(self.output)
+            self.output = None
+
+
+SHARPENER = P.EffectProfile(
+    name="sharpener.Sharpener", classes=(Sharpener,), calls=("process",), releases=("reset",), stream_keyword="stream",
+    blocking_keyword=None, host_waits=True, inputs=("image",), output="frame",
+)
+
+
+@pytest.fixture
+def sim() -> Iterator[SimBackend]:
+    backend = SimBackend(scheduler="adversarial")
+    with ss.use_backend(backend):
+        yield backend
+
+
+@pytest.fixture
+def registered() -> Iterator[Any]:
+    """``registered(profile)``: the profile registered until the test ends."""
+    made: list[Any] = []
+
+    def register(profile: Any) -> Any:
+        made.append(P.register(profile))
+        return profile
+
+    yield register
+    for profile in made:
+        P.unregister(profile)
+
+
+def _frame(sim: SimBackend, stream: Any, value: float = 1.0) -> Any:
+    x = sim.empty((3, 8, 8))
+    sim.fill(x, value, stream)
+    return x
+
+
+# -- 1. the attribute the profile's output names is the guarded output ----------------------------------------------
+
+
+def test_the_attribute_output_names_is_the_guarded_image(sim: SimBackend, registered: Any) -> None:
+    registered(SHARPENER)
+    S, C = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(Sharpener(), S, input_stream=S)
+    out = c.process(image=_frame(sim, S))
+    assert isinstance(out, ss.SafeOutput) and out.frame is out.image and isinstance(out.frame, ss.SafeImage)
+    # code written for the SDK (result.frame) is ordered: its copy on C waits for the SDK's write, the next call for it
+    copied = sim.copy(sim.from_dlpack(out.frame, stream=C), C)
+    c.process(image=_frame(sim, S, 2.0))
+    sim.synchronize_device(0)
+    assert np.all(sim.download(copied) == 2.0)
+    sim.assert_no_races()
