@@ -136,7 +136,7 @@ class SafeImage(_BufferView):
     It talks to the SDK object's buffer, not to the guard that made it, so an output of one guard is ordered
     against every other guard's calls."""
 
-    _no_copy = "a SafeImage cannot be copied: its capsule can be imported once (copy the imported array instead)"
+    _no_copy = "a SafeImage cannot be copied: its capsule can be imported once; copy the data (out.copy(), out.torch())"
     _no_pickle = "a SafeImage cannot be pickled: it points at GPU memory the SDK owns; pickle a copy (out.numpy())"
 
     __slots__ = ("_buffer", "_capsule", "_generation", "_device", "_default_consumer", "_effect", "_consumed", "_escapes",

@@ -5,6 +5,7 @@ doctor``'s profiles, a decoder's plan, a copied output)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Iterator
 from typing import Any
@@ -93,3 +94,15 @@ def test_the_attribute_output_names_is_the_guarded_image(sim: SimBackend, regist
     sim.synchronize_device(0)
     assert np.all(sim.download(copied) == 2.0)
     sim.assert_no_races()
+
+
+# -- 7. a copied output names how to copy its data ------------------------------------------------------------------
+
+
+def test_copying_a_safe_image_names_how_to_copy_the_data(sim: SimBackend, registered: Any) -> None:
+    registered(SHARPENER)
+    S = sim.create_stream(non_blocking=True)
+    out = ss.StreamContract(Sharpener(), S, input_stream=S).process(image=_frame(sim, S))
+    for make in (copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match=r"can be imported once; copy the data \(out\.copy\(\), out\.torch\(\)\)$"):
+            make(out.image)
