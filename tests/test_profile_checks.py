@@ -106,3 +106,37 @@ def test_copying_a_safe_image_names_how_to_copy_the_data(sim: SimBackend, regist
     for make in (copy.copy, copy.deepcopy):
         with pytest.raises(TypeError, match=r"can be imported once; copy the data \(out\.copy\(\), out\.torch\(\)\)$"):
             make(out.image)
+
+
+# -- 2. a class guard of a module takes the classes defined in it or its package only --------------------------------
+
+
+def test_guarding_a_module_takes_only_the_classes_defined_in_it(sim: SimBackend, registered: Any) -> None:
+    import json
+    import sys
+    import types
+
+    registered(SHARPENER)  # (names Sharpener, defined in this test module, by identity)
+    for verb in (ss.guard, ss.unguard):
+        with pytest.raises(ss.StreamsafeError, match="'json' has none of the classes .* defined in it or its package"):
+            verb(json)
+    importer = types.ModuleType("importer")  # a module that only imports the class
+    importer.Sharpener = Sharpener  # type: ignore[attr-defined]
+    with pytest.raises(ss.StreamsafeError, match="nothing to guard"):
+        ss.guard(importer)
+    with ss.guard(sys.modules[__name__]) as g:  # the module that defines it
+        assert g.classes == (Sharpener,)
+        with ss.guard(Sharpener) as inner:
+            with pytest.raises(ss.StreamsafeError, match="nothing to unguard"):
+                ss.unguard(json)
+            assert inner.active  # (unguard of another module left it)
+
+
+def test_a_module_whose_profile_names_it_takes_its_emulations_classes(registered: Any) -> None:
+    import types
+
+    sdk = types.ModuleType("sharpener_sdk")  # an emulation of the SDK, installed under its name
+    sdk.Sharpener = Sharpener  # type: ignore[attr-defined]
+    registered(dataclasses.replace(SHARPENER, module="sharpener_sdk"))
+    with ss.guard(sdk) as g:
+        assert g.classes == (Sharpener,)
