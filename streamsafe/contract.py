@@ -84,16 +84,22 @@ def new_contract(obj: Any, stream: Any = None, *, strategy: Strategy | StrategyN
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise ArgumentError(f"a contract has no option {unknown[0]!r}: its options are strategy= and {', '.join(OPTIONS)}")
-    if obj is not None and not isinstance(obj, type) and _profile_or_none(obj) is not None and profile_of(obj).pool:
+    profile = _profile_or_error(obj)[0]
+    if profile is not None and profile.pool:
         return PoolContract(obj, stream, strategy=strategy, **options)
     return StreamContract(obj, stream, strategy=strategy, **options)
 
 
-def _profile_or_none(obj: Any) -> Any:
+def _profile_or_error(obj: Any) -> tuple[Any, NotAnEffectError | None]:
+    """``obj``'s profile and ``None``, or ``None`` and :func:`~streamsafe.profile.profile_of`'s error (which says what
+    streamsafe guards, and how to register a profile) for an instance no profile describes; ``(None, None)`` for
+    ``None`` and a class (not an instance: the effect is yet to be made)."""
+    if obj is None or isinstance(obj, type):
+        return None, None
     try:
-        return profile_of(obj)
-    except NotAnEffectError:
-        return None
+        return profile_of(obj), None
+    except NotAnEffectError as e:
+        return None, e
 
 
 class _Contract(GuardedBlocks, Unshareable):
@@ -644,13 +650,15 @@ class StreamContract(_Contract):
 
 def _effect_profile(effect: Any) -> EffectProfile:
     """``effect``'s profile, refusing anything that is not an effect instance."""
-    profile = _profile_or_none(effect) if effect is not None and not isinstance(effect, type) else None
+    profile, unknown = _profile_or_error(effect)
     if isinstance(profile, PoolProfile):
         raise NotAnEffectError(
             f"StreamContract needs an effect instance, got {type(effect).__name__}, an SDK object whose calls hand out frames "
             f"of a pool ({profile.name}): guard it with ss.stream_contract({type(effect).__name__.lower()}, stream), "
             "which makes a PoolContract"
         )
+    if unknown is not None:  # (an instance no profile describes: profile_of says what is guarded, and how to add an SDK)
+        raise NotAnEffectError(f"StreamContract needs an effect instance, got {effect!r} ({type(effect).__name__}): {unknown}") from None
     if profile is None:
         what = "a class" if isinstance(effect, type) else f"{type(effect).__name__}"
         raise NotAnEffectError(
@@ -694,14 +702,15 @@ class PoolContract(_Contract):
         input_stream: Any = None,
         conversion_stream: Any = None,
     ) -> None:
-        profile = _profile_or_none(sdk) if sdk is not None and not isinstance(sdk, type) else None
+        profile, unknown = _profile_or_error(sdk)
         if not isinstance(profile, PoolProfile):
             what = f"the class {sdk.__qualname__}" if isinstance(sdk, type) else f"{sdk!r} ({type(sdk).__name__})"
             raise NotAnEffectError(
                 f"PoolContract needs an SDK object whose calls write a pool of buffers (a PyNvVideoCodec SimpleDecoder or "
-                f"ThreadedDecoder instance, or an object of a class a registered PoolProfile names), got {what}. Make the "
-                "decoder first; for an nvvfx effect use ss.StreamContract (ss.stream_contract picks the right one)"
-            )
+                f"ThreadedDecoder instance, or an object of a class a registered PoolProfile names), got {what}"
+                + (f": {unknown}" if unknown is not None else ". Make the decoder first; for an nvvfx effect use "
+                   "ss.StreamContract (ss.stream_contract picks the right one)")
+            ) from None
         self.profile: PoolProfile = profile
         """The SDK profile of the object (a pool profile)."""
         self.strategy = as_strategy(strategy, allow_none=allow_none)

@@ -140,3 +140,23 @@ def test_a_module_whose_profile_names_it_takes_its_emulations_classes(registered
     registered(dataclasses.replace(SHARPENER, module="sharpener_sdk"))
     with ss.guard(sdk) as g:
         assert g.classes == (Sharpener,)
+
+
+# -- 4. a contract for an object no profile describes says what profile_of says ------------------------------------
+
+
+def test_a_contract_for_an_object_no_profile_describes_points_to_registering_one() -> None:
+    class Unknown:
+        def process(self) -> None: ...
+
+    with pytest.raises(ss.errors.NotAnEffectError) as e:
+        P.profile_of(Unknown())
+    said = str(e.value)
+    for make in (ss.StreamContract, ss.PoolContract, ss.stream_contract):
+        with pytest.raises(ss.errors.NotAnEffectError) as e:
+            make(Unknown())
+        assert said in str(e.value) and "Guarding your own SDK" in str(e.value)
+        assert "Create the effect first" not in str(e.value) and "Make the decoder first" not in str(e.value)
+    for not_made in (None, Sharpener):  # (no instance yet: make it first)
+        with pytest.raises(ss.errors.NotAnEffectError, match="Create the effect first"):
+            ss.StreamContract(not_made)
