@@ -764,7 +764,8 @@ class PoolContract(_Contract):
             self.pool.backend = self.backend
         if self.stream_known or self.pool.writer is None:
             self.pool.writer, self.pool.writer_known = self.stream, self.stream_known
-        self.plan: FencePlan = pool_plan(self.strategy, self.stream, writer_known=self.stream_known or profile.frames_hold_buffers)
+        self.plan: FencePlan = pool_plan(self.strategy, self.stream, writer_known=self.stream_known or profile.frames_hold_buffers,
+                                         releases=profile.releases, consumer=self._consumer)
         if profile.frames_hold_buffers:  # (no call is fenced: a dropped frame goes back once its readers are done, D7)
             self.plan = dataclasses.replace(self.plan, reason=held_reason(self.plan.strategy), _cache={})
         """The plan of every call (a value you can print)."""

@@ -160,3 +160,36 @@ def test_a_contract_for_an_object_no_profile_describes_points_to_registering_one
     for not_made in (None, Sharpener):  # (no instance yet: make it first)
         with pytest.raises(ss.errors.NotAnEffectError, match="Create the effect first"):
             ss.StreamContract(not_made)
+
+
+# -- 6. a decoder's plan speaks of the decoder ------------------------------------------------------------------------
+
+
+def test_a_pool_plan_prints_the_decoders_streams_and_releases(sim: SimBackend) -> None:
+    from streamsafe.plan import pool_plan
+    from streamsafe.strategy import Strategy
+
+    writer = ss.as_stream(sim.create_stream(non_blocking=True), backend=sim)
+    for strategy in (Strategy.AUTO, Strategy.STREAM, Strategy.DEVICE):
+        plan = pool_plan(strategy, writer)
+        text = str(plan)
+        assert f"streams: decoder={writer}  C={writer}" in text, text
+        assert "non_blocking=" not in text and "L=" not in text and "P=" not in text and "run(non_blocking" not in text
+        assert f"D1   inside run       the decoder's call makes the host wait for {writer}" in text
+        assert "\n  on reconfigure_decoder()/end():\n" in text and "on close()/resize" not in text
+        assert [(f.hazard, f.why) for f in plan.on_release] == [
+            ("D6", "the decoder frees or reallocates its buffers with no stream order")], text
+
+
+def test_a_decoders_contract_prints_its_own_releases_and_an_effects_plan_is_as_before(
+    sim: SimBackend, fake_pynvvideocodec: Any
+) -> None:
+    from streamsafe.testing import VideoSuperRes, sample_clip
+
+    clip = sample_clip(4, (64, 48))
+    C = sim.create_stream(non_blocking=True)
+    c = ss.stream_contract(fake_pynvvideocodec.ThreadedDecoder(clip, 2), consumer_stream=C)
+    text = str(c.plan)
+    assert "\n  on end()/reconfigure_decoder():\n  D6 " in text and f"C={ss.as_stream(C, backend=sim)}" in text, text
+    effect = str(ss.StreamContract(VideoSuperRes(backend=sim), sim.create_stream(non_blocking=True)).plan)
+    assert "non_blocking=" in effect and "L=" in effect and "\n  on close()/resize:\n  H6 " in effect, effect
