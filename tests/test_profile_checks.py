@@ -193,3 +193,28 @@ def test_a_decoders_contract_prints_its_own_releases_and_an_effects_plan_is_as_b
     assert "\n  on end()/reconfigure_decoder():\n  D6 " in text and f"C={ss.as_stream(C, backend=sim)}" in text, text
     effect = str(ss.StreamContract(VideoSuperRes(backend=sim), sim.create_stream(non_blocking=True)).plan)
     assert "non_blocking=" in effect and "L=" in effect and "\n  on close()/resize:\n  H6 " in effect, effect
+
+
+# -- 5. streamsafe doctor says whether each profile's module imports --------------------------------------------------
+
+
+def test_doctor_says_whether_each_registered_profiles_module_imports(
+    registered: Any, fake_nvvfx: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from streamsafe.tools.cli import main
+
+    registered(dataclasses.replace(SHARPENER, name="sharpener.Sharpener (absent)", module="sharpener_sdk_not_installed"))
+    registered(dataclasses.replace(SHARPENER, name="sharpener.Sharpener (here)", module="json"))
+    assert main(["doctor"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    mine = [line for line in lines if line.startswith("  sharpener.Sharpener")]
+    assert len(mine) == 2 and mine[0].split() == ["sharpener.Sharpener", "(here)", "json:", "yes", f"({json.__version__})"]
+    assert mine[1].split()[:6] == ["sharpener.Sharpener", "(absent)", "sharpener_sdk_not_installed:", "no:", "not", "installed"]
+    nvvfx = [line for line in lines if line.startswith("  nvvfx.VideoSuperRes ")]
+    assert len(nvvfx) == 1 and nvvfx[0].endswith("nvvfx: yes (0.2.0+streamsafe), streamsafe's emulation"), nvvfx
+    every = [p for p in P.profiles() if p.module]
+    assert main(["doctor", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["profiles"]
+    assert [(r["profile"], r["module"]) for r in rows] == [(p.name, p.module) for p in every]
