@@ -22,7 +22,7 @@ from typing import Any
 from .contract import OPTIONS, PoolContract, StreamContract, new_contract
 from .errors import ArgumentError, FrameworkUnavailableError, NotAnEffectError, StreamsafeError
 from .guarding import install, register_class_guard, withdraw_class_guard
-from .profile import profile_of, profiles
+from .profile import check_class, profile_of, profiles
 from .strategy import Strategy, StrategyName, as_strategy
 
 __all__ = ["ClassGuard", "guard", "unguard", "guarded_classes", "effect_class_names", "GUARD_OPTIONS"]
@@ -206,9 +206,10 @@ def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options:
         )
     for cls in classes:
         try:
-            profile_of(cls)
+            profile = profile_of(cls)
         except NotAnEffectError as e:
             raise NotAnEffectError(f"cannot guard {cls.__qualname__}: {e}") from None
+        check_class(profile, cls)  # (a profile the class contradicts: ProfileError now, not at its objects' first call)
         if not install(cls):
             raise StreamsafeError(
                 f"cannot guard {cls.__qualname__}: the class does not accept new attributes. "

@@ -46,7 +46,7 @@ from .guarding import GuardBlock, GuardedBlocks, config_reader, settable, snapsh
 from .inputs import Inputs
 from .ledger import EffectLedger, PoolLedger, adopt_ledger, forget_ledger, held_reason, ledger_of, pool_of
 from .plan import FencePlan, pool_plan
-from .profile import EffectProfile, PoolProfile, output_maker, profile_of
+from .profile import EffectProfile, PoolProfile, check_class, output_maker, profile_of
 from .sharing import Unshareable
 from .steady import UNREADABLE, SteadyFrames
 from .strategy import Strategy, StrategyName, as_strategy
@@ -261,6 +261,7 @@ class StreamContract(_Contract):
     ) -> None:
         self.profile: EffectProfile = _effect_profile(effect)
         """The SDK profile of the effect (:mod:`streamsafe.profile`): its calls, settings and outputs."""
+        check_class(self.profile, type(effect))  # (a profile its SDK contradicts: ProfileError, before anything is made)
         self.strategy = as_strategy(strategy, allow_none=allow_none)
         if getattr(effect, "closed", False) is True:
             raise EffectStateError(type(effect).__name__, "stream_contract", "closed", "Create a new effect.")
@@ -320,7 +321,7 @@ class StreamContract(_Contract):
         if env_flag("STREAMSAFE_SANITIZE", False, SANITIZE_MEANING):
             hooks.observe_from_environment()
         self._inputs = Inputs(be, dev, self.ledger, self._input, self.profile)
-        self.output = output_maker("effect")(self.profile.output, self.profile.wrap, self.ledger.output, dev)
+        self.output = output_maker("effect")(self.profile.output, self.profile.wrap, self.ledger.output, dev, self.profile.name)
         """The engine's question: the guarded result of the SDK's result (a :class:`~streamsafe.SafeOutput`)."""
         self._planner = EffectPlanner(
             self.profile, self.strategy, dev, be, self._cls, sdk=self._declared_sdk, producer=self._input,
@@ -711,6 +712,7 @@ class PoolContract(_Contract):
                 + (f": {unknown}" if unknown is not None else ". Make the decoder first; for an nvvfx effect use "
                    "ss.StreamContract (ss.stream_contract picks the right one)")
             ) from None
+        check_class(profile, type(sdk))
         self.profile: PoolProfile = profile
         """The SDK profile of the object (a pool profile)."""
         self.strategy = as_strategy(strategy, allow_none=allow_none)

@@ -23,7 +23,7 @@ from ._dlpack import DLPACK_CUDA, backend_own, capsule_data_key
 from .backend.naming import stream_on_device
 from .errors import ArgumentError, DeviceMismatchError, ExportError, FrameworkUnavailableError, StreamsafeError
 from .frameworks import torch_current_stream_handle
-from .profile import set_output_maker
+from .profile import no_output, set_output_maker
 from .sharing import Unshareable
 from .streams import LEGACY_HANDLE as LEGACY_DLPACK, Stream, handle_of, on_this_thread
 
@@ -853,19 +853,34 @@ class JaxDLPackAdapter:
 # -- how a guarded call's result leaves (the makers the contracts use, through streamsafe.profile) ---------------
 
 
-def _effect_outputs(attr: str | None, wrap: Any, buffer: Buffer, device: int) -> Any:
+def _effect_outputs(attr: str | None, wrap: Any, buffer: Buffer, device: int, profile: str = "?") -> Any:
     """How an effect's calls' results leave: ``output(raw, generation, frame, effect)`` gives the SDK's result with its
     capsule (the attribute ``attr`` of it; ``None``: the result itself) a :class:`SafeImage` producer, as a
-    :class:`SafeOutput` (given to ``wrap(raw, output)`` when there is one)."""
+    :class:`SafeOutput` (given to ``wrap(raw, output)`` when there is one). A result without ``attr`` raises
+    :class:`~streamsafe.errors.ProfileError` (the ``profile``'s ``output`` names no attribute of it)."""
     if attr is None or wrap is not None:
         def output(raw: Any, generation: int, frame: Any, effect: Any) -> Any:
-            out = SafeOutput(raw, SafeImage(buffer, raw if attr is None else getattr(raw, attr), generation, device,
-                                            frame.default_consumer, effect), attr)
+            capsule = raw if attr is None else getattr(raw, attr, _NONE)
+            if capsule is _NONE:
+                raise _no_output(profile, attr, raw)
+            out = SafeOutput(raw, SafeImage(buffer, capsule, generation, device, frame.default_consumer, effect), attr)
             return out if wrap is None else wrap(raw, out)
     else:
         def output(raw: Any, generation: int, frame: Any, effect: Any) -> Any:
-            return SafeOutput(raw, SafeImage(buffer, getattr(raw, attr), generation, device, frame.default_consumer, effect), attr)
+            capsule = getattr(raw, attr, _NONE)
+            if capsule is _NONE:
+                raise _no_output(profile, attr, raw)
+            return SafeOutput(raw, SafeImage(buffer, capsule, generation, device, frame.default_consumer, effect), attr)
     return output
+
+
+_NONE = object()
+
+
+def _no_output(profile: str, attr: Any, raw: Any) -> Exception:
+    """The error for a result without the attribute the profile's ``output`` names (the call was made: it counts)."""
+    attributes = list(vars(raw)) if hasattr(raw, "__dict__") else [n for n in dir(raw) if not n.startswith("_")]
+    return no_output(profile, attr, type(raw), [n for n in attributes if not n.startswith("_")])
 
 
 def _pool_output(raw: Any, frames: list[Any], made: list[tuple[Buffer, int]], device: int, default_consumer: Stream,

@@ -218,3 +218,105 @@ def test_doctor_says_whether_each_registered_profiles_module_imports(
     assert main(["doctor", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["profiles"]
     assert [(r["profile"], r["module"]) for r in rows] == [(p.name, p.module) for p in every]
+
+
+# -- 3. a profile is checked against its SDK's signatures when a contract is made --------------------------------------
+
+
+def _refused(profile: Any, make: Any = None) -> str:
+    """The ProfileError ``profile`` gets where a contract (and a class guard) is made for a Sharpener; nothing ran."""
+    sdk = (make or Sharpener)()
+    with pytest.raises(ss.errors.ProfileError) as e:
+        ss.StreamContract(sdk, input_stream=0)
+    assert sdk.output is None  # (refused before any call)
+    with pytest.raises(ss.errors.ProfileError) as again:
+        ss.guard(type(sdk))
+    assert str(again.value) == str(e.value)
+    return str(e.value)
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"calls": ("proces",)}, "calls=('proces',) names 'proces', which is not a method of test_profile_checks.Sharpener "
+                             "(its methods: process, reset). Did you mean 'process'?"),
+    ({"releases": ("rest",)}, "releases=('rest',) names 'rest', which is not a method of"),
+    ({"inputs": ("imgae",)}, "inputs=('imgae',) names 'imgae', which no guarded call of test_profile_checks.Sharpener "
+                             "takes: process(*, image, stream=0). Did you mean 'image'?"),
+    ({"stream_keyword": "stream_ptr"}, "stream_keyword='stream_ptr' is not a parameter of "
+                                       "test_profile_checks.Sharpener.process(*, image, stream=0). Set stream_keyword="),
+    ({"blocking_keyword": "non_blocking"}, "blocking_keyword='non_blocking' is not a parameter of "
+                                           "test_profile_checks.Sharpener.process(*, image, stream=0)"),
+    ({"output": "image"}, "output='image' is not an attribute of the SDK's result, a test_profile_checks.Sharpened (its "
+                          "attributes: frame). Set output= to the attribute"),
+], ids=["calls", "releases", "inputs", "stream_keyword", "blocking_keyword", "output"])
+def test_a_field_its_sdk_contradicts_is_refused_when_the_contract_is_made(
+    sim: SimBackend, registered: Any, change: dict[str, Any], said: str
+) -> None:
+    registered(dataclasses.replace(SHARPENER, **change))
+    message = _refused(SHARPENER)
+    assert message.startswith("profile 'sharpener.Sharpener': ") and said.replace("test_profile_checks.", "") in message.replace(
+        Sharpener.__module__ + ".", ""), message
+
+
+class Unannotated(Sharpener):
+    def process(self, *, image, stream=0):  # type: ignore[no-untyped-def]  # (no return annotation: a result unknown)
+        return super().process(image=image, stream=stream)
+
+
+def test_an_output_a_result_lacks_is_refused_at_the_first_call_where_nothing_says_it_before(
+    sim: SimBackend, registered: Any
+) -> None:
+    registered(dataclasses.replace(SHARPENER, classes=(Unannotated,), output="image"))
+    S = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(Unannotated(), S, input_stream=S)
+    with pytest.raises(ss.errors.ProfileError, match=r"output='image' is not an attribute of the SDK's result, a "
+                                                      r"\S+Sharpened \(its attributes: frame\)"):
+        c.process(image=_frame(sim, S))
+    assert c.stats["runs"] == 1  # (the call was made: it counts)
+
+
+def test_calls_whose_signature_cannot_be_read_are_not_checked(sim: SimBackend, registered: Any) -> None:
+    import functools
+
+    class Compiled(Sharpener):  # (as a C method: no signature Python can read)
+        process = functools.partialmethod(Sharpener.process)  # type: ignore[assignment]
+
+    class Keywords(Sharpener):  # (takes any keyword)
+        def process(self, **kwargs: Any) -> Any:  # type: ignore[override]
+            return super().process(image=kwargs["image"], stream=kwargs.get("stream", 0))
+
+    for cls in (Compiled, Keywords):
+        registered(dataclasses.replace(SHARPENER, classes=(cls,), inputs=("imgae",), blocking_keyword="non_blocking",
+                                       output="frame"))
+        ss.StreamContract(cls(), input_stream=0)
+    registered(dataclasses.replace(SHARPENER, classes=(Compiled,), calls=("proces",)))
+    with pytest.raises(ss.errors.ProfileError, match="'proces', which is not a method"):  # (its methods are known)
+        ss.StreamContract(Compiled(), input_stream=0)
+
+
+def test_an_nvvfx_like_class_without_nvvfx_keywords_is_told_to_register_a_profile(sim: SimBackend) -> None:
+    class DuckTyped:  # (no profile names it: the fallback, nvvfx's run(), duck-typed)
+        def run(self, x: Any) -> Any: ...
+
+    with pytest.raises(ss.errors.ProfileError, match=r"^profile 'an nvvfx-like effect': stream_keyword='stream_ptr' is not a "
+                                                     r"parameter of \S+DuckTyped.run\(x\)\. .*\(a profile for DuckTyped of its own"):
+        ss.StreamContract(DuckTyped())
+
+
+def test_every_shipped_profile_passes_against_streamsafes_emulations(fake_nvvfx: Any, fake_pynvvideocodec: Any) -> None:
+    from nvvfx.effects.base import Effect
+
+    from streamsafe.testing import fake_pyav
+
+    class ArtifactReduction(Effect):  # (a program's own filter: nvvfx's base class, which names run_at_timestep too)
+        _SELECTOR = "ArtifactReduction"
+
+    class DuckTyped:  # (the fallback: nvvfx's API, duck-typed)
+        def run(self, frame: Any, *, non_blocking: bool = False, stream_ptr: int = 0) -> Any: ...
+
+    classes = [fake_nvvfx.VideoSuperRes, fake_nvvfx.VideoFrameGeneration, fake_nvvfx.TrueHDR, Effect, ArtifactReduction,
+               DuckTyped, fake_pynvvideocodec.SimpleDecoder, fake_pynvvideocodec.ThreadedDecoder,
+               fake_pyav.EmulatedInputContainer]
+    for cls in classes:
+        P.check_class(P.profile_of(cls), cls)
+    with ss.guard(ss.testing):  # (and every class a guard of the emulations takes)
+        pass
