@@ -20,7 +20,9 @@ The ordering core speaks of calls, buffers and streams. A profile says, for the 
 :func:`register` checks a profile and makes it known; :func:`profile_of` finds an object's (the newest
 registered profile that names its class or a base of it, by identity or exact qualified name). Every field is
 checked when a profile is made: a bad one raises :class:`~streamsafe.errors.ProfileError` naming the field and
-the fix. Nothing here blocks or issues GPU work.
+the fix; and :func:`check_class` checks a profile against a class's own methods and signatures when a contract or
+a class guard is made for it (a call the class lacks, a keyword its calls do not take). Nothing here blocks or
+issues GPU work.
 """
 
 from __future__ import annotations
@@ -134,7 +136,8 @@ class EffectProfile(Profile):
     """Without a blocking keyword: whether each call returns only once its work on the stream is done."""
     inputs: tuple[str, ...] | None = None
     """The names of the parameters that take input arrays, by keyword (positional arguments that are not numbers
-    are inputs too); ``None``: every argument given by keyword whose value is an array (has ``__dlpack__``)."""
+    are inputs too), each a parameter of a guarded call (:func:`check_class`); ``None``: every argument given by
+    keyword whose value is an array (has ``__dlpack__``)."""
     settings: tuple[str, ...] = ()
     """Attributes whose change may release or replace the output buffer (see :attr:`releases_output`)."""
     releases_output: Callable[[Any, str], bool] = field(default=_never, compare=False)
@@ -145,7 +148,8 @@ class EffectProfile(Profile):
     stream) writes the output after the call's main work."""
     output: str | None = "image"
     """The attribute of a call's result that holds a DLPack capsule (or producer) of the SDK's output buffer,
-    handed out as a :class:`~streamsafe.SafeImage`; ``None``: the result itself is that capsule."""
+    handed out as a :class:`~streamsafe.SafeImage` (the guarded output's ``image``, and its attribute of this name);
+    ``None``: the result itself is that capsule."""
     wrap: Callable[..., Any] | None = field(default=None, compare=False)
     """Advanced: ``wrap(result, output)``, the guarded result for the SDK's ``result`` given its guarded
     ``output`` (a :class:`~streamsafe.SafeOutput`); ``None``: the :class:`~streamsafe.SafeOutput` itself."""
