@@ -22,7 +22,7 @@ from typing import Any
 from .contract import OPTIONS, PoolContract, StreamContract, new_contract
 from .errors import ArgumentError, FrameworkUnavailableError, NotAnEffectError, StreamsafeError
 from .guarding import install, register_class_guard, withdraw_class_guard
-from .profile import profile_of, profiles
+from .profile import check_class, profile_of, profiles
 from .strategy import Strategy, StrategyName, as_strategy
 
 __all__ = ["ClassGuard", "guard", "unguard", "guarded_classes", "effect_class_names", "GUARD_OPTIONS"]
@@ -121,13 +121,14 @@ def _classes_of(target: Any, verb: str = "guard") -> list[type]:
         for profile in profiles():
             for c in profile.classes:
                 cls = c if isinstance(c, type) else _resolve(target, c)
-                if isinstance(cls, type) and profile.applies_to(cls) and cls not in found:
+                if isinstance(cls, type) and profile.applies_to(cls) and _of_module(cls, target, profile) and cls not in found:
                     found.append(cls)
         if not found:
             raise StreamsafeError(
                 f"module {target.__name__!r} has none of the classes a registered profile names "
-                f"({', '.join(effect_class_names())}): nothing to {verb}. Pass the SDK's module (nvvfx, PyNvVideoCodec, or "
-                "streamsafe.testing), a class, or register a profile for your SDK (streamsafe.profile.register)."
+                f"({', '.join(effect_class_names())}) defined in it or its package: nothing to {verb}. Pass the SDK's "
+                "module (nvvfx, PyNvVideoCodec, or streamsafe.testing), a class, or register a profile for your SDK "
+                "(streamsafe.profile.register)."
             )
         return found
     if isinstance(target, str):
@@ -147,6 +148,15 @@ def _classes_of(target: Any, verb: str = "guard") -> list[type]:
         f"cannot {verb} {target!r} (type {type(target).__name__}): pass an effect class, a module such as nvvfx, "
         "its name, or a list of those"
     )
+
+
+def _of_module(cls: type, module: types.ModuleType, profile: Any) -> bool:
+    """Whether ``module`` offers ``cls`` as its own: the class is defined in the module or its package, or the module
+    is the SDK the profile says the class is of (its :attr:`~streamsafe.profile.Profile.module`: an emulation installed
+    under the SDK's name holds classes defined elsewhere). A class a module only imports is not the module's."""
+    name = module.__name__
+    defined_in = getattr(cls, "__module__", None) or ""
+    return defined_in == name or defined_in.startswith(name + ".") or profile.module == name
 
 
 def _emulation(where: str) -> str:
@@ -176,7 +186,8 @@ def _resolve(module: types.ModuleType, name: str) -> Any:
 
 def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options: Any) -> ClassGuard:
     """Guard every instance of the SDK classes in ``target`` (a class, a module such as ``nvvfx``, its name, or a
-    list), from their first call: each instance gets its own contract (``strategy``; ``options`` as for the
+    list; a module gives the classes a registered profile names that are defined in it or its package, or whose
+    profile's ``module`` it is, never a class it only imports), from their first call: each instance gets its own contract (``strategy``; ``options`` as for the
     contract), whose SDK stream is the program's current stream at each call. Plain ``sr.run(...)`` then returns a
     :class:`~streamsafe.SafeOutput`. Returns a :class:`ClassGuard`; undo it with ``.undo()``, :func:`unguard`, or
     use it as a context manager. Does not block."""
@@ -195,9 +206,10 @@ def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options:
         )
     for cls in classes:
         try:
-            profile_of(cls)
+            profile = profile_of(cls)
         except NotAnEffectError as e:
             raise NotAnEffectError(f"cannot guard {cls.__qualname__}: {e}") from None
+        check_class(profile, cls)  # (a profile the class contradicts: ProfileError now, not at its objects' first call)
         if not install(cls):
             raise StreamsafeError(
                 f"cannot guard {cls.__qualname__}: the class does not accept new attributes. "

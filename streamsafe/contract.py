@@ -46,7 +46,7 @@ from .guarding import GuardBlock, GuardedBlocks, config_reader, settable, snapsh
 from .inputs import Inputs
 from .ledger import EffectLedger, PoolLedger, adopt_ledger, forget_ledger, held_reason, ledger_of, pool_of
 from .plan import FencePlan, pool_plan
-from .profile import EffectProfile, PoolProfile, output_maker, profile_of
+from .profile import EffectProfile, PoolProfile, check_class, output_maker, profile_of
 from .sharing import Unshareable
 from .steady import UNREADABLE, SteadyFrames
 from .strategy import Strategy, StrategyName, as_strategy
@@ -84,16 +84,22 @@ def new_contract(obj: Any, stream: Any = None, *, strategy: Strategy | StrategyN
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise ArgumentError(f"a contract has no option {unknown[0]!r}: its options are strategy= and {', '.join(OPTIONS)}")
-    if obj is not None and not isinstance(obj, type) and _profile_or_none(obj) is not None and profile_of(obj).pool:
+    profile = _profile_or_error(obj)[0]
+    if profile is not None and profile.pool:
         return PoolContract(obj, stream, strategy=strategy, **options)
     return StreamContract(obj, stream, strategy=strategy, **options)
 
 
-def _profile_or_none(obj: Any) -> Any:
+def _profile_or_error(obj: Any) -> tuple[Any, NotAnEffectError | None]:
+    """``obj``'s profile and ``None``, or ``None`` and :func:`~streamsafe.profile.profile_of`'s error (which says what
+    streamsafe guards, and how to register a profile) for an instance no profile describes; ``(None, None)`` for
+    ``None`` and a class (not an instance: the effect is yet to be made)."""
+    if obj is None or isinstance(obj, type):
+        return None, None
     try:
-        return profile_of(obj)
-    except NotAnEffectError:
-        return None
+        return profile_of(obj), None
+    except NotAnEffectError as e:
+        return None, e
 
 
 class _Contract(GuardedBlocks, Unshareable):
@@ -255,6 +261,7 @@ class StreamContract(_Contract):
     ) -> None:
         self.profile: EffectProfile = _effect_profile(effect)
         """The SDK profile of the effect (:mod:`streamsafe.profile`): its calls, settings and outputs."""
+        check_class(self.profile, type(effect))  # (a profile its SDK contradicts: ProfileError, before anything is made)
         self.strategy = as_strategy(strategy, allow_none=allow_none)
         if getattr(effect, "closed", False) is True:
             raise EffectStateError(type(effect).__name__, "stream_contract", "closed", "Create a new effect.")
@@ -314,7 +321,7 @@ class StreamContract(_Contract):
         if env_flag("STREAMSAFE_SANITIZE", False, SANITIZE_MEANING):
             hooks.observe_from_environment()
         self._inputs = Inputs(be, dev, self.ledger, self._input, self.profile)
-        self.output = output_maker("effect")(self.profile.output, self.profile.wrap, self.ledger.output, dev)
+        self.output = output_maker("effect")(self.profile.output, self.profile.wrap, self.ledger.output, dev, self.profile.name)
         """The engine's question: the guarded result of the SDK's result (a :class:`~streamsafe.SafeOutput`)."""
         self._planner = EffectPlanner(
             self.profile, self.strategy, dev, be, self._cls, sdk=self._declared_sdk, producer=self._input,
@@ -648,13 +655,15 @@ class StreamContract(_Contract):
 
 def _effect_profile(effect: Any) -> EffectProfile:
     """``effect``'s profile, refusing anything that is not an effect instance."""
-    profile = _profile_or_none(effect) if effect is not None and not isinstance(effect, type) else None
+    profile, unknown = _profile_or_error(effect)
     if isinstance(profile, PoolProfile):
         raise NotAnEffectError(
             f"StreamContract needs an effect instance, got {type(effect).__name__}, an SDK object whose calls hand out frames "
             f"of a pool ({profile.name}): guard it with ss.stream_contract({type(effect).__name__.lower()}, stream), "
             "which makes a PoolContract"
         )
+    if unknown is not None:  # (an instance no profile describes: profile_of says what is guarded, and how to add an SDK)
+        raise NotAnEffectError(f"StreamContract needs an effect instance, got {effect!r} ({type(effect).__name__}): {unknown}") from None
     if profile is None:
         what = "a class" if isinstance(effect, type) else f"{type(effect).__name__}"
         raise NotAnEffectError(
@@ -698,14 +707,16 @@ class PoolContract(_Contract):
         input_stream: Any = None,
         conversion_stream: Any = None,
     ) -> None:
-        profile = _profile_or_none(sdk) if sdk is not None and not isinstance(sdk, type) else None
+        profile, unknown = _profile_or_error(sdk)
         if not isinstance(profile, PoolProfile):
             what = f"the class {sdk.__qualname__}" if isinstance(sdk, type) else f"{sdk!r} ({type(sdk).__name__})"
             raise NotAnEffectError(
                 f"PoolContract needs an SDK object whose calls write a pool of buffers (a PyNvVideoCodec SimpleDecoder or "
-                f"ThreadedDecoder instance, or an object of a class a registered PoolProfile names), got {what}. Make the "
-                "decoder first; for an nvvfx effect use ss.StreamContract (ss.stream_contract picks the right one)"
-            )
+                f"ThreadedDecoder instance, or an object of a class a registered PoolProfile names), got {what}"
+                + (f": {unknown}" if unknown is not None else ". Make the decoder first; for an nvvfx effect use "
+                   "ss.StreamContract (ss.stream_contract picks the right one)")
+            ) from None
+        check_class(profile, type(sdk))
         self.profile: PoolProfile = profile
         """The SDK profile of the object (a pool profile)."""
         self.strategy = as_strategy(strategy, allow_none=allow_none)
@@ -759,7 +770,8 @@ class PoolContract(_Contract):
             self.pool.backend = self.backend
         if self.stream_known or self.pool.writer is None:
             self.pool.writer, self.pool.writer_known = self.stream, self.stream_known
-        self.plan: FencePlan = pool_plan(self.strategy, self.stream, writer_known=self.stream_known or profile.frames_hold_buffers)
+        self.plan: FencePlan = pool_plan(self.strategy, self.stream, writer_known=self.stream_known or profile.frames_hold_buffers,
+                                         releases=profile.releases, consumer=self._consumer)
         if profile.frames_hold_buffers:  # (no call is fenced: a dropped frame goes back once its readers are done, D7)
             self.plan = dataclasses.replace(self.plan, reason=held_reason(self.plan.strategy), _cache={})
         """The plan of every call (a value you can print)."""

@@ -23,7 +23,7 @@ from ._dlpack import DLPACK_CUDA, backend_own, capsule_data_key
 from .backend.naming import stream_on_device
 from .errors import ArgumentError, DeviceMismatchError, ExportError, FrameworkUnavailableError, StreamsafeError
 from .frameworks import torch_current_stream_handle
-from .profile import set_output_maker
+from .profile import no_output, set_output_maker
 from .sharing import Unshareable
 from .streams import LEGACY_HANDLE as LEGACY_DLPACK, Stream, handle_of, on_this_thread
 
@@ -136,7 +136,7 @@ class SafeImage(_BufferView):
     It talks to the SDK object's buffer, not to the guard that made it, so an output of one guard is ordered
     against every other guard's calls."""
 
-    _no_copy = "a SafeImage cannot be copied: its capsule can be imported once (copy the imported array instead)"
+    _no_copy = "a SafeImage cannot be copied: its capsule can be imported once; copy the data (out.copy(), out.torch())"
     _no_pickle = "a SafeImage cannot be pickled: it points at GPU memory the SDK owns; pickle a copy (out.numpy())"
 
     __slots__ = ("_buffer", "_capsule", "_generation", "_device", "_default_consumer", "_effect", "_consumed", "_escapes",
@@ -329,7 +329,9 @@ class SafeImage(_BufferView):
 
 
 class SafeOutput(Unshareable):
-    """The SDK's output with ``image`` a :class:`SafeImage`; other fields are the SDK output's.
+    """The SDK's output with ``image`` a :class:`SafeImage`; so is the attribute the profile's
+    :attr:`~streamsafe.profile.EffectProfile.output` names (``out.frame`` for ``output="frame"``: code written for the
+    SDK gets the guarded output); other fields are the SDK output's.
 
     The copy helpers import once, copy on the given (or the framework's current) stream, and return an array the
     framework owns, which may outlive the effect."""
@@ -337,15 +339,19 @@ class SafeOutput(Unshareable):
     _no_copy = "a SafeOutput cannot be copied: its image can be imported once; copy the data (out.torch(), out.copy())"
     _no_pickle = "a SafeOutput cannot be pickled: it points at GPU memory the SDK owns; pickle a copy (out.numpy())"
 
-    __slots__ = ("raw", "image")
+    __slots__ = ("raw", "image", "_attr")
 
-    def __init__(self, raw: Any, image: SafeImage) -> None:
+    def __init__(self, raw: Any, image: SafeImage, attr: str | None = "image") -> None:
         self.raw = raw
         self.image = image
+        self._attr = attr
+        """The attribute of the SDK's result that holds the output (the profile's ``output``): it gives :attr:`image`."""
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
+        if name.startswith("__") or name in SafeOutput.__slots__:
             raise AttributeError(name)
+        if name == self._attr:
+            return self.image
         return getattr(self.raw, name)
 
     def __repr__(self) -> str:
@@ -847,19 +853,34 @@ class JaxDLPackAdapter:
 # -- how a guarded call's result leaves (the makers the contracts use, through streamsafe.profile) ---------------
 
 
-def _effect_outputs(attr: str | None, wrap: Any, buffer: Buffer, device: int) -> Any:
+def _effect_outputs(attr: str | None, wrap: Any, buffer: Buffer, device: int, profile: str = "?") -> Any:
     """How an effect's calls' results leave: ``output(raw, generation, frame, effect)`` gives the SDK's result with its
     capsule (the attribute ``attr`` of it; ``None``: the result itself) a :class:`SafeImage` producer, as a
-    :class:`SafeOutput` (given to ``wrap(raw, output)`` when there is one)."""
+    :class:`SafeOutput` (given to ``wrap(raw, output)`` when there is one). A result without ``attr`` raises
+    :class:`~streamsafe.errors.ProfileError` (the ``profile``'s ``output`` names no attribute of it)."""
     if attr is None or wrap is not None:
         def output(raw: Any, generation: int, frame: Any, effect: Any) -> Any:
-            out = SafeOutput(raw, SafeImage(buffer, raw if attr is None else getattr(raw, attr), generation, device,
-                                            frame.default_consumer, effect))
+            capsule = raw if attr is None else getattr(raw, attr, _NONE)
+            if capsule is _NONE:
+                raise _no_output(profile, attr, raw)
+            out = SafeOutput(raw, SafeImage(buffer, capsule, generation, device, frame.default_consumer, effect), attr)
             return out if wrap is None else wrap(raw, out)
     else:
         def output(raw: Any, generation: int, frame: Any, effect: Any) -> Any:
-            return SafeOutput(raw, SafeImage(buffer, getattr(raw, attr), generation, device, frame.default_consumer, effect))
+            capsule = getattr(raw, attr, _NONE)
+            if capsule is _NONE:
+                raise _no_output(profile, attr, raw)
+            return SafeOutput(raw, SafeImage(buffer, capsule, generation, device, frame.default_consumer, effect), attr)
     return output
+
+
+_NONE = object()
+
+
+def _no_output(profile: str, attr: Any, raw: Any) -> Exception:
+    """The error for a result without the attribute the profile's ``output`` names (the call was made: it counts)."""
+    attributes = list(vars(raw)) if hasattr(raw, "__dict__") else [n for n in dir(raw) if not n.startswith("_")]
+    return no_output(profile, attr, type(raw), [n for n in attributes if not n.startswith("_")])
 
 
 def _pool_output(raw: Any, frames: list[Any], made: list[tuple[Buffer, int]], device: int, default_consumer: Stream,

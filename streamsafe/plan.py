@@ -54,7 +54,8 @@ class Fence:
             "host-wait": f"host waits for {self.signaller}",
             "device-sync": "host waits for the whole device",
             "forward-dlpack": f"input's producer orders {self.waiter} via __dlpack__(stream=...)",
-            "sdk-blocking": f"run(non_blocking=False): the SDK makes the host wait for {self.signaller}",
+            "sdk-blocking": (f"the decoder's call makes the host wait for {self.signaller}" if self.hazard == "D1"
+                             else f"run(non_blocking=False): the SDK makes the host wait for {self.signaller}"),
             "shadow-stream": f"SDK runs on the shadow stream, {self.waiter}; stream 0 waits for it implicitly",
             "protect-input": f"input kept from reuse until {self.signaller} has read it",
             "copy-input": f"each input copied on {self.waiter}, streamsafe's own stream; the SDK reads the copy",
@@ -88,6 +89,9 @@ class FencePlan:
     copy_stream: Stream | None = None
     """The stream streamsafe copies each input on before the call (``auto`` with no ``input_stream``: the SDK reads
     the copy, and the host waits for the copies, not for the SDK's work), else ``None``."""
+    release_calls: tuple[str, ...] = field(default=("reconfigure_decoder", "end"), compare=False)
+    """A pool plan's releasing calls (what :attr:`on_release` is placed before: its profile's ``releases``), for
+    printing."""
     _cache: dict[Any, tuple[Fence, ...]] = field(default_factory=dict, compare=False, repr=False, hash=False)
     _sdk_streams: tuple[Stream, ...] = field(init=False, compare=False, repr=False, hash=False)
 
@@ -196,9 +200,17 @@ class FencePlan:
         return tuple(f for f in self.fences if f.action in ("host-wait", "device-sync"))
 
     def __str__(self) -> str:
+        strategy = f"FencePlan: strategy={self.requested.value}" + (
+            f" -> {self.strategy.value}" if self.requested is not self.strategy else "")
+        body = [f"  {f}" for f in self.fences] or ["  (no per-frame fence: the stream kinds already order every edge)"]
+        tail = [f"  {f}" for f in self.on_release]
+        if self.output_complete:  # (a pool's plan: a decoder's calls, which take no input and convert nothing)
+            head = (f"{strategy}\n  streams: decoder={self.sdk}  C={self.consumer} (default: where an import that names "
+                    f"no stream reads)\n  why: {self.reason}")
+            releases = "/".join(f"{name}()" for name in self.release_calls) or "release"
+            return "\n".join([head, *body, f"  on {releases}:", *tail])
         head = (
-            f"FencePlan: strategy={self.requested.value}"
-            + (f" -> {self.strategy.value}" if self.requested is not self.strategy else "")
+            strategy
             + f", non_blocking={self.non_blocking}\n"
             f"  streams: P={self.producer or 'framework current stream (forwarded)'}  S={self.sdk}"
             + (f"  run on {self.run_stream}" if self.run_stream != self.sdk else "")
@@ -206,8 +218,6 @@ class FencePlan:
             + (f"  Q={self.copy_stream} (the inputs' copies)" if self.copy_stream is not None else "")
             + f"\n  why: {self.reason}"
         )
-        body = [f"  {f}" for f in self.fences] or ["  (no per-frame fence: the stream kinds already order every edge)"]
-        tail = [f"  {f}" for f in self.on_release]
         return "\n".join([head, *body, "  on close()/resize:", *tail])
 
 
@@ -441,15 +451,18 @@ def reuse_fences(
     return [_wait(strategy, "H5", "before next run", run_stream, conversion, "the next inference overwrites the 8-bit result stream 0 converts")]
 
 
-def release_fences(strategy: Strategy, streams: Iterable[Stream]) -> list[Fence]:
-    """H6: the host waits for each stream that may still touch a buffer the SDK is about to release
-    (one device sync instead under ``device``; nothing under ``none``)."""
-    why = "close()/resize releases the buffer with no stream order"
+_RELEASE_WHY = "close()/resize releases the buffer with no stream order"
+_POOL_RELEASE_WHY = "the decoder frees or reallocates its buffers with no stream order"
+
+
+def release_fences(strategy: Strategy, streams: Iterable[Stream], *, hazard: str = "H6", why: str = _RELEASE_WHY) -> list[Fence]:
+    """H6 (a pool's: D6, ``hazard``, for the reason ``why``): the host waits for each stream that may still touch a
+    buffer the SDK is about to release (one device sync instead under ``device``; nothing under ``none``)."""
     if strategy is Strategy.NONE:
         return []
     if strategy is Strategy.DEVICE:
-        return [Fence("H6", "before release", "device-sync", None, None, why)]
-    return [Fence("H6", "before release", "host-wait", None, s, why) for s in _unique(list(streams))]
+        return [Fence(hazard, "before release", "device-sync", None, None, why)]
+    return [Fence(hazard, "before release", "host-wait", None, s, why) for s in _unique(list(streams))]
 
 
 def _waited_after_run(fences: Iterable[Fence], f: Fence) -> bool:
@@ -491,16 +504,19 @@ _POOL_REASONS = {
 }
 
 
-def pool_plan(strategy: Strategy, writer: Stream, *, writer_known: bool = True) -> FencePlan:
+def pool_plan(strategy: Strategy, writer: Stream, *, writer_known: bool = True,
+              releases: tuple[str, ...] = ("reconfigure_decoder", "end"), consumer: Stream | None = None) -> FencePlan:
     """The plan of a pooled SDK's calls on ``writer`` (the stream it writes its buffers on) under ``strategy``:
     its frames are complete when a call returns (D1, the SDK's own host wait); before a call, ``writer`` waits for
     the readers (D5). ``auto`` and ``async`` resolve to ``event``: a decoder has no ``non_blocking`` to drop and no
     conversion stage. ``writer_known=False`` (the decoder's stream is only assumed): a device wait might be on the
-    wrong stream, so ``auto``, ``event`` and ``async`` make the host wait for the readers instead. A pure function."""
+    wrong stream, so ``auto``, ``event`` and ``async`` make the host wait for the readers instead. ``releases``: the
+    decoder's releasing calls (D6: the host waits for the readers before each), as the plan prints them; ``consumer``:
+    where an import that names no stream reads (default: ``writer``). A pure function."""
     resolved = _POOL_RESOLVED[strategy]
     if not writer_known and resolved is Strategy.EVENT:
         return dataclasses.replace(
-            pool_plan(Strategy.STREAM, writer), requested=strategy, _cache={},
+            pool_plan(Strategy.STREAM, writer, releases=releases, consumer=consumer), requested=strategy, _cache={},
             reason="the decoder's stream is not known (it was made before its class was guarded, and no stream was "
                    "declared), so a device wait could be on the wrong stream: the host waits for the readers before each "
                    "decode. Declare it, stream_contract(decoder, stream), or guard the class before making the decoder "
@@ -511,8 +527,9 @@ def pool_plan(strategy: Strategy, writer: Stream, *, writer_known: bool = True) 
     )
     return FencePlan(
         requested=strategy, strategy=resolved, non_blocking=False, sdk=writer, run_stream=writer, conversion=None,
-        producer=writer, consumer=writer, fences=fences, on_release=tuple(release_fences(resolved, [writer])),
-        reason=_POOL_REASONS[resolved], output_complete=True,
+        producer=writer, consumer=consumer or writer, fences=fences,
+        on_release=tuple(release_fences(resolved, [writer], hazard="D6", why=_POOL_RELEASE_WHY)),
+        reason=_POOL_REASONS[resolved], output_complete=True, release_calls=releases,
     )
 
 

@@ -20,23 +20,29 @@ The ordering core speaks of calls, buffers and streams. A profile says, for the 
 :func:`register` checks a profile and makes it known; :func:`profile_of` finds an object's (the newest
 registered profile that names its class or a base of it, by identity or exact qualified name). Every field is
 checked when a profile is made: a bad one raises :class:`~streamsafe.errors.ProfileError` naming the field and
-the fix. Nothing here blocks or issues GPU work.
+the fix; and :func:`check_class` checks a profile against a class's own methods and signatures when a contract or
+a class guard is made for it (a call the class lacks, a keyword its calls do not take). Nothing here blocks or
+issues GPU work.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import inspect
 import keyword
 import numbers
 import threading
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .calls import raw_method
 from .errors import NotAnEffectError, ProfileError
 
 __all__ = ["Profile", "EffectProfile", "PoolProfile", "register", "unregister", "profile_of", "profiles", "qualified_name",
-           "call_signature", "set_output_maker", "output_maker", "on_register"]
+           "call_signature", "check_class", "set_output_maker", "output_maker", "on_register"]
 
 
 def _never(obj: Any, attr: str) -> bool:
@@ -130,7 +136,8 @@ class EffectProfile(Profile):
     """Without a blocking keyword: whether each call returns only once its work on the stream is done."""
     inputs: tuple[str, ...] | None = None
     """The names of the parameters that take input arrays, by keyword (positional arguments that are not numbers
-    are inputs too); ``None``: every argument given by keyword whose value is an array (has ``__dlpack__``)."""
+    are inputs too), each a parameter of a guarded call (:func:`check_class`); ``None``: every argument given by
+    keyword whose value is an array (has ``__dlpack__``)."""
     settings: tuple[str, ...] = ()
     """Attributes whose change may release or replace the output buffer (see :attr:`releases_output`)."""
     releases_output: Callable[[Any, str], bool] = field(default=_never, compare=False)
@@ -141,7 +148,8 @@ class EffectProfile(Profile):
     stream) writes the output after the call's main work."""
     output: str | None = "image"
     """The attribute of a call's result that holds a DLPack capsule (or producer) of the SDK's output buffer,
-    handed out as a :class:`~streamsafe.SafeImage`; ``None``: the result itself is that capsule."""
+    handed out as a :class:`~streamsafe.SafeImage` (the guarded output's ``image``, and its attribute of this name);
+    ``None``: the result itself is that capsule."""
     wrap: Callable[..., Any] | None = field(default=None, compare=False)
     """Advanced: ``wrap(result, output)``, the guarded result for the SDK's ``result`` given its guarded
     ``output`` (a :class:`~streamsafe.SafeOutput`); ``None``: the :class:`~streamsafe.SafeOutput` itself."""
@@ -410,6 +418,138 @@ def call_signature(cls: type, method: Any, name: str) -> inspect.Signature | Non
     return _signatures[key]
 
 
+# -- a profile against the SDK's own classes -----------------------------------------------------------------------
+
+_checked: dict[tuple[Profile, type], None] = {}
+
+
+def check_class(profile: Profile, cls: type) -> None:
+    """Raise :class:`~streamsafe.errors.ProfileError` where ``profile`` contradicts what ``cls`` (a class it describes,
+    whose objects a contract or a class guard is about to guard) says of itself, so that a typo does not leave the
+    guard off, nor fail at the first call with the SDK's own error after its work:
+
+    * each name in :attr:`~Profile.calls` and :attr:`~Profile.releases` is a method of ``cls``, or, where the profile
+      names a base class of several SDK classes (nvvfx's ``Effect``), of one of that base's subclasses;
+    * :attr:`~Profile.stream_keyword` and :attr:`~EffectProfile.blocking_keyword` are parameters of each guarded call
+      whose signature can be read (:func:`call_signature`), and each name in :attr:`~EffectProfile.inputs` a parameter
+      of one of them;
+    * :attr:`~EffectProfile.output` is an attribute of the result a guarded call says it returns, where it says so with
+      a dataclass (else a call whose result lacks it raises the same error).
+
+    A call whose signature cannot be read (a C method) or that takes ``**kwargs`` is not checked. The fallback (a
+    class no profile names, duck-typed on nvvfx's ``run()``) is checked for its keywords only. Checked once per profile
+    and class. Does not block."""
+    key = (profile, cls)
+    if key in _checked:
+        return
+    named = next((base for base in cls.__mro__ if profile.names(base)), None)
+    if named is not None:
+        _check_calls(profile, cls, named)
+    _check_keywords(profile, cls, fallback=named is None)
+    _check_output(profile, cls)
+    _checked[key] = None
+
+
+def _check_calls(profile: Profile, cls: type, named: type) -> None:
+    family: list[type] | None = None
+    for attr in ("calls", "releases"):
+        for name in getattr(profile, attr):
+            if callable(getattr(cls, name, None)):
+                continue
+            if family is None:
+                family = _subclasses(named)
+            if any(callable(getattr(sub, name, None)) for sub in family):
+                continue  # (a method of another class the profile describes: nvvfx's run_at_timestep)
+            methods = sorted(n for n in dir(cls) if not n.startswith("_") and callable(getattr(cls, n, None)))
+            close = difflib.get_close_matches(name, methods, 1)
+            raise ProfileError(
+                profile.name, attr, getattr(profile, attr),
+                f"names {name!r}, which is not a method of {qualified_name(cls)} (its methods: {', '.join(methods) or 'none'})",
+                (f"Did you mean {close[0]!r}? " if close else "") + f"Name each of {cls.__name__}'s methods as the SDK spells it",
+            )
+
+
+def _subclasses(cls: type) -> list[type]:
+    """``cls`` and every subclass of it defined now."""
+    found, stack = [cls], [cls]
+    while stack:
+        subclasses: list[type] = stack.pop().__subclasses__()
+        for sub in subclasses:
+            if sub not in found:
+                found.append(sub)
+                stack.append(sub)
+    return found
+
+
+def _check_keywords(profile: Profile, cls: type, *, fallback: bool) -> None:
+    sigs = [(name, call_signature(cls, raw_method(cls, name), name)) for name in profile.calls if callable(getattr(cls, name, None))]
+    readable = [(name, sig) for name, sig in sigs
+                if sig is not None and not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())]
+    for attr in ("stream_keyword", "blocking_keyword"):
+        value = getattr(profile, attr, None)
+        if value is None:
+            continue
+        for name, sig in readable:
+            if value not in _keywords(sig):
+                what = "names the stream it runs on" if attr == "stream_keyword" else "says whether it waits for its work"
+                raise ProfileError(
+                    profile.name, attr, value, f"is not a parameter of {qualified_name(cls)}.{name}{_shown(sig)}",
+                    f"Set {attr}= to the keyword of {name}() that {what}, or {attr}=None when it takes none"
+                    + (f" (a profile for {cls.__name__} of its own: streamsafe.profile.register)" if fallback else ""),
+                )
+    inputs = getattr(profile, "inputs", None)
+    if inputs is None or fallback or not sigs or len(readable) < len(sigs):
+        return  # (a call that cannot be read may take any of them)
+    taken = {k for _, sig in readable for k in _keywords(sig)}
+    for name in inputs:
+        if name not in taken:
+            calls = ", ".join(f"{call}{_shown(sig)}" for call, sig in readable)
+            close = difflib.get_close_matches(name, sorted(taken), 1)
+            raise ProfileError(
+                profile.name, "inputs", inputs, f"names {name!r}, which no guarded call of {qualified_name(cls)} takes: {calls}",
+                (f"Did you mean {close[0]!r}? " if close else "") + "Name the parameters that take input arrays as the "
+                "SDK's signature spells them, or inputs=None (every array given by keyword is an input)",
+            )
+
+
+def _check_output(profile: Profile, cls: type) -> None:
+    attr = getattr(profile, "output", None)
+    if attr is None:
+        return
+    for name in profile.calls:
+        method = raw_method(cls, name)
+        if not inspect.isfunction(method):
+            continue
+        try:
+            result = typing.get_type_hints(method).get("return")
+        except Exception:  # noqa: BLE001  (an annotation that does not resolve here says nothing)
+            continue
+        if isinstance(result, type) and dataclasses.is_dataclass(result) and not hasattr(result, "__getattr__"):
+            known = [f.name for f in dataclasses.fields(result)]
+            if attr not in known and not hasattr(result, attr):
+                raise no_output(profile.name, attr, result, known)
+
+
+def no_output(profile: str, attr: str, result: type, attributes: list[str]) -> ProfileError:
+    """The :class:`~streamsafe.errors.ProfileError` for an :attr:`EffectProfile.output` the SDK's result (of type
+    ``result``, with ``attributes``) does not have."""
+    return ProfileError(
+        profile, "output", attr, f"is not an attribute of the SDK's result, a {qualified_name(result)} (its attributes: "
+        f"{', '.join(attributes) or 'none'})", "Set output= to the attribute that holds the output's DLPack capsule, or "
+        "output=None when the result is the capsule itself",
+    )
+
+
+def _keywords(sig: inspect.Signature) -> list[str]:
+    return [p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def _shown(sig: inspect.Signature) -> str:
+    """A call's parameters as the SDK's signature gives them, without annotations."""
+    plain = [p.replace(annotation=p.empty) for p in sig.parameters.values()]
+    return str(sig.replace(parameters=plain, return_annotation=sig.empty))
+
+
 # -- how outputs leave: the output layer's makers -----------------------------------------------------------------
 
 _output_makers: dict[str, Callable[..., Any]] = {}
@@ -417,7 +557,8 @@ _output_makers: dict[str, Callable[..., Any]] = {}
 
 def set_output_maker(kind: str, make: Callable[..., Any]) -> None:
     """The output layer (:mod:`streamsafe.outputs`) says how a call's result leaves: ``kind`` ``"effect"``
-    (``make(attr, wrap, buffer, device)``: the guard's ``output(raw, generation, frame, effect)``, a guarded output)
+    (``make(attr, wrap, buffer, device, profile)``: the guard's ``output(raw, generation, frame, effect)``, a guarded
+    output; ``profile``: the profile's name, for its errors)
     or ``"pool"`` (``make(raw, frames, made, device, default_consumer, owner, pool)``: the result with its frames
     guarded)."""
     _output_makers[kind] = make

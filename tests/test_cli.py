@@ -14,7 +14,8 @@ from streamsafe.tools.hazards import SCENARIOS, Row, failures, format_summary, f
 def test_doctor_runs_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    assert "streamsafe" in out and "packages:" in out and "CUDA:" in out and "nvvfx importable" in out
+    assert "streamsafe" in out and "packages:" in out and "CUDA:" in out and "SDK profiles" in out
+    assert "\n  nvvfx.VideoSuperRes " in out and " nvvfx: " in out  # (whether nvvfx imports: its profiles' module)
 
 
 def test_doctor_json(capsys: pytest.CaptureFixture[str]) -> None:

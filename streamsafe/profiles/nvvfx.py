@@ -26,6 +26,7 @@ EFFECT_CLASSES = ("VideoSuperRes", "VideoFrameGeneration", "TrueHDR")
 
 _SETTINGS = ("output_width", "output_height", "image_encoding", "input_width", "input_height")
 _INPUTS = ("input_array", "previous", "current", "rgb_input")
+"""Every effect's input parameters (the fallback's: an effect duck-typed on nvvfx's API); each profile names its own."""
 _EMULATION = "streamsafe.testing.fake_nvvfx:EMULATION"
 
 
@@ -58,9 +59,9 @@ def _never_converts(effect: Any) -> bool:
 
 
 def _profile(name: str, classes: tuple[str, ...], calls: tuple[str, ...], releases_output: Any = _releases_output,
-             converts: Any = _converts) -> EffectProfile:
+             converts: Any = _converts, inputs: tuple[str, ...] = ("input_array",)) -> EffectProfile:
     return EffectProfile(
-        name=name, classes=classes, calls=calls, releases=("close",), closes=("close",), inputs=_INPUTS,
+        name=name, classes=classes, calls=calls, releases=("close",), closes=("close",), inputs=inputs,
         stream_keyword="stream_ptr", blocking_keyword="non_blocking", settings=_SETTINGS,
         releases_output=releases_output, converts=converts, output="image", module="nvvfx", emulation=_EMULATION,
     )
@@ -73,8 +74,8 @@ VIDEO_SUPER_RES = register(_profile("nvvfx.VideoSuperRes", _names("VideoSuperRes
                                     + ("nvvfx.effects.video_super_res.VideoSuperRes",), ("run",), _super_res_releases_output))
 VIDEO_FRAME_GENERATION = register(_profile(
     "nvvfx.VideoFrameGeneration", _names("VideoFrameGeneration", "frame_generation")
-    + ("nvvfx.effects.video_frame_generation.VideoFrameGeneration",), ("run", "run_at_timestep")))
+    + ("nvvfx.effects.video_frame_generation.VideoFrameGeneration",), ("run", "run_at_timestep"), inputs=("previous", "current")))
 TRUE_HDR = register(_profile("nvvfx.TrueHDR", _names("TrueHDR", "true_hdr") + ("nvvfx.effects.true_hdr.TrueHDR",), ("run",),
-                             converts=_never_converts))
-GENERIC = register(_profile("an nvvfx-like effect", (), ("run", "run_at_timestep")), fallback=True)
+                             converts=_never_converts, inputs=("rgb_input",)))
+GENERIC = register(_profile("an nvvfx-like effect", (), ("run", "run_at_timestep"), inputs=_INPUTS), fallback=True)
 """The profile of an effect class no other profile names: nvvfx's API, duck-typed."""

@@ -1,8 +1,9 @@
 """``streamsafe doctor``: what this machine offers streamsafe. Works with no GPU.
 
 Reads versions from package metadata (importing no framework that is not already
-needed), probes the driver, and, where a GPU and a framework are present, reads the
-kind of each framework's default and new streams from the driver.
+needed), says whether the module of each registered SDK profile imports (importing
+those that are installed), probes the driver, and, where a GPU and a framework are
+present, reads the kind of each framework's default and new streams from the driver.
 """
 
 from __future__ import annotations
@@ -149,6 +150,58 @@ def _pyav(gpu: bool) -> dict[str, Any]:
     return found
 
 
+def _profiles() -> list[dict[str, Any]]:
+    """For each registered SDK profile with a :attr:`~streamsafe.profile.Profile.module`, in the registry's order:
+    whether that module imports here (and whether it is the profile's emulation), each module imported once."""
+    from ..profile import profiles
+
+    states: dict[str, dict[str, Any]] = {}
+    rows = []
+    for profile in profiles():
+        if profile.module:
+            if profile.module not in states:
+                states[profile.module] = _module_state(profile.module, profile.emulation)
+            rows.append({"profile": profile.name, "module": profile.module, **states[profile.module]})
+    return rows
+
+
+def _module_state(name: str, emulation: str | None) -> dict[str, Any]:
+    """Whether the module ``name`` imports (importing it where it is installed), and whether it is its emulation
+    (``emulation``: ``"module:object"``, as a profile names it)."""
+    fake = _emulation(emulation)
+    found: dict[str, Any] = {"importable": False}
+    module = sys.modules.get(name)
+    if module is None:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):  # (a dotted name whose parent does not import)
+            spec = None
+        if spec is None:
+            install = getattr(fake, "install_call", None)
+            found["why"] = "not installed" + (f" (its emulation: {install})" if install else "")
+            return found
+        try:
+            module = importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001  (installed but broken: a missing driver library, say)
+            found["why"] = f"installed, but its import fails: {type(e).__name__}: {e}"
+            return found
+    found["importable"] = True
+    found["version"] = getattr(module, "__version__", None)
+    found["emulated"] = bool(fake is not None and fake.is_fake(module))
+    return found
+
+
+def _emulation(where: str | None) -> Any:
+    """The emulation object a profile names (``"module:object"``), or ``None`` (none, or it does not import)."""
+    if not where:
+        return None
+    module, _, attr = where.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except Exception:  # noqa: BLE001  (doctor reports; a broken emulation is not its subject)
+        return None
+
+
 def _gpus() -> tuple[str | None, list[dict[str, Any]]]:
     from cuda.bindings import driver as d
 
@@ -176,7 +229,8 @@ def collect() -> dict[str, Any]:
         "platform": platform.platform(),
         "streamsafe": __version__,
         "packages": {name: _version(name) for name in _PACKAGES},
-        "nvvfx_importable": importlib.util.find_spec("nvvfx") is not None,
+        "nvvfx_importable": importlib.util.find_spec("nvvfx") is not None,  # (kept for scripts; "profiles" says it)
+        "profiles": _profiles(),
         "switches": {name: os.environ.get(name) for name in _SWITCHES},
         "switch_problems": setting_problems(),
     }
@@ -213,7 +267,6 @@ def format_report(report: dict[str, Any]) -> str:
     ]
     for name, version in report["packages"].items():
         lines.append(f"  {name:<16} {version or '-'}")
-    lines.append(f"  nvvfx importable: {'yes' if report['nvvfx_importable'] else 'no (use streamsafe.testing.install_fake_nvvfx())'}")
     decoder = report.get("decoder", {})
     if decoder:
         state = decoder["nvdec"] if decoder["importable"] else decoder.get("why", "no")
@@ -226,6 +279,17 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append("  switches: " + (", ".join(f"{k}={v}" for k, v in set_switches.items()) or "none set (" + ", ".join(_SWITCHES) + ")"))
     for problem in report.get("switch_problems", []):
         lines += textwrap.wrap(f"! {problem}", 98, initial_indent="    ", subsequent_indent="      ")
+    rows = report.get("profiles", [])
+    if rows:
+        lines += ["", "SDK profiles (streamsafe.profile: whether each registered profile's module imports here):"]
+        width = max(len(row["profile"]) for row in rows)
+        for row in rows:
+            if row["importable"]:
+                state = "yes" + (f" ({row['version']})" if row.get("version") else "") + (
+                    ", streamsafe's emulation" if row.get("emulated") else "")
+            else:
+                state = "no: " + row.get("why", "?")
+            lines.append(f"  {row['profile']:<{width}}  {row['module']}: {state}")
     cuda = report["cuda"]
     lines += ["", "CUDA:"]
     if cuda["available"]:
