@@ -429,7 +429,9 @@ def check_class(profile: Profile, cls: type) -> None:
     guard off, nor fail at the first call with the SDK's own error after its work:
 
     * each name in :attr:`~Profile.calls` and :attr:`~Profile.releases` is a method of ``cls``, or, where the profile
-      names a base class of several SDK classes (nvvfx's ``Effect``), of one of that base's subclasses;
+      names a base class of several SDK classes (nvvfx's ``Effect``), of one of that base's subclasses; a name that is
+      none is refused when it is close to one of ``cls``'s methods (a typo) or when none of the names is a method (a
+      call an older version of the SDK lacks is left out);
     * :attr:`~Profile.stream_keyword` and :attr:`~EffectProfile.blocking_keyword` are parameters of each guarded call
       whose signature can be read (:func:`call_signature`), and each name in :attr:`~EffectProfile.inputs` a parameter
       of one of them;
@@ -462,6 +464,9 @@ def _check_calls(profile: Profile, cls: type, named: type) -> None:
                 continue  # (a method of another class the profile describes: nvvfx's run_at_timestep)
             methods = sorted(n for n in dir(cls) if not n.startswith("_") and callable(getattr(cls, n, None)))
             close = difflib.get_close_matches(name, methods, 1)
+            present = [n for n in getattr(profile, attr) if callable(getattr(cls, n, None))]
+            if not close and present:
+                continue  # (a call this version of the SDK lacks, not a typo: the guard covers the calls it has)
             raise ProfileError(
                 profile.name, attr, getattr(profile, attr),
                 f"names {name!r}, which is not a method of {qualified_name(cls)} (its methods: {', '.join(methods) or 'none'})",

@@ -320,3 +320,17 @@ def test_every_shipped_profile_passes_against_streamsafes_emulations(fake_nvvfx:
         P.check_class(P.profile_of(cls), cls)
     with ss.guard(ss.testing):  # (and every class a guard of the emulations takes)
         pass
+
+
+def test_a_call_an_older_sdk_lacks_is_left_out_not_refused() -> None:
+    """A name far from every method (PyNvVideoCodec's seek_to_index on a version before it) is no typo: the guard
+    covers the calls the class has; a name close to a method is refused with the method's name."""
+    from streamsafe.profile import EffectProfile, check_class
+
+    class Older:
+        def process(self, *, image: object, stream: object = None) -> None: ...
+
+    fields = dict(classes=(Older,), stream_keyword="stream", blocking_keyword=None, inputs=("image",))
+    check_class(EffectProfile(name="older", calls=("process", "seek_to_index"), **fields), Older)
+    with pytest.raises(ss.errors.ProfileError, match="Did you mean 'process'"):
+        check_class(EffectProfile(name="typo", calls=("process", "proces"), **fields), Older)
