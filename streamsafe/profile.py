@@ -99,6 +99,11 @@ class Profile:
     emulation: str | None = None
     """``"module:name"`` of an emulation of :attr:`module` (``streamsafe run --fake-nvvfx``): an object with
     ``install(force=False)``, ``uninstall()`` and ``is_fake(module)``, as :mod:`streamsafe.testing`'s are."""
+    probe: Callable[[bool], dict[str, Any]] | None = field(default=None, compare=False)
+    """``probe(gpu)``: what ``streamsafe doctor`` says of the SDK on this machine beyond its import (whether its
+    hardware path opens; ``gpu``: whether a CUDA device is present), as a dict with a ``line`` for people and any
+    facts for the JSON report; ``None``: the import alone is said. Called once per doctor run, before any framework
+    makes a CUDA context; must not raise."""
 
     def __post_init__(self) -> None:
         _check_profile(self)
@@ -272,10 +277,10 @@ def _check_profile(p: Profile) -> None:
         raise ProfileError(name, "output", p.output, "is not an attribute name",  # type: ignore[attr-defined]
                            "Name the attribute of a call's result that holds the output's DLPack capsule, or output=None "
                            "when the result is the capsule itself")
-    for attr in (*_CALLABLES, "wrap"):
+    for attr in (*_CALLABLES, "wrap", "probe"):
         if attr in present:
             value = getattr(p, attr)
-            if not callable(value) and not (attr == "wrap" and value is None):
+            if not callable(value) and not (attr in ("wrap", "probe") and value is None):
                 raise ProfileError(name, attr, value, "is not callable", f"Give a function for {attr}, or leave it out for the default")
     for attr in ("module", "emulation"):
         value = getattr(p, attr)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 
@@ -203,10 +204,49 @@ def test_doctor_says_whether_nvidias_decoder_imports(capsys: pytest.CaptureFixtu
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "PyNvVideoCodec" else _find_spec(name, *a))
     assert main(["doctor", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["decoder"]["importable"] is False and "pynvvideocodec" in report["decoder"]["why"]
+    rows = [r for r in report["profiles"] if r["module"] == "PyNvVideoCodec"]
+    assert rows and all(r["importable"] is False and "install_fake_pynvvideocodec" in r["why"] for r in rows)
     monkeypatch.setitem(sys.modules, "PyNvVideoCodec", build_fake_pynvvideocodec())
     assert main(["doctor"]) == 0
-    assert "PyNvVideoCodec (NVIDIA's video decoder): yes; NVDEC emulated" in capsys.readouterr().out
+    assert re.search(r"PyNvVideoCodec: yes \([^)]*\), streamsafe's emulation", capsys.readouterr().out)
+
+
+def test_doctor_asks_each_profile_what_its_sdk_says_here(capsys: pytest.CaptureFixture[str]) -> None:
+    """A registered profile's probe is doctor's line about its SDK (no SDK is named in doctor itself); a probe that
+    raises is said, not a crash."""
+    import types
+
+    from streamsafe import profile as P
+
+    calls = []
+
+    def probe(gpu: bool) -> dict[str, object]:
+        calls.append(gpu)
+        return {"line": "engine opens", "engine": "v7"}
+
+    module = types.ModuleType("probed_sdk")
+    module.Thing = type("Thing", (), {"process": lambda self, *, image, stream=None: None})  # type: ignore[attr-defined]
+    sys.modules["probed_sdk"] = module
+    good = P.register(P.EffectProfile(name="probed.Thing", classes=("probed_sdk.Thing",), calls=("process",), inputs=("image",),
+                                      stream_keyword="stream", blocking_keyword=None, module="probed_sdk", probe=probe))
+    try:
+        assert main(["doctor"]) == 0
+        assert "probed.Thing" in (out := capsys.readouterr().out) and "probed_sdk: yes; engine opens" in out
+        assert calls == [False]
+        assert main(["doctor", "--json"]) == 0
+        [row] = [r for r in json.loads(capsys.readouterr().out)["profiles"] if r["module"] == "probed_sdk"]
+        assert row["probe"] == {"line": "engine opens", "engine": "v7"}
+    finally:
+        P.unregister(good)
+    bad = P.register(P.EffectProfile(name="probed.Thing", classes=("probed_sdk.Thing",), calls=("process",), inputs=("image",),
+                                     stream_keyword="stream", blocking_keyword=None, module="probed_sdk",
+                                     probe=lambda gpu: 1 / 0))
+    try:
+        assert main(["doctor"]) == 0
+        assert "probed_sdk: yes; its check failed: ZeroDivisionError" in capsys.readouterr().out
+    finally:
+        P.unregister(bad)
+        del sys.modules["probed_sdk"]
 
 
 _find_spec = importlib.util.find_spec

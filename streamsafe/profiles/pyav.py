@@ -30,7 +30,7 @@ from typing import Any
 
 from ..profile import PoolProfile, register
 
-__all__ = ["INPUT_CONTAINER", "CONTAINER_CLASSES", "frames_of", "is_device_frame"]
+__all__ = ["INPUT_CONTAINER", "CONTAINER_CLASSES", "frames_of", "is_device_frame", "probe"]
 
 CONTAINER_CLASSES = ("InputContainer", "EmulatedInputContainer")
 """The class names of the containers the profile describes (what :func:`streamsafe.guard` looks for in a module)."""
@@ -60,12 +60,35 @@ def _device_of(container: Any) -> int:
     return int(getattr(hwaccel, "device_id", 0) or 0)
 
 
+def probe(gpu: bool) -> dict[str, Any]:
+    """What ``streamsafe doctor`` says of PyAV once it imports (not emulated): whether it decodes on NVDEC, its CUDA
+    hardware acceleration (on a GPU, a device context made for H.264; FFmpeg sets the primary context's flags, so
+    this must come before torch's first CUDA call). Does not raise."""
+    try:
+        import av
+        from av.codec.hwaccel import HWAccel, hwdevices_available
+    except Exception as e:  # noqa: BLE001  (too old for hardware decoding, or broken)
+        nvdec = f"none: no hardware decoding in this PyAV ({type(e).__name__}: {e})"
+    else:
+        if "cuda" not in hwdevices_available():
+            nvdec = "none: this build has no CUDA hardware acceleration"
+        elif not gpu:
+            nvdec = "no GPU (on a CPU: streamsafe.testing.install_fake_pyav_hw())"
+        else:
+            try:
+                HWAccel(device_type="cuda", allow_software_fallback=False, is_hw_owned=True).create(av.Codec("h264", "r"))
+                nvdec = "opens for H.264"
+            except Exception as e:  # noqa: BLE001
+                nvdec = f"does not open for H.264: {type(e).__name__}: {e}"
+    return {"line": f"NVDEC {nvdec}", "nvdec": nvdec}
+
+
 INPUT_CONTAINER = register(PoolProfile(
     name="av.InputContainer (NVDEC frames)",
     classes=("av.container.input.InputContainer", "streamsafe.testing.fake_pyav.EmulatedInputContainer"),
     calls=("decode",), lazy=("decode",), releases=("close",), closes=("close",),
     frames_of=frames_of, device_of=_device_of, stream_keyword=None,
     frames_hold_buffers=True, planes="planes", export_stream=False,
-    module="av", emulation="streamsafe.testing.fake_pyav:EMULATION",
+    module="av", emulation="streamsafe.testing.fake_pyav:EMULATION", probe=probe,
 ))
 """PyAV's input container: ``decode()`` hands out frames lazily; each holds its CUDA surface until it goes."""

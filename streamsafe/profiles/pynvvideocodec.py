@@ -24,7 +24,7 @@ from typing import Any
 from ..construction import made_with
 from ..profile import PoolProfile, register
 
-__all__ = ["SIMPLE_DECODER", "THREADED_DECODER", "DECODER_CLASSES", "frames_of", "buffer_key"]
+__all__ = ["SIMPLE_DECODER", "THREADED_DECODER", "DECODER_CLASSES", "frames_of", "buffer_key", "probe"]
 
 DECODER_CLASSES = ("SimpleDecoder", "ThreadedDecoder")
 """The class names of PyNvVideoCodec's decoders (what :func:`streamsafe.guard` looks for in a module)."""
@@ -65,6 +65,24 @@ def _device_of(decoder: Any) -> int:
     return int(own if own is not None else made_with(decoder, "gpu_id") or 0)
 
 
+def probe(gpu: bool) -> dict[str, Any]:
+    """What ``streamsafe doctor`` says of NVIDIA's decoder once it imports (not emulated): on a GPU, whether NVDEC
+    opens for H.264 (its capabilities, asked of the decoder). Does not raise."""
+    if not gpu:
+        return {"line": "NVDEC: no GPU", "nvdec": None}
+    try:
+        import PyNvVideoCodec as nvc
+
+        codec = next(v for k, v in nvc.cudaVideoCodec.__members__.items() if "H264" in k.upper())
+        chroma = next(v for k, v in nvc.cudaVideoChromaFormat.__members__.items() if "420" in k)
+        caps = nvc.GetDecoderCaps(gpuid=0, codec=codec, chromaformat=chroma, bitdepth=8)
+        ok = bool(caps.get("is_supported", caps.get("num_decoder_engines", 0))) if isinstance(caps, dict) else bool(caps)
+        nvdec = ("opens: H.264 8-bit 4:2:0 supported" if ok else "H.264 8-bit 4:2:0 not supported") + f" ({caps})"
+    except Exception as e:  # noqa: BLE001
+        nvdec = f"could not ask the decoder's capabilities: {type(e).__name__}: {e}"
+    return {"line": f"NVDEC {nvdec}", "nvdec": nvdec}
+
+
 def _profile(name: str, cls: str, calls: tuple[str, ...], releases: tuple[str, ...], prefetches: bool) -> PoolProfile:
     return PoolProfile(
         name=name, classes=(f"PyNvVideoCodec.decoders.{cls}.{cls}", f"PyNvVideoCodec.{cls}",
@@ -72,7 +90,7 @@ def _profile(name: str, cls: str, calls: tuple[str, ...], releases: tuple[str, .
         calls=calls, releases=releases, prefetches=prefetches, frames_of=frames_of, buffer_key=buffer_key,
         stream_of=_stream_of, device_of=_device_of, stream_keyword=None, constructor_keywords=("cuda_stream", "gpu_id"),
         errors_after_writes=("PyNvVCException",), module="PyNvVideoCodec",
-        emulation="streamsafe.testing.fake_pynvvideocodec:EMULATION",
+        emulation="streamsafe.testing.fake_pynvvideocodec:EMULATION", probe=probe,
     )
 
 

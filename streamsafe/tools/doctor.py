@@ -89,70 +89,11 @@ def _stream_defaults() -> list[dict[str, str]]:
     return rows
 
 
-def _decoder(gpu: bool) -> dict[str, Any]:
-    """Whether NVIDIA's video decoder (PyNvVideoCodec) imports, and, on a GPU, whether NVDEC opens for H.264."""
-    found: dict[str, Any] = {"importable": False, "nvdec": None}
-    if "PyNvVideoCodec" not in sys.modules and importlib.util.find_spec("PyNvVideoCodec") is None:
-        found["why"] = "not installed (pip install 'streamsafe[pynvvideocodec]'; on a CPU: streamsafe.testing.install_fake_pynvvideocodec())"
-        return found
-    try:
-        import PyNvVideoCodec as nvc
-    except Exception as e:  # (installed but broken: a missing driver library, say)
-        found["why"] = f"installed, but its import fails: {type(e).__name__}: {e}"
-        return found
-    found["importable"] = True
-    if getattr(nvc, "__streamsafe_fake__", False):
-        found["nvdec"] = "emulated (streamsafe.testing's PyNvVideoCodec, on the model)"
-        return found
-    if not gpu:
-        found["nvdec"] = "no GPU"
-        return found
-    try:
-        codec = next(v for k, v in nvc.cudaVideoCodec.__members__.items() if "H264" in k.upper())
-        chroma = next(v for k, v in nvc.cudaVideoChromaFormat.__members__.items() if "420" in k)
-        caps = nvc.GetDecoderCaps(gpuid=0, codec=codec, chromaformat=chroma, bitdepth=8)
-        ok = bool(caps.get("is_supported", caps.get("num_decoder_engines", 0))) if isinstance(caps, dict) else bool(caps)
-        found["nvdec"] = ("opens: H.264 8-bit 4:2:0 supported" if ok else "H.264 8-bit 4:2:0 not supported") + f" ({caps})"
-    except Exception as e:
-        found["nvdec"] = f"could not ask the decoder's capabilities: {type(e).__name__}: {e}"
-    return found
-
-
-def _pyav(gpu: bool) -> dict[str, Any]:
-    """Whether PyAV imports, and whether it decodes on NVDEC here: its CUDA hardware acceleration (on a GPU, a device
-    context made for H.264), or the emulation (:mod:`streamsafe.testing.fake_pyav`)."""
-    found: dict[str, Any] = {"importable": False, "nvdec": None}
-    if "av" not in sys.modules and importlib.util.find_spec("av") is None:
-        found["why"] = "not installed (pip install 'streamsafe[video]')"
-        return found
-    try:
-        import av
-        from av.codec.hwaccel import HWAccel, hwdevices_available
-    except Exception as e:  # (too old for hardware decoding, or broken)
-        found["why"] = f"installed, but without hardware decoding: {type(e).__name__}: {e}"
-        return found
-    found["importable"] = True
-    found["version"] = getattr(av, "__version__", "?")
-    from ..testing.fake_pyav import is_fake_pyav_hw
-
-    if is_fake_pyav_hw(av):
-        found["nvdec"] = "emulated (streamsafe.testing.install_fake_pyav_hw(), on the model)"
-    elif "cuda" not in hwdevices_available():
-        found["nvdec"] = "this build has no CUDA hardware acceleration"
-    elif not gpu:
-        found["nvdec"] = "no GPU (on a CPU: streamsafe.testing.install_fake_pyav_hw())"
-    else:
-        try:
-            HWAccel(device_type="cuda", allow_software_fallback=False, is_hw_owned=True).create(av.Codec("h264", "r"))
-            found["nvdec"] = "opens for H.264"
-        except Exception as e:
-            found["nvdec"] = f"does not open for H.264: {type(e).__name__}: {e}"
-    return found
-
-
-def _profiles() -> list[dict[str, Any]]:
+def _profiles(gpu: bool) -> list[dict[str, Any]]:
     """For each registered SDK profile with a :attr:`~streamsafe.profile.Profile.module`, in the registry's order:
-    whether that module imports here (and whether it is the profile's emulation), each module imported once."""
+    whether that module imports here (and whether it is the profile's emulation), and, where it imports and is not
+    emulated, what the profile's :attr:`~streamsafe.profile.Profile.probe` says (``gpu``: whether a CUDA device is
+    present); each module imported and probed once."""
     from ..profile import profiles
 
     states: dict[str, dict[str, Any]] = {}
@@ -160,7 +101,12 @@ def _profiles() -> list[dict[str, Any]]:
     for profile in profiles():
         if profile.module:
             if profile.module not in states:
-                states[profile.module] = _module_state(profile.module, profile.emulation)
+                state = states[profile.module] = _module_state(profile.module, profile.emulation)
+                if profile.probe is not None and state["importable"] and not state["emulated"]:
+                    try:
+                        state["probe"] = profile.probe(gpu)
+                    except Exception as e:  # noqa: BLE001  (a profile's probe must not stop the report)
+                        state["probe"] = {"line": f"its check failed: {type(e).__name__}: {e}"}
             rows.append({"profile": profile.name, "module": profile.module, **states[profile.module]})
     return rows
 
@@ -230,14 +176,12 @@ def collect() -> dict[str, Any]:
         "streamsafe": __version__,
         "packages": {name: _version(name) for name in _PACKAGES},
         "nvvfx_importable": importlib.util.find_spec("nvvfx") is not None,  # (kept for scripts; "profiles" says it)
-        "profiles": _profiles(),
         "switches": {name: os.environ.get(name) for name in _SWITCHES},
         "switch_problems": setting_problems(),
     }
-    reason = CudaBackend.probe()
+    reason = CudaBackend.probe()  # (the driver only: no CUDA context is made before the SDKs' checks)
     report["cuda"] = {"available": reason is None, "reason": reason}
-    report["decoder"] = _decoder(reason is None)
-    report["pyav"] = _pyav(reason is None)
+    report["profiles"] = _profiles(reason is None)
     if cuda_available():
         driver, gpus = _gpus()
         from ..backend._held import held_calls
@@ -267,14 +211,6 @@ def format_report(report: dict[str, Any]) -> str:
     ]
     for name, version in report["packages"].items():
         lines.append(f"  {name:<16} {version or '-'}")
-    decoder = report.get("decoder", {})
-    if decoder:
-        state = decoder["nvdec"] if decoder["importable"] else decoder.get("why", "no")
-        lines.append(f"  PyNvVideoCodec (NVIDIA's video decoder): {'yes; NVDEC ' + state if decoder['importable'] else state}")
-    pyav = report.get("pyav", {})
-    if pyav:
-        state = f"yes (PyAV {pyav['version']}); NVDEC {pyav['nvdec']}" if pyav["importable"] else pyav.get("why", "no")
-        lines.append(f"  PyAV's NVDEC frames: {state}")
     set_switches = {k: v for k, v in report["switches"].items() if v is not None}
     lines.append("  switches: " + (", ".join(f"{k}={v}" for k, v in set_switches.items()) or "none set (" + ", ".join(_SWITCHES) + ")"))
     for problem in report.get("switch_problems", []):
@@ -286,7 +222,8 @@ def format_report(report: dict[str, Any]) -> str:
         for row in rows:
             if row["importable"]:
                 state = "yes" + (f" ({row['version']})" if row.get("version") else "") + (
-                    ", streamsafe's emulation" if row.get("emulated") else "")
+                    ", streamsafe's emulation" if row.get("emulated") else "") + (
+                    f"; {row['probe']['line']}" if row.get("probe") else "")
             else:
                 state = "no: " + row.get("why", "?")
             lines.append(f"  {row['profile']:<{width}}  {row['module']}: {state}")
