@@ -432,13 +432,13 @@ class StreamContract(_Contract):
     def _warn_host_wait(self, frame: Frame) -> None:
         """:class:`~streamsafe.errors.HostWaitWarning`, once: ``auto`` waits on the host every call for something an
         ``input_stream`` declaration would order on the device."""
-        plan = frame.plan
-        if plan.copy_stream is not None:
-            cost = "copies each input on a stream of its own and makes the host wait for the copies"
-        elif any(f.hazard == "H12" and f.action == "sdk-blocking" for f in plan.fences):
-            cost = f"keeps the SDK's own host wait ({self.profile.blocking_keyword or 'its blocking call'}=False: the host waits for its work)"
-        else:
+        kept = frame.plan.undeclared_wait
+        if kept is None:
             return
+        if kept == "copies":
+            cost = "copies each input on a stream of its own and makes the host wait for the copies"
+        else:
+            cost = f"keeps the SDK's own host wait ({self.profile.blocking_keyword or 'its blocking call'}=False: the host waits for its work)"
         self._host_wait_warned = True
         fix = ("ss.stream_contract(effect, S, input_stream=P), or input_stream=P on @ss.stream_safe or ss.guard, "
                "P being the stream that writes the inputs")

@@ -142,10 +142,9 @@ class EffectPlanner:
         self.shared = False
         """Whether other threads drive guarded effects on the device (``auto`` then runs no shadow stream:
         :mod:`streamsafe.occupancy`)."""
-        self._shadow: Stream | None = None
-        self._shadow_finalizer: Any = None
-        self._copier: Stream | None = None
-        self._copier_finalizer: Any = None
+        self._own: dict[str, tuple[Stream, Any]] = {}
+        """The streams of streamsafe's own this planner made (the shadow, the input-copy stream), each with the
+        finalizer that gives it back."""
         self._plans: dict[tuple[Any, ...], FencePlan] = {}
 
     # -- streams and plans -----------------------------------------------------------------------------------
@@ -167,33 +166,31 @@ class EffectPlanner:
             return None
         if self.profile.stream_keyword is None:  # (the SDK cannot be told to run on another stream)
             return None
-        if self._shadow is None:
-            self._shadow = self.backend.acquire_stream(self.device, non_blocking=False)  # type: ignore[attr-defined]
-            hooks.label(self._shadow, "streamsafe's shadow stream (async runs the SDK there)")
-            # A guard that is never closed (a `with` block per frame, a decorator) gives it back when it goes.
-            self._shadow_finalizer = weakref.finalize(self, self.backend.release_stream, self._shadow)  # type: ignore[attr-defined]
-        return self._shadow
+        return self._own_stream("shadow", False, "streamsafe's shadow stream (async runs the SDK there)")
 
     def copy_stream(self) -> Stream | None:
         """The non-blocking stream ``auto`` copies the inputs on when no ``input_stream`` is declared (made when first
         wanted); ``None`` for any other strategy, or with ``input_stream`` declared."""
         if self.strategy is not Strategy.AUTO or self.producer is not None:
             return None
-        if self._copier is None:
-            self._copier = self.backend.acquire_stream(self.device, non_blocking=True)  # type: ignore[attr-defined]
-            hooks.label(self._copier, "streamsafe's input-copy stream (auto copies undeclared inputs there)")
-            self._copier_finalizer = weakref.finalize(self, self.backend.release_stream, self._copier)  # type: ignore[attr-defined]
-        return self._copier
+        return self._own_stream("copy", True, "streamsafe's input-copy stream (auto copies undeclared inputs there)")
+
+    def _own_stream(self, role: str, non_blocking: bool, label: str) -> Stream:
+        """The pooled stream of streamsafe's own for ``role``, made when first wanted. A guard that is never closed
+        (a `with` block per frame, a decorator) gives it back when it goes."""
+        owned = self._own.get(role)
+        if owned is None:
+            stream = self.backend.acquire_stream(self.device, non_blocking=non_blocking)  # type: ignore[attr-defined]
+            hooks.label(stream, label)
+            owned = self._own[role] = (stream, weakref.finalize(self, self.backend.release_stream, stream))  # type: ignore[attr-defined]
+        return owned[0]
 
     def release_shadow(self) -> None:
         """Give the shadow and input-copy streams back (pooled, never destroyed: torch records events on them later
         for inputs given ``record_stream()``)."""
-        if self._shadow is not None:
-            self._shadow_finalizer()
-            self._shadow = None
-        if self._copier is not None:
-            self._copier_finalizer()
-            self._copier = None
+        for _, give_back in self._own.values():
+            give_back()
+        self._own.clear()
 
     def plan(
         self, effect: Any, *, producer: Stream | None, sdk: Stream | None = None, consumer: Stream | None = None,

@@ -25,7 +25,7 @@ from .backend import Backend
 from .backend.naming import as_stream
 from .calls import raw_method
 from .errors import ArgumentError, HostArrayError, InputArrayError, another_models_array
-from .frameworks import TORCH, framework_of, torch_current_stream_handle
+from .frameworks import TORCH, cupy_external_stream, framework_of, torch_current_stream_handle
 from .ledger import EffectLedger
 from .profile import EffectProfile, call_signature
 from .streams import LEGACY_HANDLE, Stream
@@ -202,8 +202,6 @@ class Inputs:
                 c.copy_(a)
             return c
         import cupy
-
-        from .frameworks import cupy_external_stream
 
         with cupy.cuda.Device(self.device), cupy_external_stream(cupy, stream):
             return a.copy(order="K")

@@ -195,6 +195,17 @@ class FencePlan:
         return tuple(release_fences(self.strategy, streams))
 
     @property
+    def undeclared_wait(self) -> str | None:
+        """The host wait the plan keeps each call only because no ``input_stream`` is declared: ``"copies"`` (the
+        host waits for the inputs' copies), ``"sdk"`` (the SDK's own wait covers its read of the inputs), or
+        ``None``."""
+        if self.copy_stream is not None:
+            return "copies"
+        if any(f.hazard == "H12" and f.action == "sdk-blocking" for f in self.fences):
+            return "sdk"
+        return None
+
+    @property
     def host_waits(self) -> tuple[Fence, ...]:
         """Per-frame fences in which streamsafe makes the host wait (the SDK's own wait excluded)."""
         return tuple(f for f in self.fences if f.action in ("host-wait", "device-sync"))

@@ -168,7 +168,7 @@ class _EffectTally:
 
 def _advice(e: EffectReport, plan: Any) -> str:
     """The declaration that drops the host wait ``auto`` kept for undeclared inputs, with what it saves."""
-    kept_sdk_wait = plan is not None and any(f.hazard == "H12" and f.action == "sdk-blocking" for f in plan.fences)
+    kept_sdk_wait = plan is not None and plan.undeclared_wait == "sdk"
     if not e.input_copies and not (kept_sdk_wait and e.sdk_waits):
         return ""
     if e.input_copies:
