@@ -13,35 +13,16 @@ import numpy as np
 import pytest
 
 import streamsafe as ss
-from streamsafe.testing import VideoSuperRes
-from streamsafe.testing import _kernels as K
+from _recipe import delay, effect, make_bank
 
 pytestmark = pytest.mark.gpu
 FRAMES = int(os.environ.get("STREAMSAFE_IDIOM_FRAMES", "2000"))
 STRATEGIES = ["auto", "event", "async", "stream", "device"]
-H, W, OH, OW = 32, 32, 64, 64
-US = 1980  # cycles a microsecond (the H200's SM clock under load)
 
 
 @pytest.fixture(scope="module")
 def bank(torch_cuda):  # type: ignore[no-untyped-def]
-    torch = torch_cuda
-    rng = np.random.default_rng(5)
-    xs = [rng.random((3, H, W), dtype=np.float32) for _ in range(8)]
-    want = [K.to_rgb8(np, K.resize_bilinear(np, x, OH, OW)).astype(np.float32) / np.float32(255) for x in xs]
-    return [torch.from_numpy(x).cuda() for x in xs], [torch.from_numpy(w).cuda() for w in want]
-
-
-def _effect() -> Any:
-    sr = VideoSuperRes(latency_us={"inference": 60, "conversion": 30})
-    sr.output_width, sr.output_height = OW, OH
-    sr.load()
-    return sr
-
-
-def _delay(torch: Any, rng: np.random.Generator, stream: Any, most_us: int = 150) -> None:
-    with torch.cuda.stream(stream):
-        torch.cuda._sleep(int(rng.integers(0, most_us)) * US)
+    return make_bank(torch_cuda)
 
 
 def _count(torch: Any, copies: list[tuple[Any, Any]]) -> int:
@@ -54,7 +35,7 @@ def vendor_recipe(torch: Any, bank: Any, strategy: str | None, frames: int, s_wo
     each ``run()`` (the vendor's recipe), inside one block on S with nothing declared; copies on S."""
     xs, want = bank
     rng = np.random.default_rng(1)
-    sr = _effect()
+    sr = effect()
     P, S = torch.cuda.Stream(), torch.cuda.Stream()
     surface = torch.empty_like(xs[0])
     copies = []
@@ -64,12 +45,12 @@ def vendor_recipe(torch: Any, bank: Any, strategy: str | None, frames: int, s_wo
             guard.__enter__()
         for i in range(frames):
             with torch.cuda.stream(P):
-                _delay(torch, rng, P, 40)
+                delay(torch, rng, P, 40)
                 surface.copy_(xs[i % 8])  # the decoder rewrites its surface
             P.synchronize()  # the vendor's recipe
-            _delay(torch, rng, S, s_work_us)  # other work queued on S: the SDK's read of the surface comes after it
+            delay(torch, rng, S, s_work_us)  # other work queued on S: the SDK's read of the surface comes after it
             out = sr.run(surface, stream_ptr=S.cuda_stream)
-            _delay(torch, rng, S)
+            delay(torch, rng, S)
             copies.append((torch.from_dlpack(out.image).clone(), want[i % 8]))
         if guard is not None:
             guard.__exit__(None, None, None)
@@ -127,7 +108,7 @@ def test_decorated_generators_and_coroutines_and_interleaved_tasks(torch_cuda, b
     torch = torch_cuda
     xs, want = bank
     rng = np.random.default_rng(2)
-    sr = _effect()
+    sr = effect()
     S, C = torch.cuda.Stream(), torch.cuda.Stream()
     copies: list[tuple[Any, Any]] = []
 
@@ -135,17 +116,17 @@ def test_decorated_generators_and_coroutines_and_interleaved_tasks(torch_cuda, b
     def frames(n: int) -> Any:
         for i in range(n):
             with torch.cuda.stream(S):
-                _delay(torch, rng, S)
+                delay(torch, rng, S)
                 x = xs[i % 8].clone()
             yield sr.run(x), want[i % 8]
 
     for out, w in frames(FRAMES // 2):
-        _delay(torch, rng, C)
+        delay(torch, rng, C)
         copies.append((out.torch(C), w))
     assert _count(torch, copies) == 0
 
     copies.clear()
-    sr2 = _effect()
+    sr2 = effect()
     streams = [torch.cuda.Stream() for _ in range(4)]
 
     async def task(k: int) -> None:
@@ -153,10 +134,10 @@ def test_decorated_generators_and_coroutines_and_interleaved_tasks(torch_cuda, b
         with torch.cuda.stream(s), ss.stream_contract(sr2, s, strategy=strategy, input_stream=p):
             for i in range(FRAMES // 4):
                 with torch.cuda.stream(p):
-                    _delay(torch, rng, p)
+                    delay(torch, rng, p)
                     x = xs[(i + k) % 8].clone()
                 out = sr2.run(x)
-                _delay(torch, rng, s)
+                delay(torch, rng, s)
                 copies.append((torch.from_dlpack(out.image).clone(), want[(i + k) % 8]))
                 await asyncio.sleep(0)
 
@@ -175,7 +156,7 @@ def test_recycled_stream_handles_of_the_other_kind(torch_cuda, bank, strategy: s
     torch = torch_cuda
     xs, want = bank
     rng = np.random.default_rng(3)
-    sr = _effect()
+    sr = effect()
     S = torch.cuda.Stream()
     c = ss.StreamContract(sr, S, strategy=strategy, input_stream=S)
     copies = []
@@ -188,7 +169,7 @@ def test_recycled_stream_handles_of_the_other_kind(torch_cuda, bank, strategy: s
         handles.add(consumer.ptr)
         with consumer:
             ext = torch.cuda.ExternalStream(consumer.ptr)
-            _delay(torch, rng, ext)
+            delay(torch, rng, ext)
             with torch.cuda.stream(ext):
                 copies.append((torch.from_dlpack(out.image).clone(), want[i % 8]))
         del consumer, ext
@@ -203,7 +184,7 @@ def test_recycled_stream_handles_of_the_other_kind(torch_cuda, bank, strategy: s
 def test_sanitize_sees_a_torch_copy_on_a_second_stream_and_an_undeclared_producer(torch_cuda, bank) -> None:  # type: ignore[no-untyped-def]
     torch = torch_cuda
     xs, _ = bank
-    sr = _effect()
+    sr = effect()
     S, C, C2, P = (torch.cuda.Stream() for _ in range(4))
     with ss.sanitize(), pytest.raises(ss.errors.RaceError) as info:
         c = ss.StreamContract(sr, S, strategy="auto", input_stream=S)
@@ -221,7 +202,7 @@ def test_sanitize_sees_a_torch_copy_on_a_second_stream_and_an_undeclared_produce
 
     surface = xs[0].clone()
     with ss.sanitize(), pytest.raises(ss.errors.RaceError) as info:
-        c = ss.StreamContract(_effect(), S, strategy="event")
+        c = ss.StreamContract(effect(), S, strategy="event")
         for i in range(3):
             with torch.cuda.stream(P):
                 surface.copy_(xs[i])  # written on P, neither declared nor current nor synchronised

@@ -28,24 +28,17 @@ import pytest
 
 import streamsafe as ss
 from streamsafe.sim import sync_hooks
-from streamsafe.testing import VideoSuperRes
-from streamsafe.testing import _kernels as K
+from _recipe import delay, effect, make_bank
 
 pytestmark = pytest.mark.gpu
 FRAMES = int(os.environ.get("STREAMSAFE_SANITIZE_SYNC_FRAMES", "300"))
 STRATEGIES = ["auto", "event", "async", "stream", "device"]
-H, W, OH, OW = 32, 32, 64, 64
-US = 1980  # cycles a microsecond (the H200's SM clock under load)
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def bank(torch_cuda):  # type: ignore[no-untyped-def]
-    torch = torch_cuda
-    rng = np.random.default_rng(5)
-    xs = [rng.random((3, H, W), dtype=np.float32) for _ in range(8)]
-    want = [K.to_rgb8(np, K.resize_bilinear(np, x, OH, OW)).astype(np.float32) / np.float32(255) for x in xs]
-    return [torch.from_numpy(x).cuda() for x in xs], [torch.from_numpy(w).cuda() for w in want]
+    return make_bank(torch_cuda)
 
 
 @pytest.fixture
@@ -79,18 +72,6 @@ def _ok(result: Any) -> Any:
     return result[1] if len(result) > 1 else None
 
 
-def _effect() -> Any:
-    sr = VideoSuperRes(latency_us={"inference": 60, "conversion": 30})
-    sr.output_width, sr.output_height = OW, OH
-    sr.load()
-    return sr
-
-
-def _delay(torch: Any, rng: np.random.Generator, stream: Any, most_us: int = 150) -> None:
-    with torch.cuda.stream(stream):
-        torch.cuda._sleep(int(rng.integers(0, most_us)) * US)
-
-
 Wait = Callable[[Any, Any, Any], Any]
 """``wait(fw, P, S)``: the host (or S, on the device) waits for P's work so far."""
 
@@ -101,7 +82,7 @@ def vendor_recipe(fw: Any, bank: Any, strategy: str, frames: int, wait: Wait | N
     torch = fw.torch
     xs, want = bank
     rng = np.random.default_rng(seed)
-    sr = _effect()
+    sr = effect()
     P, S = torch.cuda.Stream(), torch.cuda.Stream()
     legacy = torch.cuda.default_stream()
     surface = torch.empty_like(xs[0])
@@ -109,14 +90,14 @@ def vendor_recipe(fw: Any, bank: Any, strategy: str, frames: int, wait: Wait | N
     with torch.cuda.stream(S), ss.stream_contract(sr, S, strategy=strategy):
         for i in range(frames):
             with torch.cuda.stream(P):
-                _delay(torch, rng, P, 40)
+                delay(torch, rng, P, 40)
                 surface.copy_(xs[i % 8])  # a decoder rewrites its surface in place
             if wait is not None:
                 wait(fw, P, S)
-            _delay(torch, rng, S)  # other work on S: the SDK's read of the surface comes after it
-            _delay(torch, rng, legacy)  # and on the legacy stream, where the conversion runs
+            delay(torch, rng, S)  # other work on S: the SDK's read of the surface comes after it
+            delay(torch, rng, legacy)  # and on the legacy stream, where the conversion runs
             out = sr.run(surface, stream_ptr=S.cuda_stream)
-            _delay(torch, rng, S)
+            delay(torch, rng, S)
             copies.append((torch.from_dlpack(out.image).clone(), want[i % 8]))
     torch.cuda.synchronize()
     return sum(not torch.allclose(got, w, atol=1.5 / 255) for got, w in copies)
