@@ -133,15 +133,16 @@ def snapshot(effect: Any, profile: EffectProfile | None = None) -> tuple[Any, ..
 
 
 def install(cls: type) -> bool:
-    """Put the dispatchers on ``cls`` (once): on its profile's guarded and releasing calls and on ``__setattr__``.
-    False when the class refuses new attributes."""
-    existing = originals(cls)
-    if existing is not None and not _replaced(cls, existing):
-        return True
+    """Put the dispatchers on ``cls``: on its profile's guarded and releasing calls and on ``__setattr__``, each
+    once (a later profile of the class adds those of the calls it names besides). False when the class refuses
+    new attributes."""
     profile = profile_of(cls)
+    existing = originals(cls)
+    if existing is not None and not _replaced(cls, existing) and not _missing(cls, existing, profile):
+        return True
     with _lock:
         existing = originals(cls)
-        if existing is not None and not _replaced(cls, existing):
+        if existing is not None and not _replaced(cls, existing) and not _missing(cls, existing, profile):
             return True
         saved: dict[str, Any] = {}
         try:
@@ -153,7 +154,7 @@ def install(cls: type) -> bool:
             for name in (*profile.calls, *profile.releases, "__setattr__"):
                 if name != "__setattr__" and not hasattr(cls, name):
                     continue
-                if existing is not None and name not in _replaced(cls, existing):
+                if existing is not None and name in existing and name not in _replaced(cls, existing):
                     continue
                 saved[name] = cls.__dict__.get(name)
                 dispatcher = _dispatcher(name, cls, profile, saved[name])
@@ -176,6 +177,11 @@ def _replaced(cls: type, existing: dict[str, Any]) -> list[str]:
     user's wrapper, which may call the dispatcher it replaced): a new dispatcher goes on top, standing in for it."""
     return [name for name in existing if name != "__init__" and name in cls.__dict__
             and not getattr(cls.__dict__[name], MARK, False)]
+
+
+def _missing(cls: type, existing: dict[str, Any], profile: Profile) -> list[str]:
+    """The calls ``profile`` names that ``cls`` has and no dispatcher stands for (a later profile of the class)."""
+    return [name for name in (*profile.calls, *profile.releases) if name not in existing and hasattr(cls, name)]
 
 
 def _loaded(name: str) -> type | None:
@@ -318,6 +324,24 @@ def _restore(cls: type, name: str, value: Any) -> None:
         pass
 
 
+def _settings_of(cls: type) -> tuple[str, ...]:
+    """The attributes whose change the profile of ``cls`` (now) says releases the output (none: no profile now)."""
+    try:
+        return getattr(profile_of(cls), "settings", ())  # type: ignore[no-any-return]
+    except NotAnEffectError:
+        return ()
+
+
+def _names(cls: type, name: str, installed: Profile) -> bool:
+    """Whether the profile of ``cls`` now (the one the dispatcher was put on for, almost always) names the call
+    ``name``: a later profile of the class may name other calls (a dispatcher for a call none names calls through)."""
+    try:
+        now = profile_of(cls)
+    except NotAnEffectError:
+        return False
+    return now is installed or name in now.calls or name in now.releases
+
+
 def _dispatcher(name: str, owner: type, profile: Profile, replaced: Any = None) -> Callable[..., Any]:
     """The dispatcher of ``owner.name``, standing in for ``replaced`` (what ``owner.__dict__`` held; ``None``: it
     was inherited). Where it calls the SDK's own method, it calls ``replaced``, else the one ``super()`` would reach
@@ -325,10 +349,9 @@ def _dispatcher(name: str, owner: type, profile: Profile, replaced: Any = None) 
     reaches this dispatcher from inside its own method, and ``type(self)``'s would call that again (forever); and a
     wrapper put over this dispatcher later (and a dispatcher over that) would call this one again."""
     if name == "__setattr__":
-        settings = frozenset(getattr(profile, "settings", ()))
 
         def dispatch_setattr(self: Any, attr: str, value: Any) -> None:
-            if attr in settings and not in_raw_call(self):
+            if attr in _settings_of(type(self)) and not in_raw_call(self):
                 _tracked_setattr(self, attr, value)
             else:
                 raw_method(type(self), "__setattr__", owner)(self, attr, value)
@@ -348,7 +371,7 @@ def _dispatcher(name: str, owner: type, profile: Profile, replaced: Any = None) 
                 mro = cls.__mro__
                 start = after[cls] = mro[mro.index(owner) + 1] if owner in mro else owner.__mro__[1]
             method = raw_method(cls, name, start)
-        if in_raw_call(self, cls is not owner):
+        if in_raw_call(self, cls is not owner) or not _names(cls, name, profile):
             return method(self, *args, **kwargs)  # (from inside the object's own method, or super()'s from its worker)
         contract = active_contract(self)
         if contract is not None:

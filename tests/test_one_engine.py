@@ -11,6 +11,7 @@ them, each shown failing without the fix (a control) and passing with it.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -21,6 +22,7 @@ import pytest
 
 import streamsafe as ss
 from streamsafe import profile as P
+from streamsafe.calls import raw_method
 from streamsafe.sim import SimBackend
 from streamsafe.testing import VideoSuperRes
 from streamsafe.testing import _kernels as K
@@ -195,6 +197,54 @@ def test_an_sdk_with_only_its_own_calls_is_an_effect_and_says_its_calls(sharpene
     assert callable(c.process) and callable(c.reset)
     with pytest.raises(ss.errors.ArgumentError, match="'run' is not a call of test.Sharpener: its guarded calls are process"):
         c.call("run")
+
+
+class TwoCallSharpener(Sharpener):
+    """A :class:`Sharpener` with a second call, ``sharpen()``, that only a later profile names."""
+
+    def sharpen(self, *, image: Any, stream: int = 0) -> Any:
+        # (the emulation's own run(), past the dispatcher nvvfx's profile put on VideoSuperRes: an SDK's C++ code)
+        return raw_method(VideoSuperRes, "run")(self, image, non_blocking=False, stream_ptr=stream)
+
+
+def _two_call_program(later_names_sharpen: bool) -> tuple[Any, int, int]:
+    """A profile naming ``process`` only is registered and guards a block (the class gets its dispatchers); then a
+    profile naming ``sharpen`` too (or, the control, the first one again) replaces it, and a block calls
+    ``fx.sharpen()`` four times, each output copied on another stream. (the last output, wrong frames, races)"""
+    first = P.register(dataclasses.replace(SHARPENER, name="test.TwoCallSharpener", classes=(TwoCallSharpener,)))
+    later = P.register(dataclasses.replace(first, calls=("process", "sharpen"))) if later_names_sharpen else first
+    try:
+        sim = SimBackend(scheduler="adversarial")
+        fx = TwoCallSharpener(backend=sim)
+        fx.output_width = fx.output_height = 32
+        fx.load()
+        S, C = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+        with sim.use_stream(S):
+            with ss.stream_contract(fx, S, input_stream=S):  # (under the first profile: the dispatchers go on)
+                fx.process(image=_written(sim, _frame(0), S))
+            copies = []
+            with ss.stream_contract(fx, S, input_stream=S):
+                for i in range(4):
+                    out = fx.sharpen(image=_written(sim, _frame(i), S), stream=S.ptr)
+                    copies.append((sim.copy(sim.from_dlpack(out.image, stream=C), C), _want(_frame(i))))
+        sim.synchronize_device(0)
+        wrong = sum(not np.allclose(sim.download(y), w, atol=1.5 / 255) for y, w in copies)
+        return out, wrong, len(sim.races)
+    finally:
+        P.unregister(later)
+        P.unregister(first)
+
+
+def test_a_call_a_later_profile_of_the_same_class_names_is_guarded() -> None:
+    out, wrong, races = _two_call_program(later_names_sharpen=True)
+    assert isinstance(out, ss.SafeOutput)
+    assert (wrong, races) == (0, 0)
+
+
+def test_control_a_call_no_profile_names_is_the_sdks_own_and_races() -> None:
+    out, wrong, races = _two_call_program(later_names_sharpen=False)
+    assert not isinstance(out, ss.SafeOutput)
+    assert races > 0
 
 
 # -- register() checks every field -------------------------------------------------------------------------------
