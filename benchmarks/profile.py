@@ -4,7 +4,7 @@
 
 Commands (each prints a table or a cProfile listing; none is a target):
 
-* ``stub [event|auto] [--general] [-p] [--instructions]`` (any machine): streamsafe's own Python per guarded frame, a
+* ``stub [event|auto] [--general|--declared] [-p] [--instructions]`` (any machine): streamsafe's own Python per guarded frame, a
   null effect on a stub backend whose fences do nothing and a stand-in for torch (the real one is never
   imported), so what is left is the contract's, the ledger's and the import's Python; ``-p`` adds a
   cProfile; ``--instructions`` counts CPU instructions a frame with valgrind's callgrind instead of timing it
@@ -249,7 +249,8 @@ def _instructions(args: argparse.Namespace) -> None:
     lengths = (2000, 10000)
     for frames in lengths:
         command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, str(Path(__file__)),
-                   "stub", args.strategy, "--frames", str(frames), "--loop-only", *(["--general"] if args.general else [])]
+                   "stub", args.strategy, "--frames", str(frames), "--loop-only", *(["--general"] if args.general else []),
+                   *(["--declared"] if args.declared else [])]
         done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"}, check=True)
         counts.append(int(re.search(r"Collected : (\d+)", done.stderr).group(1)))  # type: ignore[union-attr]
     per_frame = (counts[1] - counts[0]) / (lengths[1] - lengths[0])
@@ -271,8 +272,9 @@ def cmd_stub(args: argparse.Namespace) -> None:
         path = "general path (a plain DLPack input, declared input stream)"
     else:
         x = FakeTensor()
-        c = ss.StreamContract(fx, be.sdk, strategy=args.strategy, backend=be)  # type: ignore[arg-type]
-        path = "steady state (a torch-like input)"
+        declared = {"input_stream": be.sdk} if args.declared else {}
+        c = ss.StreamContract(fx, be.sdk, strategy=args.strategy, backend=be, **declared)  # type: ignore[arg-type]
+        path = "steady state (a torch-like input" + (", declared input stream)" if args.declared else ")")
 
     def frame() -> None:
         c.run(x).image.__dlpack__(stream=0x1000)
@@ -617,6 +619,7 @@ def main() -> None:
     p = sub.add_parser("stub", help="streamsafe's own Python per guarded frame, on a stub backend (any machine)")
     p.add_argument("strategy", nargs="?", default="event", choices=["event", "auto", "async", "stream", "device"])
     p.add_argument("--general", action="store_true", help="a plain DLPack input with a declared input stream")
+    p.add_argument("--declared", action="store_true", help="the torch-like input with its stream declared (input_stream=)")
     p.add_argument("--frames", type=int, default=20000)
     p.add_argument("-p", action="store_true", help="also a cProfile of 5,000 frames")
     p.add_argument("--instructions", action="store_true",
