@@ -183,7 +183,7 @@ class _ThreadToken(threading.local):
             _thread_names[self.token] = threading.current_thread().name
 
 
-_token_lock = threading.Lock()
+_token_lock = threading.RLock()  # (re-entrant: the collector may run a finalizer that names a stream inside it)
 _tokens = itertools.count(1)
 _thread_names: dict[int, str] = {}
 _local_token = _ThreadToken()

@@ -25,7 +25,9 @@ class EventPoolStats:
 class EventPool(Generic[E]):
     """Lends events per device; creates one only when none is free, keeps at most ``max_free``.
 
-    Thread-safe. Creating and destroying are the caller's callbacks (driver calls or model objects).
+    Thread-safe, and safe to give events back to from a finalizer (``weakref.finalize``): the collector may run one
+    at any allocation, inside this pool's own lock too, so the lock is re-entrant and each step leaves the lists
+    consistent. Creating and destroying are the caller's callbacks (driver calls or model objects).
     """
 
     def __init__(self, create: Callable[[int], E], destroy: Callable[[E], None], max_free: int = 64) -> None:
@@ -36,7 +38,7 @@ class EventPool(Generic[E]):
         self._max_free = max_free
         self._free: dict[int, list[E]] = {}
         self._stats: dict[int, EventPoolStats] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     def acquire(self, device: int) -> E:
         with self._lock:

@@ -115,7 +115,7 @@ class CudaBackend:
         self._d = _load_driver()
         self._pool: EventPool[CudaEvent] = EventPool(self._create_event, self._destroy_event, max_free_events)
         self._devices: dict[int, _Device] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # (re-entrant: a finalizer gives a pooled stream back at any allocation)
         self._cu_streams: dict[int, Any] = {}
         self._local = threading.local()
         self._stream_pool: dict[tuple[int, bool], list[Stream]] = {}
