@@ -473,11 +473,7 @@ class StreamContract(_Contract):
         """The engine's question: keep the inputs (or the copies the SDK read instead) from reuse while the SDK may
         still read them (H12). Does not block."""
         if frame.copy_stream is not None:
-            if seen and hooks.observers:
-                # sanitize mode: the mirror cannot see torch's allocator wait for the run stream before it reuses a
-                # copy's memory; a keep-alive let go by a completed query orders the host after the SDK's read
-                self.ledger.keepalive.add(list(seen), frame.plan.run_stream, ordering=True)
-            elif seen:
+            if seen:
                 self._inputs.protect(seen, frame.plan.run_stream)
             return
         self._inputs.protect(arrays, frame.plan.run_stream, seen)

@@ -20,6 +20,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
+from . import hooks
 from ._dlpack import DLPACK_CPU, DLPACK_CUDA, backend_own, check_input_device, require_cuda_input
 from .backend import Backend
 from .backend.naming import as_stream
@@ -214,19 +215,25 @@ class Inputs:
     def protect(self, inputs: Sequence[Any], run_stream: Stream, seen: dict[int, Forwarding] | None = None) -> None:
         """H12: keep each input from being recycled while the run stream may still read it: torch's
         ``record_stream`` (the allocator then waits for the run stream), else a keep-alive until an event
-        recorded on the run stream completes. Does not block."""
+        recorded on the run stream completes. In sanitize mode on a GPU a torch input is also kept until a
+        completed query of such an event (the mirror sees that query order the host, not the allocator's own
+        wait: else the memory's next owner would look racy to it). Does not block."""
         if run_stream.thread:
             # A per-thread run stream: the allocator records its event in whichever thread frees the input,
             # where 2 names another stream. The legacy stream follows every thread's per-thread stream.
             run_stream = as_stream(LEGACY_HANDLE, device=run_stream.device, backend=self.backend)
         others = []
+        torch_inputs = []
         for arr in inputs:
             if (TORCH.tensor is not None and type(arr) is TORCH.tensor) or framework_of(arr) == "torch":
                 arr.record_stream(self.torch_stream(run_stream))
+                torch_inputs.append(arr)
             elif _owner(arr) is not None and hasattr(arr, "record_stream"):
                 arr.record_stream(run_stream)
             else:
                 others.append(arr)
+        if torch_inputs and hooks.observers and not self.ledger.resolved_backend().records_accesses:
+            self.ledger.keepalive.add(torch_inputs, run_stream, ordering=True)
         if others:
             self.ledger.keepalive.add(others, run_stream)
             if seen:

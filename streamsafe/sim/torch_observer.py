@@ -9,6 +9,8 @@ mode is on, every torch op on a CUDA tensor whose memory the mirror tracks is re
 on torch's current stream, reading its inputs and writing what the op's schema says it writes. torch's
 own event records and waits, ``Stream.wait_stream`` and host synchronisations are no ops: they are seen by
 :mod:`streamsafe.sim.sync_hooks`, so a fence or a wait the program made itself orders what it orders.
+``Tensor.record_stream`` is an op, but bookkeeping: it is not an access (the caching allocator's wait it asks
+for is not seen either; streamsafe keeps the inputs it protects that way until a query orders the host).
 Nothing is installed outside sanitize mode (no cost then); only the thread that entered sanitize mode is
 observed (torch's dispatch modes are per thread).
 """
@@ -21,6 +23,10 @@ from typing import Any
 from ..backend.naming import as_stream
 
 __all__ = ["TorchAccesses", "observe_torch"]
+
+_BOOKKEEPING = frozenset({"record_stream"})
+"""Ops that touch no memory on a stream (their schema marks a tensor written): ``record_stream`` tells the caching
+allocator which stream to wait for before reusing the memory; it issues nothing."""
 
 
 def observe_torch(mirror: Any) -> Any:
@@ -61,7 +67,7 @@ class TorchAccesses:
 
     def _report(self, func: Any, args: Any, kwargs: Any) -> None:
         tracked = self._mirror.tracked_keys()
-        if not tracked:
+        if not tracked or getattr(getattr(func, "overloadpacket", None), "__name__", None) in _BOOKKEEPING:
             return
         torch = self._torch
         reads: list[int] = []

@@ -221,6 +221,66 @@ def test_control_without_its_wait_for_the_producer_the_race_is_reported(fw: Any,
     assert reader in text and "not ordered after write by 'torch copy_" in text
 
 
+# -- inputs freed as soon as run() returns --------------------------------------------------------------------------
+
+def fresh_inputs(fw: Any, bank: Any, strategy: str, frames: int, seed: int = 2) -> int:
+    """Each frame's input is a new tensor from stream B's pool, written on P (declared: ``input_stream=P``) and dropped
+    as soon as ``run()`` returns; B then fills a scratch tensor of the same size. torch's allocator gives the input's
+    memory to a later tensor of B once the SDK's read is done (it waits for the event ``record_stream`` left there,
+    which the mirror cannot see; B's writes are not ordered after the SDK's read otherwise). Delays on every stream.
+    Returns the corrupt frames."""
+    torch = fw.torch
+    xs, want = bank
+    rng = np.random.default_rng(seed)
+    sr = effect()
+    P, S, B = torch.cuda.Stream(), torch.cuda.Stream(), torch.cuda.Stream()
+    c = ss.StreamContract(sr, S, strategy=strategy, input_stream=P)
+    copies = []
+    with torch.cuda.stream(S):
+        for i in range(frames):
+            with torch.cuda.stream(B):
+                x = torch.empty_like(xs[0])
+            with torch.cuda.stream(P):
+                P.wait_stream(B)  # (the memory may have been B's scratch a moment ago)
+                delay(torch, rng, P, 40)
+                x.copy_(xs[i % 8])
+            delay(torch, rng, S)
+            out = c.run(x)
+            del x  # (the program's last reference)
+            with torch.cuda.stream(B):
+                delay(torch, rng, B, 40)
+                torch.empty_like(xs[0]).fill_(0.5)  # B's own work, in B's pool: where the input's memory comes back
+            copies.append((torch.from_dlpack(out.image).clone(), want[i % 8]))
+    torch.cuda.synchronize()
+    return sum(not torch.allclose(got, w, atol=1.5 / 255) for got, w in copies)
+
+
+@pytest.mark.parametrize("strategy", ["auto", "async"])
+def test_inputs_freed_as_run_returns_run_clean_under_sanitize(fw: Any, bank: Any, strategy: str) -> None:
+    with ss.sanitize() as shadow:
+        bad = fresh_inputs(fw, bank, strategy, FRAMES)
+    print(f"inputs freed each frame under sanitize, {strategy}: {len(shadow.races)} races, {bad} corrupt of {FRAMES}")
+    assert list(shadow.races) == [] and bad == 0
+
+
+def test_control_inputs_freed_as_run_returns_look_racy_when_only_the_allocator_waits(fw: Any, bank: Any,
+                                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamsafe.keepalive import KeepAlive
+
+    add = KeepAlive.add
+
+    def unordered(self: Any, objects: Any, stream: Any, *, ordering: bool = False, stats: Any = None) -> None:
+        if not ordering:  # (the torch inputs' ordered keep-alive dropped: only record_stream keeps them)
+            add(self, objects, stream, stats=stats)
+
+    monkeypatch.setattr(KeepAlive, "add", unordered)
+    with ss.sanitize(), pytest.raises(ss.errors.RaceError) as info:
+        fresh_inputs(fw, bank, "async", FRAMES)
+    text = str(info.value)
+    print(f"control: {text.splitlines()[1][:200]}")
+    assert "torch fill_" in text and "'VideoSuperRes.transfer'" in text
+
+
 SCRIPT = """
 import sys, numpy as np, torch, streamsafe as ss
 from streamsafe.testing import VideoSuperRes
