@@ -40,7 +40,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from . import engine
+from . import engine, lazy
 from .calls import MARK, call_raw, classes_with_originals, forget_originals, in_raw_call, keep_originals, originals, raw_method
 from .construction import recording_init
 from .errors import NotAnEffectError
@@ -147,8 +147,8 @@ def install(cls: type) -> bool:
         saved: dict[str, Any] = {}
         try:
             init = getattr(cls, "__init__", None)  # (its own or inherited)
-            if (existing is None and profile.constructor_keywords and callable(init) and init is not object.__init__
-                    and not getattr(init, MARK, False)):
+            if (profile.constructor_keywords and "__init__" not in (existing or {}) and callable(init)
+                    and init is not object.__init__ and not getattr(init, MARK, False)):
                 saved["__init__"] = cls.__dict__.get("__init__")
                 cls.__init__ = recording_init(init, profile.constructor_keywords, MARK)  # type: ignore[misc]
             for name in (*profile.calls, *profile.releases, "__setattr__"):
@@ -157,7 +157,7 @@ def install(cls: type) -> bool:
                 if existing is not None and name in existing and name not in _replaced(cls, existing):
                     continue
                 saved[name] = cls.__dict__.get(name)
-                dispatcher = _dispatcher(name, cls, profile, saved[name])
+                dispatcher = _dispatcher(name, cls, saved[name])
                 original = raw_method(cls, name)
                 if original is not None and name != "__setattr__":
                     functools.update_wrapper(dispatcher, original)  # help() and signatures show the SDK's
@@ -180,8 +180,14 @@ def _replaced(cls: type, existing: dict[str, Any]) -> list[str]:
 
 
 def _missing(cls: type, existing: dict[str, Any], profile: Profile) -> list[str]:
-    """The calls ``profile`` names that ``cls`` has and no dispatcher stands for (a later profile of the class)."""
-    return [name for name in (*profile.calls, *profile.releases) if name not in existing and hasattr(cls, name)]
+    """The calls ``profile`` names that ``cls`` has and no dispatcher stands for, and its constructor when ``profile``
+    records constructor keywords and none records them yet (a later profile of the class)."""
+    missing = [name for name in (*profile.calls, *profile.releases) if name not in existing and hasattr(cls, name)]
+    init = getattr(cls, "__init__", None)
+    if (profile.constructor_keywords and "__init__" not in existing and init is not object.__init__
+            and not getattr(init, MARK, False)):
+        missing.append("__init__")
+    return missing
 
 
 def _loaded(name: str) -> type | None:
@@ -324,25 +330,31 @@ def _restore(cls: type, name: str, value: Any) -> None:
         pass
 
 
-def _settings_of(cls: type) -> tuple[str, ...]:
-    """The attributes whose change the profile of ``cls`` (now) says releases the output (none: no profile now)."""
+def _profile_now(obj: Any, contract: Any) -> Profile | None:
+    """The profile a plain call on ``obj`` is guarded by: the one ``contract`` (the guard it goes through now) was made
+    with, else the newest registered for its class (``None``: none now). A contract keeps its profile; a later
+    profile of the class guards the contracts made after it."""
+    if contract is not None:
+        return contract.profile  # type: ignore[no-any-return]
     try:
-        return getattr(profile_of(cls), "settings", ())  # type: ignore[no-any-return]
+        return profile_of(obj)  # type: ignore[no-any-return]
     except NotAnEffectError:
-        return ()
+        return None
 
 
-def _names(cls: type, name: str, installed: Profile) -> bool:
-    """Whether the profile of ``cls`` now (the one the dispatcher was put on for, almost always) names the call
-    ``name``: a later profile of the class may name other calls (a dispatcher for a call none names calls through)."""
-    try:
-        now = profile_of(cls)
-    except NotAnEffectError:
-        return False
-    return now is installed or name in now.calls or name in now.releases
+def _lazy_guard(name: str, obj: Any) -> Any:
+    """The guard that holds ``obj`` now and takes its lazy call ``name`` step by step, or ``None``."""
+    contract = active_contract(obj)
+    return contract if contract is not None and name in getattr(contract.profile, "lazy", ()) else None
 
 
-def _dispatcher(name: str, owner: type, profile: Profile, replaced: Any = None) -> Callable[..., Any]:
+def _names(profile: Profile | None, name: str) -> bool:
+    """Whether ``profile`` names ``name`` a guarded or a releasing call (a dispatcher for a call it does not name, put on
+    for another profile of the class, calls the SDK's method through)."""
+    return profile is not None and (name in profile.calls or name in profile.releases)
+
+
+def _dispatcher(name: str, owner: type, replaced: Any = None) -> Callable[..., Any]:
     """The dispatcher of ``owner.name``, standing in for ``replaced`` (what ``owner.__dict__`` held; ``None``: it
     was inherited). Where it calls the SDK's own method, it calls ``replaced``, else the one ``super()`` would reach
     from ``owner`` in ``type(self)``'s MRO, not ``type(self)``'s: a subclass whose ``run()`` calls ``super().run()``
@@ -351,10 +363,12 @@ def _dispatcher(name: str, owner: type, profile: Profile, replaced: Any = None) 
     if name == "__setattr__":
 
         def dispatch_setattr(self: Any, attr: str, value: Any) -> None:
-            if attr in _settings_of(type(self)) and not in_raw_call(self):
-                _tracked_setattr(self, attr, value)
-            else:
-                raw_method(type(self), "__setattr__", owner)(self, attr, value)
+            if not in_raw_call(self):
+                block = _block_contract(self)  # (an open block's contract keeps its profile; no class guard's is made)
+                if attr in getattr(_profile_now(self, block), "settings", ()):
+                    _tracked_setattr(self, attr, value, block if block is not None else active_contract(self))
+                    return
+            raw_method(type(self), "__setattr__", owner)(self, attr, value)
 
         setattr(dispatch_setattr, MARK, True)
         return dispatch_setattr
@@ -371,9 +385,15 @@ def _dispatcher(name: str, owner: type, profile: Profile, replaced: Any = None) 
                 mro = cls.__mro__
                 start = after[cls] = mro[mro.index(owner) + 1] if owner in mro else owner.__mro__[1]
             method = raw_method(cls, name, start)
-        if in_raw_call(self, cls is not owner) or not _names(cls, name, profile):
+        if in_raw_call(self, cls is not owner):
             return method(self, *args, **kwargs)  # (from inside the object's own method, or super()'s from its worker)
         contract = active_contract(self)
+        if contract is not None and not _names(contract.profile, name):
+            return method(self, *args, **kwargs)  # (a call of a later profile of the class: not this contract's)
+        if contract is None and name in getattr(_profile_now(self, None), "lazy", ()):
+            # a lazy call no guard holds (frames = container.decode() before the block): each step is guarded by the
+            # guard that holds the object when it is taken
+            return lazy.deferred(self, call_raw(self, method, args, kwargs), name, functools.partial(_lazy_guard, name))
         if contract is not None:
             # reached by super() from a subclass's method no dispatcher wrapped (a class guard's first call on a
             # subclass): the contract runs this method, not type(self)'s, which is running already
@@ -384,7 +404,10 @@ def _dispatcher(name: str, owner: type, profile: Profile, replaced: Any = None) 
             # never guarded: nothing to order, and a call the object makes from inside finds no guard and no ledger
             # either (the common case of an unguarded instance of a guarded class: about a microsecond less a call)
             return method(self, *args, **kwargs)
-        return tracked_call(self, ledger, profile_of(self), name, method, args, kwargs)
+        now = _profile_now(self, None)
+        if now is None or not _names(now, name):
+            return method(self, *args, **kwargs)  # (no profile of the class names the call now)
+        return tracked_call(self, ledger, now, name, method, args, kwargs)
 
     dispatch.__name__ = name
     setattr(dispatch, MARK, True)
@@ -455,14 +478,23 @@ def _newest_of_this_thread(blocks: list[_Block], *, suspendable_too: bool) -> _B
     return None
 
 
-def active_contract(obj: Any) -> Any:
-    """The contract a plain call on ``obj`` goes through now, or ``None``: the innermost open guard block whose
-    code makes the call (:func:`push`), else a class guard (every thread's)."""
+def _block_contract(obj: Any) -> Any:
+    """The contract of the innermost open guard block whose code makes a call on ``obj`` now (:func:`push`), or
+    ``None``."""
     blocks = _open.get(id(obj))
     if blocks:
         block = _running_block(blocks, id(obj))
         if block is not None:
             return block.contract
+    return None
+
+
+def active_contract(obj: Any) -> Any:
+    """The contract a plain call on ``obj`` goes through now, or ``None``: the innermost open guard block whose
+    code makes the call (:func:`push`), else a class guard (every thread's: it makes one for ``obj`` if it has none)."""
+    contract = _block_contract(obj)
+    if contract is not None:
+        return contract
     if _class_guards:
         for base in type(obj).__mro__:
             cg = _class_guards.get(base)
@@ -614,8 +646,7 @@ def tracked_call(obj: Any, ledger: Ledger, profile: Profile, name: str, method: 
                        obj, method, name, args, kwargs)
 
 
-def _tracked_setattr(effect: Any, attr: str, value: Any) -> None:
-    contract = active_contract(effect)
+def _tracked_setattr(effect: Any, attr: str, value: Any, contract: Any) -> None:
     if contract is not None:
         contract.configure(**{attr: value})
         return

@@ -7,16 +7,21 @@ of its own through the engine (:mod:`streamsafe.engine`: the object's turn, the 
 after it, its frames guarded by the caller's output), so the program between two steps holds no turn and the
 frames come out as they are made. The SDK's iterator ending (``StopIteration``) is no call: it ends the
 generator; closing the generator closes the SDK's iterator. Blocks as each step of the SDK's does.
+
+A lazy call made where no guard holds the object (``frames = container.decode()`` before the block that reads
+them) returns :func:`deferred` steps: each is guarded by the guard that holds the object when it is taken, else
+is the SDK's own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import engine
+from .calls import call_raw
 
-__all__ = ["steps"]
+__all__ = ["deferred", "steps"]
 
 
 def _advance(obj: Any, iterator: Iterator[Any]) -> Any:
@@ -32,6 +37,25 @@ def steps(caller: engine.Caller, obj: Any, iterator: Any, name: str) -> Iterator
         while True:
             try:
                 out = engine.call(caller, obj, _advance, name, (it,), {})
+            except StopIteration:
+                return
+            yield out
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+
+
+def deferred(obj: Any, iterator: Any, name: str, guard_of: Callable[[Any], engine.Caller | None]) -> Iterator[Any]:
+    """The result of a lazy call ``name`` of ``obj`` made where no guard held it: each step of the SDK's ``iterator``
+    is a guarded call of ``guard_of(obj)``, the guard that holds ``obj`` when the step is taken (see
+    :func:`steps`), or the SDK's own step where none does."""
+    it = iter(iterator)
+    try:
+        while True:
+            caller = guard_of(obj)
+            try:
+                out = call_raw(obj, _advance, (it,), {}) if caller is None else engine.call(caller, obj, _advance, name, (it,), {})
             except StopIteration:
                 return
             yield out

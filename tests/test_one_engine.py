@@ -247,6 +247,100 @@ def test_control_a_call_no_profile_names_is_the_sdks_own_and_races() -> None:
     assert races > 0
 
 
+def _two_call_setup() -> tuple[SimBackend, TwoCallSharpener, ss.Stream, ss.Stream]:
+    sim = SimBackend(scheduler="adversarial")
+    fx = TwoCallSharpener(backend=sim)
+    fx.output_width = fx.output_height = 32
+    fx.load()
+    return sim, fx, sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+
+
+def test_an_open_block_keeps_its_contracts_profile_when_a_later_one_is_registered() -> None:
+    """A block made under a profile naming ``process`` (and ``image_encoding`` among its settings); inside it a later
+    profile of the class names only ``sharpen`` and no settings. The block still guards ``process()`` and a change
+    of ``output_width`` (the host waits for the copy on C first). Before, the block's ``process()`` went unguarded
+    (3 of 4 wrong)."""
+    first = P.register(dataclasses.replace(SHARPENER, name="test.TwoCallSharpener", classes=(TwoCallSharpener,),
+                                           settings=("output_width", "output_height", "image_encoding")))
+    later = None
+    try:
+        sim, fx, S, C = _two_call_setup()
+        copies = []
+        with sim.use_stream(S), ss.stream_contract(fx, S, input_stream=S):
+            fx.process(image=_written(sim, _frame(0), S))
+            later = P.register(dataclasses.replace(first, calls=("sharpen",), settings=()))
+            for i in range(4):
+                out = fx.process(image=_written(sim, _frame(i), S))
+                assert isinstance(out, ss.SafeOutput)
+                copies.append((sim.copy(sim.from_dlpack(out.image, stream=C), C), _want(_frame(i))))
+            fx.image_encoding = fx.image_encoding  # (no change: nothing to release)
+            copies.append((sim.copy(sim.from_dlpack(fx.process(image=_written(sim, _frame(5), S)).image, stream=C), C),
+                           _want(_frame(5))))
+            fx.output_width = 64  # (a reader on C: the host waits for it before the buffer may go)
+        sim.synchronize_device(0)
+        assert [np.allclose(sim.download(y), w, atol=1.5 / 255) for y, w in copies] == [True] * 5
+        assert sim.races == []
+    finally:
+        if later is not None:
+            P.unregister(later)
+        P.unregister(first)
+
+
+def test_a_call_only_a_later_profile_names_calls_through_an_older_contracts_block() -> None:
+    """Not the block's contract's call: the SDK's own, as before the later profile (it raised ``ArgumentError``)."""
+    first = P.register(dataclasses.replace(SHARPENER, name="test.TwoCallSharpener", classes=(TwoCallSharpener,)))
+    later = None
+    try:
+        sim, fx, S, _ = _two_call_setup()
+        with sim.use_stream(S), ss.stream_contract(fx, S, input_stream=S) as c:
+            later = P.register(dataclasses.replace(first, calls=("process", "sharpen")))
+            out = fx.sharpen(image=_written(sim, _frame(0), S), stream=S.ptr)
+        assert not isinstance(out, ss.SafeOutput) and c.stats["runs"] == 0
+    finally:
+        if later is not None:
+            P.unregister(later)
+        P.unregister(first)
+
+
+def test_a_contract_made_under_a_profile_guards_its_calls_after_it_is_unregistered() -> None:
+    first = P.register(dataclasses.replace(SHARPENER, name="test.TwoCallSharpener", classes=(TwoCallSharpener,)))
+    both = P.register(dataclasses.replace(first, calls=("process", "sharpen")))
+    try:
+        sim, fx, S, C = _two_call_setup()
+        copies = []
+        with sim.use_stream(S), ss.stream_contract(fx, S, input_stream=S):
+            P.unregister(both)
+            for i in range(4):
+                out = fx.sharpen(image=_written(sim, _frame(i), S), stream=S.ptr)
+                assert isinstance(out, ss.SafeOutput)
+                copies.append((sim.copy(sim.from_dlpack(out.image, stream=C), C), _want(_frame(i))))
+        sim.synchronize_device(0)
+        assert [np.allclose(sim.download(y), w, atol=1.5 / 255) for y, w in copies] == [True] * 4
+        assert sim.races == []
+    finally:
+        P.unregister(both)
+        P.unregister(first)
+
+
+def test_a_later_profile_with_constructor_keywords_records_them() -> None:
+    from streamsafe.construction import made_with
+
+    class Decoder:
+        def __init__(self, cuda_stream: int = 0) -> None:
+            pass
+
+        def get(self) -> list[Any]:
+            return []
+
+    first = P.register(P.PoolProfile(name="test.Decoder", classes=(Decoder,), calls=("get",)))
+    later = P.register(P.PoolProfile(name="test.Decoder", classes=(Decoder,), calls=("get",), constructor_keywords=("cuda_stream",)))
+    try:
+        assert made_with(Decoder(cuda_stream=7), "cuda_stream") == 7
+    finally:
+        P.unregister(later)
+        P.unregister(first)
+
+
 # -- register() checks every field -------------------------------------------------------------------------------
 
 

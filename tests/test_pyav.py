@@ -137,6 +137,28 @@ def test_a_guard_block_orders_every_frame(pyav: Any, sim: SimBackend, clip: str,
         assert inside["device_syncs"] >= FRAMES - 2
 
 
+@pytest.mark.parametrize("guarded", [True, False], ids=["block", "control-no-block"])
+def test_frames_of_a_decode_made_before_the_block_are_guarded_in_it(pyav: Any, sim: SimBackend, clip: str,
+                                                                     guarded: bool) -> None:
+    """``frames = container.decode(video=0)`` before the block, iterated inside it: each step is guarded by the block
+    open when it is taken (it gave PyAV's raw frames: 38 of 40 wrong). The control iterates with no block: it races."""
+    container = _open(pyav, clip)
+    consumer = Consumer(sim, clip)
+    frames = container.decode(video=0)
+    if guarded:
+        with ss.stream_contract(container) as c:
+            for frame in frames:
+                assert isinstance(frame, ss.SafeFrame)
+                consumer.take(frame)
+        assert c.stats["runs"] == FRAMES
+        assert (consumer.wrong(), sim.races) == (0, [])
+    else:
+        for frame in frames:
+            assert not isinstance(frame, ss.SafeFrame)
+            consumer.take(frame)
+        assert consumer.wrong() > FRAMES // 2 and sim.races
+
+
 @pytest.mark.parametrize("scheduler", ["in-order", "random"])
 def test_a_surface_goes_back_once_its_reads_are_done(pyav: Any, clip: str, scheduler: str) -> None:
     """Where the reads complete as the program goes (not the adversarial order), surfaces are reused: the release is
