@@ -32,24 +32,13 @@ def _advance(obj: Any, iterator: Iterator[Any]) -> Any:
 def steps(caller: engine.Caller, obj: Any, iterator: Any, name: str) -> Iterator[Any]:
     """The guarded result of a lazy call ``name`` of ``obj``: each step of the SDK's ``iterator`` made as a guarded
     call of ``caller`` (see the module docstring), its output what ``caller`` makes of the step's result."""
-    it = iter(iterator)
-    try:
-        while True:
-            try:
-                out = engine.call(caller, obj, _advance, name, (it,), {})
-            except StopIteration:
-                return
-            yield out
-    finally:
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
+    return deferred(obj, iterator, name, lambda _: caller)
 
 
 def deferred(obj: Any, iterator: Any, name: str, guard_of: Callable[[Any], engine.Caller | None]) -> Iterator[Any]:
-    """The result of a lazy call ``name`` of ``obj`` made where no guard held it: each step of the SDK's ``iterator``
-    is a guarded call of ``guard_of(obj)``, the guard that holds ``obj`` when the step is taken (see
-    :func:`steps`), or the SDK's own step where none does."""
+    """The result of a lazy call ``name`` of ``obj``: each step of the SDK's ``iterator`` is a guarded call of
+    ``guard_of(obj)``, the guard that holds ``obj`` when the step is taken (see the module docstring), or the SDK's
+    own step where none does (a call made where no guard held ``obj``)."""
     it = iter(iterator)
     try:
         while True:
