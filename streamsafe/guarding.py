@@ -388,25 +388,24 @@ def _dispatcher(name: str, owner: type, replaced: Any = None) -> Callable[..., A
         if in_raw_call(self, cls is not owner):
             return method(self, *args, **kwargs)  # (from inside the object's own method, or super()'s from its worker)
         contract = active_contract(self)
-        if contract is not None and not _names(contract.profile, name):
-            return method(self, *args, **kwargs)  # (a call of a later profile of the class: not this contract's)
-        if contract is None and name in getattr(_profile_now(self, None), "lazy", ()):
-            # a lazy call no guard holds (frames = container.decode() before the block): each step is guarded by the
-            # guard that holds the object when it is taken
-            return lazy.deferred(self, call_raw(self, method, args, kwargs), name, functools.partial(_lazy_guard, name))
         if contract is not None:
+            if not _names(contract.profile, name):
+                return method(self, *args, **kwargs)  # (a call of a later profile of the class: not this contract's)
             # reached by super() from a subclass's method no dispatcher wrapped (a class guard's first call on a
             # subclass): the contract runs this method, not type(self)'s, which is running already
             own = cls is owner or method is raw_method(cls, name)
             return contract.guarded_call(name, args, kwargs, None if own else method)
-        ledger = ledger_of(self, create=False)
-        if ledger is None:
-            # never guarded: nothing to order, and a call the object makes from inside finds no guard and no ledger
-            # either (the common case of an unguarded instance of a guarded class: about a microsecond less a call)
-            return method(self, *args, **kwargs)
         now = _profile_now(self, None)
-        if now is None or not _names(now, name):
-            return method(self, *args, **kwargs)  # (no profile of the class names the call now)
+        if now is not None and name in getattr(now, "lazy", ()):
+            # a lazy call no guard holds (frames = container.decode() before the block): each step is guarded by the
+            # guard that holds the object when it is taken
+            return lazy.deferred(self, call_raw(self, method, args, kwargs), name, functools.partial(_lazy_guard, name))
+        ledger = ledger_of(self, create=False)
+        if ledger is None or now is None or not _names(now, name):
+            # never guarded (nothing to order, and a call the object makes from inside finds no guard and no ledger
+            # either: an unguarded instance of a guarded class pays about a microsecond), or no profile of the
+            # class names the call now
+            return method(self, *args, **kwargs)
         return tracked_call(self, ledger, now, name, method, args, kwargs)
 
     dispatch.__name__ = name

@@ -223,17 +223,19 @@ class Inputs:
             # where 2 names another stream. The legacy stream follows every thread's per-thread stream.
             run_stream = as_stream(LEGACY_HANDLE, device=run_stream.device, backend=self.backend)
         others = []
-        torch_inputs = []
+        # (sanitize mode on a GPU: the torch inputs are kept until a completed query too; no list otherwise)
+        ordered: list[Any] | None = [] if hooks.observers and not self.ledger.resolved_backend().records_accesses else None
         for arr in inputs:
             if (TORCH.tensor is not None and type(arr) is TORCH.tensor) or framework_of(arr) == "torch":
                 arr.record_stream(self.torch_stream(run_stream))
-                torch_inputs.append(arr)
+                if ordered is not None:
+                    ordered.append(arr)
             elif _owner(arr) is not None and hasattr(arr, "record_stream"):
                 arr.record_stream(run_stream)
             else:
                 others.append(arr)
-        if torch_inputs and hooks.observers and not self.ledger.resolved_backend().records_accesses:
-            self.ledger.keepalive.add(torch_inputs, run_stream, ordering=True)
+        if ordered:
+            self.ledger.keepalive.add(ordered, run_stream, ordering=True)
         if others:
             self.ledger.keepalive.add(others, run_stream)
             if seen:
