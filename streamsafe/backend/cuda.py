@@ -442,30 +442,35 @@ class CudaBackend:
             return run_one_by_one
         ctx = self._device(contexts.pop()).ctx
         ctx_int = int(ctx)
-        if held:
-            box = ctypes.c_void_p()  # one per program: a program runs under its effect's thread rule
-            ref, get_raw = ctypes.byref(box), held.cuCtxGetCurrent
 
-            def current_int() -> int | None:
-                return box.value if get_raw(ref) == 0 else None
-        else:
-            get_current = d.cuCtxGetCurrent
-
-            def current_int() -> int | None:
-                current = get_current()[1]
-                return None if current is None else int(current)
-
-        def run_in_context() -> None:
-            if current_int() == ctx_int:
-                run()
-                return
+        def run_pushed() -> None:
             _check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
             try:
                 run()
             finally:
                 _check(d.cuCtxPopCurrent(), "cuCtxPopCurrent")
 
-        return run_in_context
+        if held:
+            box = ctypes.c_void_p()  # one per program: a program runs under its effect's thread rule
+            ref, get_raw = ctypes.byref(box), held.cuCtxGetCurrent
+
+            def run_in_context() -> None:  # (the context asked for inline: this runs on every steady frame)
+                if get_raw(ref) == 0 and box.value == ctx_int:
+                    run()
+                else:
+                    run_pushed()
+
+            return run_in_context
+        get_current = d.cuCtxGetCurrent
+
+        def run_in_context_bindings() -> None:
+            current = get_current()[1]
+            if current is not None and int(current) == ctx_int:
+                run()
+            else:
+                run_pushed()
+
+        return run_in_context_bindings
 
     def __repr__(self) -> str:
         return f"CudaBackend(devices={self._count})"
