@@ -53,6 +53,10 @@ def new_stats() -> dict[str, int]:
     return {"runs": 0, "fences": 0, "host_waits": 0, "device_syncs": 0, "sdk_waits": 0, "input_copies": 0}
 
 
+TAGS_KEPT = 256
+"""How many view tags a buffer holds before it first drops those of views that died (see :meth:`Buffer.tag_view`)."""
+
+
 class Buffer:
     """The ordering state of one buffer of ``ledger``'s SDK object (see the module docstring)."""
 
@@ -74,8 +78,9 @@ class Buffer:
         """Events recorded on outstanding readers that no longer read (see :meth:`retire_outstanding`)."""
         self.release_generation = 0
         """The generation the last release started: views of an older one may point at freed memory."""
-        self.tagged: weakref.WeakKeyDictionary[Any, int] | None = None
-        """Zero-copy views handed out by a copy helper (``out.torch(copy=False)``), with their generation."""
+        self.tagged: dict[int, tuple[weakref.ref[Any], int]] | None = None
+        """Zero-copy views handed out by a copy helper (``out.torch(copy=False)``) by identity: a weak reference to
+        each and its generation (:meth:`tag_view`)."""
         self.stats: dict[str, int] = new_stats()
         """The counters of the guard that wrote the current contents (its import fences count there)."""
         self.default_consumer: Stream | None = None
@@ -207,24 +212,33 @@ class Buffer:
             self.readers.pop(stream, None)
 
     def tag_view(self, view: Any, generation: int) -> None:
-        """Remember that ``view`` (a framework's array object) is a zero-copy view of contents ``generation``."""
+        """Remember that ``view`` (a framework's array object) is a zero-copy view of contents ``generation``. Kept by
+        identity with a weak reference and no callback (a view's death costs nothing; dead entries go when there
+        are :data:`TAGS_KEPT`, twice that, ...); a view that cannot be weakly referenced is not tagged (the memory's
+        address still tells, :func:`streamsafe.views.read_by`)."""
+        try:
+            ref = weakref.ref(view)
+        except TypeError:
+            return
         tagged = self.tagged
         if tagged is None:
-            tagged = self.tagged = weakref.WeakKeyDictionary()
-        try:
-            tagged[view] = generation
-        except TypeError:  # (not weakly referenceable: the memory's address still tells, streamsafe.views.read_by)
-            pass
+            tagged = self.tagged = {}
+        else:
+            n = len(tagged)
+            if n >= TAGS_KEPT and not n & (n - 1):  # (at 256, 512, ...: the scans cost O(1) a tag over time)
+                for key in [k for k, (r, _) in tagged.items() if r() is None]:
+                    del tagged[key]
+        tagged[id(view)] = (ref, generation)
 
     def tagged_generation(self, view: Any) -> int | None:
         """The generation ``view`` was tagged with by :meth:`tag_view`, else ``None``."""
         tagged = self.tagged
         if not tagged:
             return None
-        try:
-            return tagged.get(view)
-        except TypeError:
+        entry = tagged.get(id(view))
+        if entry is None or entry[0]() is not view:  # (an id outlives its object: a new object there is not tagged)
             return None
+        return entry[1]
 
     # -- writes and releases -------------------------------------------------------------------------------
 

@@ -162,6 +162,50 @@ def test_out_torch_without_a_stream_copies_in_order_on_the_current_stream(torch_
         assert results["none"] > 0
 
 
+@pytest.mark.parametrize("tags", ["tagged", "control-untagged"])
+def test_a_view_passed_on_after_the_next_run_is_refused_by_its_tag(torch_cuda, frames, monkeypatch, tags: str) -> None:  # type: ignore[no-untyped-def]
+    """Every ``out.torch(copy=False)`` view of an effect points at the same memory (the SDK's one buffer), so the
+    address alone names the newest output: only the view's tag says an older view is stale. Passed to another
+    effect after its effect ran again, the older view is refused; the newest is read. Control: with the tags
+    off, the stale view goes through as if current."""
+    torch = torch_cuda
+    from streamsafe.buffers import Buffer
+    from streamsafe.testing import VideoSuperRes
+
+    if tags != "tagged":
+        monkeypatch.setattr(Buffer, "tag_view", lambda self, view, generation: None)
+    be = ss.CudaBackend()
+
+    def effect() -> Any:
+        sr = VideoSuperRes(backend=be)
+        sr.output_width, sr.output_height = OW, OH
+        sr.load()
+        return sr
+
+    side = torch.cuda.Stream()
+    x = torch.from_numpy(frames[0][0]).cuda()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        first, second = ss.StreamContract(effect(), side), ss.StreamContract(effect(), side)
+        old = first.run(x).torch(copy=False)
+        new = first.run(x).torch(copy=False)
+        assert old.data_ptr() == new.data_ptr()
+        refused = None
+        try:
+            second.run(old)
+        except ss.errors.StaleOutputError as e:
+            refused = e
+        except Exception:  # noqa: BLE001 (the effect may refuse the view's dtype: past the view check, so not refused as stale)
+            pass
+    torch.cuda.synchronize()
+    first.close()
+    second.close()
+    if tags == "tagged":
+        assert refused is not None and "#1" in str(refused), refused
+    else:
+        assert refused is None, "the control refused the stale view without its tag: the test above shows nothing"
+
+
 def test_seed_samples_run_inside_a_contract_without_device_syncs(torch_cuda, frames) -> None:  # type: ignore[no-untyped-def]
     cupy = pytest.importorskip("cupy")
     jax = pytest.importorskip("jax")

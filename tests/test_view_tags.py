@@ -1,0 +1,76 @@
+"""A buffer's tags of the zero-copy views its copy helpers hand out (``out.torch(copy=False)``): by identity, held
+weakly, each with the generation it shows. A tag makes a stale view passed on late an exact refusal
+(``streamsafe.views.read_by``); it must never name another object, and must not keep its view alive."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+import streamsafe as ss
+from streamsafe.buffers import TAGS_KEPT
+from streamsafe.testing import VideoSuperRes
+
+
+class View:
+    """A framework's array object as far as a tag sees it (weakly referenceable; equality elementwise in torch)."""
+
+    def __eq__(self, other: object) -> bool:
+        raise AssertionError("a tag compares views by identity, never with ==")
+
+    __hash__ = object.__hash__
+
+
+def buffer() -> ss.buffers.Buffer:
+    sim = ss.sim.SimBackend()
+    sr = VideoSuperRes(backend=sim)
+    sr.output_width, sr.output_height = 32, 32
+    sr.load()
+    return ss.StreamContract(sr, sim.create_stream(non_blocking=True)).ledger.output
+
+
+def test_a_tag_names_its_view_and_no_other_object() -> None:
+    b = buffer()
+    a, other = View(), View()
+    b.tag_view(a, 3)
+    assert b.tagged_generation(a) == 3
+    assert b.tagged_generation(other) is None
+    b.tag_view(a, 4)  # (the same view tagged again: the newer generation)
+    assert b.tagged_generation(a) == 4
+
+
+def test_a_tag_keeps_no_view_alive_and_a_recycled_address_is_not_tagged() -> None:
+    b = buffer()
+    a = View()
+    b.tag_view(a, 1)
+    ident, alive = id(a), weakref.ref(a)
+    del a
+    gc.collect()
+    assert alive() is None, "the tag kept its view alive"
+    reused = []
+    for _ in range(1000):  # (CPython hands freed memory out again: a new object gets the dead view's id)
+        v = View()
+        reused.append(v)
+        if id(v) == ident:
+            assert b.tagged_generation(v) is None, "a new object at a dead view's address read as tagged"
+            return
+    pytest.skip("no new object took the dead view's address in this run")
+
+
+def test_a_view_that_cannot_be_weakly_referenced_is_not_tagged() -> None:
+    b = buffer()
+    b.tag_view(7, 1)  # (an int: no weak reference; the memory's address still tells for real views)
+    assert b.tagged_generation(7) is None
+
+
+def test_tags_of_dead_views_go_and_live_ones_stay() -> None:
+    b = buffer()
+    live = [View() for _ in range(10)]
+    for i, v in enumerate(live):
+        b.tag_view(v, i)
+    for i in range(TAGS_KEPT * 4):  # views that die at once, as a pipeline's do
+        b.tag_view(View(), 100 + i)
+    assert b.tagged is not None and len(b.tagged) <= TAGS_KEPT + len(live)
+    assert [b.tagged_generation(v) for v in live] == list(range(10))
