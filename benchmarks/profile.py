@@ -10,6 +10,12 @@ Commands (each prints a table or a cProfile listing; none is a target):
   cProfile; ``--instructions`` counts CPU instructions a frame with valgrind's callgrind instead of timing it
   (within a few percent from run to run, whatever else the machine is doing). Compare two trees side by
   side on one machine with it.
+* ``parts [event|auto] [--gpu] [--blocks N]`` (any machine; ``--gpu`` on a GPU): what each of a steady frame's
+  per-call guarantees costs. The declared frame (``c.run(x).torch(copy=False)``) is timed whole and with one
+  guarantee turned off at a time (the steady-frame lookup, the inputs' check against views of outputs, the
+  device-sharing note, the raw-call mark, the view's tag and its registry entry), then with all of them off,
+  in interleaved blocks. A diagnostic: each row but the first is unsafe. Without ``--gpu``: the stub backend
+  and the stand-in for torch of ``stub``.
 * ``contract [event|auto] [--frames N]`` (GPU): a cProfile of ``contract.run()`` + ``torch.from_dlpack(out.image)``
   with ``contract_overhead.py``'s null effect on a torch side stream, and the loop's wall time a frame.
 * ``paths [auto|event ...] [--rounds N] [--no-gc]`` (GPU): one guarded frame by each way out of it (no
@@ -35,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import functools
 import statistics
 import sys
 import time
@@ -230,6 +237,7 @@ def _install_fake_torch() -> bool:
     torch.empty_strided = lambda size, stride, dtype=None, device=None: FakeTensor()  # type: ignore[attr-defined]
     torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: 0x1000, _cuda_getDevice=lambda: 0)  # type: ignore[attr-defined]
     torch.Tensor = FakeTensor  # type: ignore[attr-defined]
+    torch.from_dlpack = lambda capsule: FakeTensor()  # type: ignore[attr-defined]  # (out.torch(copy=False): a fresh view)
     sys.modules["torch"] = torch
     return True
 
@@ -341,6 +349,100 @@ def cmd_contract(args: argparse.Namespace) -> None:
     torch.cuda.synchronize()
     print(f"strategy {args.strategy}: {per:.1f} us per frame (run + torch import of out.image), {args.frames} frames")
     pstats.Stats(profile).sort_stats("tottime").print_stats(30)
+
+
+# -- parts: what each per-call guarantee of a steady frame costs ------------------------------------------
+
+
+def _parts() -> dict[str, list[tuple[Any, str, Any]]]:
+    """Each guarantee a steady frame pays for on every call, as the patches that turn it off (unsafe: timing only)."""
+    from streamsafe import buffers, engine, occupancy, steady, views
+
+    real_find = steady.SteadyFrames.find
+    found: dict[int, Any] = {}
+
+    def same_frame(self: Any, *args: Any) -> Any:  # (the frame the lookup gave the first time, with no lookup after)
+        frame = found.get(id(self))
+        if frame is None:
+            frame = found[id(self)] = real_find(self, *args)
+        return frame
+
+    parts = {
+        "steady-frame lookup (facts, ledger state, settings)": [(steady.SteadyFrames, "find", same_frame)],
+        "inputs checked against views of outputs (H7)": [(views, "read_inputs", lambda arrays, ledger, stream: None)],
+        "device-sharing note (auto's choice)": [(occupancy, "note_run", lambda device: False)],
+        "raw-call mark (calls from inside the SDK's call through)": [
+            (engine, "call_raw", lambda obj, method, args, kwargs: method(obj, *args, **kwargs))],
+        "view tag (a view passed on late is refused)": [(buffers.Buffer, "tag_view", lambda self, view, generation: None)],
+        "views registry entry (a stale view as an input is refused)": [(views, "add", lambda key, buffer, generation: None)],
+    }
+    for patches in parts.values():
+        for owner, name, _ in patches:
+            if not callable(getattr(owner, name, None)):  # (the tool follows the code: a part that moved is an error)
+                raise RuntimeError(f"profile.py parts: {owner.__name__}.{name} is gone; update the part it turns off")
+    parts["all of the above"] = [p for patches in list(parts.values()) for p in patches]
+    return parts
+
+
+@contextlib.contextmanager
+def _patched(patches: list[tuple[Any, str, Any]]) -> Any:
+    saved = [(owner, name, owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)) for owner, name, _ in patches]
+    try:
+        for owner, name, value in patches:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
+
+
+def cmd_parts(args: argparse.Namespace) -> None:
+    from _timing import interleave
+
+    if args.gpu:
+        import torch
+        from contract_overhead import NullSuperRes
+
+        import streamsafe as ss
+
+        torch.cuda.set_device(0)
+        side = torch.cuda.Stream()
+        x: Any = torch.zeros(3, 16, 16, device="cuda")
+        with torch.cuda.stream(side):
+            c = ss.StreamContract(NullSuperRes(torch.zeros(3, 32, 32, device="cuda")), side, strategy=args.strategy, input_stream=side)
+        stream: Any = torch.cuda.stream(side)
+        sync = torch.cuda.synchronize
+    else:
+        if not _install_fake_torch():
+            sys.exit("profile.py parts: torch is imported in this process; run it with --gpu, or in a process without torch")
+        import streamsafe as ss
+
+        be = StubBackend()
+        x = FakeTensor()
+        c = ss.StreamContract(StubSuperRes(), be.sdk, strategy=args.strategy, backend=be, input_stream=be.sdk)  # type: ignore[arg-type]
+        stream = contextlib.nullcontext()
+        sync = lambda: None  # noqa: E731
+
+    def frame() -> None:
+        c.run(x).torch(copy=False)
+
+    parts = _parts()
+    rows = {"whole frame": frame, **{name: frame for name in parts}}
+    contexts = {name: functools.partial(_patched, patches) for name, patches in parts.items()}
+    with stream:
+        runs = c.stats["runs"]
+        samples = interleave(rows, blocks=args.blocks, per_block=args.per_block, warmup=2000, sync=sync, contexts=contexts)
+        if c.stats["runs"] - runs != len(rows) * (2000 + args.blocks * args.per_block):
+            raise RuntimeError("profile.py parts: the frames did not all go through the contract")
+        sync()
+    whole = statistics.median(samples["whole frame"])
+    where = "on this GPU" if args.gpu else "on the stub backend (streamsafe's Python only)"
+    print(f"strategy {args.strategy}, a declared steady frame (run + out.torch(copy=False)) {where}: host us a frame, "
+          f"median of {args.blocks} interleaved blocks of {args.per_block}; each row below the first turns one guarantee off (unsafe)")
+    print(f"  {'':<60} {'us':>7} {'saved':>7}")
+    for name, xs in samples.items():
+        m = statistics.median(xs)
+        print(f"  {name:<60} {m:7.2f} {'' if name == 'whole frame' else f'{whole - m:7.2f}'}")
 
 
 # -- paths: each way out of a guarded frame ---------------------------------------------------------------
@@ -626,6 +728,12 @@ def main() -> None:
                    help="CPU instructions per frame instead of microseconds (callgrind: repeatable on a noisy machine)")
     p.add_argument("--loop-only", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(fn=cmd_stub)
+    p = sub.add_parser("parts", help="what each per-call guarantee of a steady frame costs (any machine; --gpu)")
+    p.add_argument("strategy", nargs="?", default="event", choices=["event", "auto"])
+    p.add_argument("--gpu", action="store_true", help="torch and the CUDA driver, contract_overhead.py's null effect")
+    p.add_argument("--blocks", type=int, default=15)
+    p.add_argument("--per-block", type=int, default=1000)
+    p.set_defaults(fn=cmd_parts)
     p = sub.add_parser("contract", help="cProfile of a guarded frame with a null effect (GPU)")
     p.add_argument("strategy", nargs="?", default="event")
     p.add_argument("--frames", type=int, default=3000)

@@ -524,7 +524,7 @@ def test_bench_cli_on_the_model_has_hand_rows_and_the_video_server(tmp_path) -> 
     assert cells[("server-2", "none")]["corrupt"] > 0 and cells[("server-2", "auto")]["checked"] == 8
 
 
-@pytest.mark.parametrize("command", ["stub", "step --sim", "g-host --sim"])
+@pytest.mark.parametrize("command", ["stub", "step --sim", "g-host --sim", "parts auto --blocks 2 --per-block 50"])
 def test_the_profile_benchmark_runs_on_any_machine(command: str) -> None:
     """``benchmarks/profile.py`` in its CPU modes still finds what it times (the public API it drives is there)."""
     import subprocess
