@@ -18,10 +18,11 @@ Commands (each prints a table or a cProfile listing; none is a target):
   and the stand-in for torch of ``stub``.
 * ``contract [event|auto] [--frames N]`` (GPU): a cProfile of ``contract.run()`` + ``torch.from_dlpack(out.image)``
   with ``contract_overhead.py``'s null effect on a torch side stream, and the loop's wall time a frame.
-* ``paths [auto|event ...] [--rounds N] [--no-gc]`` (GPU): one guarded frame by each way out of it (no
+* ``paths [auto|event ...] [--rounds N] [--no-gc] [--declared]`` (GPU): one guarded frame by each way out of it (no
   import, ``out.image`` through torch, the copy helper, the zero-copy view, torch's two steps of
   ``from_dlpack`` apart), beside the raw effect with torch's three ways of importing a capsule, with and
-  without the ``event`` strategy's one fence by hand; fences a frame from the contract's counters.
+  without the ``event`` strategy's one fence by hand; fences a frame from the contract's counters. ``--declared``: the
+  input stream declared (else ``auto`` copies each input, and the rows time the copies).
 * ``effect [--rows raw,event,async] [--runs N]`` (GPU): a cProfile of the emulated ``VideoSuperRes``
   (540p -> 1080p, graph mode, as the bench runs it), raw and through a contract, in short blocks with the
   GPU drained between them (host work only).
@@ -481,7 +482,8 @@ def cmd_paths(args: argparse.Namespace) -> None:
         return image
 
     for strategy in args.strategies:
-        c = ss.StreamContract(NullSuperRes(torch.zeros(3, 32, 32, device="cuda")), side, strategy=strategy)
+        declared = {"input_stream": side} if args.declared else {}  # (undeclared, auto copies each input: H12)
+        c = ss.StreamContract(NullSuperRes(torch.zeros(3, 32, 32, device="cuda")), side, strategy=strategy, **declared)
         rows: dict[str, Callable[[], Any]] = {
             "c.run(x)": lambda c=c: c.run(x),
             "c.run(x).image.__dlpack__(stream=h)": lambda c=c: c.run(x).image.__dlpack__(stream=h),
@@ -742,6 +744,7 @@ def main() -> None:
     p.add_argument("strategies", nargs="*", default=["auto", "event"])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--no-gc", action="store_true", help="with Python's cyclic garbage collector off")
+    p.add_argument("--declared", action="store_true", help="the input stream declared (input_stream=): no input copies")
     p.set_defaults(fn=cmd_paths)
     p = sub.add_parser("effect", help="cProfile of the emulated VideoSuperRes, raw and guarded (GPU)")
     p.add_argument("--rows", default="raw,event,async", help="raw and/or strategies, comma-separated")

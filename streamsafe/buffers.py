@@ -226,8 +226,9 @@ class Buffer:
         else:
             n = len(tagged)
             if n >= TAGS_KEPT and not n & (n - 1):  # (at 256, 512, ...: the scans cost O(1) a tag over time)
-                for key in [k for k, (r, _) in tagged.items() if r() is None]:
-                    del tagged[key]
+                for key, entry in list(tagged.items()):  # (a copy: another thread may tag a view meanwhile)
+                    if entry[0]() is None and tagged.get(key) is entry:
+                        tagged.pop(key, None)
         tagged[id(view)] = (ref, generation)
 
     def tagged_generation(self, view: Any) -> int | None:
