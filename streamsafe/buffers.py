@@ -19,6 +19,7 @@ Outputs talk to their buffer: :meth:`Buffer.import_output`, :meth:`Buffer.check_
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -55,13 +56,15 @@ def new_stats() -> dict[str, int]:
 
 TAGS_KEPT = 256
 """How many view tags a buffer holds before it first drops those of views that died (see :meth:`Buffer.tag_view`)."""
+_TAGS_LOCK = threading.Lock()
 
 
 class Buffer:
     """The ordering state of one buffer of ``ledger``'s SDK object (see the module docstring)."""
 
     __slots__ = ("ledger", "ref", "generation", "plan", "readers", "outstanding", "escaped", "retiring",
-                 "release_generation", "tagged", "stats", "default_consumer", "address", "address_release", "__weakref__")
+                 "release_generation", "tagged", "tags_bound", "stats", "default_consumer", "address", "address_release",
+                 "__weakref__")
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
@@ -81,6 +84,8 @@ class Buffer:
         self.tagged: dict[int, tuple[weakref.ref[Any], int]] | None = None
         """Zero-copy views handed out by a copy helper (``out.torch(copy=False)``) by identity: a weak reference to
         each and its generation (:meth:`tag_view`)."""
+        self.tags_bound = TAGS_KEPT
+        """The number of tags at which :meth:`tag_view` next drops those of views that died."""
         self.stats: dict[str, int] = new_stats()
         """The counters of the guard that wrote the current contents (its import fences count there)."""
         self.default_consumer: Stream | None = None
@@ -213,23 +218,23 @@ class Buffer:
 
     def tag_view(self, view: Any, generation: int) -> None:
         """Remember that ``view`` (a framework's array object) is a zero-copy view of contents ``generation``. Kept by
-        identity with a weak reference and no callback (a view's death costs nothing; dead entries go when there
-        are :data:`TAGS_KEPT`, twice that, ...); a view that cannot be weakly referenced is not tagged (the memory's
-        address still tells, :func:`streamsafe.views.read_by`)."""
+        identity with a weak reference and no callback (a view's death costs nothing): when the tags reach
+        :attr:`tags_bound`, those of views that died go, and the bound becomes twice the tags left (at least
+        :data:`TAGS_KEPT`). A view that cannot be weakly referenced is not tagged (the memory's address still
+        tells, :func:`streamsafe.views.read_by`). Thread-safe; does not block but for another thread's tag."""
         try:
             ref = weakref.ref(view)
         except TypeError:
             return
-        tagged = self.tagged
-        if tagged is None:
-            tagged = self.tagged = {}
-        else:
-            n = len(tagged)
-            if n >= TAGS_KEPT and not n & (n - 1):  # (at 256, 512, ...: the scans cost O(1) a tag over time)
-                for key, entry in list(tagged.items()):  # (a copy: another thread may tag a view meanwhile)
-                    if entry[0]() is None and tagged.get(key) is entry:
-                        tagged.pop(key, None)
-        tagged[id(view)] = (ref, generation)
+        with _TAGS_LOCK:  # (a prune and a tag of another thread, at a dead view's id, must not interleave)
+            tagged = self.tagged
+            if tagged is None:
+                tagged = self.tagged = {}
+            elif len(tagged) >= self.tags_bound:
+                for key in [k for k, entry in tagged.items() if entry[0]() is None]:
+                    del tagged[key]
+                self.tags_bound = max(TAGS_KEPT, 2 * len(tagged))
+            tagged[id(view)] = (ref, generation)
 
     def tagged_generation(self, view: Any) -> int | None:
         """The generation ``view`` was tagged with by :meth:`tag_view`, else ``None``."""
