@@ -5,6 +5,7 @@ weakly, each with the generation it shows. A tag makes a stale view passed on la
 from __future__ import annotations
 
 import gc
+from typing import Any
 import weakref
 
 import pytest
@@ -14,11 +15,17 @@ from streamsafe.buffers import TAGS_KEPT
 from streamsafe.testing import VideoSuperRes
 
 
-class View:
-    """A framework's array object as far as a tag sees it (weakly referenceable; equality elementwise in torch)."""
+class _Elementwise:
+    def __bool__(self) -> bool:
+        raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
 
-    def __eq__(self, other: object) -> bool:
-        raise AssertionError("a tag compares views by identity, never with ==")
+
+class View:
+    """A framework's array object as far as a tag sees it: weakly referenceable, hashed by identity, and compared
+    elementwise as torch compares tensors (``view == view`` is an array, whose truth raises)."""
+
+    def __eq__(self, other: object) -> Any:
+        return _Elementwise()
 
     __hash__ = object.__hash__
 
@@ -32,6 +39,8 @@ def buffer() -> ss.buffers.Buffer:
 
 
 def test_a_tag_names_its_view_and_no_other_object() -> None:
+    """(A weak-keyed dictionary asked ``view == view`` of a tagged torch view and raised RuntimeError: a view of one
+    effect passed to another guarded call failed so.)"""
     b = buffer()
     a, other = View(), View()
     b.tag_view(a, 3)
