@@ -19,13 +19,13 @@ Outputs talk to their buffer: :meth:`Buffer.import_output`, :meth:`Buffer.check_
 
 from __future__ import annotations
 
-import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
 from . import hooks
 from ._dlpack import capsule_data_key
 from .errors import StaleOutputError
+from .identity import WeakIdentityMap
 from .plan import FencePlan
 from .streams import Stream, issuable
 
@@ -54,17 +54,11 @@ def new_stats() -> dict[str, int]:
     return {"runs": 0, "fences": 0, "host_waits": 0, "device_syncs": 0, "sdk_waits": 0, "input_copies": 0}
 
 
-TAGS_KEPT = 256
-"""How many view tags a buffer holds before it first drops those of views that died (see :meth:`Buffer.tag_view`)."""
-_TAGS_LOCK = threading.Lock()
-
-
 class Buffer:
     """The ordering state of one buffer of ``ledger``'s SDK object (see the module docstring)."""
 
     __slots__ = ("ledger", "ref", "generation", "plan", "readers", "outstanding", "escaped", "retiring",
-                 "release_generation", "tagged", "tags_bound", "stats", "default_consumer", "address", "address_release",
-                 "__weakref__")
+                 "release_generation", "tagged", "stats", "default_consumer", "address", "address_release", "__weakref__")
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
@@ -81,11 +75,9 @@ class Buffer:
         """Events recorded on outstanding readers that no longer read (see :meth:`retire_outstanding`)."""
         self.release_generation = 0
         """The generation the last release started: views of an older one may point at freed memory."""
-        self.tagged: dict[int, tuple[weakref.ref[Any], int]] | None = None
-        """Zero-copy views handed out by a copy helper (``out.torch(copy=False)``) by identity: a weak reference to
-        each and its generation (:meth:`tag_view`)."""
-        self.tags_bound = TAGS_KEPT
-        """The number of tags at which :meth:`tag_view` next drops those of views that died."""
+        self.tagged: WeakIdentityMap[int] | None = None
+        """Zero-copy views handed out by a copy helper (``out.torch(copy=False)``), with their generation: by
+        identity (a torch view's ``==`` is elementwise), each held weakly."""
         self.stats: dict[str, int] = new_stats()
         """The counters of the guard that wrote the current contents (its import fences count there)."""
         self.default_consumer: Stream | None = None
@@ -217,34 +209,19 @@ class Buffer:
             self.readers.pop(stream, None)
 
     def tag_view(self, view: Any, generation: int) -> None:
-        """Remember that ``view`` (a framework's array object) is a zero-copy view of contents ``generation``. Kept by
-        identity with a weak reference and no callback (a view's death costs nothing): when the tags reach
-        :attr:`tags_bound`, those of views that died go, and the bound becomes twice the tags left (at least
-        :data:`TAGS_KEPT`). A view that cannot be weakly referenced is not tagged (the memory's address still
-        tells, :func:`streamsafe.views.read_by`). Thread-safe; does not block but for another thread's tag."""
+        """Remember that ``view`` (a framework's array object) is a zero-copy view of contents ``generation``."""
+        tagged = self.tagged
+        if tagged is None:
+            tagged = self.tagged = WeakIdentityMap()
         try:
-            ref = weakref.ref(view)
-        except TypeError:
-            return
-        with _TAGS_LOCK:  # (a prune and a tag of another thread, at a dead view's id, must not interleave)
-            tagged = self.tagged
-            if tagged is None:
-                tagged = self.tagged = {}
-            elif len(tagged) >= self.tags_bound:
-                for key in [k for k, entry in tagged.items() if entry[0]() is None]:
-                    del tagged[key]
-                self.tags_bound = max(TAGS_KEPT, 2 * len(tagged))
-            tagged[id(view)] = (ref, generation)
+            tagged[view] = generation
+        except TypeError:  # (not weakly referenceable: the memory's address still tells, streamsafe.views.read_by)
+            pass
 
     def tagged_generation(self, view: Any) -> int | None:
         """The generation ``view`` was tagged with by :meth:`tag_view`, else ``None``."""
         tagged = self.tagged
-        if not tagged:
-            return None
-        entry = tagged.get(id(view))
-        if entry is None or entry[0]() is not view:  # (an id outlives its object: a new object there is not tagged)
-            return None
-        return entry[1]
+        return tagged.get(view) if tagged else None
 
     # -- writes and releases -------------------------------------------------------------------------------
 

@@ -13,7 +13,6 @@ import importlib
 import sys
 import threading
 import types
-import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any
 from .contract import OPTIONS, PoolContract, StreamContract, new_contract
 from .errors import ArgumentError, FrameworkUnavailableError, NotAnEffectError, StreamsafeError
 from .guarding import install, register_class_guard, withdraw_class_guard
+from .identity import WeakIdentityMap
 from .profile import check_class, profile_of, profiles
 from .strategy import Strategy, StrategyName, as_strategy
 
@@ -60,7 +60,7 @@ class ClassGuard:
     a list of them would keep a contract per object the program made)."""
 
     def __post_init__(self) -> None:
-        self._made: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self._made: WeakIdentityMap[Any] = WeakIdentityMap()  # (by identity: objects that compare equal are two)
         self._made_pinned: dict[int, tuple[Any, Any]] = {}  # (objects that cannot be weakly referenced)
         self._lock = threading.Lock()
 
@@ -89,11 +89,11 @@ class ClassGuard:
         return contract
 
     def _made_for(self, obj: Any) -> Any:
-        try:
-            return self._made.get(obj)
-        except TypeError:
+        made = self._made.get(obj)
+        if made is None:  # (one that cannot be weakly referenced is pinned)
             pinned = self._made_pinned.get(id(obj))
             return pinned[1] if pinned is not None and pinned[0] is obj else None
+        return made
 
     def undo(self) -> None:
         """Stop guarding the classes (instances already running keep their ledgers); a guard this one covered (an

@@ -12,23 +12,21 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import weakref
 from collections.abc import Callable
 from typing import Any
 
+from .identity import WeakIdentityMap
+
 __all__ = ["made_with", "recording_init"]
 
-_made_with: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+_made_with: WeakIdentityMap[dict[str, Any]] = WeakIdentityMap()
 """Objects made while their class was guarded: the constructor arguments their profile names."""
 
 
 def made_with(obj: Any, name: str) -> Any:
     """The constructor argument ``name`` ``obj`` was made with, if its class was guarded then and its profile
     names it (:attr:`~streamsafe.profile.Profile.constructor_keywords`), else ``None``. Does not block."""
-    try:
-        return _made_with.get(obj, {}).get(name)
-    except TypeError:
-        return None
+    return _made_with.get(obj, {}).get(name)
 
 
 def recording_init(original: Any, names: tuple[str, ...], mark: str) -> Callable[..., None]:

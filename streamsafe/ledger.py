@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -34,6 +33,7 @@ from .backend import Backend, current_backend
 from .buffers import OUTSTANDING_BOUND, Buffer, PoolBuffer, new_stats
 from .frameworks import framework_current_stream_handle
 from .holds import StreamHolds
+from .identity import WeakIdentityMap
 from .errors import NotAnEffectError
 from .keepalive import KeepAlive
 from .plan import Fence, FencePlan, release_fences
@@ -630,17 +630,17 @@ class PoolLedger(Ledger):
 
 # -- the registry: one ledger per SDK object -------------------------------------------------------------------
 
-_LEDGERS: weakref.WeakKeyDictionary[Any, Ledger] = weakref.WeakKeyDictionary()
+_LEDGERS: WeakIdentityMap[Ledger] = WeakIdentityMap()  # (by identity: two SDK objects that compare equal are two)
 _PINNED: dict[int, tuple[Any, Ledger]] = {}
 _registry_lock = threading.RLock()
 
 
 def _registered(obj: Any) -> Ledger | None:
-    try:
-        return _LEDGERS.get(obj)
-    except TypeError:  # cannot be weakly referenced
+    ledger: Ledger | None = _LEDGERS.get(obj)
+    if ledger is None:  # (one that cannot be weakly referenced is pinned)
         pinned = _PINNED.get(id(obj))
         return pinned[1] if pinned is not None and pinned[0] is obj else None
+    return ledger
 
 
 def _register(obj: Any, make: Callable[[], Ledger]) -> Ledger:
@@ -696,9 +696,7 @@ def forget_ledger(obj: Any, ledger: Ledger) -> None:
         if ledger.adopted:
             return
         if _registered(obj) is ledger:
-            try:
-                del _LEDGERS[obj]
-            except TypeError:
+            if _LEDGERS.pop(obj) is None:
                 del _PINNED[id(obj)]
 
 

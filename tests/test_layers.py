@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "streamsafe"
 
 LAYERS = {
-    "errors": 0, "sharing": 0, "_env": 0, "_version": 0, "streams": 0, "hooks": 0, "frameworks": 0, "strategy": 0, "_dlpack": 0,
+    "errors": 0, "identity": 0, "sharing": 0, "_env": 0, "_version": 0, "streams": 0, "hooks": 0, "frameworks": 0, "strategy": 0, "_dlpack": 0,
     "backend": 1,
     "sim": 2,
     "plan": 3, "program": 3, "turns": 3, "interrupts": 3, "views": 3, "occupancy": 3, "profile": 3, "calls": 3,

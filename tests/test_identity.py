@@ -1,0 +1,145 @@
+"""What streamsafe keeps per SDK object, and per view, is the object's own: found by identity, held weakly.
+
+A weak-keyed dictionary finds its keys by ``==``: two SDK objects that compare equal (a value object, a frozen
+dataclass) shared one ledger (one effect's run made the other's output stale) and one class-guard contract; a
+torch view's ``==`` is elementwise and raised."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+from streamsafe.identity import WeakIdentityMap
+from streamsafe.testing import VideoSuperRes
+
+
+class EqualSuperRes(VideoSuperRes):
+    """An SDK class whose objects compare equal (and hash alike) whatever their buffers: a value object."""
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return 1
+
+
+def _effect(sim: ss.sim.SimBackend) -> EqualSuperRes:
+    fx = EqualSuperRes(backend=sim)
+    fx.output_width = fx.output_height = 32
+    fx.load()
+    return fx
+
+
+def test_two_sdk_objects_that_compare_equal_have_a_ledger_each() -> None:
+    sim = ss.sim.SimBackend()
+    a, b = _effect(sim), _effect(sim)
+    assert a == b
+    s = sim.create_stream(non_blocking=True)
+    first, second = ss.StreamContract(a, s, input_stream=s), ss.StreamContract(b, s, input_stream=s)
+    assert first.ledger is not second.ledger
+    x = sim.empty((3, 16, 16), np.float32)
+    out = first.run(x)
+    second.run(x)  # (the other object's run: this output is still the current one)
+    sim.from_dlpack(out.image, stream=s)
+    assert first.stats["runs"] == second.stats["runs"] == 1
+
+
+def test_a_class_guard_makes_a_contract_for_each_of_two_equal_objects() -> None:
+    sim = ss.sim.SimBackend()
+    a, b = _effect(sim), _effect(sim)
+    s = sim.create_stream(non_blocking=True)
+    x = sim.empty((3, 16, 16), np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with sim.use_stream(s), ss.guard(EqualSuperRes, backend=sim) as cg:
+            out = a.run(x)
+            b.run(x)
+            sim.from_dlpack(out.image, stream=s)  # (a's output, not made stale by b's run)
+            assert cg.contract_for(a) is not cg.contract_for(b)
+
+
+class Elementwise:
+    """Compared as torch compares tensors: ``x == x`` is an array, whose truth raises."""
+
+    class _Array:
+        def __bool__(self) -> bool:
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+
+    def __eq__(self, other: object) -> Any:
+        return Elementwise._Array()
+
+    __hash__ = object.__hash__
+
+
+def test_the_map_finds_an_object_by_identity_never_by_equality() -> None:
+    m: WeakIdentityMap[int] = WeakIdentityMap()
+    a, b = Elementwise(), Elementwise()
+    m[a] = 1
+    assert m.get(a) == 1 and a in m
+    assert m.get(b) is None and b not in m
+    m[a] = 2
+    assert m.get(a) == 2 and len(m) == 1
+    assert m.pop(a) == 2 and m.get(a) is None
+    with pytest.raises(KeyError):
+        del m[a]
+
+
+def test_an_entry_goes_with_its_object_and_a_new_object_at_its_id_has_none() -> None:
+    class Thing:
+        pass
+
+    m: WeakIdentityMap[str] = WeakIdentityMap()
+    live = Thing()
+    m[live] = "live"
+    for _ in range(1000):
+        m[Thing()] = "dies at once"
+    gc.collect()
+    assert len(m) == 1 and list(m) == [live] and m.values() == ["live"]
+    gone = Thing()
+    m[gone] = "gone"
+    ident = id(gone)
+    del gone
+    for _ in range(1000):  # (CPython hands freed memory out again: a new object gets the dead one's id)
+        new = Thing()
+        if id(new) == ident:
+            assert m.get(new) is None and new not in m
+            return
+    pytest.skip("no new object took the dead object's id in this run")
+
+
+def test_an_object_that_cannot_be_weakly_referenced_is_refused() -> None:
+    m: WeakIdentityMap[int] = WeakIdentityMap()
+    with pytest.raises(TypeError):
+        m[7] = 1
+    assert m.get(7) is None
+
+
+def test_threads_setting_and_objects_dying_keep_every_live_entry() -> None:
+    class Thing:
+        pass
+
+    m: WeakIdentityMap[int] = WeakIdentityMap()
+    lost: list[int] = []
+
+    def work(n: int) -> None:
+        for _ in range(300):
+            keep = [Thing() for _ in range(20)]
+            for t in keep:
+                m[t] = n
+            for _ in range(20):
+                m[Thing()] = -1  # (dies at once, its entry with it)
+            lost.extend(n for t in keep if m.get(t) != n)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    gc.collect()
+    assert lost == [] and len(m) == 0
