@@ -19,6 +19,7 @@ Outputs talk to their buffer: :meth:`Buffer.import_output`, :meth:`Buffer.check_
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
     from .ledger import Ledger
 
 __all__ = ["Buffer", "PoolBuffer", "new_stats", "OUTSTANDING_BOUND"]
+
+_NEW_TAGS = threading.Lock()
+"""Held while a buffer makes its map of view tags."""
 
 OUTSTANDING_BOUND = 8
 """Past this many outstanding reader streams (a new consumer stream a frame), a write drops those whose reads
@@ -212,7 +216,10 @@ class Buffer:
         """Remember that ``view`` (a framework's array object) is a zero-copy view of contents ``generation``."""
         tagged = self.tagged
         if tagged is None:
-            tagged = self.tagged = WeakIdentityMap()
+            with _NEW_TAGS:  # (two threads' first tags: one map, or a tag would go into one nobody keeps)
+                tagged = self.tagged
+                if tagged is None:
+                    tagged = self.tagged = WeakIdentityMap()
         try:
             tagged[view] = generation
         except TypeError:  # (not weakly referenceable: the memory's address still tells, streamsafe.views.read_by)

@@ -62,7 +62,7 @@ class ClassGuard:
     def __post_init__(self) -> None:
         self._made: WeakIdentityMap[Any] = WeakIdentityMap()  # (by identity: objects that compare equal are two)
         self._made_pinned: dict[int, tuple[Any, Any]] = {}  # (objects that cannot be weakly referenced)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # (re-entrant: an object the collector finalizes meanwhile may call through this guard)
 
     def contract_for(self, obj: Any) -> Any:
         """The contract this guard made for ``obj`` (made at its first call, and again after a close). Does not block."""

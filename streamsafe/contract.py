@@ -43,6 +43,7 @@ from .errors import ArgumentError, DeviceMismatchError, EffectConfigError, Effec
 from .frame import EffectPlanner, Frame, pool_frame
 from .frameworks import TORCH, is_framework_stream
 from .guarding import GuardBlock, GuardedBlocks, config_reader, settable, snapshot
+from .identity import same_value
 from .inputs import Inputs
 from .ledger import EffectLedger, PoolLedger, adopt_ledger, forget_ledger, held_reason, ledger_of, pool_of
 from .plan import FencePlan, pool_plan
@@ -486,11 +487,11 @@ class StreamContract(_Contract):
         now = snapshot(self.effect, self.profile)
         ledger = self.ledger
         before = ledger.config
-        if before is None or now == before:
+        if before is None or same_value(now, before):
             ledger.config = now
             return
         ledger.config = now
-        changed = [(name, old, new) for name, old, new in zip(self.profile.settings, before, now) if old != new]
+        changed = [(name, old, new) for name, old, new in zip(self.profile.settings, before, now) if not same_value(old, new)]
         if not (ledger.outstanding or ledger.readers) or not any(self.profile.releases_output(self.effect, name) for name, _, _ in changed):
             return
         changes = ", ".join(f"{name} {old} -> {new}" for name, old, new in changed)
@@ -525,7 +526,7 @@ class StreamContract(_Contract):
         ledger = self.ledger
         setattr_ = raw_method(type(effect), "__setattr__")
         before = {k: getattr(effect, k, None) for k in attrs}
-        changes = {k: v for k, v in attrs.items() if before[k] != v}
+        changes = {k: v for k, v in attrs.items() if not same_value(before[k], v)}
         # a size first set (None before) has released nothing: no output was made for it
         releasing = [k for k in changes if self.profile.releases_output(effect, k) and before[k] is not None]
         counted = dict(self.stats)

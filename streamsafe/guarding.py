@@ -44,6 +44,7 @@ from . import engine, lazy
 from .calls import MARK, call_raw, classes_with_originals, forget_originals, in_raw_call, keep_originals, originals, raw_method
 from .construction import recording_init
 from .errors import NotAnEffectError
+from .identity import same_value
 from .frame import Frame, pool_frame, raw_frame
 from .ledger import EffectLedger, Ledger, PoolLedger, ledger_of
 from .plan import FencePlan, pool_plan
@@ -662,7 +663,7 @@ def tracked_setattr(effect: Any, ledger: EffectLedger, attr: str, value: Any) ->
     current = getattr(effect, attr, None)
     profile = profile_of(effect)
     setattr_ = raw_method(type(effect), "__setattr__")
-    if current == value or current is None or not profile.releases_output(effect, attr):  # nothing to release
+    if same_value(current, value) or current is None or not profile.releases_output(effect, attr):  # nothing to release
         call_raw(effect, setattr_, (attr, value), {})
         return
 

@@ -1,4 +1,5 @@
-"""A mapping keyed by object identity, held weakly: what streamsafe keeps per SDK object and per view.
+"""A mapping keyed by object identity, held weakly: what streamsafe keeps per SDK object and per view; and the
+comparison of a setting's values that never trusts a user's ``==`` blindly.
 
 ``weakref.WeakKeyDictionary`` finds a key by hash and ``==``: two SDK objects that compare equal (a frozen
 dataclass, a value object) would share one entry, and an array's ``==`` is elementwise (a torch view asked
@@ -9,26 +10,39 @@ here blocks the host.
 
 from __future__ import annotations
 
-import functools
-import threading
 import weakref
 from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
-__all__ = ["WeakIdentityMap"]
+__all__ = ["WeakIdentityMap", "same_value"]
 
 V = TypeVar("V")
 
 
+class _Entries(dict):  # type: ignore[type-arg]
+    """The map's entries, ``id(obj) -> (weak reference, value)``: a dict its weak references' callback can hold weakly."""
+
+    __slots__ = ("__weakref__",)
+
+
 class WeakIdentityMap(Generic[V]):
     """``object -> value`` by identity, each object held weakly. Setting a value for an object that cannot be
-    weakly referenced raises ``TypeError`` (the caller decides how to hold it). Thread-safe."""
+    weakly referenced raises ``TypeError`` (the caller decides how to hold it). Thread-safe without a lock: an
+    object's entry goes in its weak reference's callback, which runs while the dying object still holds its
+    memory (so no new object has its id yet), and every other change is one dict operation."""
 
-    __slots__ = ("_entries", "_lock", "__weakref__")
+    __slots__ = ("_entries", "_gone")
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[weakref.ref[Any], V]] = {}
-        self._lock = threading.RLock()  # (re-entrant: an entry's object may die, and its entry go, while one is set)
+        entries = self._entries = _Entries()
+        held = weakref.ref(entries)
+
+        def gone(ref: weakref.KeyedRef, held: weakref.ref[_Entries] = held) -> None:
+            table = held()
+            if table is not None:
+                table.pop(ref.key, None)
+
+        self._gone = gone
 
     def get(self, obj: Any, default: Any = None) -> Any:
         """``obj``'s value, else ``default``."""
@@ -43,33 +57,19 @@ class WeakIdentityMap(Generic[V]):
 
     def __setitem__(self, obj: Any, value: V) -> None:
         key = id(obj)
-        ref = weakref.ref(obj, functools.partial(_gone, weakref.ref(self), key))  # (TypeError: no weak reference)
-        with self._lock:
-            self._entries[key] = (ref, value)
+        self._entries[key] = (weakref.KeyedRef(obj, self._gone, key), value)  # (TypeError: no weak reference)
 
     def __delitem__(self, obj: Any) -> None:
-        with self._lock:
-            entry = self._entries.get(id(obj))
-            if entry is None or entry[0]() is not obj:
-                raise KeyError(obj)
-            del self._entries[id(obj)]
+        if self.pop(obj, _MISSING) is _MISSING:
+            raise KeyError(obj)
 
     def pop(self, obj: Any, default: Any = None) -> Any:
         """Remove ``obj``'s entry and return its value, else ``default``."""
-        with self._lock:
-            entry = self._entries.get(id(obj))
-            if entry is None or entry[0]() is not obj:
-                return default
-            del self._entries[id(obj)]
-            return entry[1]
-
-    def drop_dead(self, key: int, ref: weakref.ref[Any]) -> None:
-        """The object at ``key`` died (``ref`` was its weak reference): its entry goes, unless another object, at the
-        same id since, has one now."""
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and entry[0] is ref:
-                del self._entries[key]
+        entry = self._entries.get(id(obj))
+        if entry is None or entry[0]() is not obj:
+            return default
+        self._entries.pop(id(obj), None)
+        return entry[1]
 
     def values(self) -> list[V]:
         """The values of the objects alive now."""
@@ -91,8 +91,15 @@ class WeakIdentityMap(Generic[V]):
         return f"<WeakIdentityMap of {len(self)} object(s)>"
 
 
-def _gone(owner: weakref.ref[WeakIdentityMap[Any]], key: int, ref: weakref.ref[Any]) -> None:
-    """A weak reference's callback: its object died (the map, if it still lives, drops the entry)."""
-    table = owner()
-    if table is not None:
-        table.drop_dead(key, ref)
+_MISSING = object()
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether a setting's two values are the same: the same object, or equal by ``==`` with a plain truth. An ``==``
+    that raises or is elementwise (an array's: its truth raises) counts as a difference, the cautious answer."""
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 (any error of a user's __eq__ or __bool__: not known to be the same)
+        return False

@@ -177,7 +177,11 @@ class SteadyFrames:
                 except AttributeError:  # an attribute went: the planner copes
                     return None
                 state = ledger.state()
-            if kept.state == state and kept.config == config and (kept.thread is None or kept.thread == thread_token()):
+            try:
+                same = kept.state == state and kept.config == config
+            except Exception:  # noqa: BLE001 (a setting whose == is elementwise, an array, changed: plan the call)
+                return None
+            if same and (kept.thread is None or kept.thread == thread_token()):
                 global replays
                 replays += 1
                 return kept.frame
@@ -187,7 +191,11 @@ class SteadyFrames:
         """Keep ``frame`` (planned for ``facts`` in ``state`` with ``config``) for the calls that repeat it, its fences
         bound."""
         for old in self.kept:
-            if old.facts == facts and old.state == state and old.config == config and old.thread in (None, thread_token()):
+            try:
+                same = old.facts == facts and old.state == state and old.config == config
+            except Exception:  # noqa: BLE001 (a setting's array changed: not the same situation)
+                same = False
+            if same and old.thread in (None, thread_token()):
                 return
         holds = _stream_objects(facts, self.device)
         if holds is None:  # a raw handle whose stream no object keeps alive: it could name another stream later

@@ -143,3 +143,78 @@ def test_threads_setting_and_objects_dying_keep_every_live_entry() -> None:
         t.join()
     gc.collect()
     assert lost == [] and len(m) == 0
+
+
+def test_an_object_the_collector_finalizes_inside_a_class_guard_call_does_not_hang_it() -> None:
+    """Objects in reference cycles whose ``__del__`` closes them: the collector may finalize one at an allocation
+    inside the class guard's own bookkeeping for another object's first call, and that close goes through the same
+    guard in the same thread (its lock is re-entrant; a plain lock hung the thread)."""
+
+    class Closing(VideoSuperRes):
+        def __del__(self) -> None:
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001,S110 (a finalizer's close: nothing to report to)
+                pass
+
+    sim = ss.sim.SimBackend()
+    s = sim.create_stream(non_blocking=True)
+    finished: list[bool] = []
+
+    def program() -> None:
+        threshold = gc.get_threshold()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with sim.use_stream(s), ss.guard(Closing, backend=sim):
+                gc.set_threshold(1, 1, 1)
+                try:
+                    for _ in range(60):
+                        fx = Closing(backend=sim)
+                        fx.output_width = fx.output_height = 32
+                        fx.load()
+                        fx.me = fx  # type: ignore[attr-defined]  # (a cycle: only the collector frees it)
+                        fx.run(sim.empty((3, 16, 16), np.float32))
+                        del fx
+                finally:
+                    gc.set_threshold(*threshold)
+        finished.append(True)
+
+    t = threading.Thread(target=program, daemon=True)
+    t.start()
+    t.join(60)
+    assert finished, "the program hung in the class guard"
+
+
+class LutSuperRes(VideoSuperRes):
+    """An SDK whose profile names an array-valued setting (a look-up table): NumPy compares it elementwise."""
+
+    lut: Any = None
+
+
+def test_a_setting_whose_value_is_an_array_is_compared_without_its_elementwise_eq() -> None:
+    import dataclasses
+
+    from streamsafe import profile as P
+
+    base = P.profile_of(VideoSuperRes)
+    lut_profile = P.register(dataclasses.replace(base, name="test.LutSuperRes", classes=(LutSuperRes,),
+                                                 settings=(*base.settings, "lut")))
+    try:
+        sim = ss.sim.SimBackend()
+        fx = LutSuperRes(backend=sim)
+        fx.output_width = fx.output_height = 32
+        fx.lut = np.zeros(4)
+        fx.load()
+        s = sim.create_stream(non_blocking=True)
+        c = ss.StreamContract(fx, s, input_stream=s)
+        x = sim.empty((3, 16, 16), np.float32)
+        for _ in range(3):
+            c.run(x)  # (steady frames: the same table each call)
+        c.configure(lut=np.ones(4))  # (before: "The truth value of an array with more than one element is ambiguous")
+        c.run(x)
+        fx.lut = np.full(4, 2.0)  # (a plain change, through the class's guard of its settings)
+        out = c.run(x)
+        sim.from_dlpack(out.image, stream=s)
+        assert list(fx.lut) == [2.0] * 4 and c.stats["runs"] == 5
+    finally:
+        P.unregister(lut_profile)

@@ -82,3 +82,31 @@ def test_tags_of_dead_views_go_and_live_ones_stay() -> None:
         b.tag_view(View(), 100 + i)
     assert b.tagged is not None and len(b.tagged) == len(live)
     assert [b.tagged_generation(v) for v in live] == list(range(10))
+
+
+def test_two_threads_first_tags_of_a_buffer_both_stay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads tag a view each on a buffer that has no tags yet, both making its map at the same moment (forced
+    here: each map's making waits for the other's, or half a second): both tags stay in the one map kept."""
+    import threading
+
+    from streamsafe import buffers
+    from streamsafe.identity import WeakIdentityMap
+
+    meet = threading.Barrier(2, timeout=0.5)
+
+    class Meeting(WeakIdentityMap):  # type: ignore[type-arg]
+        def __init__(self) -> None:
+            super().__init__()
+            try:
+                meet.wait()
+            except threading.BrokenBarrierError:
+                pass
+
+    monkeypatch.setattr(buffers, "WeakIdentityMap", Meeting)
+    b = buffer()
+    mine, theirs = View(), View()
+    other = threading.Thread(target=b.tag_view, args=(theirs, 1))
+    other.start()
+    b.tag_view(mine, 1)
+    other.join(5)
+    assert (b.tagged_generation(mine), b.tagged_generation(theirs)) == (1, 1)
