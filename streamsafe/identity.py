@@ -19,30 +19,24 @@ __all__ = ["WeakIdentityMap", "same_value"]
 V = TypeVar("V")
 
 
-class _Entries(dict):  # type: ignore[type-arg]
-    """The map's entries, ``id(obj) -> (weak reference, value)``: a dict its weak references' callback can hold weakly."""
-
-    __slots__ = ("__weakref__",)
-
-
 class WeakIdentityMap(Generic[V]):
     """``object -> value`` by identity, each object held weakly. Setting a value for an object that cannot be
     weakly referenced raises ``TypeError`` (the caller decides how to hold it). Thread-safe without a lock: an
     object's entry goes in its weak reference's callback, which runs while the dying object still holds its
     memory (so no new object has its id yet), and every other change is one dict operation."""
 
-    __slots__ = ("_entries", "_gone")
+    __slots__ = ("_entries", "_keys", "_gone")
 
     def __init__(self) -> None:
-        entries = self._entries = _Entries()
-        held = weakref.ref(entries)
+        entries: dict[int, tuple[weakref.ref[Any], V]] = {}
+        keys: dict[int, int] = {}  # (id of an entry's weak reference -> the entry's key: what its callback drops)
 
-        def gone(ref: weakref.KeyedRef, held: weakref.ref[_Entries] = held) -> None:
-            table = held()
-            if table is not None:
-                table.pop(ref.key, None)
+        def gone(ref: weakref.ref[Any]) -> None:
+            key = keys.pop(id(ref), None)
+            if key is not None:
+                entries.pop(key, None)
 
-        self._gone = gone
+        self._entries, self._keys, self._gone = entries, keys, gone
 
     def get(self, obj: Any, default: Any = None) -> Any:
         """``obj``'s value, else ``default``."""
@@ -57,7 +51,12 @@ class WeakIdentityMap(Generic[V]):
 
     def __setitem__(self, obj: Any, value: V) -> None:
         key = id(obj)
-        self._entries[key] = (weakref.KeyedRef(obj, self._gone, key), value)  # (TypeError: no weak reference)
+        ref = weakref.ref(obj, self._gone)  # (TypeError: obj cannot be weakly referenced)
+        old = self._entries.get(key)
+        self._entries[key] = (ref, value)
+        self._keys[id(ref)] = key
+        if old is not None and old[0] is not ref:  # (the object's earlier entry, or a dead object's: its reference goes)
+            self._keys.pop(id(old[0]), None)
 
     def __delitem__(self, obj: Any) -> None:
         if self.pop(obj, _MISSING) is _MISSING:
@@ -69,6 +68,7 @@ class WeakIdentityMap(Generic[V]):
         if entry is None or entry[0]() is not obj:
             return default
         self._entries.pop(id(obj), None)
+        self._keys.pop(id(entry[0]), None)
         return entry[1]
 
     def values(self) -> list[V]:
