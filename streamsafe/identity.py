@@ -5,11 +5,12 @@ comparison of a setting's values that never trusts a user's ``==`` blindly.
 dataclass, a value object) would share one entry, and an array's ``==`` is elementwise (a torch view asked
 ``view == view`` raises "Boolean value of Tensor with more than one value is ambiguous"). Here an entry is
 found by ``id()`` and belongs to the very object it was made for; it goes when that object dies. Nothing
-here blocks the host.
+here blocks the host, but a user's ``==`` or truth that :func:`same_value` asks (a device array's may wait).
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
@@ -21,11 +22,11 @@ V = TypeVar("V")
 
 class WeakIdentityMap(Generic[V]):
     """``object -> value`` by identity, each object held weakly. Setting a value for an object that cannot be
-    weakly referenced raises ``TypeError`` (the caller decides how to hold it). Thread-safe without a lock: an
-    object's entry goes in its weak reference's callback, which runs while the dying object still holds its
-    memory (so no new object has its id yet), and every other change is one dict operation."""
+    weakly referenced raises ``TypeError`` (the caller decides how to hold it). Thread-safe: sets and pops hold a
+    lock; an object's entry goes in its weak reference's callback, without it (the callback runs while the dying
+    object still holds its memory, so no new object has its id yet)."""
 
-    __slots__ = ("_entries", "_keys", "_gone")
+    __slots__ = ("_entries", "_keys", "_gone", "_lock")
 
     def __init__(self) -> None:
         entries: dict[int, tuple[weakref.ref[Any], V]] = {}
@@ -37,6 +38,7 @@ class WeakIdentityMap(Generic[V]):
                 entries.pop(key, None)
 
         self._entries, self._keys, self._gone = entries, keys, gone
+        self._lock = threading.RLock()  # (re-entrant: a finalizer the collector runs inside a set may set too)
 
     def get(self, obj: Any, default: Any = None) -> Any:
         """``obj``'s value, else ``default``."""
@@ -52,11 +54,12 @@ class WeakIdentityMap(Generic[V]):
     def __setitem__(self, obj: Any, value: V) -> None:
         key = id(obj)
         ref = weakref.ref(obj, self._gone)  # (TypeError: obj cannot be weakly referenced)
-        old = self._entries.get(key)
-        self._entries[key] = (ref, value)
-        self._keys[id(ref)] = key
-        if old is not None and old[0] is not ref:  # (the object's earlier entry, or a dead object's: its reference goes)
-            self._keys.pop(id(old[0]), None)
+        with self._lock:
+            old = self._entries.get(key)
+            self._entries[key] = (ref, value)
+            self._keys[id(ref)] = key
+            if old is not None:  # (the object's earlier entry, or a dead object's: its reference goes)
+                self._keys.pop(id(old[0]), None)
 
     def __delitem__(self, obj: Any) -> None:
         if self.pop(obj, _MISSING) is _MISSING:
@@ -64,12 +67,13 @@ class WeakIdentityMap(Generic[V]):
 
     def pop(self, obj: Any, default: Any = None) -> Any:
         """Remove ``obj``'s entry and return its value, else ``default``."""
-        entry = self._entries.get(id(obj))
-        if entry is None or entry[0]() is not obj:
-            return default
-        self._entries.pop(id(obj), None)
-        self._keys.pop(id(entry[0]), None)
-        return entry[1]
+        with self._lock:
+            entry = self._entries.get(id(obj))
+            if entry is None or entry[0]() is not obj:
+                return default
+            del self._entries[id(obj)]
+            self._keys.pop(id(entry[0]), None)
+            return entry[1]
 
     def values(self) -> list[V]:
         """The values of the objects alive now."""

@@ -218,3 +218,39 @@ def test_a_setting_whose_value_is_an_array_is_compared_without_its_elementwise_e
         assert list(fx.lut) == [2.0] * 4 and c.stats["runs"] == 5
     finally:
         P.unregister(lut_profile)
+
+
+def test_threads_setting_and_popping_the_same_objects_leave_nothing_behind() -> None:
+    """Sets and pops of one object from several threads at once are ordered: no value lost, and once the objects
+    die the map holds nothing (not even the bookkeeping of a weak reference set twice at once)."""
+    import sys
+
+    class Thing:
+        pass
+
+    m: WeakIdentityMap[int] = WeakIdentityMap()
+    things = [Thing() for _ in range(50)]
+
+    def work(n: int) -> None:
+        for i in range(400):
+            for t in things:
+                m[t] = n
+                if i % 7 == 0:
+                    m.pop(t)
+                    m[t] = n
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert all(thing in m for thing in things) and len(m) == len(things)
+    things.clear()
+    gc.collect()
+    assert len(m) == 0
+    assert not m._entries and not m._keys  # noqa: SLF001 (the bookkeeping itself: a leak shows only there)
