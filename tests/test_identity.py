@@ -254,3 +254,36 @@ def test_threads_setting_and_popping_the_same_objects_leave_nothing_behind() -> 
     gc.collect()
     assert len(m) == 0
     assert not m._entries and not m._keys  # noqa: SLF001 (the bookkeeping itself: a leak shows only there)
+
+
+def test_a_profile_whose_one_setting_is_an_array_reuses_its_steady_frames() -> None:
+    """One setting: the effect's configuration is the array itself (not a tuple of settings), compared by identity
+    while it is unchanged, and counted as a change (the call planned again) when a new array comes."""
+    import dataclasses
+
+    from streamsafe import profile as P
+    from streamsafe import steady
+
+    base = P.profile_of(VideoSuperRes)
+    lut_profile = P.register(dataclasses.replace(base, name="test.LutSuperRes", classes=(LutSuperRes,), settings=("lut",)))
+    try:
+        sim = ss.sim.SimBackend()
+        fx = LutSuperRes(backend=sim)
+        fx.output_width = fx.output_height = 32
+        fx.lut = np.zeros(4)
+        fx.load()
+        s = sim.create_stream(non_blocking=True)
+        c = ss.StreamContract(fx, s, input_stream=s)
+        x = sim.empty((3, 16, 16), np.float32)
+        c.run(x)
+        c.run(x)
+        replays = steady.replays
+        for _ in range(3):
+            c.run(x)
+        assert steady.replays - replays == 3  # (the same array: the kept frame)
+        fx.lut = np.ones(4)
+        out = c.run(x)
+        sim.from_dlpack(out.image, stream=s)
+        assert c.stats["runs"] == 6
+    finally:
+        P.unregister(lut_profile)
