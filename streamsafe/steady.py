@@ -178,7 +178,7 @@ class SteadyFrames:
                     return None
                 state = ledger.state()
             try:
-                same = kept.state == state and (kept.config is config or bool(kept.config == config))
+                same = kept.state == state and bool(kept.config == config)
             except Exception:  # noqa: BLE001 (a setting whose == is elementwise, an array, changed: plan the call)
                 return None
             if same and (kept.thread is None or kept.thread == thread_token()):
@@ -192,7 +192,7 @@ class SteadyFrames:
         bound."""
         for old in self.kept:
             try:
-                same = old.facts == facts and old.state == state and (old.config is config or bool(old.config == config))
+                same = old.facts == facts and old.state == state and bool(old.config == config)
             except Exception:  # noqa: BLE001 (a setting's array changed: not the same situation)
                 same = False
             if same and old.thread in (None, thread_token()):
