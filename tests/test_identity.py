@@ -6,9 +6,11 @@ torch view's ``==`` is elementwise and raised."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -191,14 +193,16 @@ class LutSuperRes(VideoSuperRes):
     lut: Any = None
 
 
-def test_a_setting_whose_value_is_an_array_is_compared_without_its_elementwise_eq() -> None:
+@contextlib.contextmanager
+def _lut_pipeline(settings: tuple[str, ...]) -> Iterator[tuple[Any, Any, Any, Any, Any]]:
+    """A :class:`LutSuperRes` (its table zeros) under a profile of these ``settings``, guarded by a contract: yields
+    ``(sim, stream, effect, contract, input)``; the profile is unregistered afterwards."""
     import dataclasses
 
     from streamsafe import profile as P
 
-    base = P.profile_of(VideoSuperRes)
-    lut_profile = P.register(dataclasses.replace(base, name="test.LutSuperRes", classes=(LutSuperRes,),
-                                                 settings=(*base.settings, "lut")))
+    lut_profile = P.register(dataclasses.replace(P.profile_of(VideoSuperRes), name="test.LutSuperRes",
+                                                 classes=(LutSuperRes,), settings=settings))
     try:
         sim = ss.sim.SimBackend()
         fx = LutSuperRes(backend=sim)
@@ -206,8 +210,13 @@ def test_a_setting_whose_value_is_an_array_is_compared_without_its_elementwise_e
         fx.lut = np.zeros(4)
         fx.load()
         s = sim.create_stream(non_blocking=True)
-        c = ss.StreamContract(fx, s, input_stream=s)
-        x = sim.empty((3, 16, 16), np.float32)
+        yield sim, s, fx, ss.StreamContract(fx, s, input_stream=s), sim.empty((3, 16, 16), np.float32)
+    finally:
+        P.unregister(lut_profile)
+
+
+def test_a_setting_whose_value_is_an_array_is_compared_without_its_elementwise_eq() -> None:
+    with _lut_pipeline((*ss.profile.profile_of(VideoSuperRes).settings, "lut")) as (sim, s, fx, c, x):
         for _ in range(3):
             c.run(x)  # (steady frames: the same table each call)
         c.configure(lut=np.ones(4))  # (before: "The truth value of an array with more than one element is ambiguous")
@@ -216,8 +225,6 @@ def test_a_setting_whose_value_is_an_array_is_compared_without_its_elementwise_e
         out = c.run(x)
         sim.from_dlpack(out.image, stream=s)
         assert list(fx.lut) == [2.0] * 4 and c.stats["runs"] == 5
-    finally:
-        P.unregister(lut_profile)
 
 
 def test_threads_setting_and_popping_the_same_objects_leave_nothing_behind() -> None:
@@ -259,26 +266,10 @@ def test_threads_setting_and_popping_the_same_objects_leave_nothing_behind() -> 
 def test_a_profile_whose_one_setting_is_an_array_runs_every_call() -> None:
     """One setting: the effect's configuration is the array itself (not a tuple of settings). Its ``==`` is
     elementwise, so no kept frame matches it (as any value unequal to itself): each call is planned, none raises."""
-    import dataclasses
-
-    from streamsafe import profile as P
-
-    base = P.profile_of(VideoSuperRes)
-    lut_profile = P.register(dataclasses.replace(base, name="test.LutSuperRes", classes=(LutSuperRes,), settings=("lut",)))
-    try:
-        sim = ss.sim.SimBackend()
-        fx = LutSuperRes(backend=sim)
-        fx.output_width = fx.output_height = 32
-        fx.lut = np.zeros(4)
-        fx.load()
-        s = sim.create_stream(non_blocking=True)
-        c = ss.StreamContract(fx, s, input_stream=s)
-        x = sim.empty((3, 16, 16), np.float32)
+    with _lut_pipeline(("lut",)) as (sim, s, fx, c, x):
         for _ in range(4):
             c.run(x)  # (before: "The truth value of an array ... is ambiguous" at the kept frame's check)
         fx.lut = np.ones(4)
         out = c.run(x)
         sim.from_dlpack(out.image, stream=s)
         assert c.stats["runs"] == 5
-    finally:
-        P.unregister(lut_profile)
