@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from _timing import interleave
-from contract_overhead import LEGACY_HANDLE, PlainNullSuperRes
+from contract_overhead import LEGACY_HANDLE, NullSuperRes, PlainNullSuperRes, hand_fences
 
 BASE_NAME = "streamsafe_base"
 
@@ -48,23 +48,10 @@ def load_renamed(tree: Path, into: Path) -> Any:
 
 
 def null_effect_class(name: str) -> type:
-    """A null effect (``contract_overhead.NullSuperRes``'s ``run``) in a class of its own: each tree installs its
-    dispatchers on its own class."""
-
-    def run(self: Any, input_array: Any, *, non_blocking: bool = False, stream_ptr: int = 0) -> Any:
-        return _Out(self._buffer.__dlpack__(stream=-1))
-
-    def __init__(self: Any, buffer: Any) -> None:
-        self._buffer = buffer
-
-    return type(name, (), {"device": 0, "image_encoding": "RGB8", "__init__": __init__, "run": run, "close": lambda self: None})
-
-
-class _Out:
-    __slots__ = ("image",)
-
-    def __init__(self, image: Any) -> None:
-        self.image = image
+    """``contract_overhead.NullSuperRes`` (its functions, taken before any guard) in a class of its own: each tree
+    installs its dispatchers on its own class."""
+    return type(name, (), {"device": 0, "image_encoding": "RGB8", "__init__": NullSuperRes.__init__, "run": NullSuperRes.run,
+                           "close": NullSuperRes.close})
 
 
 def main() -> None:
@@ -95,15 +82,10 @@ def main() -> None:
         keep: list[Any] = []
         for strategy in ("event", "auto"):
             hand_fx = PlainNullSuperRes(out_buf)
-            if strategy == "event":  # (as contract_overhead.py's hand rows: the contract's fences, by hand)
-                before, after, run_ptr, nb, protect = [], [raw.site(S, L)], S.ptr, False, None
-            else:
-                B = raw.blocking_stream()
-                before, after, run_ptr, nb = [raw.site(B, S)], [raw.site(S, L)], B.ptr, True
-                protect = torch.cuda.ExternalStream(B.handle, device=0)
+            before, after, at_import, run_ptr, nb, protect = hand_fences(torch, raw, strategy, S, L)
 
-            def hand(before: Any = before, after: Any = after, run_ptr: int = run_ptr, nb: bool = nb, protect: Any = protect,
-                     fx: Any = hand_fx) -> None:
+            def hand(before: Any = before, after: Any = after, at_import: Any = at_import, run_ptr: int = run_ptr, nb: bool = nb,
+                     protect: Any = protect, fx: Any = hand_fx) -> None:
                 for f in before:
                     f()
                 image = fx.run(x, stream_ptr=run_ptr, non_blocking=nb).image
@@ -111,6 +93,8 @@ def main() -> None:
                     f()
                 if protect is not None:
                     x.record_stream(protect)
+                for f in at_import:
+                    f()
                 from_dlpack(image)
 
             rows[f"hand [{strategy}]"] = hand

@@ -172,6 +172,22 @@ class _Timers:
             acc[0] = acc[1] = 0
 
 
+def hand_fences(torch: Any, raw: Any, strategy: str, S: Any, L: Any) -> tuple[list[Any], list[Any], list[Any], int, bool, Any]:
+    """The fences the contract's plan places per frame under ``strategy`` (``event``, or ``auto``, which picks
+    ``async`` here) with the input written on ``S`` and ``L`` the legacy stream, as raw fence sites of ``raw`` (a
+    :class:`~streamsafe.bench.RawFences`): ``(before the run, after it, at the import, the run's stream_ptr, its
+    non_blocking, the torch stream the input is record_stream'ed on or None)``."""
+    if strategy == "event":
+        # run(non_blocking=False) (its host wait orders the copy on S before the next conversion, and
+        # S waited for L at the import, so no H5 fence is left); at import (H3): S waits L.
+        return [], [], [raw.site(S, L)], S.ptr, False, None
+    # auto -> async: the SDK on a blocking stream B. Before run: B waits S (H1; stream 0 follows B, so
+    # its H5 wait is given); after run: S waits L (H12: stream 0 converts after B read the input,
+    # so this also orders the import) and the input is record_stream'ed on B; at import: nothing.
+    B = raw.blocking_stream()
+    return [raw.site(B, S)], [raw.site(S, L)], [], B.ptr, True, torch.cuda.ExternalStream(B.handle, device=0)
+
+
 def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> OverheadResult:
     import time
 
@@ -240,25 +256,13 @@ def _measure(torch: Any, *, blocks: int, per_block: int, warmup: int) -> Overhea
             from_dlpack(image)
             timers.add(name, clock() - t0)
 
-        # The fences the contract's plan places per frame, by hand, in the same order: before the run,
-        # after it, and at the import (timed with the import).
+        before, after, at_import, run_ptr, nb, protect = hand_fences(torch, raw, strategy, S, L)
         if strategy == "event":
-            # run(non_blocking=False) (its host wait orders the copy on S before the next conversion, and
-            # S waited for L at the import, so no H5 fence is left); at import (H3): S waits L.
-            before, after, at_import = [], [], [raw.site(S, L)]
-            run_ptr, nb, protect = S.ptr, False, None
             minimal = [], [raw.site(S, L)]  # hand-sync
             min_ptr, min_nb = S.ptr, False
         else:
-            # auto -> async: the SDK on a blocking stream B. Before run: B waits S (H1; stream 0 follows B, so
-            # its H5 wait is given); after run: S waits L (H12: stream 0 converts after B read the input,
-            # so this also orders the import) and the input is record_stream'ed on B; at import: nothing.
-            B = raw.blocking_stream()
-            b_torch = torch.cuda.ExternalStream(B.handle, device=0)
-            before, after, at_import = [raw.site(B, S)], [raw.site(S, L)], []
-            run_ptr, nb, protect = B.ptr, True, b_torch
-            minimal = [raw.site(B, S)], [raw.site(S, L)]  # hand
-            min_ptr, min_nb = B.ptr, True
+            minimal = before, after  # hand (without the input's record_stream)
+            min_ptr, min_nb = run_ptr, nb
         hand_fx = PlainNullSuperRes(out_buf)
         hand_import_name = f"import: hand fence + raw capsule [{strategy}]"
 
