@@ -11,10 +11,12 @@ them, each shown failing without the fix (a control) and passing with it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -207,13 +209,31 @@ class TwoCallSharpener(Sharpener):
         return raw_method(VideoSuperRes, "run")(self, image, non_blocking=False, stream_ptr=stream)
 
 
+@contextlib.contextmanager
+def _registered() -> Iterator[Callable[[Any], Any]]:
+    """``register(profile)`` for a test: every profile registered through it is unregistered at the end, newest
+    first."""
+    made: list[Any] = []
+
+    def register(profile: Any) -> Any:
+        made.append(P.register(profile))
+        return made[-1]
+
+    try:
+        yield register
+    finally:
+        for profile in reversed(made):
+            P.unregister(profile)
+
+
 def _two_call_program(later_names_sharpen: bool) -> tuple[Any, int, int]:
     """A profile naming ``process`` only is registered and guards a block (the class gets its dispatchers); then a
     profile naming ``sharpen`` too (or, the control, the first one again) replaces it, and a block calls
     ``fx.sharpen()`` four times, each output copied on another stream. (the last output, wrong frames, races)"""
-    first = P.register(dataclasses.replace(SHARPENER, name="test.TwoCallSharpener", classes=(TwoCallSharpener,)))
-    later = P.register(dataclasses.replace(first, calls=("process", "sharpen"))) if later_names_sharpen else first
-    try:
+    with _registered() as register:
+        first = register(dataclasses.replace(SHARPENER, name="test.TwoCallSharpener", classes=(TwoCallSharpener,)))
+        if later_names_sharpen:
+            register(dataclasses.replace(first, calls=("process", "sharpen")))
         sim = SimBackend(scheduler="adversarial")
         fx = TwoCallSharpener(backend=sim)
         fx.output_width = fx.output_height = 32
@@ -230,9 +250,6 @@ def _two_call_program(later_names_sharpen: bool) -> tuple[Any, int, int]:
         sim.synchronize_device(0)
         wrong = sum(not np.allclose(sim.download(y), w, atol=1.5 / 255) for y, w in copies)
         return out, wrong, len(sim.races)
-    finally:
-        P.unregister(later)
-        P.unregister(first)
 
 
 def test_a_call_a_later_profile_of_the_same_class_names_is_guarded() -> None:
@@ -260,15 +277,14 @@ def test_an_open_block_keeps_its_contracts_profile_when_a_later_one_is_registere
     profile of the class names only ``sharpen`` and no settings. The block still guards ``process()`` and a change
     of ``output_width`` (the host waits for the copy on C first). Before, the block's ``process()`` went unguarded
     (3 of 4 wrong)."""
-    first = P.register(dataclasses.replace(SHARPENER, name="test.TwoCallSharpener", classes=(TwoCallSharpener,),
-                                           settings=("output_width", "output_height", "image_encoding")))
-    later = None
-    try:
+    with _registered() as register:
+        first = register(dataclasses.replace(SHARPENER, name="test.TwoCallSharpener", classes=(TwoCallSharpener,),
+                                             settings=("output_width", "output_height", "image_encoding")))
         sim, fx, S, C = _two_call_setup()
         copies = []
         with sim.use_stream(S), ss.stream_contract(fx, S, input_stream=S):
             fx.process(image=_written(sim, _frame(0), S))
-            later = P.register(dataclasses.replace(first, calls=("sharpen",), settings=()))
+            register(dataclasses.replace(first, calls=("sharpen",), settings=()))
             for i in range(4):
                 out = fx.process(image=_written(sim, _frame(i), S))
                 assert isinstance(out, ss.SafeOutput)
@@ -280,32 +296,23 @@ def test_an_open_block_keeps_its_contracts_profile_when_a_later_one_is_registere
         sim.synchronize_device(0)
         assert [np.allclose(sim.download(y), w, atol=1.5 / 255) for y, w in copies] == [True] * 5
         assert sim.races == []
-    finally:
-        if later is not None:
-            P.unregister(later)
-        P.unregister(first)
 
 
 def test_a_call_only_a_later_profile_names_calls_through_an_older_contracts_block() -> None:
     """Not the block's contract's call: the SDK's own, as before the later profile (it raised ``ArgumentError``)."""
-    first = P.register(dataclasses.replace(SHARPENER, name="test.TwoCallSharpener", classes=(TwoCallSharpener,)))
-    later = None
-    try:
+    with _registered() as register:
+        first = register(dataclasses.replace(SHARPENER, name="test.TwoCallSharpener", classes=(TwoCallSharpener,)))
         sim, fx, S, _ = _two_call_setup()
         with sim.use_stream(S), ss.stream_contract(fx, S, input_stream=S) as c:
-            later = P.register(dataclasses.replace(first, calls=("process", "sharpen")))
+            register(dataclasses.replace(first, calls=("process", "sharpen")))
             out = fx.sharpen(image=_written(sim, _frame(0), S), stream=S.ptr)
         assert not isinstance(out, ss.SafeOutput) and c.stats["runs"] == 0
-    finally:
-        if later is not None:
-            P.unregister(later)
-        P.unregister(first)
 
 
 def test_a_contract_made_under_a_profile_guards_its_calls_after_it_is_unregistered() -> None:
-    first = P.register(dataclasses.replace(SHARPENER, name="test.TwoCallSharpener", classes=(TwoCallSharpener,)))
-    both = P.register(dataclasses.replace(first, calls=("process", "sharpen")))
-    try:
+    with _registered() as register:
+        first = register(dataclasses.replace(SHARPENER, name="test.TwoCallSharpener", classes=(TwoCallSharpener,)))
+        both = register(dataclasses.replace(first, calls=("process", "sharpen")))
         sim, fx, S, C = _two_call_setup()
         copies = []
         with sim.use_stream(S), ss.stream_contract(fx, S, input_stream=S):
@@ -317,9 +324,6 @@ def test_a_contract_made_under_a_profile_guards_its_calls_after_it_is_unregister
         sim.synchronize_device(0)
         assert [np.allclose(sim.download(y), w, atol=1.5 / 255) for y, w in copies] == [True] * 4
         assert sim.races == []
-    finally:
-        P.unregister(both)
-        P.unregister(first)
 
 
 def test_a_later_profile_with_constructor_keywords_records_them() -> None:
@@ -332,13 +336,10 @@ def test_a_later_profile_with_constructor_keywords_records_them() -> None:
         def get(self) -> list[Any]:
             return []
 
-    first = P.register(P.PoolProfile(name="test.Decoder", classes=(Decoder,), calls=("get",)))
-    later = P.register(P.PoolProfile(name="test.Decoder", classes=(Decoder,), calls=("get",), constructor_keywords=("cuda_stream",)))
-    try:
+    with _registered() as register:
+        register(P.PoolProfile(name="test.Decoder", classes=(Decoder,), calls=("get",)))
+        register(P.PoolProfile(name="test.Decoder", classes=(Decoder,), calls=("get",), constructor_keywords=("cuda_stream",)))
         assert made_with(Decoder(cuda_stream=7), "cuda_stream") == 7
-    finally:
-        P.unregister(later)
-        P.unregister(first)
 
 
 # -- register() checks every field -------------------------------------------------------------------------------
