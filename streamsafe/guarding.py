@@ -147,9 +147,8 @@ def install(cls: type) -> bool:
             return True
         saved: dict[str, Any] = {}
         try:
-            init = getattr(cls, "__init__", None)  # (its own or inherited)
-            if (profile.constructor_keywords and "__init__" not in (existing or {}) and callable(init)
-                    and init is not object.__init__ and not getattr(init, MARK, False)):
+            init = _init_to_record(cls, existing or {}, profile)
+            if init is not None:
                 saved["__init__"] = cls.__dict__.get("__init__")
                 cls.__init__ = recording_init(init, profile.constructor_keywords, MARK)  # type: ignore[misc]
             for name in (*profile.calls, *profile.releases, "__setattr__"):
@@ -184,11 +183,19 @@ def _missing(cls: type, existing: dict[str, Any], profile: Profile) -> list[str]
     """The calls ``profile`` names that ``cls`` has and no dispatcher stands for, and its constructor when ``profile``
     records constructor keywords and none records them yet (a later profile of the class)."""
     missing = [name for name in (*profile.calls, *profile.releases) if name not in existing and hasattr(cls, name)]
-    init = getattr(cls, "__init__", None)
-    if (profile.constructor_keywords and "__init__" not in existing and init is not object.__init__
-            and not getattr(init, MARK, False)):
+    if _init_to_record(cls, existing, profile) is not None:
         missing.append("__init__")
     return missing
+
+
+def _init_to_record(cls: type, existing: dict[str, Any], profile: Profile) -> Any:
+    """``cls``'s ``__init__`` (its own or inherited) when ``profile`` records constructor keywords and nothing records
+    them on ``cls`` yet, else ``None``."""
+    init = getattr(cls, "__init__", None)
+    if (profile.constructor_keywords and "__init__" not in existing and callable(init) and init is not object.__init__
+            and not getattr(init, MARK, False)):
+        return init
+    return None
 
 
 def _loaded(name: str) -> type | None:
