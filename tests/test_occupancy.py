@@ -214,3 +214,37 @@ def test_a_thread_that_takes_an_ended_threads_ident_counts_as_live() -> None:
         done.set()
         t.join()
         occupancy.forget()
+
+
+def test_a_thread_quiet_for_a_while_counts_again_once_it_runs_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another thread drops a quiet thread's record (no run for over WINDOW_S); once the quiet thread runs again
+    the device is shared again, for both threads."""
+    now = [100.0]
+    monkeypatch.setattr(occupancy, "_clock", lambda: now[0])
+    ran, resume, ran_again, end = threading.Event(), threading.Event(), threading.Event(), threading.Event()
+    answer = []
+
+    def other() -> None:
+        occupancy.note_run(0)  # runs, then goes quiet
+        ran.set()
+        resume.wait()
+        answer.append(occupancy.note_run(0))  # runs again after the quiet spell
+        ran_again.set()
+        end.wait()
+
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        ran.wait()
+        occupancy.note_run(0)
+        now[0] += occupancy.WINDOW_S + 1  # the other thread is quiet past the window ...
+        assert occupancy.note_run(0) is False  # ... and this thread drops it
+        resume.set()
+        ran_again.wait()
+        assert answer == [True]  # this thread ran since the other's last run
+        assert occupancy.note_run(0) is True  # and this thread sees the other again
+        assert occupancy.threads_on(0) == 2
+    finally:
+        resume.set()
+        end.set()
+        t.join()
