@@ -301,7 +301,7 @@ class StreamContract(_Contract):
         self.closed = False
         self.guard_owner: Any = None
         """The class-level guard that made this contract, if any."""
-        self.steady = SteadyFrames(dev, be, self._input, self.profile)
+        self.steady = SteadyFrames(dev, be, self._input, self.profile, copies=self.strategy is Strategy.AUTO and self._input is None)
         """The contract's kept frames (:mod:`streamsafe.steady`)."""
         self._config_getter = config_reader(effect, self.profile)
         self._run = raw_method(self._cls, "run")

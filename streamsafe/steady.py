@@ -5,7 +5,8 @@ after frame. The planner (:class:`~streamsafe.frame.EffectPlanner`) decides a ca
 :class:`~streamsafe.frame.Frame` from scratch; what it decides is a pure function of
 
 * the call's **facts**: the method, the stream and blocking keywords, each input's type, shape and producer
-  stream, the current stream (raw handles, read from the framework), and whether the device is shared;
+  stream (and, where ``auto`` may copy the inputs, a torch input's strides: only a dense one is copied), the
+  current stream (raw handles, read from the framework), and whether the device is shared;
 * the ledger's **state** (:meth:`~streamsafe.ledger.EffectLedger.state`): the readers of the current output,
   whether a view of it escaped, the previous call's plan and SDK streams, the previous input shapes, and the
   output-size and encoding attributes.
@@ -67,15 +68,18 @@ class Kept:
 class SteadyFrames:
     """One guard's kept frames (see the module docstring): the newest first, at most four."""
 
-    __slots__ = ("kept", "device", "backend", "declared", "profile")
+    __slots__ = ("kept", "device", "backend", "declared", "profile", "copies")
 
-    def __init__(self, device: int, backend: Any, declared: Stream | None, profile: Any) -> None:
+    def __init__(self, device: int, backend: Any, declared: Stream | None, profile: Any, copies: bool = False) -> None:
         self.kept: list[Kept] = []
         self.device = device
         self.backend = backend
         self.declared = declared
         """The guard's declared input stream (the producer of every input), or ``None``."""
         self.profile = profile
+        self.copies = copies
+        """Whether a frame may copy the inputs (``auto`` with no input stream declared): then a torch input's
+        strides are a fact (only an input whose elements fill their memory is copied)."""
 
     def facts(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], shared: bool) -> tuple[Any, ...] | None:
         """This call's facts (raw handles, shapes), read without a driver query; ``None`` when the call must be
@@ -115,6 +119,11 @@ class SteadyFrames:
                 if a.get_device() != dev:
                     return None
                 facts.append(a.shape)
+                if self.copies:
+                    strides = _strides(a)
+                    if strides is None:
+                        return None
+                    facts.append(strides)
                 if declared is None:
                     if current is None:
                         current = TORCH.raw_stream(dev)
@@ -122,7 +131,7 @@ class SteadyFrames:
                 else:
                     facts.append(declared)
             elif kind is model_array:
-                if a.buffer.device != dev:
+                if a.buffer.device != dev or a.backend is not self.backend:
                     return None
                 sim = a.backend
                 facts.append(a.shape)
@@ -134,8 +143,6 @@ class SteadyFrames:
         if len(facts) == 4:
             return None
         if sim is not None:
-            if sim is not self.backend:
-                return None
             facts.append(sim.current_stream(dev))
             if stream_ptr is not None:  # (on the model a handle is cheap to name: with its kind, a destroyed one's reuse differs)
                 try:
@@ -157,7 +164,7 @@ class SteadyFrames:
         a: Any = args[0] if len(args) == 1 and not kwargs else None
         kind = type(a)
         dev = self.device
-        if kind is TORCH.tensor:  # (the common call: one torch tensor by position)
+        if kind is TORCH.tensor and not self.copies:  # (the common call: one torch tensor by position)
             if a.get_device() != dev or TORCH.current_device() != dev:
                 return None
             current = TORCH.raw_stream(dev)
@@ -206,6 +213,14 @@ class SteadyFrames:
     def forget(self) -> None:
         """Drop every kept frame."""
         self.kept = []
+
+
+def _strides(a: Any) -> tuple[int, ...] | None:
+    """A torch input's strides, ``None`` for a layout without them (a sparse tensor: the planner decides)."""
+    try:
+        return tuple(a.stride())
+    except Exception:  # noqa: BLE001 (no strides: sparse, or another layout)
+        return None
 
 
 def _stream_objects(facts: tuple[Any, ...], device: int) -> tuple[Any, ...] | None:

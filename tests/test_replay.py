@@ -489,3 +489,30 @@ def test_a_class_guards_effect_collected_during_its_call_still_gives_the_output(
         assert alive() is None  # (then it goes, as a class guard's effect does)
     finally:
         guard.undo()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_input_of_another_model_is_refused_before_anything_is_issued(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame kept for two inputs of this model is not reused when the first input is another model's array: streamsafe
+    refuses it, as the planner does, with no fence issued (not the SDK, after the fences)."""
+    from streamsafe.testing.effects import VideoFrameGeneration
+
+    monkeypatch.setattr(steady, "check_replay", False)  # (the planner would raise its own error and hide the reuse)
+    sim, other = ss.sim.SimBackend(), ss.sim.SimBackend()
+
+    def x(be: ss.sim.SimBackend) -> Any:
+        a = be.empty((3, 16, 16), np.float32)
+        be.launch(be.legacy_stream(), "w", lambda: a.buffer.data.fill(0.5), writes=[a])
+        return a
+
+    fx = VideoFrameGeneration(backend=sim)
+    fx.input_width = fx.input_height = 16
+    fx.load()
+    c = ss.StreamContract(fx, sim.create_stream(non_blocking=True), strategy="event", backend=sim)
+    with frames_in(kind):
+        for _ in range(3):
+            c.run_at_timestep(x(sim), x(sim), 0.5)
+        fences = c.stats["fences"]
+        with pytest.raises(ss.errors.InputArrayError, match="^input "):
+            c.run_at_timestep(x(other), x(sim), 0.5)
+    assert c.stats["fences"] == fences

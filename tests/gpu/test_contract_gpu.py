@@ -214,6 +214,39 @@ def test_views_chained_into_another_effect_are_read_or_refused_by_their_tag(torc
         assert refused is None, "the control refused the stale view without its tag: the test above shows nothing"
 
 
+@pytest.mark.parametrize("facts", ["layout a fact", "control-layout-no-fact"])
+def test_a_kept_frame_that_copies_its_input_is_not_reused_for_a_cropped_one(torch_cuda, monkeypatch, facts: str) -> None:  # type: ignore[no-untyped-def]
+    """``auto`` with no input stream declared copies a dense input and not a cropped one of the same shape (it has
+    gaps between rows): a frame kept for dense inputs is not reused for the crop (``STREAMSAFE_CHECK_REPLAY=1``
+    plans each reused call again and requires the same frame). Control: with the layout no fact, the copying frame
+    is reused and the check raises."""
+    torch = torch_cuda
+    from streamsafe import steady
+
+    monkeypatch.setattr(steady, "check_replay", True)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        c = ss.StreamContract(_NullEffect(torch.zeros(3, 32, 32, device="cuda")), side, strategy="auto")
+        if facts != "layout a fact":
+            c.steady.copies = False
+        dense, big = torch.zeros(3, 16, 16, device="cuda"), torch.zeros(3, 16, 32, device="cuda")
+        for _ in range(3):
+            c.run(dense).torch()
+        copies = c.stats["input_copies"]
+        assert copies == 3
+        try:
+            c.run(big[:, :, :16]).torch()
+            reused = None
+        except AssertionError as e:
+            reused = e
+    torch.cuda.synchronize()
+    c.close()
+    if facts == "layout a fact":
+        assert reused is None and c.stats["input_copies"] == copies, reused
+    else:
+        assert reused is not None, "the control reused nothing: the test above shows nothing"
+
+
 def test_seed_samples_run_inside_a_contract_without_device_syncs(torch_cuda, frames) -> None:  # type: ignore[no-untyped-def]
     cupy = pytest.importorskip("cupy")
     jax = pytest.importorskip("jax")
