@@ -23,8 +23,8 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from . import hooks
-from ._dlpack import capsule_data_key
+from . import hooks, views
+from ._dlpack import backend_own, capsule_data_key
 from .errors import StaleOutputError
 from .identity import WeakIdentityMap
 from .plan import FencePlan
@@ -130,19 +130,20 @@ class Buffer:
     # -- readers -------------------------------------------------------------------------------------------
 
     def address_of(self, capsule: Any) -> Any:
-        """The memory ``capsule`` (of the current contents) points at: read once per allocation of the buffer (an
-        effect's one output buffer is released, and may come back elsewhere, only by a release). Does not block."""
+        """The memory ``capsule`` (of the current contents) points at: read once per allocation of the buffer (it is
+        read again after a release, and after a call whose inputs changed size: the SDK may reallocate its output
+        then). Does not block."""
         if self.address_release != self.release_generation:
             self.address = capsule_data_key(capsule)
             self.address_release = self.release_generation
         return self.address
 
-    def import_output(self, generation: int, consumer: Stream, *, escapes: bool, key: Any = None) -> None:
-        """A consumer on ``consumer`` imports contents ``generation``: order it after the SDK's writes (H3/H4, on the
-        device, or by a host wait under ``stream``/``device``) and remember it as a reader until the next write, and
-        as outstanding until the next release. ``escapes``: the consumer keeps a zero-copy view (not one of
-        streamsafe's copy helpers); ``key``: its memory, for the observers. Takes the SDK object's turn; does not
-        block otherwise."""
+    def import_output(self, generation: int, consumer: Stream, capsule: Any, *, escapes: bool) -> None:
+        """A consumer on ``consumer`` imports contents ``generation`` (``capsule``): order it after the SDK's writes
+        (H3/H4, on the device, or by a host wait under ``stream``/``device``) and remember it as a reader until the
+        next write, and as outstanding until the next release. ``escapes``: the consumer keeps a zero-copy view (not
+        one of streamsafe's copy helpers): its memory is remembered (:mod:`streamsafe.views`), and a model's capsule
+        learns which output it is (H7). Takes the SDK object's turn; does not block otherwise."""
         ledger = self.ledger
         turns = ledger.turns
         outer = None
@@ -157,6 +158,7 @@ class Buffer:
                 program = programs.get(plan, consumer)
             if program.fences:
                 program(self.stats)
+            key = self.address_of(capsule) if escapes or hooks.observers else None  # (a copy helper's: no address read)
             if key is not None and hooks.observers and not ledger.resolved_backend().records_accesses:
                 for o in hooks.observers:  # after the fences that order it
                     o.on_output_read(key, consumer, ledger.device)
@@ -166,12 +168,19 @@ class Buffer:
                 self._unretire(consumer)
             if escapes:
                 self.escaped = True
+                views.add(key, self, generation)
+                if backend_own(type(capsule)):  # (the model's capsule learns which output it is: H7)
+                    capsule.view_of = (self.ref, generation)
             if consumer not in ledger.holds.held:
                 ledger.holds.hold(consumer)
         finally:  # (the lock first: see Turns.take)
             if outer is not None:
                 turns.owner, turns.closing_wait = outer
                 turns.lock.release()
+
+    def moved(self) -> None:
+        """The SDK may have put its output elsewhere (a call whose inputs changed size): its memory is read again."""
+        self.address_release = -1
 
     def _read_on(self, stream: Stream) -> None:
         self.readers[stream] = None
@@ -311,6 +320,11 @@ class PoolBuffer(Buffer):
     stale_what = "this decoded frame"
     stale_fix = _DECODER_FIX
     stale_source = "the decoder"
+
+    def address_of(self, capsule: Any) -> Any:
+        """The memory ``capsule`` points at, read each time (a frame's planes are capsules of one buffer at
+        different addresses). Does not block."""
+        return capsule_data_key(capsule)
 
     def refuse_stale_view(self, generation: int, what: str) -> None:
         how = ("freed or reallocated its buffers since (reconfigure_decoder(), end()): the view points at freed memory"

@@ -264,8 +264,9 @@ class EffectLedger(Ledger):
         output.escaped = False
         if new_streams:
             self._after(plan.sdk_streams, frame.shapes, True)
-        else:
-            self.input_shapes = frame.shapes  # (the same plan: the same SDK streams, held already)
+        elif frame.shapes != self.input_shapes:  # (the same plan: the same SDK streams, held already)
+            output.moved()  # (inputs of another size: the SDK may have put its output elsewhere)
+            self.input_shapes = frame.shapes
         if len(output.outstanding) > OUTSTANDING_BOUND:
             output.retire_outstanding()
             self.release_holds()
@@ -291,6 +292,8 @@ class EffectLedger(Ledger):
 
     def _after(self, sdk_streams: tuple[Stream, ...], shapes: tuple[Any, ...] | None, hold: bool) -> None:
         self.previous_sdk = sdk_streams
+        if shapes != self.input_shapes:
+            self.output.moved()  # (inputs of another size: the SDK may have put its output elsewhere)
         self.input_shapes = shapes
         if hold:
             # Keep the framework objects of the SDK streams alive until a later call has fenced them (or a

@@ -18,8 +18,7 @@ import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from . import hooks, views
-from ._dlpack import DLPACK_CUDA, backend_own, capsule_data_key
+from ._dlpack import DLPACK_CUDA
 from .backend.naming import stream_on_device
 from .errors import ArgumentError, DeviceMismatchError, ExportError, FrameworkUnavailableError, StreamsafeError
 from .frameworks import torch_current_stream_handle
@@ -106,13 +105,7 @@ class _BufferView(Unshareable):
     def _import(self, consumer: Stream, capsule: Any, escapes: bool) -> None:
         """``capsule`` imported on ``consumer``: the buffer orders and records the read, a view (``escapes``) is
         remembered by its memory, a model's capsule learns its output (H7). Does not block."""
-        key = capsule_data_key(capsule) if escapes or hooks.observers else None  # (a copy helper's: no address read)
-        buffer = self._buffer
-        buffer.import_output(self._generation, consumer, escapes=escapes, key=key)
-        if escapes:
-            views.add(key, buffer, self._generation)
-        if backend_own(type(capsule)):  # (the model's capsule learns which output it is: H7)
-            capsule.view_of = (buffer.ref, self._generation)
+        self._buffer.import_output(self._generation, consumer, capsule, escapes=escapes)
 
     def _on_device(self, stream: Any) -> None:
         """Raise :class:`~streamsafe.errors.DeviceMismatchError` unless ``stream`` (a framework's stream object)
@@ -189,13 +182,7 @@ class SafeImage(_BufferView):
             held = buffer.ledger.holds.known.get(stream) if type(stream) is int else None  # (held: no driver query)
             consumer = held if held is not None and not held.thread else self._reader_stream(stream)
         capsule = self._capsule
-        escapes = self._escapes
-        key = buffer.address_of(capsule) if escapes or hooks.observers else None  # (a copy helper's: no address read)
-        buffer.import_output(generation, consumer, escapes=escapes, key=key)
-        if escapes:
-            views.add(key, buffer, generation)
-            if backend_own(type(capsule)):  # (the model's capsule learns which output it is: H7)
-                capsule.view_of = (buffer.ref, generation)
+        buffer.import_output(generation, consumer, capsule, escapes=self._escapes)
         self._consumer = consumer
         self._consumed = True
         return capsule
