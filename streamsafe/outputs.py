@@ -46,9 +46,19 @@ def _check_export(device: tuple[int, int], copy: bool | None, dl_device: tuple[i
             "the output cannot be copied during export (copy=True; JAX's PJRT does not support it either)",
             "Import with copy=False and copy afterwards (the vendor's documented JAX recipe: jnp.array(view, copy=True))",
         )
-    if dl_device is not None and tuple(dl_device) != device:
+    if dl_device is None:
+        return
+    try:
+        kind, index = dl_device
+        wanted = (int(kind), int(index))
+    except (TypeError, ValueError):
         raise ExportError(
-            f"the output lives on DLPack device {device} and cannot be exported to dl_device={tuple(dl_device)}",
+            f"dl_device={dl_device!r} is not a DLPack device: DLPack names one by a pair (device type, device id)",
+            f"Leave dl_device out, or pass {device}, the output's own device",
+        ) from None
+    if wanted != device:
+        raise ExportError(
+            f"the output lives on DLPack device {device} and cannot be exported to dl_device={wanted}",
             f"Import it on its own device (leave dl_device out, or pass {device}) and copy it to the other one afterwards",
         )
 

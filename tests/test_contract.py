@@ -363,6 +363,9 @@ def test_copy_true_and_wrong_device_are_refused(sim: ss.sim.SimBackend) -> None:
         out.image.__dlpack__(copy=True)
     with pytest.raises(BufferError, match="cannot be exported"):
         out.image.__dlpack__(dl_device=(1, 0))
+    for bad in (5, "cuda", (2,)):
+        with pytest.raises(ss.errors.ExportError, match="not a DLPack device"):
+            out.image.__dlpack__(dl_device=bad)
     assert not out.image.consumed
 
 
