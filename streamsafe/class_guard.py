@@ -73,7 +73,10 @@ class ClassGuard:
             contract = self._made_for(obj)
             if contract is not None and not contract.closed:
                 return contract
-            pool = profile_of(obj).pool
+            try:
+                pool = profile_of(obj).pool
+            except NotAnEffectError:  # (no profile describes it now, unregistered since: the call is the SDK's own)
+                return None
             options = {k: v for k, v in self.options.items() if not pool or k not in ("input_stream", "conversion_stream")}
             contract = new_contract(obj, None, strategy=self.strategy, **options)
             contract.hold_effect_weakly()  # this guard keeps the contract; the program owns the object

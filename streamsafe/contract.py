@@ -173,9 +173,16 @@ class _Contract(GuardedBlocks, Unshareable):
         key = (cls, self.profile)
         named = _NAMED.get(key)
         if named is None:
-            missing = [n for n in (*self.profile.calls, *self.profile.releases) if not n.startswith("__") and not hasattr(cls, n)]
+            names = [n for n in (*self.profile.calls, *self.profile.releases) if not n.startswith("__")]
+            missing = [n for n in names if not hasattr(cls, n)]
             named = _NAMED[key] = type(cls.__name__, (cls,), {n: _named_call(n) for n in missing}) if missing else cls
             named.__qualname__, named.__module__ = cls.__qualname__, cls.__module__
+            shadowed = [n for n in names if n not in missing and n not in _OWN_CALLS]
+            if shadowed:
+                warnings.warn(
+                    f"{self.profile.name}'s call(s) {', '.join(shadowed)}: c.{shadowed[0]} is the contract's own "
+                    f"{'attribute' if len(shadowed) == 1 else 'attributes'}, not the SDK's call; call the SDK's through the "
+                    f"contract as c.call({shadowed[0]!r}, ...)", UserWarning, stacklevel=_user_stacklevel())
         if named is not cls:
             self.__class__ = named
 
@@ -203,6 +210,9 @@ def _gone() -> None:
     """What a contract that let go of its object holds instead of a weak reference to it."""
     return None
 
+
+_OWN_CALLS = ("run", "run_at_timestep", "close")
+"""The SDK calls a contract has a method of its own for (the call through the contract)."""
 
 _NAMED: dict[tuple[type, Any], type] = {}
 """Contract classes with the named calls of a profile (:meth:`_Contract._name_calls`)."""

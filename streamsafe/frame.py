@@ -21,7 +21,7 @@ from . import hooks
 from .backend import Backend
 from .backend.naming import as_stream, stream_on_device
 from .errors import ArgumentError
-from .inputs import Inputs, call_keywords
+from .inputs import Inputs, argument, call_keywords
 from .ledger import EffectLedger, PoolLedger
 from .plan import Fence, FencePlan, plan_fences, raw_plan, waited_streams
 from .profile import EffectProfile, PoolProfile, Profile
@@ -304,10 +304,12 @@ def raw_frame(name: str, ledger: EffectLedger, profile: EffectProfile, effect: A
     SDK's own output comes back; before the call its streams wait for the readers streamsafe knows of (H5), and
     the host for them when an input's size changed; later outputs are stale. Changes nothing."""
     be, dev = ledger.resolved_backend(), ledger.device
-    stream_ptr = kwargs.get(profile.stream_keyword, 0) if profile.stream_keyword is not None else None
+    cls = type(effect)  # (the stream and the blocking flag as the SDK gets them: by keyword, by position, or its defaults)
+    stream_ptr = argument(cls, name, profile.stream_keyword, args, kwargs, 0) if profile.stream_keyword is not None else None
     sdk = as_stream(stream_ptr, device=dev, backend=be)
     conversion = as_stream(LEGACY_HANDLE, device=dev, backend=be) if profile.converts(effect) else None
-    non_blocking = bool(kwargs.get(profile.blocking_keyword, False)) if profile.blocking_keyword is not None else not profile.host_waits
+    non_blocking = (bool(argument(cls, name, profile.blocking_keyword, args, kwargs, False)) if profile.blocking_keyword is not None
+                    else not profile.host_waits)
     plan = raw_plan(sdk, conversion, non_blocking)
     arrays = [a for a in args if hasattr(a, "__dlpack__")] + [kwargs[k] for k in profile.input_keywords(kwargs)]
     shapes = tuple(shape_of(a) for a in arrays)

@@ -152,7 +152,7 @@ def install(cls: type) -> bool:
                 saved["__init__"] = cls.__dict__.get("__init__")
                 cls.__init__ = recording_init(init, profile.constructor_keywords, MARK)  # type: ignore[misc]
             for name in (*profile.calls, *profile.releases, "__setattr__"):
-                if name != "__setattr__" and not hasattr(cls, name):
+                if name != "__setattr__" and not _method(cls, name):
                     continue
                 if existing is not None and name in existing and name not in _replaced(cls, existing):
                     continue
@@ -172,6 +172,12 @@ def install(cls: type) -> bool:
         return True
 
 
+def _method(cls: type, name: str) -> bool:
+    """Whether ``cls.name`` is a method a dispatcher may stand in for (not a property, nor any other attribute)."""
+    attr = inspect.getattr_static(cls, name, None)
+    return attr is not None and not isinstance(attr, property) and callable(getattr(cls, name, None))
+
+
 def _replaced(cls: type, existing: dict[str, Any]) -> list[str]:
     """The calls of ``cls`` whose dispatcher something else replaced after it was put there (a profiler's or a
     user's wrapper, which may call the dispatcher it replaced): a new dispatcher goes on top, standing in for it."""
@@ -182,7 +188,7 @@ def _replaced(cls: type, existing: dict[str, Any]) -> list[str]:
 def _missing(cls: type, existing: dict[str, Any], profile: Profile) -> list[str]:
     """The calls ``profile`` names that ``cls`` has and no dispatcher stands for, and its constructor when ``profile``
     records constructor keywords and none records them yet (a later profile of the class)."""
-    missing = [name for name in (*profile.calls, *profile.releases) if name not in existing and hasattr(cls, name)]
+    missing = [name for name in (*profile.calls, *profile.releases) if name not in existing and _method(cls, name)]
     if _init_to_record(cls, existing, profile) is not None:
         missing.append("__init__")
     return missing

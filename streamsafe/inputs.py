@@ -37,7 +37,7 @@ __all__ = ["Inputs", "Forwarding", "is_number", "call_keywords", "inputs_of"]
 def call_keywords(profile: EffectProfile, cls: type, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, bool]:
     """A guarded call's stream keyword (``None``: not given) and blocking keyword, checked: no more positional
     arguments than the SDK's ``name`` takes, and a blocking keyword that is a bool. Issues nothing."""
-    capacity = positional_capacity(cls, name)
+    capacity = positional_capacity(cls, name, (profile.stream_keyword, profile.blocking_keyword))
     if capacity is not None and len(args) > capacity:
         given = [k for k in (profile.blocking_keyword, profile.stream_keyword) if k]
         raise ArgumentError(
@@ -328,17 +328,36 @@ class Forwarding:
         return getattr(self._arr, name)
 
 
-_positional: dict[tuple[type, str], int | None] = {}
+_positional: dict[tuple[type, str, tuple[str | None, ...]], int | None] = {}
 
 
-def positional_capacity(cls: type, name: str) -> int | None:
-    """How many positional arguments the SDK's own ``cls.name`` takes (``None``: any number, or unknown)."""
-    key = (cls, name)
+def argument(cls: type, name: str, param: str, args: tuple[Any, ...], kwargs: dict[str, Any], missing: Any) -> Any:
+    """What the SDK's own ``cls.name`` gets for its parameter ``param`` in a call with ``args`` and ``kwargs``: by
+    keyword, else by position, else its default (``missing`` when it has none, or its signature cannot be read)."""
+    if param in kwargs:
+        return kwargs[param]
+    sig = call_signature(cls, raw_method(cls, name), name)
+    if sig is None:
+        return missing
+    for i, p in enumerate(sig.parameters.values()):
+        if p.name == param:
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and i < len(args):
+                return args[i]
+            return missing if p.default is p.empty else p.default
+    return missing
+
+
+def positional_capacity(cls: type, name: str, own: tuple[str | None, ...] = ()) -> int | None:
+    """How many positional arguments the SDK's own ``cls.name`` takes before the first of the parameters the guard
+    passes itself (``own``: the stream and blocking keywords), ``None``: any number, or unknown."""
+    key = (cls, name, own)
     if key not in _positional:
         sig = call_signature(cls, raw_method(cls, name), name)
         params = list(sig.parameters.values()) if sig is not None else None
         if params is None or any(p.kind is p.VAR_POSITIONAL for p in params):
             _positional[key] = None
         else:
-            _positional[key] = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+            positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            names = [p.name for p in positional]
+            _positional[key] = min([names.index(k) for k in own if k in names], default=len(positional))
     return _positional[key]

@@ -170,8 +170,8 @@ class EffectProfile(Profile):
         """The keywords of a call that carry its input arrays."""
         names = self.input_names
         skip = (self.stream_keyword, self.blocking_keyword)
-        if names is not None:
-            return [k for k in kwargs if k in names and k not in skip]
+        if names is not None:  # (an optional input left out as None is no input)
+            return [k for k, v in kwargs.items() if k in names and k not in skip and v is not None]
         return [k for k, v in kwargs.items() if k not in skip and hasattr(v, "__dlpack__") and not isinstance(v, numbers.Number)]
 
 
@@ -258,6 +258,15 @@ def _check_profile(p: Profile) -> None:
             value = getattr(p, attr)
             if value is not None and not (isinstance(value, str) and value.isidentifier() and not keyword.iskeyword(value)):
                 raise ProfileError(name, attr, value, "is not a keyword name", f"Give the SDK's keyword as a string, or {attr}=None when it takes none")
+    stream_kw, blocking_kw = getattr(p, "stream_keyword", None), getattr(p, "blocking_keyword", None)
+    if stream_kw is not None and stream_kw == blocking_kw:
+        raise ProfileError(name, "blocking_keyword", blocking_kw, f"is the stream keyword too ({stream_kw!r}): one parameter "
+                           "cannot take both the stream and whether the call may return early",
+                           "Name the SDK's blocking keyword, or blocking_keyword=None when it takes none")
+    for attr, kw in (("stream_keyword", stream_kw), ("blocking_keyword", blocking_kw)):
+        if kw is not None and kw in (getattr(p, "inputs", None) or ()):
+            raise ProfileError(name, "inputs", p.inputs, f"names {kw!r}, the {attr}: it takes no input array",  # type: ignore[attr-defined]
+                               "List only the parameters that take input arrays")
     lazy = getattr(p, "lazy", ())
     strays = [c for c in lazy if c not in p.calls]
     if strays:
@@ -461,6 +470,14 @@ def _check_calls(profile: Profile, cls: type, named: type) -> None:
     family: list[type] | None = None
     for attr in ("calls", "releases"):
         for name in getattr(profile, attr):
+            static = inspect.getattr_static(cls, name, None)
+            if isinstance(static, property) or (static is not None and not callable(getattr(cls, name, None))):
+                what = "a property" if isinstance(static, property) else f"a {type(static).__name__} attribute"
+                raise ProfileError(
+                    profile.name, attr, getattr(profile, attr),
+                    f"names {name!r}, which is {what} of {qualified_name(cls)}, not a method: a guard would replace it",
+                    "Name only methods; an attribute whose change may release the output goes in settings=",
+                )
             if callable(getattr(cls, name, None)):
                 continue
             if family is None:

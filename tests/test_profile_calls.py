@@ -1,0 +1,164 @@
+"""An SDK guarded through a profile of its own, called as it documents itself: a stream given by position, an SDK
+whose stream defaults to the current one, an optional input left out as ``None``, a property beside the calls, a
+call named like one of the contract's own attributes, a profile unregistered while a class guard is on.
+
+The SDK here doubles its input into its own output buffer on the stream it is given (``None``: the current one),
+then waits for it; its output is read on another stream C, and a later plain call must wait for that read."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+from streamsafe import profile as P
+from streamsafe.sim import SimBackend
+
+
+@dataclasses.dataclass
+class Result:
+    frame: Any
+
+
+class SDK:
+    """``process(image, stream=0)``: doubles ``image`` into its own output buffer on ``stream``, then waits."""
+
+    def __init__(self) -> None:
+        self.gpu, self.output = ss.current_backend(), None
+
+    def _work(self, image: Any, stream: Any) -> Result:
+        gpu, s = self.gpu, ss.as_stream(stream, backend=self.gpu)
+        x = gpu.from_dlpack(image.__dlpack__())
+        if self.output is None:
+            self.output = gpu.malloc(x.shape, name="SDK.output")
+        src, dst = x.buffer, self.output.buffer
+        gpu.launch(s, "sdk.work", lambda: np.multiply(src.data, 2, out=dst.data), reads=[x], writes=[self.output])
+        gpu.synchronize_stream(s)
+        return Result(frame=self.output.__dlpack__())
+
+    def process(self, image: Any, stream: Any = 0) -> Result:  # (the stream may come by position)
+        return self._work(image, stream)
+
+    @property
+    def mode(self) -> str:
+        return "fast"
+
+
+class CurrentByDefault(SDK):
+    def process(self, image: Any, stream: Any = None) -> Result:  # (no stream: the current one)
+        return self._work(image, stream)
+
+
+class Masked(SDK):
+    def process(self, image: Any, mask: Any = None, *, stream: Any = 0) -> Result:
+        return self._work(image, stream)
+
+
+class Planner(SDK):
+    def plan(self, image: Any, *, stream: Any = 0) -> Result:
+        return self._work(image, stream)
+
+
+def profile_of(cls: type, **fields: Any) -> P.EffectProfile:
+    return P.EffectProfile(**{"name": "test." + cls.__name__, "classes": (cls,), "calls": ("process",),
+                              "stream_keyword": "stream", "blocking_keyword": None, "output": "frame", **fields})
+
+
+@pytest.fixture
+def sim() -> Iterator[SimBackend]:
+    backend = SimBackend(scheduler="adversarial")
+    with ss.use_backend(backend):
+        yield backend
+
+
+@pytest.fixture
+def registered() -> Iterator[list[P.Profile]]:
+    made: list[P.Profile] = []
+    yield made
+    ss.unguard()
+    for p in made:
+        P.unregister(p)
+
+
+def _filled(sim: SimBackend, value: float, stream: Any = None) -> Any:
+    x = sim.empty((3, 8, 8))
+    sim.fill(x, value, stream)
+    return x
+
+
+def _read_elsewhere(sim: SimBackend, cls: type) -> tuple[Any, Any, Any, Any]:
+    """A guarded call on S, its output read on C; returns the SDK object, S, the next input and C's copy (2.0)."""
+    S, C = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    sdk = cls()
+    with sim.use_stream(S):
+        out = ss.StreamContract(sdk, S).process(_filled(sim, 1.0, S))
+    copy = sim.copy(sim.from_dlpack(out.frame, stream=C), C)
+    return sdk, S, _filled(sim, 5.0, S), copy
+
+
+@pytest.mark.parametrize(("cls", "how"), [(SDK, "by position"), (CurrentByDefault, "the SDK's default: the current stream")])
+def test_a_plain_call_after_a_guard_waits_for_the_readers_on_the_stream_it_runs_on(
+        sim: SimBackend, registered: list[P.Profile], cls: type, how: str) -> None:
+    """A plain call of an object a contract guarded before is tracked: its stream, given by position or left to the
+    SDK's default, waits for the output's readers (before, streamsafe took keyword-only stream 0: C's copy raced)."""
+    registered.append(P.register(profile_of(cls)))
+    sdk, S, y, copy = _read_elsewhere(sim, cls)
+    with sim.use_stream(S):
+        sdk.process(y, S.ptr) if how == "by position" else sdk.process(y)
+    sim.synchronize_device(0)
+    assert sim.races == [] and np.all(sim.download(copy) == 2.0)
+
+
+def test_a_stream_by_position_under_a_guard_is_refused_before_anything_is_issued(sim: SimBackend, registered: list[P.Profile]) -> None:
+    registered.append(P.register(profile_of(SDK)))
+    sdk, S, y, _ = _read_elsewhere(sim, SDK)
+    with ss.guard(SDK), sim.use_stream(S):
+        with pytest.raises(ss.errors.ArgumentError, match=r"Pass the others by keyword \(stream=\)"):
+            sdk.process(y, S.ptr)  # (the guard passes the stream itself: the SDK would get it twice)
+        sdk.process(y, stream=S.ptr)
+    sim.synchronize_device(0)
+    assert sim.races == []
+
+
+def test_a_property_named_as_a_call_is_refused_and_never_replaced(sim: SimBackend, registered: list[P.Profile]) -> None:
+    p = P.register(profile_of(SDK, calls=("process", "mode")))
+    registered.append(p)
+    with pytest.raises(ss.errors.ProfileError, match="'mode', which is a property"):
+        ss.StreamContract(SDK(), sim.create_stream(non_blocking=True))
+    assert SDK().mode == "fast"
+    P.unregister(p)
+    registered.clear()
+    assert SDK().mode == "fast"
+
+
+def test_one_keyword_for_the_stream_and_the_blocking_flag_is_refused() -> None:
+    with pytest.raises(ss.errors.ProfileError, match="blocking_keyword"):
+        profile_of(SDK, blocking_keyword="stream")
+    with pytest.raises(ss.errors.ProfileError, match="inputs"):
+        profile_of(SDK, inputs=("image", "stream"))
+
+
+def test_a_profile_unregistered_under_a_class_guard_leaves_plain_calls_to_the_sdk(sim: SimBackend, registered: list[P.Profile]) -> None:
+    p = P.register(profile_of(SDK))
+    with ss.guard(SDK):
+        P.unregister(p)
+        out = SDK().process(_filled(sim, 1.0))  # (no profile describes the class now: the SDK's own call)
+    assert isinstance(out, Result)
+
+
+def test_an_optional_input_left_out_as_none_is_no_input(sim: SimBackend, registered: list[P.Profile]) -> None:
+    registered.append(P.register(profile_of(Masked, inputs=("image", "mask"))))
+    c = ss.StreamContract(Masked(), sim.create_stream(non_blocking=True))
+    out = c.process(image=_filled(sim, 1.0), mask=None)
+    assert np.all(out.numpy() == 2.0)
+
+
+def test_a_call_named_like_a_contract_attribute_warns_and_goes_through_call(sim: SimBackend, registered: list[P.Profile]) -> None:
+    registered.append(P.register(profile_of(Planner, calls=("plan",))))
+    with pytest.warns(UserWarning, match=r"c\.call\('plan', \.\.\.\)"):
+        c = ss.StreamContract(Planner(), sim.create_stream(non_blocking=True))
+    assert np.all(c.call("plan", _filled(sim, 1.0)).numpy() == 2.0)
