@@ -62,7 +62,8 @@ class Buffer:
     """The ordering state of one buffer of ``ledger``'s SDK object (see the module docstring)."""
 
     __slots__ = ("ledger", "ref", "generation", "plan", "readers", "outstanding", "escaped", "retiring",
-                 "release_generation", "tagged", "stats", "default_consumer", "address", "address_release", "__weakref__")
+                 "release_generation", "unlisted", "tagged", "stats", "default_consumer", "address", "address_release",
+                 "__weakref__")
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
@@ -79,6 +80,9 @@ class Buffer:
         """Events recorded on outstanding readers that no longer read (see :meth:`retire_outstanding`)."""
         self.release_generation = 0
         """The generation the last release started: views of an older one may point at freed memory."""
+        self.unlisted = 0
+        """The newest generation a call wrote that streamsafe did not hand out (a plain call's, tracked): a view at
+        the buffer's memory that no tag names may show it."""
         self.tagged: WeakIdentityMap[int] | None = None
         """Zero-copy views handed out by a copy helper (``out.torch(copy=False)``), with their generation: by
         identity (a torch view's ``==`` is elementwise), each held weakly."""
@@ -241,10 +245,14 @@ class Buffer:
 
     # -- writes and releases -------------------------------------------------------------------------------
 
-    def wrote(self, plan: FencePlan | None, stats: dict[str, int], default_consumer: Stream | None) -> int:
-        """The SDK wrote new contents under ``plan`` (``None``: a raw call, whose output is not handed out):
-        a new generation with no readers; older contents are stale. Returns the generation."""
+    def wrote(self, plan: FencePlan | None, stats: dict[str, int], default_consumer: Stream | None, *,
+              handed_out: bool = True) -> int:
+        """The SDK wrote new contents under ``plan`` (``None``: a raw call's): a new generation with no readers;
+        older contents are stale. ``handed_out``: streamsafe hands them out (else the SDK's own result does: a
+        plain call's). Returns the generation."""
         self.generation += 1
+        if not handed_out:
+            self.unlisted = self.generation
         self.plan = plan
         self.stats = stats
         self.default_consumer = default_consumer

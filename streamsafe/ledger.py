@@ -250,7 +250,7 @@ class EffectLedger(Ledger):
     def record_write(self, frame: Frame, raw: Any, stats: dict[str, int]) -> Any:
         plan = frame.plan
         if not frame.guarded:  # a raw call: its output is not handed out; the next guarded call waits for its streams
-            self.output.wrote(None, self.output.stats, self.output.default_consumer)
+            self.output.wrote(None, self.output.stats, self.output.default_consumer, handed_out=False)
             self._after(plan.sdk_streams, frame.shapes, True)
             return None
         output = self.output
@@ -490,7 +490,7 @@ class PoolLedger(Ledger):
             written.update(dict.fromkeys(self.handed))
         made = {key: (self.buffer(key), 0) for key in written}
         for key, (buffer, _) in made.items():
-            made[key] = (buffer, buffer.wrote(frame.plan, stats, frame.default_consumer))
+            made[key] = (buffer, buffer.wrote(frame.plan, stats, frame.default_consumer, handed_out=frame.guarded))
             if len(buffer.outstanding) > OUTSTANDING_BOUND:
                 buffer.retire_outstanding()
         self.handed = keys

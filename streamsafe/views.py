@@ -48,10 +48,14 @@ def read_by(view: Any, key: Any) -> tuple[Any, int] | None:
     tag = view.view_of if tagged_class else None
     if found is None and tag is None:
         return None
-    exact = tag is not None  # (the view itself says which output it is: not another array at a freed address)
     if tag is not None:
         buffer, generation = tag[0](), tag[1]
-    else:
+        if buffer is not None and getattr(buffer, "ledger", None) is None:  # (a tag of the model's own, not a buffer's)
+            tag = None
+            if found is None:
+                return None
+    exact = tag is not None  # (the view itself says which output it is: not another array at a freed address)
+    if tag is None:
         assert found is not None
         buffer, generation = found[0](), found[1]
         if buffer is not None:
@@ -61,8 +65,9 @@ def read_by(view: Any, key: Any) -> tuple[Any, int] | None:
     if buffer is None:
         return None
     if generation != buffer.generation:
-        # a view of an overwritten output, or (known by the view itself) of a released one: freed memory
-        if exact or (generation >= buffer.release_generation and not buffer.closed):
+        # a view of an overwritten output, or (known by the view itself) of a released one: freed memory. A view
+        # known by its memory alone may show contents a plain call wrote since (the SDK's own result): not refused
+        if exact or (generation >= buffer.release_generation and not buffer.closed and buffer.unlisted <= generation):
             buffer.refuse_stale_view(generation, "input")
         return None
     return buffer, generation
