@@ -46,8 +46,9 @@ def note_run(device: int) -> bool:
     pipelines interleave, the device is shared."""
     now = _clock()
     record: list[Any] | None = _mine.by_device.get(device)
-    threads: dict[int, list[Any]] | None = record[2] if record is not None else None
-    if record is None or threads is None or threads is not _seen.get(device):  # (first here, dropped as quiet, or forgotten since)
+    threads = _seen.get(device)
+    if record is None or threads is None or threads.get(_mine.token) is not record:
+        # (first here, forgotten since, or dropped as quiet by another thread: counted again from this run on)
         record = _new_record(device)
         threads = _seen[device]
     previous = record[0]
@@ -55,24 +56,16 @@ def note_run(device: int) -> bool:
     if len(threads) == 1:
         return False
     mine = _mine.token
-    for other, theirs in list(threads.items()):
+    for other, (last, thread, _) in list(threads.items()):
         if other == mine:
             continue
-        last, thread, _ = theirs
         if now - last > WINDOW_S:  # quiet: it no longer counts (and adds itself again when it runs again)
-            _drop(threads, other, theirs)
+            threads.pop(other, None)
         elif last >= previous:  # it ran since this thread's previous run: shared, if it still lives
             if thread.is_alive():
                 return True
-            _drop(threads, other, theirs)
+            threads.pop(other, None)
     return False
-
-
-def _drop(threads: dict[int, list[Any]], token: int, record: list[Any]) -> None:
-    """Take another thread's ``record`` off the device's ``threads``; its next run adds it again."""
-    if threads.get(token) is record:
-        threads.pop(token, None)
-        record[2] = None
 
 
 def _new_record(device: int) -> list[Any]:

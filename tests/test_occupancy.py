@@ -248,3 +248,35 @@ def test_a_thread_quiet_for_a_while_counts_again_once_it_runs_again(monkeypatch:
         resume.set()
         end.set()
         t.join()
+
+
+def test_a_thread_whose_record_another_thread_dropped_late_is_counted_again_from_its_next_run() -> None:
+    """Two threads may drop a quiet thread at once: the later one can pop the record the quiet thread has just added
+    again. The thread finds itself missing at its next run and adds itself again (it is never left out for good)."""
+    ran, resume, ran_again, end = threading.Event(), threading.Event(), threading.Event(), threading.Event()
+    token: list[int] = []
+
+    def other() -> None:
+        occupancy.note_run(0)
+        token.append(occupancy._mine.token)
+        ran.set()
+        resume.wait(5)
+        occupancy.note_run(0)
+        ran_again.set()
+        end.wait(5)
+
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        ran.wait(5)
+        occupancy.note_run(0)
+        occupancy._seen[0].pop(token[0])  # (a late dropper pops the other thread's newest record)
+        assert occupancy.threads_on(0) == 1
+        resume.set()
+        ran_again.wait(5)
+        assert occupancy.threads_on(0) == 2
+        assert occupancy.note_run(0) is True
+    finally:
+        resume.set()
+        end.set()
+        t.join()
