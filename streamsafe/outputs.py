@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import math
+import numbers
 import sys
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -49,7 +50,11 @@ def _check_export(device: tuple[int, int], copy: bool | None, dl_device: tuple[i
     if dl_device is None:
         return
     try:
+        if not isinstance(dl_device, (tuple, list)):
+            raise TypeError
         kind, index = dl_device
+        if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in (kind, index)):
+            raise TypeError
         wanted = (int(kind), int(index))
     except (TypeError, ValueError):
         raise ExportError(

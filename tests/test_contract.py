@@ -363,7 +363,7 @@ def test_copy_true_and_wrong_device_are_refused(sim: ss.sim.SimBackend) -> None:
         out.image.__dlpack__(copy=True)
     with pytest.raises(BufferError, match="cannot be exported"):
         out.image.__dlpack__(dl_device=(1, 0))
-    for bad in (5, "cuda", (2,)):
+    for bad in (5, "cuda", (2,), "20", b"\x02\x00", (2.9, 0.4), (float("inf"), 0), ("2", "0"), (True, 0)):
         with pytest.raises(ss.errors.ExportError, match="not a DLPack device"):
             out.image.__dlpack__(dl_device=bad)
     assert not out.image.consumed
@@ -558,3 +558,13 @@ def test_an_input_the_sdk_rejects_keeps_the_previous_output_valid(sim: ss.sim.Si
     with pytest.raises(ss.errors.EffectConfigError, match="RGB8 input must be float32"):
         c.run(sim.array(np.zeros((3, 16, 16), np.float64)))
     np.testing.assert_array_equal(out.numpy(), expected(data))
+
+
+@pytest.mark.parametrize(("strategy", "declared", "copies"), [("auto", False, True), ("auto", True, False), ("event", False, False)])
+def test_a_contract_tells_its_steady_frames_whether_auto_may_copy_the_inputs(
+        sim: ss.sim.SimBackend, strategy: str, declared: bool, copies: bool) -> None:
+    """Where ``auto`` may copy the inputs (nothing declared), a torch input's strides are a steady fact
+    (``tests/test_steady_layout.py``)."""
+    c = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True), strategy=strategy,
+                          input_stream=sim.current_stream() if declared else None)
+    assert c.steady.copies is copies

@@ -107,3 +107,48 @@ def test_the_address_is_read_under_the_turn(monkeypatch: pytest.MonkeyPatch) -> 
     assert len(other) == 1 and isinstance(other[0], ss.errors.ConcurrentUseError), other
     view = sim.from_dlpack(c.run(frame(sim, 16, 0.5)).image)
     assert view.buffer in views.registry  # the output's own memory
+
+
+class Interrupting(Passthrough):
+    """Stopped by a Ctrl-C right after its work is issued, when told to."""
+
+    interrupt = False
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().run(*args, **kwargs)
+        if self.interrupt:
+            raise KeyboardInterrupt
+        return out
+
+
+@pytest.mark.parametrize("path", ["after synchronize", "tracked raw call", "interrupted"])
+def test_every_recorded_size_change_reads_the_address_again(path: str) -> None:
+    """The calls whose inputs changed size by the other ways the ledger records them (new SDK streams after a host
+    wait, a plain call of the effect, a call left by an interrupt) make the next import read the address again."""
+    sim = ss.sim.SimBackend(scheduler="adversarial")
+    a = Interrupting(backend=sim)
+    a.load()
+    ca = ss.StreamContract(a, sim.create_stream(non_blocking=True), input_stream=sim.current_stream())
+    sim.from_dlpack(ca.run(frame(sim, 16, 0.25)).image)
+    if path == "after synchronize":
+        ca.synchronize()
+    elif path == "tracked raw call":
+        a.run(frame(sim, 24, 0.5))
+    else:
+        a.interrupt = True
+        with pytest.raises(KeyboardInterrupt):
+            ca.run(frame(sim, 24, 0.5))
+        a.interrupt = False
+    out = ca.run(frame(sim, 24, 0.5))
+    b = TrueHDR(backend=sim)
+    b.load()
+    c, p3 = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    view = untagged(sim.from_dlpack(out.image, stream=c))
+    assert view.buffer in views.registry
+    sim.fence(p3, c)
+    cb = ss.StreamContract(b, sim.create_stream(non_blocking=True), input_stream=p3)
+    with sim.use_stream(sim.create_stream(non_blocking=True)):
+        cb.run(view)
+    ca.run(frame(sim, 24, 0.75))
+    sim.synchronize_device()
+    assert sim.races == [], [str(r) for r in sim.races]
