@@ -333,7 +333,7 @@ def plan_fences(
             "no input_stream is declared, so a stream streamsafe does not know may rewrite an input once run() returns "
             "(the vendor's recipe): streamsafe copies each input on a stream of its own, the SDK reads the copy, and the "
             "host waits for the copies only, not for the SDK's work; then "
-            + (reason[0].lower() + reason[1:]).replace("the host never waits", "the host waits for nothing else")
+            + _continued(reason).replace("the host never waits", "the host waits for nothing else")
             + ". Declare input_stream= to drop the copies and their wait"
         )
     copy = copy_stream if copies else None
@@ -566,3 +566,10 @@ def raw_plan(sdk: Stream, conversion: Stream | None, non_blocking: bool = False)
             plan = dataclasses.replace(plan, non_blocking=True, _cache={})
         _raw_plans[key] = plan
     return plan
+
+
+def _continued(sentence: str) -> str:
+    """``sentence`` going on after a semicolon: its first letter lower case, unless it starts a name (``RGB10A2``)."""
+    if len(sentence) > 1 and sentence[1].isupper():
+        return sentence
+    return sentence[:1].lower() + sentence[1:]

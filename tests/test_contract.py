@@ -568,3 +568,12 @@ def test_a_contract_tells_its_steady_frames_whether_auto_may_copy_the_inputs(
     c = ss.StreamContract(make_sr(sim), sim.create_stream(non_blocking=True), strategy=strategy,
                           input_stream=sim.current_stream() if declared else None)
     assert c.steady.copies is copies
+
+
+def test_a_plan_reason_keeps_a_names_capitals(sim: ss.sim.SimBackend) -> None:
+    from streamsafe.testing import TrueHDR
+
+    hdr = TrueHDR(backend=sim)
+    hdr.load()
+    text = str(ss.StreamContract(hdr, sim.create_stream(non_blocking=True)).plan)  # (auto, nothing declared: the copies' reason)
+    assert "RGB10A2" in text and "rGB10A2" not in text

@@ -4,6 +4,7 @@ fix, and changes nothing; the model is as strict as the driver; what streamsafe 
 from __future__ import annotations
 
 import pickle
+import re
 from typing import Any
 
 import numpy as np
@@ -209,3 +210,12 @@ def test_an_export_the_output_cannot_give_is_an_export_error_that_pickles(how: s
     again = pickle.loads(pickle.dumps(caught.value))
     assert (type(again), str(again)) == (ExportError, str(caught.value))
     assert not hasattr(ss, "ExportError")  # (new: only in streamsafe.errors, no deprecated top-level name)
+
+
+@pytest.mark.parametrize(("args", "named"), [(((3, 4, 4), "float99"), "dtype='float99'"), (((3, -1),), "shape=(3, -1)"),
+                                             ((("a",),), "shape=('a',)")])
+def test_the_models_allocation_refuses_what_numpy_cannot_allocate(args: tuple[Any, ...], named: str) -> None:
+    sim = ss.sim.SimBackend()
+    for allocate in (sim.empty, sim.malloc):
+        with pytest.raises(ss.errors.ArgumentError, match=re.escape(named)):
+            allocate(*args)

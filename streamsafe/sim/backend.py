@@ -52,7 +52,7 @@ from ..streams import thread_token as _thread_token
 from .clocks import VectorClock, is_ordered_after
 from .lifetimes import StreamLifetimes
 from .engine import collecting_races, entry, sanitize_everywhere, sanitizing_everywhere
-from .memory import FreeBlock, Lease, PoolKey, SimArray, SimBuffer, SimCapsule, as_dims, fill_poison, pool_stream
+from .memory import FreeBlock, Lease, PoolKey, SimArray, SimBuffer, SimCapsule, as_dims, as_dtype, fill_poison, pool_stream
 from .memory import model_capsule, poisoned_block
 from .ops import Op, SimEvent, StreamState
 from .races import Access
@@ -269,7 +269,7 @@ class SimBackend(StreamLifetimes):
             dev = self.current_device() if device is None else device
             self._check_device(dev)
             alloc = self.current_stream(dev)
-        dt = np.dtype(dtype)
+        dt = as_dtype(dtype)
         dims = as_dims(shape)
         label = name or f"buf{next(self._handles)}"
         buf = self._reuse((pool_stream(alloc), dims, dt.str))
@@ -292,7 +292,7 @@ class SimBackend(StreamLifetimes):
         :meth:`free`. Does not block."""
         dev = self.current_device() if device is None else device
         self._check_device(dev)
-        data = poisoned_block(as_dims(shape), np.dtype(dtype))
+        data = poisoned_block(as_dims(shape), as_dtype(dtype))
         return SimArray(self, SimBuffer(name or f"buf{next(self._handles)}", data, dev), lease=None)
 
     def _reuse(self, key: PoolKey) -> SimBuffer | None:

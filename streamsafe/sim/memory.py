@@ -15,7 +15,7 @@ import numpy as np
 
 from .._dlpack import DLPACK_CUDA
 from ..backend.naming import as_stream
-from ..errors import DeviceMemoryError, InputArrayError
+from ..errors import ArgumentError, DeviceMemoryError, InputArrayError
 from ..streams import LEGACY_HANDLE, Stream
 from .ops import SimEvent
 
@@ -249,8 +249,24 @@ def buffers_of(items: Iterable[SimArray | SimBuffer]) -> tuple[SimBuffer, ...]:
 
 
 def as_dims(shape: Sequence[int] | int) -> tuple[int, ...]:
-    """An allocation's shape as a tuple of ints (an int for one dimension)."""
-    return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    """An allocation's shape as a tuple of ints (an int for one dimension); else :class:`~streamsafe.errors.ArgumentError`."""
+    try:
+        dims = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        dims = None
+    if dims is None or any(d < 0 for d in dims):
+        raise ArgumentError(f"shape={shape!r} is not an array's shape: the model allocates a tuple of sizes, each an int >= 0. "
+                            "Pass e.g. (3, 1080, 1920)")
+    return dims
+
+
+def as_dtype(dtype: Any) -> np.dtype[Any]:
+    """An allocation's element type as NumPy's; else :class:`~streamsafe.errors.ArgumentError`."""
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise ArgumentError(f"dtype={dtype!r} is not an element type NumPy knows: the model's arrays are NumPy's. "
+                            "Pass e.g. np.float32 or 'uint8'") from None
 
 
 def fill_poison(data: np.ndarray) -> None:

@@ -11,12 +11,14 @@ Control scenarios (``safe=True``) use stream kinds that make the hazard impossib
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..errors import HostWaitWarning
 from ..sim.races import Race
 from ..testing import _kernels as K
 from ..testing.effects import ImageEncoding, TrueHDR, VideoFrameGeneration, VideoSuperRes
@@ -319,6 +321,13 @@ def run_matrix(
     """
     if backend not in ("sim", "cuda"):
         raise ValueError(f"backend must be 'sim' or 'cuda', got {backend!r}")
+    with warnings.catch_warnings():  # (the scenarios are streamsafe's own: no declaration of the user's to advise)
+        warnings.simplefilter("ignore", HostWaitWarning)
+        return _run_matrix(backend, frames, scenarios, strategies, wrap_for, size, trace)
+
+
+def _run_matrix(backend: str, frames: int | None, scenarios: Sequence[Scenario], strategies: Iterable[str],
+                wrap_for: Callable[[str], Wrap], size: tuple[int, int] | None, trace: list[dict[str, Any]] | None) -> list[Row]:
     rows = []
     for strategy in strategies:
         if strategy not in STRATEGIES:
