@@ -105,3 +105,16 @@ def test_unknown_hazard_filter_is_an_error(capsys: pytest.CaptureFixture[str]) -
 def test_run_matrix_rejects_unknown_backend() -> None:
     with pytest.raises(ValueError, match="backend must be 'sim' or 'cuda'"):
         run_matrix(backend="tpu")
+
+
+def test_the_matrix_advises_no_declaration_of_its_own_scenarios() -> None:
+    """The matrix's scenarios are streamsafe's own: ``make run`` shows no HostWaitWarning the user cannot act on."""
+    import warnings
+
+    from streamsafe.errors import HostWaitWarning
+    from streamsafe.tools.hazards import run_matrix
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        run_matrix(strategies=("auto",), frames=2)
+    assert not [w for w in seen if issubclass(w.category, HostWaitWarning)]
