@@ -469,7 +469,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_bench)
     run = sub.add_parser(
         "run",
-        help="run a Python program unchanged, with every nvvfx effect and PyNvVideoCodec decoder it creates guarded",
+        help="run a Python program unchanged, with every object of every SDK a profile describes guarded (nvvfx "
+             "effects, PyNvVideoCodec decoders, PyAV containers)",
         description="Run a Python program unchanged (as compute-sanitizer or nsys wrap a binary): every nvvfx "
                     "effect it creates goes through its own stream contract from its first run(), with the "
                     "program's own current stream (torch or CuPy) as the SDK stream at each call; every "
