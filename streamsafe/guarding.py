@@ -434,36 +434,45 @@ def push(obj: Any, contract: Any, frame: Any) -> None:
     """Route ``obj``'s plain calls made by the code of ``frame`` (and what it calls) through ``contract`` until
     :func:`pop`. Blocks nest: the innermost block whose frame is running takes a call. A block in a generator or
     a coroutine guards its code only while it runs (not the caller's code between two of its resumptions), so
-    blocks held across ``yield`` or ``await`` interleave correctly in one thread."""
+    blocks held across ``yield`` or ``await`` interleave correctly in one thread. (The two tables change with no
+    call between: an interrupt leaves both as they were or both changed; a block left pushed by an interrupt on the
+    way out of its entry is popped by the block's ``__enter__``.)"""
     block = _Block(contract, frame, threading.get_ident())
+    key = id(obj)
     with _lock:
-        _open[id(obj)] = [*_open.get(id(obj), ()), block]  # (a new list: readers take no lock)
-        if block.suspendable:
-            _suspendable[id(obj)] = _suspendable.get(id(obj), 0) + 1
+        blocks = [*_open.get(key, ()), block]  # (a new list: readers take no lock)
+        count = _suspendable.get(key, 0) + 1 if block.suspendable else 0
+        _open[key] = blocks
+        if count:
+            _suspendable[key] = count
 
 
 def pop(obj: Any, contract: Any, frame: Any) -> None:
     """End the innermost block of ``contract`` on ``obj`` opened by ``frame`` (else, entered and left through
-    helpers of different frames, this thread's newest block of ``contract``; nothing when none is open)."""
+    helpers of different frames, this thread's newest block of ``contract``; nothing when none is open). (As in
+    :func:`push`, the tables change with no call between.)"""
+    key = id(obj)
     with _lock:
-        blocks = _open.get(id(obj))
+        blocks = _open.get(key)
         if not blocks:
             return
         me = threading.get_ident()
         match = [i for i in range(len(blocks)) if blocks[i].contract is contract and blocks[i].frame is frame]
         if not match:
             match = [i for i in range(len(blocks)) if blocks[i].contract is contract and blocks[i].thread == me]
-        if match:
-            block = blocks[match[-1]]
-            blocks = _open[id(obj)] = blocks[:match[-1]] + blocks[match[-1] + 1:]
-            if block.suspendable:
-                left = _suspendable[id(obj)] - 1
-                if left:
-                    _suspendable[id(obj)] = left
-                else:
-                    del _suspendable[id(obj)]
-        if not blocks:
-            del _open[id(obj)]
+        if not match:
+            return
+        i = match[-1]
+        rest = blocks[:i] + blocks[i + 1:]
+        left = _suspendable.get(key, 0) - 1 if blocks[i].suspendable else -1
+        if rest:
+            _open[key] = rest
+        else:
+            del _open[key]
+        if left > 0:
+            _suspendable[key] = left
+        elif left == 0:
+            del _suspendable[key]
 
 
 def _running_block(blocks: list[_Block], obj_id: int) -> _Block | None:
@@ -536,13 +545,21 @@ class GuardBlock:
         return self.stack_frame
 
     def __enter__(self) -> Any:
-        self.stack_frame = code_frame(sys._getframe(1))
-        self.contract.enter_block(self.stack_frame)
+        stack_frame = self.stack_frame = code_frame(sys._getframe(1))
+        try:
+            self.contract.enter_block(stack_frame)
+        except BaseException:  # (an interrupt after the block was opened: it does not stay open)
+            self.contract.leave_block(stack_frame, host_wait=False)
+            raise
         return self.contract
 
     def __exit__(self, *exc: object) -> None:
         stack_frame, self.stack_frame = self.stack_frame, None
-        self.contract.leave_block(stack_frame, host_wait=self.host_wait)
+        try:
+            self.contract.leave_block(stack_frame, host_wait=self.host_wait)
+        except BaseException:  # (an interrupt before the block ended, or in its host wait: it ends all the same)
+            self.contract.leave_block(stack_frame, host_wait=False)
+            raise
 
 
 def stack_frame_argument(stack_frame: Any, deprecated: dict[str, Any], method: str) -> Any:
@@ -580,13 +597,24 @@ class GuardedBlocks:
     def __enter__(self: _C) -> _C:
         """``with contract:`` as :meth:`guarded` (plain calls made by the code inside the block go through the
         contract). Does not block."""
-        self.enter_block(code_frame(sys._getframe(1)))
+        stack_frame = code_frame(sys._getframe(1))
+        try:
+            self.enter_block(stack_frame)
+        except BaseException:  # (an interrupt after the block was opened: it does not stay open)
+            self.leave_block(stack_frame, host_wait=False)
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         """Stop routing plain calls; blocks the host until the reads streamsafe knows of and the SDK's own work are
         done (as the contract's ``synchronize()``)."""
-        self.leave_block(code_frame(sys._getframe(1)), host_wait=True)
+        stack_frame = None
+        try:
+            stack_frame = code_frame(sys._getframe(1))
+            self.leave_block(stack_frame, host_wait=True)
+        except BaseException:  # (an interrupt before the block ended, or in its host wait: it ends all the same)
+            self.leave_block(stack_frame if stack_frame is not None else code_frame(sys._getframe(1)), host_wait=False)
+            raise
 
     def guarded(self, *, host_wait_on_exit: bool = True) -> GuardBlock:
         """Route the plain calls of the guarded object (its profile's calls and releases, and configuration
