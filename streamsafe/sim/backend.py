@@ -85,11 +85,6 @@ class SimBackend(StreamLifetimes):
     array_type: type | None = SimArray
     host_array_fix = "On the simulated backend (this effect's): sim.array(x), a device copy, or sim.empty(shape, dtype) and a kernel."
 
-    @property
-    def sanitizing(self) -> bool:
-        """Whether races raise at once (``on_race="raise"``, or an ``ss.sanitize()`` block without a backend)."""
-        return self.on_race == "raise" or sanitizing_everywhere()
-
     def __init__(
         self,
         *,

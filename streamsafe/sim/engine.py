@@ -98,6 +98,8 @@ class OrderingEngine:
         self.max_pending = max_pending
         self.races: list[Race] = []
         self._lock = threading.RLock()
+        self._sanitize_blocks = 0
+        """How many ``ss.sanitize(model)`` blocks are open on this model, in any thread (:meth:`sanitized`)."""
         self._local = threading.local()
         self._devices = devices
         self._counter = itertools.count()
@@ -435,8 +437,26 @@ class OrderingEngine:
         return found
 
     def _report(self, found: list[Race]) -> None:
-        if found and (self.on_race == "raise" or _SANITIZE_ALL):
+        if found and (self.on_race == "raise" or self._sanitize_blocks or _SANITIZE_ALL):
             raise RaceError(found)
+
+    @contextlib.contextmanager
+    def sanitized(self) -> Iterator[None]:
+        """Inside the block this model raises at a race (``ss.sanitize(model)``); blocks of several threads may
+        overlap in any order: it raises while any is open."""
+        with self._lock:
+            self._sanitize_blocks += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._sanitize_blocks -= 1
+
+    @property
+    def sanitizing(self) -> bool:
+        """Whether races raise at once (``on_race="raise"``, an ``ss.sanitize()`` block on this model, or one
+        without a backend)."""
+        return self.on_race == "raise" or self._sanitize_blocks > 0 or _SANITIZE_ALL > 0
 
     @entry
     def take_races(self) -> list[Race]:

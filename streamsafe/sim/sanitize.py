@@ -56,12 +56,8 @@ def sanitize(backend: Backend | None = None) -> Iterator[mirror.Mirror | SimBack
         return
     be = backend
     if isinstance(be, SimBackend):
-        saved = be.on_race
-        be.on_race = "raise"
-        try:
+        with be.sanitized():
             yield be
-        finally:
-            be.on_race = saved
         return
     model = mirror.Mirror()
     with _torch_observed(model), sync_hooks.observing():

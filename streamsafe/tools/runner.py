@@ -277,11 +277,15 @@ def run_program(
             model_scope = process_default(fake_model)  # every thread's default, not only this one's
     targets = _sdk_modules()
     model = None
+    sync_scope: Any = contextlib.nullcontext()
     if sanitize:
+        from ..sim import sync_hooks
+
         os.environ.pop("STREAMSAFE_SANITIZE", None)
         model = mirror.Mirror()
         model.sim.on_race = "record"  # report at exit; the program runs to its end
         hooks.register(model)
+        sync_scope = sync_hooks.observing()  # (the program's own host waits and event calls order its streams too)
     cg: ClassGuard = guard(targets, strategy=as_strategy(strategy))
     cg.pinned = True  # the program's own unguard() leaves it
     cg.record = False  # (the tally counts its contracts; a list of them would keep every effect's ledger)
@@ -307,7 +311,7 @@ def run_program(
 
     with hard_exit if hard_exit is not None else contextlib.nullcontext():
         try:
-            with races_scope as races, ContractTally() as made, model_scope:
+            with races_scope as races, ContractTally() as made, model_scope, sync_scope:
                 found.append(races)
                 if hard_exit is not None:
                     hard_exit.start(lambda status, wait: report_of(status, made, wait))
