@@ -84,6 +84,7 @@ SLOW = (
     "tests/test_newcomer_fixes.py::test_streamsafe_sanitize_environment_variable_makes_every_model_raise",  # 0.9-2.6
     "tests/test_cli_errors.py::test_*_in_a_real_process",  # 2.1: a process each
     "tests/test_ray.py",  # 18-20: a local Ray cluster and its workers
+    "tests/test_bench.py::test_the_strategies_script_runs_without_a_gpu",  # 2-3: the bench in a process
     "tests/test_fake_nvvfx.py::test_a_block_and_the_fixture_take_the_submodules_out_again",  # 1.3
     "tests/test_guide_own_sdk.py::test_the_guides_example_test_passes_as_written",  # 1.2: pytest in a process
     "tests/test_integrations.py::test_the_example_without_ray_checks_every_frame_and_the_check_can_fail",  # 1.1

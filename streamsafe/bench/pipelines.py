@@ -176,7 +176,8 @@ class _Runner:
         self.stream = stream
         self.runs = 0
         self.contract: StreamContract | None = None
-        self.in_block = False
+        self.block: Any = None
+        """The README row's guard block, once entered (left by :meth:`close`, maybe in another thread)."""
         self.hand: HandRunner | None = None
         if isinstance(row, Hand):
             if hand_sites is None or legacy is None or sc is None:
@@ -202,9 +203,9 @@ class _Runner:
             if self.contract is None:  # the unsafe reference: the effect's own run(), no dispatcher
                 out = own_method(self.effect, "run")(self.effect, *inputs, stream_ptr=self.stream.ptr, non_blocking=True, **kw)
             elif self.strategy is Usage.README:
-                if not self.in_block:  # (as the README writes it: the loop inside the contract's block, plain sr.run())
-                    self.contract.__enter__()
-                    self.in_block = True
+                if self.block is None:  # (as the README writes it: the loop inside the contract's block, plain sr.run())
+                    self.block = self.contract.guarded()
+                    self.block.__enter__()
                 out = self.effect.run(*inputs, **kw)
             else:
                 out = self.contract.run(*inputs, **kw)
@@ -224,8 +225,8 @@ class _Runner:
         if self.hand is not None:
             self.hand.close()
         elif self.contract is not None:
-            if self.in_block:
-                self.contract.__exit__(None, None, None)
+            if self.block is not None:  # (the block knows the stack frame it guards: left from any thread)
+                self.block.__exit__(None, None, None)
             self.contract.close()
         else:
             self.effect.close()
