@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .contract import OPTIONS, PoolContract, StreamContract, new_contract
+from .contract import OPTIONS, PoolContract, StreamContract, made_for_plain_calls, new_contract
 from .errors import ArgumentError, FrameworkUnavailableError, NotAnEffectError, StreamsafeError
 from .guarding import install, register_class_guard, withdraw_class_guard
 from .identity import WeakIdentityMap
@@ -65,7 +65,8 @@ class ClassGuard:
         self._lock = threading.RLock()  # (re-entrant: an object the collector finalizes meanwhile may call through this guard)
 
     def contract_for(self, obj: Any) -> Any:
-        """The contract this guard made for ``obj`` (made at its first call, and again after a close). Does not block."""
+        """The contract this guard made for ``obj`` (made at its first call, and again after a close); ``None`` when no
+        registered profile describes ``obj`` now (unregistered since: its calls are the SDK's own). Does not block."""
         contract = self._made_for(obj)
         if contract is not None and not contract.closed:
             return contract
@@ -78,7 +79,8 @@ class ClassGuard:
             except NotAnEffectError:  # (no profile describes it now, unregistered since: the call is the SDK's own)
                 return None
             options = {k: v for k, v in self.options.items() if not pool or k not in ("input_stream", "conversion_stream")}
-            contract = new_contract(obj, None, strategy=self.strategy, **options)
+            with made_for_plain_calls():
+                contract = new_contract(obj, None, strategy=self.strategy, **options)
             contract.hold_effect_weakly()  # this guard keeps the contract; the program owns the object
             contract.guard_owner = self
             try:

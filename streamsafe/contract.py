@@ -25,11 +25,14 @@ synchronizes, closes and opens blocks.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import os
 import warnings
 import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import engine, guarding, hooks, lazy, occupancy, steady
@@ -171,18 +174,19 @@ class _Contract(GuardedBlocks, Unshareable):
         subclass that has them (one per class and profile, made once)."""
         cls = type(self)
         key = (cls, self.profile)
-        named = _NAMED.get(key)
-        if named is None:
+        found = _NAMED.get(key)
+        if found is None:
             names = [n for n in (*self.profile.calls, *self.profile.releases) if not n.startswith("__")]
             missing = [n for n in names if not hasattr(cls, n)]
-            named = _NAMED[key] = type(cls.__name__, (cls,), {n: _named_call(n) for n in missing}) if missing else cls
+            named = type(cls.__name__, (cls,), {n: _named_call(n) for n in missing}) if missing else cls
             named.__qualname__, named.__module__ = cls.__qualname__, cls.__module__
-            shadowed = [n for n in names if n not in missing and n not in _OWN_CALLS]
-            if shadowed:
-                warnings.warn(
-                    f"{self.profile.name}'s call(s) {', '.join(shadowed)}: c.{shadowed[0]} is the contract's own "
-                    f"{'attribute' if len(shadowed) == 1 else 'attributes'}, not the SDK's call; call the SDK's through the "
-                    f"contract as c.call({shadowed[0]!r}, ...)", UserWarning, stacklevel=_user_stacklevel())
+            found = _NAMED[key] = (named, tuple(n for n in names if n not in missing and n not in _OWN_CALLS))
+        named, shadowed = found
+        if shadowed and not _FOR_A_GUARD.get():
+            warnings.warn(
+                f"{self.profile.name}'s call(s) {', '.join(shadowed)}: c.{shadowed[0]} is the contract's own "
+                f"{'attribute' if len(shadowed) == 1 else 'attributes'}, not the SDK's call; call the SDK's through the "
+                f"contract as c.call({shadowed[0]!r}, ...)", UserWarning, stacklevel=_user_stacklevel())
         if named is not cls:
             self.__class__ = named
 
@@ -214,8 +218,22 @@ def _gone() -> None:
 _OWN_CALLS = ("run", "run_at_timestep", "close")
 """The SDK calls a contract has a method of its own for (the call through the contract)."""
 
-_NAMED: dict[tuple[type, Any], type] = {}
-"""Contract classes with the named calls of a profile (:meth:`_Contract._name_calls`)."""
+_NAMED: dict[tuple[type, Any], tuple[type, tuple[str, ...]]] = {}
+"""Contract classes with the named calls of a profile (:meth:`_Contract._name_calls`), and the calls the contract's
+own attributes shadow."""
+
+_FOR_A_GUARD: contextvars.ContextVar[bool] = contextvars.ContextVar("streamsafe_contract_for_a_guard", default=False)
+
+
+@contextlib.contextmanager
+def made_for_plain_calls() -> Iterator[None]:
+    """Contracts made inside the block take the program's plain calls (a class guard's): they do not warn of calls
+    their own attributes shadow, which the program never makes on them. Does not block."""
+    token = _FOR_A_GUARD.set(True)
+    try:
+        yield
+    finally:
+        _FOR_A_GUARD.reset(token)
 
 
 def _named_call(name: str) -> Any:

@@ -48,7 +48,7 @@ from .identity import same_value
 from .frame import Frame, pool_frame, raw_frame
 from .ledger import EffectLedger, Ledger, PoolLedger, ledger_of
 from .plan import FencePlan, pool_plan
-from .profile import EffectProfile, PoolProfile, Profile, on_register, profile_of, profiles
+from .profile import EffectProfile, PoolProfile, Profile, is_method, on_register, profile_of, profiles
 from .strategy import Strategy
 
 __all__ = [
@@ -152,7 +152,7 @@ def install(cls: type) -> bool:
                 saved["__init__"] = cls.__dict__.get("__init__")
                 cls.__init__ = recording_init(init, profile.constructor_keywords, MARK)  # type: ignore[misc]
             for name in (*profile.calls, *profile.releases, "__setattr__"):
-                if name != "__setattr__" and not _method(cls, name):
+                if name != "__setattr__" and not is_method(cls, name):
                     continue
                 if existing is not None and name in existing and name not in _replaced(cls, existing):
                     continue
@@ -172,12 +172,6 @@ def install(cls: type) -> bool:
         return True
 
 
-def _method(cls: type, name: str) -> bool:
-    """Whether ``cls.name`` is a method a dispatcher may stand in for (not a property, nor any other attribute)."""
-    attr = inspect.getattr_static(cls, name, None)
-    return attr is not None and not isinstance(attr, property) and callable(getattr(cls, name, None))
-
-
 def _replaced(cls: type, existing: dict[str, Any]) -> list[str]:
     """The calls of ``cls`` whose dispatcher something else replaced after it was put there (a profiler's or a
     user's wrapper, which may call the dispatcher it replaced): a new dispatcher goes on top, standing in for it."""
@@ -188,7 +182,7 @@ def _replaced(cls: type, existing: dict[str, Any]) -> list[str]:
 def _missing(cls: type, existing: dict[str, Any], profile: Profile) -> list[str]:
     """The calls ``profile`` names that ``cls`` has and no dispatcher stands for, and its constructor when ``profile``
     records constructor keywords and none records them yet (a later profile of the class)."""
-    missing = [name for name in (*profile.calls, *profile.releases) if name not in existing and _method(cls, name)]
+    missing = [name for name in (*profile.calls, *profile.releases) if name not in existing and is_method(cls, name)]
     if _init_to_record(cls, existing, profile) is not None:
         missing.append("__init__")
     return missing
@@ -475,6 +469,12 @@ def pop(obj: Any, contract: Any, frame: Any) -> None:
             del _suspendable[key]
 
 
+def open_blocks(obj: Any, contract: Any, frame: Any) -> int:
+    """How many blocks of ``contract`` on ``obj`` opened by ``frame`` are open (what a block's ``__enter__`` and
+    ``__exit__`` compare, to end their own block and no other when an interrupt leaves them)."""
+    return sum(1 for b in _open.get(id(obj), ()) if b.contract is contract and b.frame is frame)
+
+
 def _running_block(blocks: list[_Block], obj_id: int) -> _Block | None:
     """The innermost of ``blocks`` whose code is running now in this thread: when none is in a generator's or
     coroutine's frame, the newest of this thread's (an ordinary frame's block is open only while its frame
@@ -546,20 +546,43 @@ class GuardBlock:
 
     def __enter__(self) -> Any:
         stack_frame = self.stack_frame = code_frame(sys._getframe(1))
-        try:
-            self.contract.enter_block(stack_frame)
-        except BaseException:  # (an interrupt after the block was opened: it does not stay open)
-            self.contract.leave_block(stack_frame, host_wait=False)
-            raise
+        _entered(self.contract, stack_frame)
         return self.contract
 
     def __exit__(self, *exc: object) -> None:
         stack_frame, self.stack_frame = self.stack_frame, None
-        try:
-            self.contract.leave_block(stack_frame, host_wait=self.host_wait)
-        except BaseException:  # (an interrupt before the block ended, or in its host wait: it ends all the same)
-            self.contract.leave_block(stack_frame, host_wait=False)
-            raise
+        _left(self.contract, stack_frame, self.host_wait)
+
+
+def _entered(contract: Any, stack_frame: Any) -> None:
+    """``contract.enter_block(stack_frame)``; an exception that leaves it after it opened the block (an interrupt)
+    closes that block again, and no other (an enclosing block of the same contract stays open)."""
+    before = -1
+    try:
+        before = open_blocks(contract.effect, contract, stack_frame)
+        contract.enter_block(stack_frame)
+    except BaseException:
+        if before >= 0 and open_blocks(contract.effect, contract, stack_frame) > before:
+            pop(contract.effect, contract, stack_frame)
+        raise
+
+
+def _left(contract: Any, stack_frame: Any, host_wait: bool, caller: Any = None) -> None:
+    """``contract.leave_block(stack_frame, host_wait=host_wait)`` (``stack_frame`` ``None``: the one ``caller``'s code
+    guards); an exception that leaves it before it closed the block (an interrupt) closes it all the same, and no
+    other; one in the host wait after it leaves it closed."""
+    before = -1
+    try:
+        if stack_frame is None:
+            stack_frame = code_frame(caller)
+        before = open_blocks(contract.effect, contract, stack_frame)
+        contract.leave_block(stack_frame, host_wait=host_wait)
+    except BaseException:
+        if stack_frame is None:
+            stack_frame = code_frame(caller)
+        if before < 0 or (before > 0 and open_blocks(contract.effect, contract, stack_frame) == before):
+            pop(contract.effect, contract, stack_frame)
+        raise
 
 
 def stack_frame_argument(stack_frame: Any, deprecated: dict[str, Any], method: str) -> Any:
@@ -597,24 +620,13 @@ class GuardedBlocks:
     def __enter__(self: _C) -> _C:
         """``with contract:`` as :meth:`guarded` (plain calls made by the code inside the block go through the
         contract). Does not block."""
-        stack_frame = code_frame(sys._getframe(1))
-        try:
-            self.enter_block(stack_frame)
-        except BaseException:  # (an interrupt after the block was opened: it does not stay open)
-            self.leave_block(stack_frame, host_wait=False)
-            raise
+        _entered(self, code_frame(sys._getframe(1)))
         return self
 
     def __exit__(self, *exc: object) -> None:
         """Stop routing plain calls; blocks the host until the reads streamsafe knows of and the SDK's own work are
         done (as the contract's ``synchronize()``)."""
-        stack_frame = None
-        try:
-            stack_frame = code_frame(sys._getframe(1))
-            self.leave_block(stack_frame, host_wait=True)
-        except BaseException:  # (an interrupt before the block ended, or in its host wait: it ends all the same)
-            self.leave_block(stack_frame if stack_frame is not None else code_frame(sys._getframe(1)), host_wait=False)
-            raise
+        _left(self, None, True, sys._getframe(1))
 
     def guarded(self, *, host_wait_on_exit: bool = True) -> GuardBlock:
         """Route the plain calls of the guarded object (its profile's calls and releases, and configuration

@@ -471,7 +471,7 @@ def _check_calls(profile: Profile, cls: type, named: type) -> None:
     for attr in ("calls", "releases"):
         for name in getattr(profile, attr):
             static = inspect.getattr_static(cls, name, None)
-            if isinstance(static, property) or (static is not None and not callable(getattr(cls, name, None))):
+            if static is not None and not is_method(cls, name):
                 what = "a property" if isinstance(static, property) else f"a {type(static).__name__} attribute"
                 raise ProfileError(
                     profile.name, attr, getattr(profile, attr),
@@ -494,6 +494,13 @@ def _check_calls(profile: Profile, cls: type, named: type) -> None:
                 f"names {name!r}, which is not a method of {qualified_name(cls)} (its methods: {', '.join(methods) or 'none'})",
                 (f"Did you mean {close[0]!r}? " if close else "") + f"Name each of {cls.__name__}'s methods as the SDK spells it",
             )
+
+
+def is_method(cls: type, name: str) -> bool:
+    """Whether ``cls.name`` is a method (a guarded call a dispatcher may stand in for): not a property, nor any other
+    attribute."""
+    attr = inspect.getattr_static(cls, name, None)
+    return attr is not None and not isinstance(attr, property) and callable(getattr(cls, name, None))
 
 
 def _subclasses(cls: type) -> list[type]:

@@ -164,12 +164,18 @@ class SteadyFrames:
         a: Any = args[0] if len(args) == 1 and not kwargs else None
         kind = type(a)
         dev = self.device
-        if kind is TORCH.tensor and not self.copies:  # (the common call: one torch tensor by position)
+        if kind is TORCH.tensor:  # (the common call: one torch tensor by position; the same facts as facts() gives)
             if a.get_device() != dev or TORCH.current_device() != dev:
                 return None
             current = TORCH.raw_stream(dev)
-            facts: tuple[Any, ...] | None = (name, None, False, shared, a.shape, current if self.declared is None else self.declared,
-                                             current)
+            producer = current if self.declared is None else self.declared
+            if self.copies:
+                strides = _strides(a)
+                if strides is None:
+                    return None
+                facts: tuple[Any, ...] | None = (name, None, False, shared, a.shape, strides, producer, current)
+            else:
+                facts = (name, None, False, shared, a.shape, producer, current)
         else:
             facts = self.facts(name, args, kwargs, shared)
             if facts is None:

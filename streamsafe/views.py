@@ -39,7 +39,8 @@ def read_by(view: Any, key: Any) -> tuple[Any, int] | None:
     the SDK's), raises :class:`~streamsafe.errors.StaleOutputError`; so does a view known as such (tagged) of
     an output since released (``close()``, a resize: it points at freed memory). A model's view knows its run
     (``view_of``); a torch view a copy helper made is tagged by its buffer; any other view is known by the
-    newest view imported at its memory."""
+    newest view imported at its memory, and is not refused while the buffer's newest contents are a plain call's
+    (the SDK's own result, which streamsafe did not hand out: the view may show them)."""
     found = registry.get(key) if key is not None else None
     cls = type(view)
     tagged_class = _TAGGED.get(cls)
@@ -66,8 +67,8 @@ def read_by(view: Any, key: Any) -> tuple[Any, int] | None:
         return None
     if generation != buffer.generation:
         # a view of an overwritten output, or (known by the view itself) of a released one: freed memory. A view
-        # known by its memory alone may show contents a plain call wrote since (the SDK's own result): not refused
-        if exact or (generation >= buffer.release_generation and not buffer.closed and buffer.unlisted <= generation):
+        # known by its memory alone may show the contents a plain call wrote last (the SDK's own result): not refused
+        if exact or (generation >= buffer.release_generation and not buffer.closed and buffer.unlisted != buffer.generation):
             buffer.refuse_stale_view(generation, "input")
         return None
     return buffer, generation

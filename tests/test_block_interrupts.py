@@ -108,3 +108,45 @@ def test_a_ctrl_c_on_the_way_in_or_out_of_a_block_leaves_none_open(way: str, eve
     del c, fx
     gc.collect()
     assert gone() is None, "something still holds the contract"
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_a_ctrl_c_entering_an_inner_block_leaves_the_outer_one_open(way: str) -> None:
+    """An interrupt before the inner block opened ends no block: the outer one of the same contract stays open."""
+    sim, fx, S, x = _effect()
+    c = ss.StreamContract(fx, S, input_stream=S)
+    with sim.use_stream(S):
+        with WAYS[way](c):
+            try:
+                with CtrlCAt(CODES["enter_block"], "call"), WAYS[way](c):
+                    pass
+            except KeyboardInterrupt:
+                pass
+            assert isinstance(fx.run(x), ss.SafeOutput), "the outer block was ended by the inner one's interrupt"
+        sim.synchronize_device()
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_a_ctrl_c_in_an_inner_blocks_host_wait_leaves_the_outer_one_open(way: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inner block had ended when its exit's host wait was interrupted: the outer one stays open."""
+    sim, fx, S, x = _effect()
+    c = ss.StreamContract(fx, S, input_stream=S)
+    real = type(c)._synchronize
+    fired: list[int] = []
+
+    def interrupted_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not fired:
+            fired.append(1)
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(c), "_synchronize", interrupted_wait)
+    with sim.use_stream(S):
+        with WAYS[way](c):
+            try:
+                with WAYS[way](c):
+                    fx.run(x)
+            except KeyboardInterrupt:
+                pass
+            assert fired and isinstance(fx.run(x), ss.SafeOutput), "the outer block was ended by the inner one's interrupt"
+        sim.synchronize_device()

@@ -162,3 +162,36 @@ def test_a_call_named_like_a_contract_attribute_warns_and_goes_through_call(sim:
     with pytest.warns(UserWarning, match=r"c\.call\('plan', \.\.\.\)"):
         c = ss.StreamContract(Planner(), sim.create_stream(non_blocking=True))
     assert np.all(c.call("plan", _filled(sim, 1.0)).numpy() == 2.0)
+
+
+class _Frozen(type):
+    def __setattr__(cls, name: str, value: Any) -> None:
+        raise TypeError("this class refuses new attributes")
+
+
+class Locked(SDK, metaclass=_Frozen):
+    """A class that refuses dispatchers: a block patches the instance instead."""
+
+
+def test_a_refused_inner_block_leaves_the_outer_blocks_instance_patch(sim: SimBackend, registered: list[P.Profile]) -> None:
+    registered.append(P.register(profile_of(Locked)))
+    obj = Locked()
+    c = ss.StreamContract(obj, sim.create_stream(non_blocking=True))
+    with c:
+        with pytest.raises(ss.errors.StreamsafeError, match="already guarded"), c:
+            pass
+        assert isinstance(obj.process(_filled(sim, 1.0)), ss.SafeOutput)  # (still the outer block's)
+
+
+def test_a_class_guards_contract_does_not_warn_of_calls_its_attributes_shadow(sim: SimBackend, registered: list[P.Profile]) -> None:
+    """Under ``ss.guard`` the program calls ``obj.plan(...)`` itself (through the dispatcher): no contract of its to
+    call ``c.call("plan", ...)`` on, so no warning that names one."""
+    import warnings
+
+    registered.append(P.register(profile_of(Planner, calls=("plan",))))
+    with ss.guard(Planner):
+        obj = Planner()
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            out = obj.plan(_filled(sim, 1.0), stream=sim.create_stream(non_blocking=True).ptr)
+    assert isinstance(out, ss.SafeOutput) and not [w for w in seen if "c.call" in str(w.message)]

@@ -71,3 +71,21 @@ def test_where_auto_may_copy_the_inputs_their_layout_is_a_fact() -> None:
 def test_with_no_copies_the_layout_is_no_fact() -> None:
     kept = SteadyFrames(0, GPU, None, VIDEO_SUPER_RES)  # (a declared input stream, or another strategy: nothing copied)
     assert kept.facts("run", (DENSE,), {}, False) == kept.facts("run", (CROPPED,), {}, False) is not None
+
+
+@pytest.mark.usefixtures("torch_facts")
+@pytest.mark.parametrize("copies", [True, False])
+def test_the_lookups_fast_path_names_the_facts_a_frame_was_kept_for(copies: bool) -> None:
+    """``find``'s path for one torch tensor builds the facts ``facts()`` gives, so a frame kept for them is found (with
+    the strides where ``auto`` may copy: found for the same layout, not for a crop)."""
+    from streamsafe.steady import Kept
+
+    kept = SteadyFrames(0, GPU, None, VIDEO_SUPER_RES, copies=copies)
+    entry = Kept.__new__(Kept)
+    entry.facts, entry.state, entry.config, entry.frame, entry.thread, entry.holds = (
+        kept.facts("run", (DENSE,), {}, False), ("state",), ("config",), "the kept frame", None, ())
+    kept.kept = [entry]
+    ledger = types.SimpleNamespace(state=lambda: ("state",))
+    assert kept.find("run", (DENSE,), {}, False, ledger, lambda effect: ("config",), None) == "the kept frame"
+    found = kept.find("run", (CROPPED,), {}, False, ledger, lambda effect: ("config",), None)
+    assert (found is None) if copies else (found == "the kept frame")

@@ -96,3 +96,21 @@ def test_an_unguarded_effects_output_is_no_streamsafe_view(nvc: Any, sim: SimBac
     with ss.stream_contract(second, input_stream=sim.legacy_stream()):
         out = second.run(view)  # (the emulation tags its own capsules with its runs: not a guarded output)
     assert out.numpy().shape == (3, 192, 256)
+
+
+@pytest.mark.usefixtures("copier")
+def test_a_view_is_stale_again_once_a_guarded_call_wrote_after_the_plain_one(nvc: Any, sim: SimBackend, clip: str) -> None:
+    dec = nvc.SimpleDecoder(clip, output_color_type=nvc.OutputColorType.RGBP)
+    C = sim.create_stream(non_blocking=True)
+    guard = ss.stream_contract(dec)
+    with guard:
+        frames = dec.get_batch_frames(2)
+        sim.download(sim.copy(sim.from_dlpack(frames[0], stream=C), C), C)  # (frame 0 leaves as a view)
+    x = sim.from_dlpack(dec.get_batch_frames(2)[0], stream=C)  # (a plain call: frame 2, the SDK's own)
+    sim.synchronize_device()
+    with guard:
+        dec.get_batch_frames(2)  # (a guarded call writes frame 4 over x's memory)
+    sim.synchronize_device()
+    cp = Copier()
+    with ss.stream_contract(cp, C), pytest.raises(ss.errors.StaleOutputError):
+        cp.process(image=x, stream=C.handle)
