@@ -265,8 +265,7 @@ class EffectLedger(Ledger):
         if new_streams:
             self._after(plan.sdk_streams, frame.shapes, True)
         elif frame.shapes != self.input_shapes:  # (the same plan: the same SDK streams, held already)
-            output.moved()  # (inputs of another size: the SDK may have put its output elsewhere)
-            self.input_shapes = frame.shapes
+            self._resized(frame.shapes)
         if len(output.outstanding) > OUTSTANDING_BOUND:
             output.retire_outstanding()
             self.release_holds()
@@ -290,11 +289,15 @@ class EffectLedger(Ledger):
         if extra:
             self._after((*extra, *self.previous_sdk), self.input_shapes, True)  # (the previous output's writer stays last)
 
+    def _resized(self, shapes: tuple[Any, ...] | None) -> None:
+        """A call's inputs are of another size than the previous call's: the SDK may have put its output elsewhere."""
+        self.output.moved()
+        self.input_shapes = shapes
+
     def _after(self, sdk_streams: tuple[Stream, ...], shapes: tuple[Any, ...] | None, hold: bool) -> None:
         self.previous_sdk = sdk_streams
         if shapes != self.input_shapes:
-            self.output.moved()  # (inputs of another size: the SDK may have put its output elsewhere)
-        self.input_shapes = shapes
+            self._resized(shapes)
         if hold:
             # Keep the framework objects of the SDK streams alive until a later call has fenced them (or a
             # release waited for them): a stream made for one frame, or declared to a guard dropped without
