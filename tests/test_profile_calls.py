@@ -7,7 +7,6 @@ then waits for it; its output is read on another stream C, and a later plain cal
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,28 +16,15 @@ import pytest
 import streamsafe as ss
 from streamsafe import profile as P
 from streamsafe.sim import SimBackend
+from test_profile_checks import Sharpened as Result, Sharpener
 
 
-@dataclasses.dataclass
-class Result:
-    frame: Any
-
-
-class SDK:
-    """``process(image, stream=0)``: doubles ``image`` into its own output buffer on ``stream``, then waits."""
-
-    def __init__(self) -> None:
-        self.gpu, self.output = ss.current_backend(), None
+class SDK(Sharpener):
+    """``process(image, stream=0)``: the guide's Sharpener (it doubles ``image`` into its own output buffer on ``stream``,
+    then waits), with the input and the stream also by position."""
 
     def _work(self, image: Any, stream: Any) -> Result:
-        gpu, s = self.gpu, ss.as_stream(stream, backend=self.gpu)
-        x = gpu.from_dlpack(image.__dlpack__())
-        if self.output is None:
-            self.output = gpu.malloc(x.shape, name="SDK.output")
-        src, dst = x.buffer, self.output.buffer
-        gpu.launch(s, "sdk.work", lambda: np.multiply(src.data, 2, out=dst.data), reads=[x], writes=[self.output])
-        gpu.synchronize_stream(s)
-        return Result(frame=self.output.__dlpack__())
+        return Sharpener.process(self, image=image, stream=stream)
 
     def process(self, image: Any, stream: Any = 0) -> Result:  # (the stream may come by position)
         return self._work(image, stream)
