@@ -654,3 +654,23 @@ def test_multi_gpu_cli_errors(capsys: pytest.CaptureFixture[str], monkeypatch: p
     assert "unknown multi-GPU scenario 'gpus-9'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="needs 3 CUDA devices; the model has 2"):
         multi_gpu.MultiGpuFactory(False, scenarios=[multi_gpu.MultiGpuScenario("x", "x", (0, 2))])("x", "auto")
+
+
+@pytest.mark.parametrize("option", ["--frames", "--block"])
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_multi_gpu_cli_refuses_frames_below_one(option: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from streamsafe.bench import multi_gpu
+
+    with pytest.raises(SystemExit) as exc:
+        multi_gpu.main(["--backend", "sim", option, value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: expected a positive integer, got {value}: give 1 or more" in err
+
+
+@pytest.mark.parametrize("what", ["frames", "block"])
+def test_multi_gpu_bench_refuses_zero_frames_not_runs_the_default(what: str) -> None:
+    from streamsafe.bench.multi_gpu import run_multi_gpu
+
+    with pytest.raises(ValueError, match=f"{what} must be a positive integer, got 0"):
+        run_multi_gpu(gpu=False, **{what: 0})

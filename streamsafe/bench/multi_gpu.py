@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..sim.backend import SimBackend
+from ..tools.cli import positive_int
 from .harness import HAND_ROWS, BenchResult, Row, as_row, run_bench
 from .lanes import LaneGroup
 from .pipelines import BenchScenario, GpuPipeline, SimPipeline
@@ -293,10 +294,10 @@ def run_multi_gpu(
     the GPUs or the model. Defaults: 200 timed frames per lane, 20 warm-up, blocks of 20 on the GPUs;
     8, 2, 4 on the model. Blocks the host for the whole run."""
     factory = MultiGpuFactory(gpu, make_sim=make_sim)
-    if gpu:
-        frames, warmup, block = frames or 200, 20 if warmup is None else warmup, block or 20
-    else:
-        frames, warmup, block = frames or 8, 2 if warmup is None else warmup, block or 4
+    defaults = (200, 20, 20) if gpu else (8, 2, 4)  # (a 0 given is run_bench's to refuse, not the default's to replace)
+    frames = defaults[0] if frames is None else frames
+    warmup = defaults[1] if warmup is None else warmup
+    block = defaults[2] if block is None else block
     env = dict(environment or {})
     env.setdefault("gpus", _gpu_names() if gpu else None)
     env.setdefault("lane", {"title": LANE.title, "size": list(LANE.size), "out": list(LANE.out), "stage_us": LANE.stage_us})
@@ -431,9 +432,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="cuda: the GPUs (at least 2); sim: the model with 2 devices; auto: cuda with 2 GPUs, else sim")
     parser.add_argument("--strategy", default="none,auto,event,async,stream,device", help="comma-separated rows")
     parser.add_argument("--scenario", default=",".join(s.key for s in SCENARIOS), help="comma-separated scenario keys")
-    parser.add_argument("--frames", type=int, help="timed frames per lane and row (default 200 on cuda, 8 on sim)")
+    parser.add_argument("--frames", type=positive_int, help="timed frames per lane and row (default 200 on cuda, 8 on sim)")
     parser.add_argument("--warmup", type=int, help="untimed frames first (default 20 on cuda, 2 on sim)")
-    parser.add_argument("--block", type=int, help="frames per block (default 20 on cuda, 4 on sim)")
+    parser.add_argument("--block", type=positive_int, help="frames per block (default 20 on cuda, 4 on sim)")
     parser.add_argument("--no-hand", action="store_true", help="leave out the hand-written rows")
     parser.add_argument("--json", metavar="FILE", help="write the summary and every raw sample here")
     args = parser.parse_args(argv)

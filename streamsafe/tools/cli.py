@@ -438,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     hazards.add_argument("--backend", choices=["auto", "sim", "cuda"], default="auto",
                          help="sim: the model (no GPU needed); cuda: real kernels (needs PyTorch, CuPy and a GPU) "
                               "plus the model's race verdict; auto: cuda when available, else sim (default)")
-    hazards.add_argument("--frames", type=_positive, default=None, help="frames per scenario (default: 4 on sim, 100 on cuda)")
+    hazards.add_argument("--frames", type=positive_int, default=None, help="frames per scenario (default: 4 on sim, 100 on cuda)")
     hazards.add_argument("--only", metavar="H1,H3", help="comma-separated hazards to run (H1-H6, H12)")
     hazards.add_argument("--strategy", default="all",
                          help="comma-separated strategies (none, auto, event, async, stream, device) or all (default)")
@@ -456,9 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="sim, cuda (needs PyTorch, CuPy and a GPU), or auto (default)")
     bench.add_argument("--scenario", default="all", help="comma-separated scenario keys (a, b, c, c-gpu, d-cupy, d-jax, e-4k, e-rgb10, f-vfg, f-hdr, g-host, server-1, server-2, server-4, server-8) or all")
     bench.add_argument("--strategy", default="all", help="comma-separated strategies or all")
-    bench.add_argument("--frames", type=_positive, help="timed frames per strategy and scenario (default 100 on cuda, 8 on sim)")
+    bench.add_argument("--frames", type=positive_int, help="timed frames per strategy and scenario (default 100 on cuda, 8 on sim)")
     bench.add_argument("--warmup", type=int, help="untimed frames first (default 20 on cuda, 2 on sim)")
-    bench.add_argument("--block", type=_positive, help="frames per interleaved block (default 20 on cuda, 4 on sim)")
+    bench.add_argument("--block", type=positive_int, help="frames per interleaved block (default 20 on cuda, 4 on sim)")
     bench.add_argument("--json", metavar="PATH", help="write environment, summary and every raw sample")
     bench.add_argument("--png", metavar="PATH", help="write a chart of each strategy's frames/s over the hand-written "
                                                      "rows' (needs matplotlib and a GPU run: the model measures no time)")
@@ -500,13 +500,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An option's value that must be 1 or more (``--frames``, ``--block``): argparse's ``type``."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}: give a whole number, 1 or more") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}: give 1 or more")
     return value
 
 
