@@ -671,3 +671,18 @@ def test_streamsafe_run_guards_a_program_of_the_decoder_alone(tmp_path: Any, cli
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"decoded {FRAMES}" in result.stdout and "SimpleDecoder (cuda:0): 6 call(s)" in result.stderr
     assert "0 host waits" in result.stderr and "sanitize: no race found" in result.stderr
+    assert "1 decoder(s) guarded" in result.stderr and "InputContainer" not in result.stderr  # (the emulation's own)
+
+
+def test_the_emulations_own_pyav_containers_are_not_the_programs(nvc: Any, sim: SimBackend, tmp_path: Any) -> None:
+    """The emulated decoders read their clips with PyAV: a class guard on ``av`` guards none of those containers."""
+    import av
+
+    from streamsafe.testing import make_test_clip
+    from streamsafe.testing.fake_pyav import decode_nv12
+
+    path = make_test_clip(str(tmp_path / "own.mp4"), 4, (64, 48))
+    with ss.guard(av) as cg:
+        dec = nvc.SimpleDecoder(path, output_color_type=nvc.OutputColorType.RGBP)
+        assert len(dec.get_batch_frames(4)) == 4 and len(decode_nv12(path)) == 4
+    assert cg.pool_contracts == []

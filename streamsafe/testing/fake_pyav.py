@@ -57,8 +57,11 @@ def _av() -> Any:
 @functools.lru_cache(maxsize=8)
 def _decode_nv12(path: str) -> tuple[np.ndarray, ...]:
     av = _av()
-    with av.open(path) as container:
-        return tuple(f.to_ndarray(format="nv12") for f in container.decode(video=0))
+    container = av.open(path)  # (the emulation's own, not the program's: PyAV's calls, past a class guard on av)
+    try:
+        return tuple(f.to_ndarray(format="nv12") for f in _own(container, "decode")(video=0))
+    finally:
+        _own(container, "close")()
 
 
 def decode_nv12(path: str) -> list[np.ndarray]:

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..backend import current_backend
 from ..backend.naming import as_stream
+from ..calls import raw_method
 from ..errors import BackendUnavailableError, FrameworkUnavailableError
 from ._fake_module import MARK, ModuleFake
 
@@ -84,11 +85,14 @@ def _av() -> Any:
 def _decode(path: str) -> tuple[tuple[np.ndarray, ...], StreamMetadata]:
     """Every frame of ``path`` as RGB ``(H, W, 3)`` uint8, and its metadata (cached: tests decode a clip often)."""
     av = _av()
-    with av.open(path) as container:
+    container = av.open(path)  # (the emulation's own, not the program's: PyAV's calls, past a class guard on av)
+    try:
         stream = container.streams.video[0]
-        frames = tuple(f.to_ndarray(format="rgb24") for f in container.decode(stream))
+        frames = tuple(f.to_ndarray(format="rgb24") for f in raw_method(type(container), "decode")(container, stream))
         fps = float(stream.average_rate or 30)
         codec = stream.codec_context.name
+    finally:
+        raw_method(type(container), "close")(container)
     if not frames:
         raise PyNvVCException(f"{path}: no video frames (elementary streams are not supported by SimpleDecoder)")
     h, w = frames[0].shape[:2]
