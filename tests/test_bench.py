@@ -768,3 +768,25 @@ def test_the_strategies_script_runs_without_a_gpu(tmp_path: Any) -> None:
                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "bench.json").is_file() and not (tmp_path / "bench.png").exists()
+
+
+def test_corruption_in_the_warm_up_is_counted_apart_and_shown() -> None:
+    """A corrupt frame is one, timed or not: the warm-up's are counted apart, shown, and a hand row with one is no floor."""
+    result, _, _ = bench({"none": 0.001, "hand": 0.002}, corrupt_every=2, warmup=4)
+    none = result.get("a", "none")
+    assert (none.warmup_checked, none.warmup_corrupt) == (4, 2) and (none.checked, none.corrupt) == (6, 2)
+    assert "2/6 +2 warm-up" in format_table(result)
+    again = read_json_of(result)
+    assert (again.get("a", "none").warmup_checked, again.get("a", "none").warmup_corrupt) == (4, 2)
+    assert result.get("a", "hand").warmup_corrupt == 0 and result.best_hand("a") == "hand"
+
+
+def read_json_of(result: Any) -> Any:
+    import json
+    import tempfile
+
+    from streamsafe.bench.report import clean_json, read_json, to_json
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(clean_json(to_json(result)), f)
+    return read_json(f.name)

@@ -135,6 +135,14 @@ class Samples:
     runs: int = 0
     checked: int = 0
     corrupt: int = 0
+    warmup_checked: int = 0
+    warmup_corrupt: int = 0
+    """Frames checked and found corrupted in the untimed warm-up (a corrupt frame is one, timed or not)."""
+
+    @property
+    def corrupted(self) -> bool:
+        """Whether any frame it checked, timed or in the warm-up, was corrupt."""
+        return bool(self.corrupt or self.warmup_corrupt)
 
     @property
     def fps(self) -> float:
@@ -200,7 +208,7 @@ class BenchResult:
 
     def best_hand(self, scenario: str) -> str | None:
         """The faster hand-written row of ``scenario`` that corrupted no frame (the honest floor), if any."""
-        rows = [h for h in HAND_ROWS if (scenario, h) in self.samples and not self.samples[(scenario, h)].corrupt]
+        rows = [h for h in HAND_ROWS if (scenario, h) in self.samples and not self.samples[(scenario, h)].corrupted]
         if not rows:
             return None
         if not self.timed:
@@ -278,13 +286,14 @@ def _loop(
         try:
             for name in strategies:
                 pipelines[name] = factory(scenario, as_row(name))
-            for pipe in pipelines.values():  # warm-up: untimed, unchecked, uncounted
-                _steps(pipe, 0, warmup)
-                pipe.drain()
-                pipe.check()
-            base = {name: pipe.counters() for name, pipe in pipelines.items()}
             for name in strategies:
                 result.samples[(scenario, name)] = Samples(scenario, name)
+            for name, pipe in pipelines.items():  # warm-up: untimed, its frames checked apart
+                _steps(pipe, 0, warmup)
+                pipe.drain()
+                samples = result.samples[(scenario, name)]
+                samples.warmup_checked, samples.warmup_corrupt = pipe.check()
+            base = {name: pipe.counters() for name, pipe in pipelines.items()}
             next_frame = {name: warmup for name in strategies}
             for _ in range(frames // block):
                 for name, pipe in pipelines.items():

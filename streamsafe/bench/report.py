@@ -48,7 +48,7 @@ def format_table(result: BenchResult) -> str:
                 _f(s.cpu_ms_per_frame, 3) if timed else "-",
                 _f(s.fences_per_frame, 1),
                 _f(s.host_waits_per_frame, 1),
-                f"{s.corrupt}/{s.checked}",
+                f"{s.corrupt}/{s.checked}" + (f" +{s.warmup_corrupt} warm-up" if s.warmup_corrupt else ""),
                 _f(result.hand_ratio(scenario, strategy)),
                 _f(result.ratio(scenario, strategy, "device")),
                 f"{100 * s.fps_spread:.1f}%" if timed else "-",
@@ -93,6 +93,8 @@ def to_json(result: BenchResult) -> dict[str, Any]:
                 "host_waits_per_frame": s.host_waits_per_frame,
                 "corrupt": s.corrupt,
                 "checked": s.checked,
+                "warmup_corrupt": s.warmup_corrupt,
+                "warmup_checked": s.warmup_checked,
                 "ratio_to_hand": result.hand_ratio(scenario, strategy) if result.timed else None,
                 "hand_row": result.best_hand(scenario),
                 "ratio_to_device": result.ratio(scenario, strategy, "device") if result.timed else None,
@@ -138,6 +140,7 @@ def write_json(result: BenchResult, path: str) -> None:
 
 _SAMPLE_LISTS = {"block_wall_s": float, "block_cpu_s": float, "block_frames": int, "latency_ms": float}
 _SAMPLE_COUNTS = ("runs", "fences", "host_waits", "corrupt", "checked")
+_WARMUP_COUNTS = ("warmup_corrupt", "warmup_checked")
 
 
 class _NotARun(ValueError):
@@ -200,6 +203,8 @@ def read_json(path: str) -> BenchResult:
                 setattr(s, key, [_number(v, kind, f"{where}'s samples.{key}[{j}]") for j, v in enumerate(values)])
             for key in _SAMPLE_COUNTS:
                 setattr(s, key, _number(_field(summary, key, f"{where}'s summary"), int, f"{where}'s summary.{key}"))
+            for key in _WARMUP_COUNTS:  # (absent from the files of earlier versions: 0)
+                setattr(s, key, _number(summary.get(key, 0), int, f"{where}'s summary.{key}") if isinstance(summary, dict) else 0)
             if len(s.block_wall_s) != len(s.block_frames) or len(s.block_cpu_s) != len(s.block_frames):
                 raise _NotARun(f"{where}'s samples have {len(s.block_frames)} blocks of frames but "
                                f"{len(s.block_wall_s)} wall times and {len(s.block_cpu_s)} CPU times")
@@ -288,7 +293,7 @@ def _bars(ax: Any, result: BenchResult, scenarios: list[str], strategies: list[s
         bars = ax.bar(xs, ys, width, label=_label(strategy), color=_COLORS.get(strategy, None),
                       hatch="//" if strategy in UNSAFE_ROWS else None)
         for bar, sc in zip(bars, scenarios):
-            if (sc, strategy) in result.samples and result.get(sc, strategy).corrupt:
+            if (sc, strategy) in result.samples and result.get(sc, strategy).corrupted:
                 ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), "x", ha="center", va="bottom", color="red", fontsize=9)
     ax.axhline(1.0, color="black", linestyle="dashed", linewidth=1)
     labels = []
