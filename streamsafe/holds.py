@@ -33,12 +33,12 @@ class StreamHolds:
         """Framework objects of the streams declared to the live guards of the ledger (:meth:`declare`)."""
         self.known: dict[int, Stream] = {}
         """Streams by handle whose kind is settled: held ones, and the legacy stream."""
+        self.hold_stream: Callable[[Stream], Any] | None = None
+        """The backend's own way to keep one of its streams (the model's); set by the ledger."""
 
     def __len__(self) -> int:
         """How many streams are held."""
         return len(self.held)
-        self.hold_stream: Callable[[Stream], Any] | None = None
-        """The backend's own way to keep one of its streams (the model's); set by the ledger."""
 
     def stream(self, handle: Any) -> Stream | None:
         """The held :class:`Stream` an integer ``handle`` names, else ``None`` (no driver query)."""
