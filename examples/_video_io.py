@@ -50,7 +50,7 @@ EXIT_UNAVAILABLE = 2  # the machine lacks what the program needs (GPU, torch, Py
 # -- options -------------------------------------------------------------------------------------
 
 
-def _size(text: str) -> tuple[int, int]:
+def frame_size(text: str) -> tuple[int, int]:
     try:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError:
@@ -60,8 +60,12 @@ def _size(text: str) -> tuple[int, int]:
     return w, h
 
 
-def _positive(text: str) -> int:
-    value = int(text)
+def positive_count(text: str) -> int:
+    """An option's count that must be 1 or more (argparse's ``type``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, 1 or more, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
@@ -79,8 +83,8 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     io_ = parser.add_argument_group("video")
     io_.add_argument("-i", "--input", help="input video; without it a short test clip is synthesized in memory")
     io_.add_argument("-o", "--output", help="output video (.mp4); without it the result is encoded in memory and dropped")
-    io_.add_argument("--frames", type=_positive, help="process at most N input frames (synthesized clip: default 30)")
-    io_.add_argument("--size", type=_size, default=(320, 180), metavar="WxH",
+    io_.add_argument("--frames", type=positive_count, help="process at most N input frames (synthesized clip: default 30)")
+    io_.add_argument("--size", type=frame_size, default=(320, 180), metavar="WxH",
                      help="size of the synthesized clip when no --input is given")
     streams = parser.add_argument_group("streams")
     streams.add_argument("--side-stream", action="store_true",

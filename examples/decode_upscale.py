@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 import streamsafe as ss
+from _video_io import positive_count
 
 PROGRAM = "decode_upscale.py"
 EXIT_UNAVAILABLE = 2
@@ -40,9 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("-i", "--input", help="input video (H.264/HEVC); without it a test clip is made with PyAV")
     parser.add_argument("-o", "--output", help="output video; without it the result is encoded in memory")
-    parser.add_argument("--frames", type=int, default=48, help="frames of the test clip")
-    parser.add_argument("--scale", type=int, choices=[1, 2, 3, 4], default=2, help="output size / input size")
-    parser.add_argument("--batch", type=int, default=8, help="frames per get_batch_frames() call")
+    parser.add_argument("--frames", type=positive_count, default=48, help="frames of the test clip")
+    parser.add_argument("--scale", type=int, choices=[2, 3, 4], default=2, help="output size / input size")
+    parser.add_argument("--batch", type=positive_count, default=8, help="frames per get_batch_frames() call")
     parser.add_argument("--strategy", default="auto", choices=["auto", "event", "async", "stream", "device"])
     parser.add_argument("--unguarded", action="store_true", help="no streamsafe: the plain program (it races)")
     parser.add_argument("--verify", action="store_true", help="compare every frame with a reference; exit 1 on a wrong one")
@@ -231,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         dec = machine.decoder(path)
         meta = dec.get_stream_metadata()
         width, height = meta.width * args.scale, meta.height * args.scale
+        if width % 2 or height % 2:  # (the encoder's yuv420p halves each side)
+            _unavailable(f"{meta.width}x{meta.height} x {args.scale} is {width}x{height}: the encoder needs an even width "
+                         "and height; give an even --scale")
         sr = machine.VideoSuperRes()
         sr.output_width, sr.output_height = width, height
         sr.load()

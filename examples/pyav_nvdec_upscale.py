@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 import streamsafe as ss
+from _video_io import positive_count
 
 PROGRAM = "pyav_nvdec_upscale.py"
 EXIT_UNAVAILABLE = 2
@@ -46,9 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("-i", "--input", help="input video (H.264/HEVC); without it a test clip is made with PyAV")
     parser.add_argument("-o", "--output", help="output video; without it the result is encoded in memory")
-    parser.add_argument("--frames", type=int, default=48, help="frames to process (and of the test clip)")
-    parser.add_argument("--scale", type=int, choices=[1, 2, 3, 4], default=2, help="output size / input size")
-    parser.add_argument("--batch", type=int, default=8, help="frames encoded together (the host waits for C once a batch)")
+    parser.add_argument("--frames", type=positive_count, default=48, help="frames to process (and of the test clip)")
+    parser.add_argument("--scale", type=int, choices=[2, 3, 4], default=2, help="output size / input size")
+    parser.add_argument("--batch", type=positive_count, default=8, help="frames encoded together (the host waits for C once a batch)")
     parser.add_argument("--strategy", default="auto", choices=["auto", "event", "async", "stream", "device"])
     parser.add_argument("--unguarded", action="store_true", help="no streamsafe: the plain program (it races)")
     parser.add_argument("--verify", action="store_true", help="compare every frame with a reference; exit 1 on a wrong one")
@@ -275,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     machine: Any = OnGpu(torch, args.consumer_delay_us) if torch is not None else OnModel()
     with machine.scope:
         container = first if first is not None else machine.open(av, path)
+        video = container.streams.video[0]
+        if video.width % 2 or video.height % 2:  # (NV12 halves each side for its chroma)
+            _unavailable(f"{path} is {video.width}x{video.height}: NV12 frames need an even width and height; give a clip of even size")
         guards = contextlib.ExitStack()
         if not args.unguarded:
             d = guards.enter_context(ss.stream_contract(container, strategy=args.strategy))

@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from _video_io import frame_size, positive_count
+
 PROGRAM = "ray_upscale.py"
 EXIT_UNAVAILABLE = 2
 CLIP_SUFFIXES = (".mp4", ".mkv", ".mov", ".avi", ".webm", ".h264", ".hevc", ".265", ".264")
@@ -49,11 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-i", "--input", help="a directory of clips (test clips are made there if it has none; "
                         "default: a temporary one)")
     parser.add_argument("-o", "--output", help="where the upscaled clips go (default: a temporary directory)")
-    parser.add_argument("--clips", type=int, default=4, help="test clips to make")
-    parser.add_argument("--frames", type=int, default=24, help="frames of each test clip")
-    parser.add_argument("--size", default="96x64", help="WIDTHxHEIGHT of the test clips")
-    parser.add_argument("--scale", type=int, choices=[1, 2, 3, 4], default=2, help="output size / input size")
-    parser.add_argument("--batch", type=int, default=8, help="frames per decoder call (one host copy each)")
+    parser.add_argument("--clips", type=positive_count, default=4, help="test clips to make")
+    parser.add_argument("--frames", type=positive_count, default=24, help="frames of each test clip")
+    parser.add_argument("--size", type=frame_size, default="96x64", help="WIDTHxHEIGHT of the test clips (even, at least 16)")
+    parser.add_argument("--scale", type=int, choices=[2, 3, 4], default=2, help="output size / input size")
+    parser.add_argument("--batch", type=positive_count, default=8, help="frames per decoder call (one host copy each)")
     parser.add_argument("--strategy", default="auto", choices=["auto", "event", "async", "stream", "device", "none"],
                         help="the contracts' strategy ('none': no fences, to see the races; frames come out wrong)")
     parser.add_argument("--workers", type=int, default=2, help="Ray workers, one pipeline each")
@@ -91,10 +93,7 @@ def find_clips(args: argparse.Namespace) -> list[str]:
         found = sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.lower().endswith(CLIP_SUFFIXES))
         if found:
             return found
-    try:
-        width, height = (int(v) for v in args.size.lower().split("x"))
-    except ValueError:
-        _unavailable(f"--size {args.size!r}: expected WIDTHxHEIGHT, e.g. 96x64")
+    width, height = args.size
     os.makedirs(folder, exist_ok=True)
     from streamsafe.errors import FrameworkUnavailableError
     from streamsafe.testing import make_test_clip
@@ -166,7 +165,8 @@ class ClipWriter:
     def abort(self) -> None:
         if self.container is not None:
             self.container.close()
-            os.remove(self.part)
+            if os.path.exists(self.part):  # (PyAV makes the file at the first packet: an error before it left none)
+                os.remove(self.part)
 
 
 def _pipeline_class() -> type:

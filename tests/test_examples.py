@@ -320,3 +320,63 @@ def test_the_api_program_without_nvvfx_says_how_to_run_it() -> None:
     result = _run(API_PROGRAM, env={"CUDA_VISIBLE_DEVICES": ""})
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "nvvfx cannot be imported" in result.stderr and "streamsafe run --fake-nvvfx" in result.stderr
+
+
+# -- the video programs' options: refused up front, not a traceback ------------------------------------------------
+
+
+@pytest.mark.parametrize("program", ["decode_upscale.py", "pyav_nvdec_upscale.py"])
+@pytest.mark.parametrize("option", [("--frames", "0"), ("--batch", "0"), ("--batch", "-2"), ("--scale", "1")])
+def test_video_programs_refuse_an_option_they_cannot_run(program: str, option: tuple[str, str]) -> None:
+    """A count below 1 (no frame made, or a loop that ends at once and says it succeeded) and a 1x scale (HIGH quality
+    refuses it) are usage errors: exit 2 naming the option, no traceback."""
+    result = _run(program, "--model", *option)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"argument {option[0]}" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_video_programs_refuse_an_odd_size_up_front(tmp_path: Path) -> None:
+    """An odd frame size is refused with the fix (NV12 and the yuv420p encoder halve each side), not a traceback."""
+    av = pytest.importorskip("av")
+    import numpy as np
+
+    clip = tmp_path / "odd clip.mp4"
+    with av.open(str(clip), "w") as c:
+        s = c.add_stream("libx264", rate=30)
+        s.width, s.height, s.pix_fmt = 162, 98, "yuv444p"
+        for p in s.encode(av.VideoFrame.from_ndarray(np.full((98, 162, 3), 40, np.uint8), format="rgb24")):
+            c.mux(p)
+        for p in s.encode(None):
+            c.mux(p)
+    result = _run("decode_upscale.py", "--model", "-i", str(clip), "--scale", "3")  # 486x294 is even: it runs
+    assert result.returncode == 0, result.stdout + result.stderr
+    odd = tmp_path / "odder clip.mp4"
+    with av.open(str(odd), "w") as c:
+        s = c.add_stream("libx264", rate=30)
+        s.width, s.height, s.pix_fmt = 161, 97, "yuv444p"
+        for p in s.encode(av.VideoFrame.from_ndarray(np.full((97, 161, 3), 40, np.uint8), format="rgb24")):
+            c.mux(p)
+        for p in s.encode(None):
+            c.mux(p)
+    for program, args in (("decode_upscale.py", ("--scale", "3")), ("pyav_nvdec_upscale.py", ())):
+        result = _run(program, "--model", "-i", str(odd), *args)
+        assert result.returncode == 2 and "even width and height" in result.stderr, result.stdout + result.stderr
+
+
+def test_make_test_clip_refuses_what_it_cannot_encode(tmp_path: Path) -> None:
+    from streamsafe.errors import ArgumentError
+    from streamsafe.testing import make_test_clip
+
+    for kw in ({"frames": 0}, {"size": (97, 64)}, {"size": (8, 8)}):
+        with pytest.raises(ArgumentError, match="make_test_clip"):
+            make_test_clip(str(tmp_path / "x.mp4"), **kw)  # type: ignore[arg-type]
+    assert not (tmp_path / "x.mp4").exists()
+
+
+def test_ray_example_clip_writer_aborts_quietly_before_its_first_frame(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error before a clip's first packet (no ``.part`` file yet) surfaces as itself, not as the abort's own error."""
+    pytest.importorskip("av")
+    ray_upscale = _load("ray_upscale.py", monkeypatch)
+    writer = ray_upscale.ClipWriter(str(tmp_path / "clip.mp4"), 64, 64, 30.0, encode=True, attempt=1, kill_at=None)
+    writer.abort()
+    assert not list(tmp_path.iterdir())

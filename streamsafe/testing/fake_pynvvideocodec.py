@@ -38,7 +38,7 @@ import numpy as np
 from ..backend import current_backend
 from ..backend.naming import as_stream
 from ..calls import raw_method
-from ..errors import BackendUnavailableError, FrameworkUnavailableError
+from ..errors import ArgumentError, BackendUnavailableError, FrameworkUnavailableError
 from ._fake_module import MARK, ModuleFake
 
 __all__ = [
@@ -122,9 +122,16 @@ def _convert(rgb: np.ndarray, color: OutputColorType) -> np.ndarray:
 
 def make_test_clip(path: str, frames: int = 48, size: tuple[int, int] = (160, 96), fps: int = 30) -> str:
     """Write an H.264 clip of ``frames`` frames of ``size`` (width, height) to ``path``, each frame different
-    (a moving gradient and checkerboard), with PyAV. Returns ``path``. Blocks while it encodes."""
-    av = _av()
+    (a moving gradient and checkerboard), with PyAV. Returns ``path``. Blocks while it encodes. Raises
+    :class:`~streamsafe.errors.ArgumentError` for fewer than 1 frame or an odd or tiny size (H.264's yuv420p halves
+    each side)."""
     w, h = size
+    if type(frames) is not int or frames < 1:
+        raise ArgumentError(f"make_test_clip(frames={frames!r}): a clip has at least 1 frame; give frames=1 or more")
+    if not all(type(v) is int and v >= 16 and v % 2 == 0 for v in (w, h)):
+        raise ArgumentError(f"make_test_clip(size={size!r}): width and height must be even whole numbers of at least 16 "
+                            "(yuv420p halves each side); give e.g. size=(160, 96)")
+    av = _av()
     yy, xx = np.mgrid[0:h, 0:w]
     with av.open(str(path), "w") as container:
         stream = container.add_stream("libx264", rate=fps)
