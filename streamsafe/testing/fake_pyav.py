@@ -35,6 +35,7 @@ import numpy as np
 from ..backend import current_backend
 from ..calls import raw_method
 from ..errors import BackendUnavailableError, FrameworkUnavailableError
+from .fake_pynvvideocodec import clip_version
 
 __all__ = [
     "install_fake_pyav_hw", "uninstall_fake_pyav_hw", "fake_pyav_hw", "is_fake_pyav_hw", "pyav_hw_for_test",
@@ -54,8 +55,12 @@ def _av() -> Any:
     return av
 
 
-@functools.lru_cache(maxsize=8)
 def _decode_nv12(path: str) -> tuple[np.ndarray, ...]:
+    return _decode_nv12_version(path, clip_version(path))  # (a clip rewritten at a path decodes anew)
+
+
+@functools.lru_cache(maxsize=8)
+def _decode_nv12_version(path: str, version: tuple[int, int] | None) -> tuple[np.ndarray, ...]:
     av = _av()
     container = av.open(path)  # (the emulation's own, not the program's: PyAV's calls, past a class guard on av)
     try:

@@ -28,6 +28,7 @@ import contextlib
 import enum
 import importlib.machinery
 import functools
+import os
 import sys
 import types
 from dataclasses import dataclass
@@ -81,9 +82,24 @@ def _av() -> Any:
     return av
 
 
-@functools.lru_cache(maxsize=8)
+def clip_version(path: str) -> tuple[int, int] | None:
+    """What tells the file at ``path`` now from one written there before (its modification time and size), ``None``
+    when there is none: the emulations' decode caches key on it, so a clip rewritten at a path decodes anew."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
 def _decode(path: str) -> tuple[tuple[np.ndarray, ...], StreamMetadata]:
-    """Every frame of ``path`` as RGB ``(H, W, 3)`` uint8, and its metadata (cached: tests decode a clip often)."""
+    """Every frame of the clip at ``path`` now as RGB ``(H, W, 3)`` uint8, and its metadata (cached per file
+    version: tests decode a clip often)."""
+    return _decode_version(path, clip_version(path))
+
+
+@functools.lru_cache(maxsize=8)
+def _decode_version(path: str, version: tuple[int, int] | None) -> tuple[tuple[np.ndarray, ...], StreamMetadata]:
     av = _av()
     container = av.open(path)  # (the emulation's own, not the program's: PyAV's calls, past a class guard on av)
     try:
