@@ -328,3 +328,35 @@ def test_process_default_blocks_may_end_in_any_order() -> None:
     assert default_backend() is b
     inner.__exit__(None, None, None)
     assert default_backend() is base
+
+
+def test_the_plugin_loads_by_its_module_name_with_autoload_on_or_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a CI with plugin autoload off writes (``pytest_plugins`` in a conftest) also runs with autoload on."""
+    _write(tmp_path, "conftest.py", 'pytest_plugins = ["streamsafe.testing.pytest_plugin"]\n')
+    _write(tmp_path, "test_loaded.py", "def test_fixture(fake_nvvfx):\n    import nvvfx\n    assert nvvfx is fake_nvvfx\n")
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    assert _run_pytest(tmp_path) == {"passed": 1}
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    assert _run_pytest(tmp_path) == {"passed": 1}
+
+
+def test_the_decoder_fixture_brings_the_adversarial_model(fake_pynvvideocodec: types.ModuleType,
+                                                           request: pytest.FixtureRequest) -> None:
+    """As ``fake_nvvfx``: a racy decode consumer shows wrong frames, and no test's races reach the next one."""
+    from streamsafe.backend import current_backend
+
+    assert "sim_backend" in request.fixturenames and current_backend() is request.getfixturevalue("sim_backend")
+
+
+def test_a_clip_rewritten_at_a_path_decodes_anew(tmp_path: Path) -> None:
+    """The emulated decoders read the file at the path now, as a real decoder does (their caches key on its version)."""
+    pytest.importorskip("av")
+    from streamsafe.testing import make_test_clip
+    from streamsafe.testing.fake_pynvvideocodec import decode_reference
+    from streamsafe.testing.fake_pyav import decode_nv12
+
+    path = str(tmp_path / "clip.mp4")
+    make_test_clip(path, 2, (64, 32))
+    assert decode_reference(path)[0].shape == (3, 32, 64) and decode_nv12(path)[0].shape == (48, 64)
+    make_test_clip(path, 3, (96, 48))
+    assert decode_reference(path)[0].shape == (3, 48, 96) and len(decode_nv12(path)) == 3

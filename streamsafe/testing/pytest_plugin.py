@@ -1,4 +1,8 @@
-"""pytest plugin (entry point ``pytest11``): fixtures for testing pipelines without a GPU.
+"""pytest plugin (entry point ``pytest11``, named after this module): fixtures for testing pipelines without a GPU.
+
+Loaded by itself where pytest loads plugins from entry points; where that is off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``),
+``-p streamsafe.testing.pytest_plugin`` or ``pytest_plugins = ["streamsafe.testing.pytest_plugin"]`` in a
+``conftest.py`` loads it (either works with autoload on too).
 
 * ``fake_nvvfx``: ``import nvvfx`` resolves to the emulated effects during the test. It goes
   through pytest's ``monkeypatch``, so whatever ``sys.modules["nvvfx"]`` held before the test
@@ -8,7 +12,7 @@
   shows as wrong frames, and in ``sim_backend.races``), never on the in-order default model, on
   which a racy pipeline would pass with correct frames.
 * ``fake_pynvvideocodec``: ``import PyNvVideoCodec`` resolves to the emulated decoder during the test
-  (:mod:`streamsafe.testing.fake_pynvvideocodec`), the same way.
+  (:mod:`streamsafe.testing.fake_pynvvideocodec`), the same way, on ``sim_backend`` too.
 * ``sim_backend``: a fresh :class:`~streamsafe.sim.SimBackend` (race-directed adversarial
   scheduler) made current for the test, in every thread (also threads the test starts), so
   effects created without ``backend=`` use it.
@@ -30,10 +34,10 @@ def fake_nvvfx(monkeypatch: pytest.MonkeyPatch, sim_backend: object) -> ModuleTy
 
 
 @pytest.fixture
-def fake_pynvvideocodec(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def fake_pynvvideocodec(monkeypatch: pytest.MonkeyPatch, sim_backend: object) -> ModuleType:
     from .fake_pynvvideocodec import pynvvideocodec_for_test
 
-    return pynvvideocodec_for_test(monkeypatch)
+    return pynvvideocodec_for_test(monkeypatch)  # (on sim_backend's adversarial model, as fake_nvvfx)
 
 
 @pytest.fixture
