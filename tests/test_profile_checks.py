@@ -182,10 +182,11 @@ def test_a_pool_plan_prints_the_decoders_streams_and_releases(sim: SimBackend) -
 
 
 def test_a_decoders_contract_prints_its_own_releases_and_an_effects_plan_is_as_before(
-    sim: SimBackend, fake_pynvvideocodec: Any
+    fake_pynvvideocodec: Any, sim_backend: SimBackend
 ) -> None:
     from streamsafe.testing import VideoSuperRes, sample_clip
 
+    sim = sim_backend  # (the fixture's model, current: the emulated decoder runs on it)
     clip = sample_clip(4, (64, 48))
     C = sim.create_stream(non_blocking=True)
     c = ss.stream_contract(fake_pynvvideocodec.ThreadedDecoder(clip, 2), consumer_stream=C)
