@@ -18,8 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from .backend import require_backend
+from .backend.naming import as_stream
 from .contract import OPTIONS, PoolContract, StreamContract, made_for_plain_calls, new_contract
-from .errors import ArgumentError, FrameworkUnavailableError, NotAnEffectError, StreamsafeError
+from .errors import ArgumentError, CudaDriverError, FrameworkUnavailableError, NotAnEffectError, StreamsafeError
 from .guarding import install, register_class_guard, withdraw_class_guard
 from .identity import WeakIdentityMap
 from .profile import check_class, profile_of, profiles
@@ -43,7 +45,8 @@ def effect_class_names() -> tuple[str, ...]:
 @dataclass(eq=False)
 class ClassGuard:
     """Every instance of ``classes`` goes through its own contract (``strategy``, ``options``) from its first call.
-    Undo with :meth:`undo` or by leaving the ``with`` block."""
+    Undo with :meth:`undo` or by leaving the ``with`` block. ``with`` blocks of one guard nest: it ends as the
+    outermost one is left. An ended guard guards nothing and cannot be entered again: call :func:`guard` again."""
 
     classes: tuple[type, ...]
     strategy: Strategy | StrategyName = "auto"
@@ -63,6 +66,7 @@ class ClassGuard:
         self._made: WeakIdentityMap[Any] = WeakIdentityMap()  # (by identity: objects that compare equal are two)
         self._made_pinned: dict[int, tuple[Any, Any]] = {}  # (objects that cannot be weakly referenced)
         self._lock = threading.RLock()  # (re-entrant: an object the collector finalizes meanwhile may call through this guard)
+        self._depth = 0  # (the `with` blocks of this guard open now: it ends as the outermost is left)
 
     def contract_for(self, obj: Any) -> Any:
         """The contract this guard made for ``obj`` (made at its first call, and again after a close); ``None`` when no
@@ -112,9 +116,26 @@ class ClassGuard:
                 _withdraw(cls, self)
 
     def __enter__(self) -> ClassGuard:
+        """The guard itself, guarding already (:func:`guard` started it); a ``with`` block of it inside another one
+        nests. An ended guard raises :class:`~streamsafe.errors.StreamsafeError`. Does not block."""
+        with _guards_lock:
+            if not self.active:
+                names = ", ".join(cls.__qualname__ for cls in self.classes)
+                again = names if len(self.classes) == 1 else f"[{names}]"
+                raise StreamsafeError(
+                    f"the class guard of {names} has ended (its `with` block was left, or it was undone or unguarded): "
+                    "an ended guard guards nothing, so it is not entered again; call ss.guard(...) again for a new one "
+                    f"(ss.guard({again}, ...) here) and enter that."
+                )
+            self._depth += 1
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Leave one ``with`` block of the guard: the outermost ends it (:meth:`undo`). Does not block."""
+        with _guards_lock:
+            self._depth = max(self._depth - 1, 0)
+            if self._depth:
+                return
         self.undo()
 
 
@@ -140,12 +161,14 @@ def _classes_of(target: Any, verb: str = "guard") -> list[type]:
         module = sys.modules.get(target)
         if module is None:
             try:
+                if "" in target.split("."):  # ('' and 'nvvfx.': importlib's ValueError, or a relative import)
+                    raise ImportError(f"{target!r} is not a module name: each of its dotted parts must be a name")
                 module = importlib.import_module(target)
             except ImportError as e:
                 emulations = [p.emulation for p in profiles() if p.module == target and p.emulation]
                 fix = (f"or, on a machine without it, call {_emulation(emulations[0])} first (the emulation)"
                        if emulations else "or pass the module or class itself")
-                raise FrameworkUnavailableError(target, f"{verb}({target!r})", str(e), None, fix) from e
+                raise FrameworkUnavailableError(target or repr(target), f"{verb}({target!r})", str(e), None, fix) from e
         return _classes_of(module, verb)
     if isinstance(target, Iterable):
         return [cls for item in target for cls in _classes_of(item, verb)]
@@ -203,6 +226,7 @@ def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options:
             f"guard() got an unexpected option {unknown[0]!r}: a class guard takes strategy= and the contract "
             f"options {', '.join(GUARD_OPTIONS)} (the SDK stream is the current stream at each call)"
         )
+    _check_options(options)
     classes = _classes_of(target)
     if not classes:
         raise NotAnEffectError(
@@ -228,6 +252,26 @@ def guard(target: Any, *, strategy: Strategy | StrategyName = "auto", **options:
     return cg
 
 
+def _check_options(options: dict[str, Any]) -> None:
+    """Check ``guard()``'s option values now, as a contract checks them (a backend is a backend; a stream is a stream
+    or handle streamsafe takes), not at each object's first call: the contract's own errors
+    (:class:`~streamsafe.errors.ArgumentError`, :class:`~streamsafe.errors.StreamTypeError`,
+    :class:`~streamsafe.errors.StreamValueError`). A handle is looked up in ``backend=`` when given; else one the
+    current backend does not know is left for each contract to check in its object's backend. Does not block."""
+    backend = options.get("backend")
+    if backend is not None:
+        require_backend(backend, "guard(backend=...)")
+    for name in ("input_stream", "consumer_stream", "conversion_stream"):
+        value = options.get(name)
+        if value is None:
+            continue
+        try:
+            as_stream(value, backend=backend)
+        except CudaDriverError:
+            if backend is not None:
+                raise
+
+
 def unguard(target: Any = None) -> None:
     """Undo :func:`guard` for the classes in ``target`` (every class guard when ``None``): each guard of those
     classes ends, except the one ``streamsafe run`` keeps around the program. Does not block and orders nothing
@@ -241,6 +285,18 @@ def unguard(target: Any = None) -> None:
                 _withdraw(cls, cg)
                 if not any(cg in stack for stack in list(_guard_stacks.values())):
                     cg.active = False
+
+
+def active_guards() -> list[ClassGuard]:
+    """The class guards in force now, each once (the oldest first), not the one ``streamsafe run`` keeps around the
+    program. Does not block."""
+    with _guards_lock:
+        found: dict[int, ClassGuard] = {}
+        for stack in _guard_stacks.values():
+            for cg in stack:
+                if not cg.pinned:
+                    found.setdefault(id(cg), cg)
+        return list(found.values())
 
 
 _guard_stacks: dict[type, list[ClassGuard]] = {}

@@ -50,6 +50,7 @@ from .ledger import EffectLedger, Ledger, PoolLedger, ledger_of
 from .plan import FencePlan, pool_plan
 from .profile import EffectProfile, PoolProfile, Profile, is_method, on_register, profile_of, profiles
 from .strategy import Strategy
+from .streams import thread_token
 
 __all__ = [
     "GuardBlock",
@@ -76,31 +77,56 @@ _lock = threading.Lock()
 
 class _Block:
     """One open guard block on an SDK object: its contract, the frame whose code it guards (the ``with``
-    statement's, the decorated function's wrapper), and the thread that opened it."""
+    statement's, the decorated function's wrapper), the frames whose code it guards once that one has returned, and
+    the thread that opened it (its :func:`~streamsafe.streams.thread_token`, never reused)."""
 
-    __slots__ = ("contract", "frame", "thread", "suspendable")
+    __slots__ = ("contract", "frame", "frames", "thread", "suspendable")
 
     def __init__(self, contract: Any, frame: Any, thread: int) -> None:
         self.contract = contract
         self.frame = frame
+        self.frames = _owners(frame)
+        """``frame`` and its callers up to the first generator's or coroutine's (just ``frame`` when none is one): the
+        innermost of them still running is the code the block guards (a helper that opened it may have returned)."""
         self.thread = thread
-        self.suspendable = bool(frame.f_code.co_flags & _SUSPENDABLE)
-        """The frame is a generator's or a coroutine's: it can be suspended with the block open."""
+        self.suspendable = bool(self.frames[-1].f_code.co_flags & _SUSPENDABLE)
+        """The code it guards is a generator's or a coroutine's: it can be suspended with the block open."""
 
 
 _SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _CONTEXTLIB = contextlib.__file__
+_PROTOCOL = frozenset(("__enter__", "__exit__", "__aenter__", "__aexit__"))
+"""A context manager's own methods: a block opened or left in one guards the code of the ``with`` that called it."""
+
+
+def _owners(frame: Any) -> tuple[Any, ...]:
+    """``frame`` and the code that called it (each caller as :func:`code_frame` reads it: context-manager machinery
+    stands for the code that uses the context manager) up to the first generator's or coroutine's frame; ``(frame,)``
+    when none is one. When a helper opened a block and returned (``def open(self): self.c.__enter__()``), its
+    caller's code goes on in the block, and in a generator or a coroutine that code is the one frame's that can be
+    suspended."""
+    chain = [frame]
+    here = frame
+    while not here.f_code.co_flags & _SUSPENDABLE:
+        here = code_frame(here.f_back)
+        if here is None:
+            return (frame,)
+        chain.append(here)
+    return tuple(chain)
 
 
 def code_frame(frame: Any) -> Any:
     """The frame whose code a guard block entered from ``frame`` guards: ``frame`` itself, unless it is
     context-manager machinery: a frame of :mod:`contextlib` (``ExitStack``, a ``@contextmanager``'s
-    ``__enter__``) or a generator or coroutine that one drives (the body of a ``@contextmanager`` or
-    ``@asynccontextmanager``): then the frame of the code that uses that context manager."""
+    ``__enter__``), a generator or coroutine that one drives (the body of a ``@contextmanager`` or
+    ``@asynccontextmanager``), or a context manager's own ``__enter__``, ``__exit__``, ``__aenter__`` or
+    ``__aexit__`` (a program's class whose ``__enter__`` enters the block): then the frame of the code that uses
+    that context manager (its ``with`` statement's)."""
     while frame is not None:
         back = frame.f_back
-        if frame.f_code.co_filename == _CONTEXTLIB or (
-                frame.f_code.co_flags & _SUSPENDABLE and back is not None and back.f_code.co_filename == _CONTEXTLIB):
+        code = frame.f_code
+        if code.co_filename == _CONTEXTLIB or (back is not None and (
+                code.co_name in _PROTOCOL or (code.co_flags & _SUSPENDABLE and back.f_code.co_filename == _CONTEXTLIB))):
             frame = back
             continue
         return frame
@@ -431,7 +457,7 @@ def push(obj: Any, contract: Any, frame: Any) -> None:
     blocks held across ``yield`` or ``await`` interleave correctly in one thread. (The two tables change with no
     call between: an interrupt leaves both as they were or both changed; a block left pushed by an interrupt on the
     way out of its entry is popped by the block's ``__enter__``.)"""
-    block = _Block(contract, frame, threading.get_ident())
+    block = _Block(contract, frame, thread_token())
     key = id(obj)
     with _lock:
         blocks = [*_open.get(key, ()), block]  # (a new list: readers take no lock)
@@ -442,21 +468,17 @@ def push(obj: Any, contract: Any, frame: Any) -> None:
 
 
 def pop(obj: Any, contract: Any, frame: Any) -> None:
-    """End the innermost block of ``contract`` on ``obj`` opened by ``frame`` (else, entered and left through
-    helpers of different frames, this thread's newest block of ``contract``; nothing when none is open). (As in
-    :func:`push`, the tables change with no call between.)"""
+    """End the block of ``contract`` on ``obj`` whose code ``frame`` runs (:func:`_to_end`; nothing when none of
+    ``contract`` is open), in whichever thread it was opened. (As in :func:`push`, the tables change with no call
+    between.)"""
     key = id(obj)
     with _lock:
         blocks = _open.get(key)
         if not blocks:
             return
-        me = threading.get_ident()
-        match = [i for i in range(len(blocks)) if blocks[i].contract is contract and blocks[i].frame is frame]
-        if not match:
-            match = [i for i in range(len(blocks)) if blocks[i].contract is contract and blocks[i].thread == me]
-        if not match:
+        i = _to_end(blocks, contract, frame)
+        if i is None:
             return
-        i = match[-1]
         rest = blocks[:i] + blocks[i + 1:]
         left = _suspendable.get(key, 0) - 1 if blocks[i].suspendable else -1
         if rest:
@@ -469,6 +491,34 @@ def pop(obj: Any, contract: Any, frame: Any) -> None:
             del _suspendable[key]
 
 
+def _to_end(blocks: list[_Block], contract: Any, frame: Any) -> int | None:
+    """The index in ``blocks`` of the block of ``contract`` that leaving from the code of ``frame`` ends: the newest
+    opened by ``frame``; else (entered and left through helpers of different frames) the generator's or coroutine's
+    block whose code runs ``frame`` (the innermost); else this thread's newest (one not in a generator's or coroutine's
+    code first); else, left from another thread than the one that entered it, the newest of any thread's. ``None``
+    when no block of ``contract`` is open. Does not block."""
+    mine = [i for i in range(len(blocks)) if blocks[i].contract is contract]
+    if not mine:
+        return None
+    exact = [i for i in mine if blocks[i].frame is frame]
+    if exact:
+        return exact[-1]
+    suspendable = [i for i in mine if blocks[i].suspendable]
+    if suspendable:
+        here = frame
+        while here is not None:
+            running = [i for i in suspendable if any(f is here for f in blocks[i].frames)]
+            if running:
+                return running[-1]
+            here = here.f_back
+    me = thread_token()
+    plain = [i for i in mine if blocks[i].thread == me and not blocks[i].suspendable]
+    if plain:
+        return plain[-1]
+    ours = [i for i in mine if blocks[i].thread == me]
+    return ours[-1] if ours else mine[-1]
+
+
 def open_blocks(obj: Any, contract: Any, frame: Any) -> int:
     """How many blocks of ``contract`` on ``obj`` opened by ``frame`` are open (what a block's ``__enter__`` and
     ``__exit__`` compare, to end their own block and no other when an interrupt leaves them)."""
@@ -477,23 +527,28 @@ def open_blocks(obj: Any, contract: Any, frame: Any) -> int:
 
 def _running_block(blocks: list[_Block], obj_id: int) -> _Block | None:
     """The innermost of ``blocks`` whose code is running now in this thread: when none is in a generator's or
-    coroutine's frame, the newest of this thread's (an ordinary frame's block is open only while its frame
-    runs); else the block of the innermost frame on this thread's stack that has one."""
+    coroutine's code, the newest of this thread's (an ordinary frame's block is open only while its frame, or the
+    code that called the helper that opened it, runs); else the newest block of the innermost frame on this
+    thread's stack that one guards (its own frame, or for a block a helper opened and returned from, its caller's
+    still running)."""
     if obj_id not in _suspendable:
         return _newest_of_this_thread(blocks, suspendable_too=True)
-    by_frame = {id(b.frame): b for b in blocks}
+    by_frame: dict[int, tuple[Any, _Block]] = {}
+    for b in blocks:  # (oldest first: the newest block a frame's code opened wins)
+        for f in b.frames:
+            by_frame[id(f)] = (f, b)
     frame: Any = sys._getframe(2)
     while frame is not None:
         found = by_frame.get(id(frame))
-        if found is not None and found.frame is frame:
-            return found
+        if found is not None and found[0] is frame:
+            return found[1]
         frame = frame.f_back
-    # (a block entered through a helper whose frame has returned, in an ordinary frame: it guards its thread)
+    # (a block entered through a helper whose frame has returned, in an ordinary thread's code: it guards its thread)
     return _newest_of_this_thread(blocks, suspendable_too=False)
 
 
 def _newest_of_this_thread(blocks: list[_Block], *, suspendable_too: bool) -> _Block | None:
-    me = threading.get_ident()
+    me = thread_token()
     for i in range(len(blocks) - 1, -1, -1):
         if blocks[i].thread == me and (suspendable_too or not blocks[i].suspendable):
             return blocks[i]
@@ -527,15 +582,23 @@ def active_contract(obj: Any) -> Any:
 
 class GuardBlock:
     """A guard block of one contract (:meth:`StreamContract.guarded`): the code of the frame that enters it calls
-    the object through the contract until it leaves. Does not block on entry."""
+    the object through the contract until it leaves. One object may be entered again while it is open (nested in
+    one frame, or shared by threads or asyncio tasks): each entry guards its own code, and each exit ends the entry
+    of the code that leaves (like ``with contract:``). Does not block on entry."""
 
-    __slots__ = ("contract", "host_wait", "stack_frame")
+    __slots__ = ("contract", "host_wait", "_entries")
 
     def __init__(self, contract: Any, host_wait: bool) -> None:
         self.contract = contract
         self.host_wait = host_wait
-        self.stack_frame: Any = None
-        """The Python stack frame of the code the open block guards (``None`` outside the block)."""
+        self._entries: list[Any] = []
+        """The Python stack frame of the code each open entry guards, oldest first."""
+
+    @property
+    def stack_frame(self) -> Any:
+        """The Python stack frame of the code the newest open entry of the block guards (``None`` outside it)."""
+        entries = self._entries
+        return entries[-1] if entries else None
 
     @property
     def frame(self) -> Any:
@@ -545,13 +608,33 @@ class GuardBlock:
         return self.stack_frame
 
     def __enter__(self) -> Any:
-        stack_frame = self.stack_frame = code_frame(sys._getframe(1))
-        _entered(self.contract, stack_frame)
+        stack_frame = code_frame(sys._getframe(1))
+        self._entries.append(stack_frame)
+        try:
+            _entered(self.contract, stack_frame)
+        except BaseException:  # (refused, or interrupted: no block of this entry is open)
+            self._take(stack_frame, exact=True)
+            raise
         return self.contract
 
     def __exit__(self, *exc: object) -> None:
-        stack_frame, self.stack_frame = self.stack_frame, None
-        _left(self.contract, stack_frame, self.host_wait)
+        here = None
+        try:
+            here = code_frame(sys._getframe(1))  # (entered again while open: the entry of the code that leaves)
+        finally:  # (an interrupt in code_frame: the newest entry ends all the same)
+            stack_frame = self._take(here)
+            if stack_frame is not None:
+                _left(self.contract, stack_frame, self.host_wait)
+
+    def _take(self, here: Any, *, exact: bool = False) -> Any:
+        """Forget the newest open entry whose code is ``here``'s (else, unless ``exact``, the newest; ``None`` when
+        none is open) and return its stack frame."""
+        with _lock:
+            entries = self._entries
+            for i in range(len(entries) - 1, -1, -1):
+                if entries[i] is here:
+                    return entries.pop(i)
+            return entries.pop() if entries and not exact else None
 
 
 def _entered(contract: Any, stack_frame: Any) -> None:

@@ -360,3 +360,26 @@ def test_a_clip_rewritten_at_a_path_decodes_anew(tmp_path: Path) -> None:
     assert decode_reference(path)[0].shape == (3, 32, 64) and decode_nv12(path)[0].shape == (48, 64)
     make_test_clip(path, 3, (96, 48))
     assert decode_reference(path)[0].shape == (3, 48, 96) and len(decode_nv12(path)) == 3
+
+
+def test_a_class_guard_left_in_force_ends_with_its_test(tmp_path: Path) -> None:
+    """The emulated classes are the same objects in every test: a guard a test leaves on one must not guard the next."""
+    _write(
+        tmp_path,
+        "test_leak.py",
+        """
+        import pytest
+        import streamsafe as ss
+
+        def test_a_guard_left_on(fake_nvvfx):
+            ss.guard(fake_nvvfx.VideoSuperRes)  # (never undone: the fixture ends it, and warns)
+
+        def test_the_next_is_plain(fake_nvvfx, sim_backend):
+            sr = fake_nvvfx.VideoSuperRes()
+            sr.output_width, sr.output_height = 32, 32
+            sr.load()
+            out = sr.run(sim_backend.empty((3, 16, 16), "float32"))
+            assert type(out).__name__ != "SafeOutput"
+        """,
+    )
+    assert _run_pytest(tmp_path) == {"passed": 2}
