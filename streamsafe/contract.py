@@ -29,6 +29,7 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import inspect
 import os
 import warnings
 import weakref
@@ -85,13 +86,28 @@ def _user_stacklevel() -> int:
 def new_contract(obj: Any, stream: Any = None, *, strategy: Strategy | StrategyName = "auto", **options: Any) -> Any:
     """The contract ``obj``'s profile asks for: a :class:`PoolContract` for a pooled SDK (a decoder), else a
     :class:`StreamContract`. An unknown option raises :class:`~streamsafe.errors.ArgumentError`. Does not block."""
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise ArgumentError(f"a contract has no option {unknown[0]!r}: its options are strategy= and {', '.join(OPTIONS)}")
+    check_options(options)
     profile = _profile_or_error(obj)[0]
     if profile is not None and profile.pool:
         return PoolContract(obj, stream, strategy=strategy, **options)
     return StreamContract(obj, stream, strategy=strategy, **options)
+
+
+def check_options(options: Any) -> None:
+    """Raise :class:`~streamsafe.errors.ArgumentError` for a keyword among ``options`` (names) that is no contract
+    option (:data:`OPTIONS`, and ``strategy``). What :func:`new_contract` and the contracts' constructors check."""
+    unknown = sorted(set(options) - {"strategy", *OPTIONS})
+    if unknown:
+        raise ArgumentError(f"a contract has no option {unknown[0]!r}: its options are strategy= and {', '.join(OPTIONS)}")
+
+
+def check_allow_none(allow_none: Any) -> None:
+    """Raise :class:`~streamsafe.errors.ArgumentError` unless ``allow_none`` is a bool (``'yes'`` is no opt-in)."""
+    if type(allow_none) is not bool:
+        raise ArgumentError(
+            f"allow_none={allow_none!r}: it must be True or False. allow_none=True opts in to strategy 'none' (no fences "
+            "at all, for benchmarks); leave it out otherwise"
+        )
 
 
 def _profile_or_error(obj: Any) -> tuple[Any, NotAnEffectError | None]:
@@ -121,6 +137,16 @@ class _Contract(GuardedBlocks, Unshareable):
     """:class:`UndeclaredInputs` of an effect's contract (a decoder's takes no inputs: ``None``)."""
     _effect: Any
     _effect_ref: Any
+
+    def __new__(cls, *args: Any, **options: Any) -> Any:
+        # An option the constructor does not take is the ArgumentError stream_contract() gives, not Python's bare
+        # TypeError (checked here: the constructors' signatures, which type checkers read, stay as they are)
+        if options:
+            known = _KEYWORDS.get(cls)
+            if known is None:
+                known = _KEYWORDS[cls] = frozenset(inspect.signature(cls.__init__).parameters)
+            check_options(k for k in options if k not in known)
+        return super().__new__(cls)
 
     @property
     def effect(self) -> Any:
@@ -210,6 +236,10 @@ class _Contract(GuardedBlocks, Unshareable):
         """The engine's question: keep the inputs from reuse (a decoder takes no inputs)."""
 
 
+_KEYWORDS: dict[type, frozenset[str]] = {}
+"""The parameters of each contract class's constructor (what :meth:`_Contract.__new__` lets through)."""
+
+
 def _gone() -> None:
     """What a contract that let go of its object holds instead of a weak reference to it."""
     return None
@@ -268,7 +298,8 @@ class UndeclaredInputs:
 class StreamContract(_Contract):
     """Fences one effect's calls. See the module docstring for the streams and the three ways in.
 
-    ``strategy`` is a :class:`~streamsafe.Strategy` or its name; ``"none"`` also needs ``allow_none=True``.
+    ``strategy`` is a :class:`~streamsafe.Strategy` or its name; ``"none"`` also needs ``allow_none=True`` (a bool:
+    anything else, like an unknown option, raises :class:`~streamsafe.errors.ArgumentError`).
     ``backend`` defaults to the effect's own (emulated effects) or the current backend. Every contract, decorator
     and guard on one effect shares the effect's :class:`~streamsafe.ledger.EffectLedger`, so their fences see each
     other's readers and outputs. Constructing a contract does not block and issues no GPU work."""
@@ -288,6 +319,7 @@ class StreamContract(_Contract):
         backend: Backend | None = None,
         allow_none: bool = False,
     ) -> None:
+        check_allow_none(allow_none)
         self.profile: EffectProfile = _effect_profile(effect)
         """The SDK profile of the effect (:mod:`streamsafe.profile`): its calls, settings and outputs."""
         check_class(self.profile, type(effect))  # (a profile its SDK contradicts: ProfileError, before anything is made)
@@ -301,6 +333,8 @@ class StreamContract(_Contract):
         self.device = self.profile.device_of(effect)
         if backend is not None:
             require_backend(backend, "StreamContract(backend=...)")
+        # (the environment first: a contract refused for it leaves no ledger behind on the effect)
+        sanitize = env_flag("STREAMSAFE_SANITIZE", False, SANITIZE_MEANING)
         existing = adopt_ledger(effect)
         self.backend: Backend = backend or _effect_backend(effect) or (existing.backend if existing else None) or current_backend()
         dev, be = self.device, self.backend
@@ -333,11 +367,11 @@ class StreamContract(_Contract):
         """The contract's kept frames (:mod:`streamsafe.steady`)."""
         self._config_getter = config_reader(effect, self.profile)
         self._run = raw_method(self._cls, "run")
+        """The SDK's own ``run`` (called by :meth:`run`)."""
         self._auto = self.strategy is Strategy.AUTO
         self._host_wait_warned = False
         self.undeclared = UndeclaredInputs()
         """With no ``input_stream`` declared: where the inputs came from, and what the host waited for them."""
-        """The SDK's own ``run`` (called by :meth:`run`)."""
         self.last_plan: FencePlan | None = None
         """The plan of the contract's last call."""
         self._patched_instance = False
@@ -347,7 +381,7 @@ class StreamContract(_Contract):
         self.stats = new_stats()
         """Counters: runs; device-side fences; host waits and device syncs streamsafe made; and runs in which the
         SDK itself made the host wait (``non_blocking=False``)."""
-        if env_flag("STREAMSAFE_SANITIZE", False, SANITIZE_MEANING):
+        if sanitize:
             hooks.observe_from_environment()
         self._inputs = Inputs(be, dev, self.ledger, self._input, self.profile)
         self.output = output_maker("effect")(self.profile.output, self.profile.wrap, self.ledger.output, dev, self.profile.name)
@@ -714,7 +748,8 @@ class PoolContract(_Contract):
 
     ``strategy``: ``auto``, ``event`` and ``async`` fence on the device; ``stream`` host-waits each reader, ``device``
     the whole device, before a decode; ``none`` (with ``allow_none=True``) fences nothing. ``consumer_stream``: the
-    stream an import that names none (``stream=-1``) reads on (default: the decoder's). Constructing one does not
+    stream an import that names none (``stream=-1``) reads on (default: the decoder's). An unknown option, or an
+    ``allow_none`` that is not a bool, raises :class:`~streamsafe.errors.ArgumentError`. Constructing one does not
     block."""
 
     _no_copy = "a PoolContract cannot be copied: it orders one decoder's buffers; make another for another decoder"
@@ -732,6 +767,7 @@ class PoolContract(_Contract):
         input_stream: Any = None,
         conversion_stream: Any = None,
     ) -> None:
+        check_allow_none(allow_none)
         profile, unknown = _profile_or_error(sdk)
         if not isinstance(profile, PoolProfile):
             what = f"the class {sdk.__qualname__}" if isinstance(sdk, type) else f"{sdk!r} ({type(sdk).__name__})"

@@ -8,7 +8,9 @@ own method, marked: :mod:`streamsafe.calls`), records what it wrote in the ledge
 and protects the inputs (H12), counts, and gives the turn back. An exception that leaves the SDK's call is a
 refusal or an interruption after writes (:mod:`streamsafe.interrupts`, with the profile's
 ``errors_after_writes``): a refused call leaves the ledger and the counters as they were; an interrupted one
-counts as a call. Releases (``close()``, a resize, a new source) go through :func:`release`.
+counts as a call. Arguments the SDK's signature does not take are refused when the call is planned
+(:func:`~streamsafe.inputs.unbound_call`); a call that reuses a kept frame learns it from the SDK's own
+``TypeError`` and raises the same :class:`~streamsafe.errors.ArgumentError`. Releases (``close()``, a resize, a new source) go through :func:`release`.
 
 The caller (a contract, or the guard of a tracked raw call) is anything with the :class:`Caller` attributes.
 Blocks the host only where the frame's fences do, and in the SDK's own call.
@@ -27,6 +29,7 @@ from .buffers import new_stats
 from .calls import call_raw
 from .frame import Frame
 from .frameworks import on_torch_device
+from .inputs import unbound_call
 from .interrupts import after_writes
 from .ledger import Ledger
 from .plan import FencePlan
@@ -127,6 +130,8 @@ def call(caller: Caller, obj: Any, method: Any, name: str, args: Sequence[Any], 
                 caller.protect(arrays, frame, seen)
         except BaseException as e:
             _unwound(caller, frame, e, returned, recorded, counted, arrays, seen)
+            if type(e) is TypeError and not returned:
+                _refuse_unbound(e, obj, method, name, args, kwargs)
             raise
         if ledger.keepalive.entries:
             ledger.keepalive.prune()
@@ -138,6 +143,24 @@ def call(caller: Caller, obj: Any, method: Any, name: str, args: Sequence[Any], 
             turns.owner, turns.closing_wait = outer
             turns.lock.release()
     return caller.output(raw, made, frame, obj)
+
+
+def _refuse_unbound(error: TypeError, obj: Any, method: Any, name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    """The SDK's call raised ``error`` where Python binds its arguments (the last frame is :func:`call_raw`'s: the
+    SDK's own method never ran) and they do not bind to its signature: raise the
+    :class:`~streamsafe.errors.ArgumentError` a planned call gets (a kept frame's facts leave out keywords that are
+    not the stream's, the blocking flag's or an input's). A refusal: the ledger and counters were put back."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or tb.tb_frame.f_code is not _CALL_RAW:
+        return
+    unbound = unbound_call(type(obj), name, args, kwargs)
+    if unbound is not None:
+        raise unbound from error
+
+
+_CALL_RAW = call_raw.__code__
 
 
 def _inputs_written(ledger: Ledger, frame: Frame, arrays: Sequence[Any]) -> None:

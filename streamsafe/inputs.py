@@ -16,6 +16,7 @@ Nothing here blocks the host.
 
 from __future__ import annotations
 
+import inspect
 import numbers
 from collections.abc import Sequence
 from typing import Any
@@ -31,13 +32,15 @@ from .ledger import EffectLedger
 from .profile import EffectProfile, call_signature
 from .streams import LEGACY_HANDLE, Stream
 
-__all__ = ["Inputs", "Forwarding", "is_number", "call_keywords", "inputs_of"]
+__all__ = ["Inputs", "Forwarding", "is_number", "call_keywords", "inputs_of", "unbound_call"]
 
 
 def call_keywords(profile: EffectProfile, cls: type, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, bool]:
     """A guarded call's stream keyword (``None``: not given) and blocking keyword, checked: no more positional
-    arguments than the SDK's ``name`` takes, and a blocking keyword that is a bool. Issues nothing."""
-    capacity = positional_capacity(cls, name, (profile.stream_keyword, profile.blocking_keyword))
+    arguments than the SDK's ``name`` takes, arguments its signature binds (none missing, no keyword it lacks:
+    :func:`unbound_call`), and a blocking keyword that is a bool. Issues nothing."""
+    own = (profile.stream_keyword, profile.blocking_keyword)
+    capacity = positional_capacity(cls, name, own)
     if capacity is not None and len(args) > capacity:
         given = [k for k in (profile.blocking_keyword, profile.stream_keyword) if k]
         raise ArgumentError(
@@ -45,6 +48,9 @@ def call_keywords(profile: EffectProfile, cls: type, name: str, args: tuple[Any,
             + (f"Pass the others by keyword ({', '.join(k + '=' for k in given)}); the contract passes "
                f"{'those two' if len(given) == 2 else 'that'} itself" if given else "Pass the others by keyword")
         )
+    error = unbound_call(cls, name, args, kwargs, own)
+    if error is not None:
+        raise error
     user_nb = False
     if profile.blocking_keyword is not None:
         user_nb = kwargs.get(profile.blocking_keyword, False)
@@ -113,6 +119,8 @@ class Inputs:
         owner = _owner(arr)
         if owner is not None and owner is not self.backend:
             raise another_models_array(arr, self.backend, "input")
+        if owner is None and _guarded_output(type(arr)):
+            self._check_output(arr)
         if self.declared is not None:
             return self.declared
         if owner is not None:
@@ -128,6 +136,22 @@ class Inputs:
             with cupy.cuda.Device(self.device):
                 return as_stream(cupy.cuda.get_current_stream(), backend=self.backend)
         return None  # JAX and unknown producers: forward __dlpack__(stream=S)
+
+    def _check_output(self, output: Any) -> None:
+        """A guarded output given as an input (a :class:`~streamsafe.SafeImage`, ``SafeFrame`` or ``SafePlane``):
+        refused before the SDK takes its capsule (an output imports once) when it is memory of another backend and
+        either backend is a model (each model's memory lives in that model only; the GPU's backends share it)."""
+        owner, mine = output.memory_backend, self.backend
+        if owner is mine or (owner.array_type is None and mine.array_type is None):
+            return
+        raise InputArrayError(
+            "input", output,
+            f"it is an output of {owner!r} (id {id(owner):#x}), not of {mine!r} (id {id(mine):#x}), this effect's "
+            "backend; each model's memory lives only in the model that made it. Nothing was imported: the output "
+            "is as it was",
+            "Pass it to an effect made with the backend it belongs to, or copy it into this effect's backend first "
+            "(on the model: backend.array(out.numpy()))",
+        )
 
     def _torch_producer(self, arr: Any) -> Stream:
         """The fast path for torch tensors: device from ``get_device()``, stream from torch's raw current-stream
@@ -261,6 +285,17 @@ class Inputs:
             self.torch_streams[stream] = ts
         return ts
 
+_OUTPUTS: dict[type, bool] = {}
+
+
+def _guarded_output(cls: type) -> bool:
+    """Whether ``cls`` is a guarded output's (it says whose memory it is: ``memory_backend``). Cached per type."""
+    known = _OUTPUTS.get(cls)
+    if known is None:
+        known = _OUTPUTS[cls] = isinstance(getattr(cls, "memory_backend", None), property)
+    return known
+
+
 def _owner(arr: Any) -> Any:
     """The backend whose own array ``arr`` is (a model's: it has ``__streamsafe_key__``), else ``None``."""
     return arr.backend if backend_own(type(arr)) else None
@@ -361,3 +396,105 @@ def positional_capacity(cls: type, name: str, own: tuple[str | None, ...] = ()) 
             names = [p.name for p in positional]
             _positional[key] = min([names.index(k) for k in own if k in names], default=len(positional))
     return _positional[key]
+
+
+class _Binding:
+    """What :func:`unbound_call` needs of the SDK's own ``cls.name``: its signature (``self`` left out, no
+    annotations), and how many positional arguments must come (the common call binds with no more work)."""
+
+    __slots__ = ("signature", "text", "required", "keywords_required", "own")
+
+    def __init__(self, signature: inspect.Signature, name: str, own: tuple[str | None, ...]) -> None:
+        params = list(signature.parameters.values())
+        self.signature = signature
+        plain = signature.replace(parameters=[p.replace(annotation=p.empty) for p in params], return_annotation=signature.empty)
+        self.text = f"{name}{plain}"
+        """The signature as a message shows it: ``run(input_array, *, non_blocking=False, stream_ptr=0)``."""
+        takes_keywords = any(p.kind is p.VAR_KEYWORD for p in params)
+        self.own = tuple(k for k in own if k is not None and (takes_keywords or (
+            k in signature.parameters and signature.parameters[k].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                                         inspect.Parameter.KEYWORD_ONLY))))
+        """The keywords the guard passes itself that the SDK takes by keyword."""
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        self.required = max((i + 1 for i, p in enumerate(positional) if p.default is p.empty and p.name not in self.own), default=0)
+        """How many positional arguments reach every positional parameter without a default that the guard does not
+        pass itself (a call by position alone passes at least these)."""
+        self.keywords_required = any(p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in self.own for p in params)
+        """Whether a keyword-only parameter the guard does not pass has no default."""
+
+
+_bindings: dict[tuple[type, str, tuple[str | None, ...]], _Binding | None] = {}
+
+
+def unbound_call(cls: type, name: str, args: Sequence[Any], kwargs: dict[str, Any],
+                 own: tuple[str | None, ...] = ()) -> ArgumentError | None:
+    """The :class:`~streamsafe.errors.ArgumentError` for arguments the SDK's own ``cls.name`` cannot take (one
+    missing, a keyword it does not have, one given twice), naming the argument and the SDK's signature; ``None``
+    when they bind, or the signature cannot be read (a C method: the SDK then says). ``own``: the keywords the guard
+    passes itself (the stream and blocking keywords), bound as if given. Issues nothing; called while a call is
+    planned, never for a kept frame (its facts were planned with arguments that bound)."""
+    key = (cls, name, own)
+    binding = _bindings.get(key, _UNREAD)
+    if binding is _UNREAD:
+        sig = call_signature(cls, raw_method(cls, name), name)
+        binding = _bindings[key] = None if sig is None else _Binding(sig, name, own)
+    if binding is None:
+        return None
+    assert isinstance(binding, _Binding)
+    if not kwargs and len(args) >= binding.required and not binding.keywords_required:
+        return None  # (the common call: its inputs by position; positional_capacity checked the upper bound)
+    passed = dict(kwargs)
+    for k in binding.own:
+        passed.setdefault(k, None)
+    try:
+        binding.signature.bind(*args, **passed)
+    except TypeError as e:
+        return _unbound(cls, name, binding, args, kwargs, e)
+    return None
+
+
+_UNREAD: Any = object()
+
+
+def _unbound(cls: type, name: str, binding: _Binding, args: Sequence[Any], kwargs: dict[str, Any], error: TypeError) -> ArgumentError:
+    """The error for a call :func:`unbound_call` found does not bind: the argument at fault, the signature, the fix."""
+    params = binding.signature.parameters
+    call = f"{cls.__name__}.{name}()"
+    shown = f"the SDK's signature is {binding.text}"
+    takes_keywords = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = [p.name for p in params.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    for k in kwargs:
+        p = params.get(k)
+        if p is None and not takes_keywords or p is not None and p.kind is p.POSITIONAL_ONLY:
+            return ArgumentError(
+                f"{call} takes no argument {k}={_shown(kwargs[k])}: {shown}. Pass only the arguments it names "
+                f"({', '.join(names)}), each by position or by keyword as the signature allows"
+            )
+        if p is not None and p in positional and positional.index(p) < len(args):
+            return ArgumentError(
+                f"{call} got {k!r} twice, by position (argument {positional.index(p) + 1}) and as {k}=: {shown}. "
+                "Pass it once"
+            )
+    bound_by_position = {p.name for p in positional[:len(args)]}
+    missing = [p.name for p in params.values() if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+               and p.name not in bound_by_position and p.name not in kwargs and p.name not in binding.own]
+    if missing:
+        how = ", ".join(f"{m}=..." if params[m].kind is params[m].KEYWORD_ONLY else m for m in missing)
+        by_keyword = all(params[m].kind is params[m].KEYWORD_ONLY for m in missing)
+        return ArgumentError(
+            f"{call} is missing {'its argument' if len(missing) == 1 else 'the arguments'} "
+            f"{', '.join(repr(m) for m in missing)}: {shown}. Pass {how}"
+            + (" (by keyword)" if by_keyword else " (by position, or by keyword where the signature allows)")
+        )
+    return ArgumentError(f"{call} cannot take these arguments ({error}): {shown}. Pass the arguments it names")
+
+
+def _shown(value: Any) -> str:
+    """A value as a message names it: short, never an array's data."""
+    if hasattr(value, "__dlpack__") or hasattr(value, "shape"):
+        from ._dlpack import describe_array
+
+        return f"<{describe_array(value)}>"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
