@@ -101,6 +101,12 @@ class _BufferView(Unshareable):
     def __dlpack_device__(self) -> tuple[int, int]:
         return (DLPACK_CUDA, self._device)
 
+    @property
+    def memory_backend(self) -> Any:
+        """The backend whose memory this output is (its SDK object's: a model, or the GPU's driver). A guarded call
+        refuses, as its input, an output of another model before its capsule is taken."""
+        return self._buffer.ledger.resolved_backend()
+
     def record_stream(self, stream: Any) -> None:
         """Declare that a zero-copy view of this output is also read on ``stream`` (any stream object streamsafe
         accepts), like torch's ``Tensor.record_stream``: ``stream`` is ordered after the SDK's writes now, and the
@@ -181,10 +187,19 @@ class SafeImage(_BufferView):
 
         Orders the consumer stream after the SDK's writes on the device (or by a host wait under the
         ``stream``/``device`` strategies), and the effect's next call and release after the consumer. Raises
-        :class:`~streamsafe.errors.ExportError` (a ``BufferError``) on a second import and
+        :class:`~streamsafe.errors.ExportError` (a ``BufferError``) on a second import or for a ``max_version`` that is
+        no ``(major, minor)`` pair of ints (the capsule then stays importable), and
         :class:`~streamsafe.errors.StaleOutputError` if the buffer was reused since."""
         if self._consumed:
             raise ExportError(*_CONSUMED)
+        if max_version is not None and (type(max_version) is not tuple or len(max_version) != 2
+                                        or type(max_version[0]) is not int or type(max_version[1]) is not int):
+            if not (isinstance(max_version, (tuple, list)) and len(max_version) == 2 and all(
+                    isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in max_version)):
+                raise ExportError(  # (before anything is handed out: the capsule stays importable)
+                    f"max_version={max_version!r} is not a DLPack version: DLPack names one by a pair of ints "
+                    "(major, minor)", "Leave max_version out, or pass the newest version your consumer reads, e.g. (1, 0)",
+                )
         buffer = self._buffer
         generation = self._generation
         if generation != buffer.generation:
@@ -468,10 +483,14 @@ class SafeFrame(_BufferView):
 
     def raw_plane(self, index: int) -> Any:
         """The SDK frame's own plane ``index`` (importing it directly orders nothing streamsafe knows of). Raises
-        :class:`~streamsafe.errors.StaleOutputError` once the frame is closed."""
+        :class:`~streamsafe.errors.StaleOutputError` once the frame is closed, and :attr:`planes`' ``AttributeError``
+        for a frame that is one producer itself (PyNvVideoCodec's)."""
+        attr = self._planes_attr
+        if attr is None:  # planes' own error (called, not read: __getattr__ would answer with the SDK frame's bare one)
+            return type(self).planes.fget(self)  # type: ignore[attr-defined]
         if self.raw is None:
             self.check_importable()
-        return getattr(self.raw, self._planes_attr)[index]  # type: ignore[arg-type]
+        return getattr(self.raw, attr)[index]
 
     def close(self) -> None:
         """Give a frame that holds its buffer back to the decoder now instead of when the frame goes (D7): under
@@ -708,6 +727,11 @@ class SafePlane(Unshareable):
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self.frame.__dlpack_device__()
+
+    @property
+    def memory_backend(self) -> Any:
+        """The backend whose memory the plane is (its frame's)."""
+        return self.frame.memory_backend
 
     def __dlpack__(
         self, stream: Any = None, *, max_version: tuple[int, int] | None = None, dl_device: tuple[int, int] | None = None,

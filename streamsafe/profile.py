@@ -66,8 +66,18 @@ def qualified_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+class _Fields(type):
+    """The profiles' metaclass: a keyword that is no field of the profile's class, or a field with no default left
+    out, is a :class:`~streamsafe.errors.ProfileError` naming it and the fix, before the dataclass's ``__init__``
+    would raise a bare ``TypeError``."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        _check_arguments(cls, args, kwargs)
+        return super().__call__(*args, **kwargs)
+
+
 @dataclass(frozen=True)
-class Profile:
+class Profile(metaclass=_Fields):
     """What every profile says; see the module docstring. Make an :class:`EffectProfile` or a
     :class:`PoolProfile`."""
 
@@ -231,6 +241,49 @@ _NAMES = ("calls", "releases", "closes", "errors_after_writes", "constructor_key
 _CALLABLES = ("device_of", "releases_output", "converts", "frames_of", "buffer_key", "stream_of")
 
 
+class _NotGiven:
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+_REQUIRED = {
+    "name": "Name the SDK and class, e.g. name='mysdk.Sharpener'",
+    "classes": "Name the classes it applies to: classes=(MyClass,) with the class itself, or classes=('mymodule.MyClass',)",
+    "calls": "Name the guarded calls (the methods that write the SDK's buffers), e.g. calls=('process',)",
+}
+
+
+def _check_arguments(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Raise :class:`~streamsafe.errors.ProfileError` for arguments ``cls(*args, **kwargs)`` cannot take: a keyword
+    that is no field of ``cls`` (or one the profile sets itself), a field given twice or left out, too many values
+    by position."""
+    settable = [f for f in fields(cls) if f.init]
+    names = [f.name for f in settable]
+    given = kwargs.get("name", args[0] if args else None)
+    profile = given if isinstance(given, str) and given else f"<unnamed {cls.__name__}>"
+    for key, value in kwargs.items():
+        if key in names:
+            continue
+        if any(f.name == key for f in fields(cls)):
+            rule = f"is set by {cls.__name__} itself, from the other fields"
+        else:
+            rule = f"is not a field of {cls.__name__}"
+        close = difflib.get_close_matches(key, names, 1)
+        raise ProfileError(profile, key, value, rule, (f"Did you mean {close[0]}=? " if close else "")
+                           + f"Drop it, or give one of {cls.__name__}'s fields: {', '.join(names)}")
+    if len(args) > len(names):
+        raise ProfileError(profile, "fields", args, f"are {len(args)} values given by position; {cls.__name__} has "
+                           f"{len(names)} fields", "Give the fields by keyword: name=..., classes=..., calls=...")
+    twice = [key for key in names[:len(args)] if key in kwargs]
+    if twice:
+        raise ProfileError(profile, twice[0], kwargs[twice[0]], "is given twice, by position and by keyword",
+                           "Give it once, by keyword")
+    for f in settable[len(args):]:
+        if f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ProfileError(profile, f.name, _NotGiven(), f"is required: {cls.__name__} has no default for it",
+                               _REQUIRED.get(f.name, f"Give {f.name}=..."))
+
+
 def _check_profile(p: Profile) -> None:
     """Raise :class:`~streamsafe.errors.ProfileError` for the first field of ``p`` streamsafe cannot use."""
     name = p.name if isinstance(p.name, str) and p.name else repr(p.name)
@@ -295,9 +348,12 @@ def _check_profile(p: Profile) -> None:
         value = getattr(p, attr)
         if value is not None and not (isinstance(value, str) and value):
             raise ProfileError(name, attr, value, "is not a non-empty string", f"Leave {attr} out, or give a string")
-    if p.emulation is not None and ":" not in p.emulation:
-        raise ProfileError(name, "emulation", p.emulation, "is not 'module:name'",
-                           "Name the emulation object, e.g. 'streamsafe.testing.fake_nvvfx:EMULATION'")
+    if p.emulation is not None:
+        module, colon, obj = p.emulation.partition(":")
+        if not (colon and all(part.isidentifier() for part in module.split(".")) and obj.isidentifier()):
+            raise ProfileError(name, "emulation", p.emulation, "is not 'module:name' (an importable module's dotted name, "
+                               "a colon, and the name of the emulation object in it)",
+                               "Name the emulation object, e.g. 'streamsafe.testing.fake_nvvfx:EMULATION'")
 
 
 def _check_names(profile: str, attr: str, value: Any, *, allow_empty: bool) -> None:
@@ -347,7 +403,8 @@ _lock = threading.Lock()
 def register(profile: Profile, *, fallback: bool = False) -> Profile:
     """Make ``profile`` known (a later one for the same classes comes first); with ``fallback``, it is the
     profile of any object with a ``run()`` no other profile describes (an SDK duck-typed on nvvfx's API).
-    Returns it. Raises :class:`~streamsafe.errors.ProfileError` for anything but a profile."""
+    Returns it. Raises :class:`~streamsafe.errors.ProfileError` for anything but a profile, and for a profile that
+    names no class (``classes=()``) registered without ``fallback``."""
     if not isinstance(profile, Profile) or type(profile) is Profile:
         what = type(profile).__name__
         raise ProfileError(
@@ -358,6 +415,11 @@ def register(profile: Profile, *, fallback: bool = False) -> Profile:
         )
     if fallback and not isinstance(profile, EffectProfile):
         raise ProfileError(profile.name, "fallback", fallback, "is only for an EffectProfile", "Register a PoolProfile without fallback=")
+    if not fallback and not profile.classes:
+        raise ProfileError(profile.name, "classes", profile.classes, "is empty: registered so, the profile would describe "
+                           "no class and guard nothing",
+                           "Name at least one class: classes=(MyClass,) or classes=('mymodule.MyClass',); or register it "
+                           "with fallback=True, as the profile of any object with a run() no other profile describes")
     with _lock:
         if fallback:
             _fallback[:] = [profile]

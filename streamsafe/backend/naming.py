@@ -12,10 +12,10 @@ import threading
 from typing import Any
 
 from ..errors import CudaDriverError, DeviceMismatchError, StreamTypeError, StreamValueError
-from ..streams import ACCEPTED_STREAMS, Stream, StreamKind, handle_of, stream_from_handle
-from . import Backend, current_backend, thread_uses_default
+from ..streams import ACCEPTED_STREAMS, LEGACY_HANDLE, PER_THREAD_HANDLE, Stream, StreamKind, handle_of, stream_from_handle
+from . import Backend, current_backend, require_backend, thread_uses_default
 
-__all__ = ["as_stream", "stream_on_device"]
+__all__ = ["as_stream", "stream_on_device", "check_device"]
 
 
 def as_stream(obj: Any = None, *, device: int | None = None, backend: Backend | None = None) -> Stream:
@@ -23,20 +23,25 @@ def as_stream(obj: Any = None, *, device: int | None = None, backend: Backend | 
 
     ``device``, when given, is the device the stream must belong to (a stream of another
     device raises :class:`~streamsafe.errors.DeviceMismatchError`), and the device of
-    the default streams named by 0, 1, 2 or ``None``. ``backend`` defaults to the one
-    owning ``obj``, else :func:`streamsafe.backend.current_backend`.
+    the default streams named by 0, 1, 2 or ``None``: a device the backend does not have raises
+    :class:`~streamsafe.errors.StreamValueError` (:func:`check_device`). ``backend`` defaults to the one
+    owning ``obj``, else :func:`streamsafe.backend.current_backend`; anything that is not a backend raises
+    :class:`~streamsafe.errors.ArgumentError`.
 
     Does not block the host; may call ``cuStreamGetFlags``/``cuStreamGetDevice``.
     """
+    if backend is not None and type(backend) not in _backend_types:
+        _backend_types.add(type(require_backend(backend, "as_stream(backend=...)")))
     if isinstance(obj, Stream):
         if backend is not None and obj.backend is not None and obj.backend is not backend:
             if obj.kind is StreamKind.LEGACY or obj.kind is StreamKind.PER_THREAD:  # the same stream in every backend
                 return _check_device(Stream(obj.device, obj.handle, obj.kind, backend, obj.thread), obj, device)
             _refuse_another_model(obj, backend)
         return _check_device(obj, obj, device)
-    owner = getattr(obj, "_streamsafe_backend", None)
-    be = backend or owner or current_backend()
+    be = backend if backend is not None else getattr(obj, "_streamsafe_backend", None) or current_backend()
     if obj is None:
+        if device is not None:
+            check_device(device, be, "the legacy stream")  # (the current stream of a device it lacks: none set)
         return _check_device(be.current_stream(device), obj, device)
     if isinstance(obj, bool) or isinstance(obj, float):
         raise StreamTypeError(obj, ACCEPTED_STREAMS)
@@ -48,7 +53,14 @@ def as_stream(obj: Any = None, *, device: int | None = None, backend: Backend | 
     return _named(handle, obj, obj_device, device, be)
 
 
+_backend_types: set[type] = set()
+"""The types of the backends :func:`as_stream` was given that :func:`~streamsafe.backend.require_backend` passed
+(checked once per type: it is on the path of every guarded call)."""
+
+
 def _named(handle: int, obj: Any, obj_device: int | None, device: int | None, be: Backend) -> Stream:
+    if device is not None and obj_device is None and handle in (0, LEGACY_HANDLE, PER_THREAD_HANDLE):
+        check_device(device, be, "the per-thread stream" if handle == PER_THREAD_HANDLE else "the legacy stream")
     dev = obj_device if obj_device is not None else device if device is not None else None
     if dev is None and handle in (0, 1, 2):
         dev = be.current_device()
@@ -86,6 +98,37 @@ def _refuse_another_model(stream: Stream, backend: Backend) -> None:
             "Create the stream with the effect's backend (backend.create_stream(...)), or make the effect with the "
             "backend the stream belongs to (backend=...)." + (f" {hint}" if hint else ""),
         )
+
+
+def check_device(device: Any, backend: Any, what: str = "a new stream") -> int:
+    """``device`` when it is a device of ``backend`` (an ``int``, 0 to ``backend.device_count() - 1``), else a
+    :class:`~streamsafe.errors.StreamValueError` naming ``what`` (the stream asked for) on that device, the
+    devices there are and the fix. The one check of a device number: :func:`as_stream` and the model's calls
+    (:class:`~streamsafe.sim.SimBackend`'s ``create_stream``, ``device``, ``empty``, ...) make it. Does not block."""
+    count = backend.device_count()
+    if isinstance(device, bool) or not isinstance(device, int):
+        guess = _as_number(device)
+        pick = f"device={guess}" if guess is not None and 0 <= guess < count else "the device"
+        raise StreamValueError(
+            f"{what} of device {device!r}", f"a device is named by its number (an int), not a {type(device).__name__}",
+            f"Pass {pick} as an int (0 to {count - 1}).",
+        )
+    if not 0 <= device < count:
+        model = getattr(backend, "private_handles", False)
+        there = f"the model has {count} device(s)" if model else f"there are {count} CUDA device(s)"
+        more = f", or make the model with more: SimBackend(devices={device + 1})" if model and device > 0 else ""
+        raise StreamValueError(f"{what} of device {device}", f"{there}, numbered 0 to {count - 1}", f"Pick one of them{more}.")
+    return device
+
+
+def _as_number(device: Any) -> int | None:
+    """The device number ``device`` spells another way (``1.0``, ``"1"``), else ``None`` (a bool is no number: ``True``
+    is more likely a flag in the wrong place than device 1)."""
+    if isinstance(device, float) and device.is_integer():
+        return int(device)
+    if isinstance(device, str) and device.strip().isdigit():
+        return int(device)
+    return None
 
 
 def _check_device(stream: Stream, obj: Any, device: int | None) -> Stream:

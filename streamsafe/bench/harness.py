@@ -258,7 +258,7 @@ def run_bench(
     if frames % block:
         raise ValueError(f"frames ({frames}) must be a multiple of block ({block}) so every strategy runs whole blocks")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}: give 0 or more (0: no untimed frames)")
     extra = getattr(factory, "references", ()) if references is None else references
     names += [r for r in (as_row(x).value for x in extra) if r not in names]
     return _loop(factory, list(scenarios), names, frames, warmup, block, backend, timed, clock, cpu_clock, progress, environment or {})

@@ -45,7 +45,7 @@ import numpy as np
 
 from .._env import SANITIZE_MEANING as _SANITIZE_MEANING, env_flag
 from ..backend._pool import EventPool, EventPoolStats
-from ..backend.naming import as_stream
+from ..backend.naming import as_stream, check_device
 from ..errors import ArgumentError, CudaDriverError, DeviceMismatchError, RaceError, another_models_array
 from ..streams import LEGACY_HANDLE, Stream, StreamKind
 from ..streams import thread_token as _thread_token
@@ -100,10 +100,15 @@ class SimBackend(StreamLifetimes):
             raise ArgumentError(f"devices={devices!r} is invalid: the model's number of GPUs must be an int of at least 1; "
                              "e.g. SimBackend(devices=2)")
         devices = count.__index__()
-        if on_race not in ("record", "raise"):
-            raise ValueError(f"on_race must be 'record' or 'raise', got {on_race!r}")
-        if max_pending < 1:
-            raise ValueError(f"max_pending must be at least 1, got {max_pending}")
+        if not isinstance(on_race, str) or on_race not in ("record", "raise"):
+            raise ArgumentError(f"on_race={on_race!r} is invalid: it must be 'record' (races are appended to .races) or "
+                                "'raise' (a RaceError at the access that races); e.g. SimBackend(on_race='raise')")
+        pending: Any = max_pending
+        if isinstance(pending, bool) or not hasattr(pending, "__index__") or pending.__index__() < 1:
+            raise ArgumentError(f"max_pending={max_pending!r} is invalid: the bound on the operations waiting to run must "
+                                "be an int of at least 1; leave it out for the default (1024), or e.g. "
+                                "SimBackend(max_pending=64)")
+        max_pending = pending.__index__()
         if scheduler is None:
             scheduler = InOrderScheduler()
         elif isinstance(scheduler, str):
@@ -147,6 +152,10 @@ class SimBackend(StreamLifetimes):
         """A new stream, like ``cuStreamCreate``: *blocking* unless ``non_blocking`` (ordered with the legacy stream).
         ``torch.cuda.Stream()`` and ``cupy.cuda.Stream(non_blocking=True)`` are non-blocking: spell a torch stream as
         ``create_stream(non_blocking=True)``, or a test on the model may miss a race your program has."""
+        if not isinstance(non_blocking, bool):
+            raise ArgumentError(f"create_stream(non_blocking={non_blocking!r}): non_blocking must be True or False, not "
+                                f"a {type(non_blocking).__name__}; pass non_blocking=True for a stream that does not "
+                                "synchronise with the legacy stream (torch's and CuPy's), False (the default) for one that does")
         dev = self.current_device() if device is None else device
         self._check_device(dev)
         free = self._free_handles.get(dev)
@@ -412,7 +421,7 @@ class SimBackend(StreamLifetimes):
     def copy(self, src: SimArray, stream: Stream | None = None, *, name: str = "") -> SimArray:
         """Issue a device-to-device copy of ``src`` on ``stream`` (default: current); returns the copy,
         allocated on that stream. Does not block."""
-        stream = self.current_stream(src.device) if stream is None else stream
+        stream = self._work_stream("copy", src, stream)
         dst = self.empty(src.shape, src.dtype, device=src.device, name=name or f"copy of {src.buffer.name}", stream=stream)
         s, d = src.buffer, dst.buffer  # pending work holds the memory, not the arrays (launch keeps only buffers)
         self.launch(stream, name or f"copy {s.name}", lambda: np.copyto(d.data, s.data), reads=[src], writes=[d])
@@ -421,20 +430,42 @@ class SimBackend(StreamLifetimes):
     @entry
     def fill(self, array: SimArray, value: Any, stream: Stream | None = None, *, name: str = "") -> Op:
         """Issue a kernel on ``stream`` that sets every element of ``array`` to ``value``. Does not block."""
-        stream = self.current_stream(array.device) if stream is None else stream
+        stream = self._work_stream("fill", array, stream)
         buf = array.buffer
         return self.launch(stream, name or f"fill {buf.name}", lambda: buf.data.fill(value), writes=[array])
 
     @entry
     def download(self, array: SimArray, stream: Stream | None = None) -> np.ndarray:
         """Copy ``array`` to the host on ``stream`` (default: current) and wait for it. Blocks the host."""
-        stream = self.current_stream(array.device) if stream is None else stream
+        stream = self._work_stream("download", array, stream)
         buf = array.buffer
         out = np.empty_like(buf.data)
         op = self.launch(stream, f"download {buf.name}", lambda: np.copyto(out, buf.data), reads=[array])
         self._run_until(lambda: op.done)
         self._host_join(op.clock)
         return out
+
+    def _work_stream(self, call: str, array: Any, stream: Any) -> Stream:
+        """The stream ``call`` issues its work on for ``array`` (``stream``, default: the current stream of the
+        array's device), or an :class:`~streamsafe.errors.ArgumentError` for an ``array`` that is not one of the
+        model's arrays or a ``stream`` that is no stream (:class:`~streamsafe.errors.InputArrayError` for another
+        model's array)."""
+        if not isinstance(array, SimArray):
+            raise ArgumentError(
+                f"{call}: {array!r} ({type(array).__name__}) is not an array of the model: {call} takes a SimArray. "
+                "Make one with sim.empty(shape, dtype) or sim.array(values), or import a producer with sim.from_dlpack(x)"
+            )
+        if array.backend is not self:
+            raise another_models_array(array, self, f"{call}'s array")
+        if stream is None:
+            return self.current_stream(array.device)
+        if not isinstance(stream, Stream):
+            raise ArgumentError(
+                f"{call}: stream={stream!r} ({type(stream).__name__}) is not a stream of the model. Pass one of its "
+                "streams (sim.create_stream(), sim.legacy_stream(), sim.current_stream()), or leave stream out for the "
+                "current stream"
+            )
+        return stream
 
     # -- events and synchronisation --------------------------------------------------------------------
 
@@ -611,6 +642,9 @@ class SimBackend(StreamLifetimes):
     def __reduce__(self) -> Any:
         raise ArgumentError("a SimBackend cannot be pickled: it models live streams, events and pending work; "
                             "make a new SimBackend where it is needed (copy arrays out with download())")
+
+    def _check_device(self, device: int, what: str = "a new stream") -> None:
+        check_device(device, self, what)  # (the one check of a device number, as_stream's too)
 
     def __repr__(self) -> str:
         return f"SimBackend(devices={self._devices}, scheduler={type(self.scheduler).__name__})"

@@ -354,6 +354,9 @@ def _run(args: argparse.Namespace, shown: str | None = None) -> int:
 
     if args.module is None and not args.program:
         raise UsageError("give a script to run (streamsafe run [options] script.py [args...]) or -m module")
+    if args.module is not None and not args.module.strip():
+        raise UsageError(f"-m {args.module!r}: the module name is empty; give the module to run as a script, "
+                         "e.g. -m mypackage.pipeline (as python -m takes it)")
     chosen = args.strategy.strip().lower()
     offered = [s.value for s in Strategy if s is not Strategy.NONE]
     choose = f"choose {', '.join(offered[:-1])} or {offered[-1]}"
@@ -363,7 +366,7 @@ def _run(args: argparse.Namespace, shown: str | None = None) -> int:
     if chosen not in offered:
         raise UsageError(f"unknown strategy {args.strategy!r}: {choose}")
     args.strategy = chosen
-    target, rest = (args.module, list(args.program)) if args.module else (args.program[0], list(args.program[1:]))
+    target, rest = (args.module, list(args.program)) if args.module is not None else (args.program[0], list(args.program[1:]))
     if args.module is None and target == "-":  # the program on standard input, as `python -` reads it
         with tempfile.TemporaryDirectory(prefix="streamsafe-stdin-") as folder:
             try:
@@ -457,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--scenario", default="all", help="comma-separated scenario keys (a, b, c, c-gpu, d-cupy, d-jax, e-4k, e-rgb10, f-vfg, f-hdr, g-host, server-1, server-2, server-4, server-8) or all")
     bench.add_argument("--strategy", default="all", help="comma-separated strategies or all")
     bench.add_argument("--frames", type=positive_int, help="timed frames per strategy and scenario (default 100 on cuda, 8 on sim)")
-    bench.add_argument("--warmup", type=int, help="untimed frames first (default 20 on cuda, 2 on sim)")
+    bench.add_argument("--warmup", type=non_negative_int, help="untimed frames first (default 20 on cuda, 2 on sim)")
     bench.add_argument("--block", type=positive_int, help="frames per interleaved block (default 20 on cuda, 4 on sim)")
     bench.add_argument("--json", metavar="PATH", help="write environment, summary and every raw sample")
     bench.add_argument("--png", metavar="PATH", help="write a chart of each strategy's frames/s over the hand-written "
@@ -502,12 +505,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def positive_int(text: str) -> int:
     """An option's value that must be 1 or more (``--frames``, ``--block``): argparse's ``type``."""
+    return _whole_number(text, 1, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    """An option's value that must be 0 or more (``--warmup``): argparse's ``type``."""
+    return _whole_number(text, 0, "a non-negative integer")
+
+
+def _whole_number(text: str, least: int, kind: str) -> int:
+    """``text`` as an int of at least ``least``, else argparse's error naming the value, ``kind`` and the fix."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}: give a whole number, 1 or more") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}: give 1 or more")
+        raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}: give a whole number, {least} or more") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"expected {kind}, got {value}: give {least} or more")
     return value
 
 
