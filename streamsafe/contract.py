@@ -144,8 +144,11 @@ class _Contract(GuardedBlocks, Unshareable):
         if options:
             known = _KEYWORDS.get(cls)
             if known is None:
-                known = _KEYWORDS[cls] = frozenset(inspect.signature(cls.__init__).parameters)
-            check_options(k for k in options if k not in known)
+                params = inspect.signature(cls.__init__).parameters.values()
+                # (a subclass whose constructor takes **kwargs reads its own keywords: none is refused here)
+                known = _KEYWORDS[cls] = None if any(p.kind is p.VAR_KEYWORD for p in params) else frozenset(p.name for p in params)
+            if known is not None:
+                check_options(k for k in options if k not in known)
         return super().__new__(cls)
 
     @property
@@ -236,8 +239,9 @@ class _Contract(GuardedBlocks, Unshareable):
         """The engine's question: keep the inputs from reuse (a decoder takes no inputs)."""
 
 
-_KEYWORDS: dict[type, frozenset[str]] = {}
-"""The parameters of each contract class's constructor (what :meth:`_Contract.__new__` lets through)."""
+_KEYWORDS: dict[type, frozenset[str] | None] = {}
+"""The parameters of each contract class's constructor (what :meth:`_Contract.__new__` lets through; ``None``: any,
+its constructor takes ``**kwargs``)."""
 
 
 def _gone() -> None:

@@ -493,7 +493,8 @@ def pop(obj: Any, contract: Any, frame: Any) -> None:
 
 def _to_end(blocks: list[_Block], contract: Any, frame: Any) -> int | None:
     """The index in ``blocks`` of the block of ``contract`` that leaving from the code of ``frame`` ends: the newest
-    opened by ``frame``; else (entered and left through helpers of different frames) the generator's or coroutine's
+    opened by ``frame``; else, of those whose ``with`` does not run above ``frame`` (their own exit is to come)
+    when there are any, (entered and left through helpers of different frames) the generator's or coroutine's
     block whose code runs ``frame`` (the innermost); else this thread's newest (one not in a generator's or coroutine's
     code first); else, left from another thread than the one that entered it, the newest of any thread's. ``None``
     when no block of ``contract`` is open. Does not block."""
@@ -503,6 +504,14 @@ def _to_end(blocks: list[_Block], contract: Any, frame: Any) -> int | None:
     exact = [i for i in mine if blocks[i].frame is frame]
     if exact:
         return exact[-1]
+    # (a block whose `with` runs above this frame is not what a deeper frame leaves: its own exit is to come)
+    above = set()
+    here = frame.f_back if frame is not None else None
+    while here is not None:
+        above.add(id(here))
+        here = here.f_back
+    below = [i for i in mine if id(blocks[i].frame) not in above]
+    mine = below or mine
     suspendable = [i for i in mine if blocks[i].suspendable]
     if suspendable:
         here = frame

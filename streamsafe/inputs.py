@@ -387,7 +387,7 @@ def positional_capacity(cls: type, name: str, own: tuple[str | None, ...] = ()) 
     passes itself (``own``: the stream and blocking keywords), ``None``: any number, or unknown."""
     key = (cls, name, own)
     if key not in _positional:
-        sig = call_signature(cls, raw_method(cls, name), name)
+        sig = call_signature(cls, raw_method(cls, name), name, wrapped=False)  # (what the call binds to: a wrapper's own)
         params = list(sig.parameters.values()) if sig is not None else None
         if params is None or any(p.kind is p.VAR_POSITIONAL for p in params):
             _positional[key] = None
@@ -436,7 +436,7 @@ def unbound_call(cls: type, name: str, args: Sequence[Any], kwargs: dict[str, An
     key = (cls, name, own)
     binding = _bindings.get(key, _UNREAD)
     if binding is _UNREAD:
-        sig = call_signature(cls, raw_method(cls, name), name)
+        sig = call_signature(cls, raw_method(cls, name), name, wrapped=False)  # (a decorator's wrapper's own)
         binding = _bindings[key] = None if sig is None else _Binding(sig, name, own)
     if binding is None:
         return None

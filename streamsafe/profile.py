@@ -27,6 +27,7 @@ issues GPU work.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import difflib
 import inspect
@@ -66,10 +67,10 @@ def qualified_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-class _Fields(type):
+class _Fields(abc.ABCMeta):
     """The profiles' metaclass: a keyword that is no field of the profile's class, or a field with no default left
     out, is a :class:`~streamsafe.errors.ProfileError` naming it and the fix, before the dataclass's ``__init__``
-    would raise a bare ``TypeError``."""
+    would raise a bare ``TypeError``. (``ABCMeta``'s kind: a subclass may mix in ``abc.ABC``.)"""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         _check_arguments(cls, args, kwargs)
@@ -255,16 +256,18 @@ _REQUIRED = {
 
 def _check_arguments(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Raise :class:`~streamsafe.errors.ProfileError` for arguments ``cls(*args, **kwargs)`` cannot take: a keyword
-    that is no field of ``cls`` (or one the profile sets itself), a field given twice or left out, too many values
-    by position."""
-    settable = [f for f in fields(cls) if f.init]
-    names = [f.name for f in settable]
+    that is no parameter of its constructor (or a field the profile sets itself), one given twice or left out, too
+    many values by position. A constructor of a subclass's own that takes ``*args`` or ``**kwargs`` checks its own."""
+    params = _constructor_parameters(cls)
+    if params is None:
+        return
+    names = [p.name for p in params]
     given = kwargs.get("name", args[0] if args else None)
     profile = given if isinstance(given, str) and given else f"<unnamed {cls.__name__}>"
     for key, value in kwargs.items():
         if key in names:
             continue
-        if any(f.name == key for f in fields(cls)):
+        if any(f.name == key for f in fields(cls)):  # type: ignore[arg-type]
             rule = f"is set by {cls.__name__} itself, from the other fields"
         else:
             rule = f"is not a field of {cls.__name__}"
@@ -278,10 +281,27 @@ def _check_arguments(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     if twice:
         raise ProfileError(profile, twice[0], kwargs[twice[0]], "is given twice, by position and by keyword",
                            "Give it once, by keyword")
-    for f in settable[len(args):]:
-        if f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ProfileError(profile, f.name, _NotGiven(), f"is required: {cls.__name__} has no default for it",
-                               _REQUIRED.get(f.name, f"Give {f.name}=..."))
+    for p in params[len(args):]:
+        if p.name not in kwargs and p.default is p.empty:
+            raise ProfileError(profile, p.name, _NotGiven(), f"is required: {cls.__name__} has no default for it",
+                               _REQUIRED.get(p.name, f"Give {p.name}=..."))
+
+
+def _constructor_parameters(cls: type) -> list[inspect.Parameter] | None:
+    """The parameters of ``cls``'s constructor after ``self`` (fields and init-only variables alike), ``None`` when it
+    takes ``*args`` or ``**kwargs`` or cannot be read. Cached per class."""
+    if cls not in _parameters:
+        try:
+            params: list[inspect.Parameter] | None = list(inspect.signature(cls.__init__).parameters.values())[1:]  # type: ignore[misc]
+        except (TypeError, ValueError):
+            params = None
+        if params is not None and any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+            params = None
+        _parameters[cls] = params
+    return _parameters[cls]
+
+
+_parameters: dict[type, list[inspect.Parameter] | None] = {}
 
 
 def _check_profile(p: Profile) -> None:
@@ -474,18 +494,19 @@ def profile_of(obj: Any) -> Any:
     return _fallback[0]
 
 
-_signatures: dict[tuple[type, str], Any] = {}
+_signatures: dict[tuple[type, str, bool], Any] = {}
 
 
-def call_signature(cls: type, method: Any, name: str) -> inspect.Signature | None:
+def call_signature(cls: type, method: Any, name: str, *, wrapped: bool = True) -> inspect.Signature | None:
     """The signature of the SDK's own ``cls.name`` without its first parameter (``self``), or ``None`` when it
-    cannot be read (a C method) or takes ``*args``. Cached per class."""
-    key = (cls, name)
+    cannot be read (a C method) or takes ``*args``. ``wrapped=False``: a decorator's wrapper's own (what a call
+    binds to), not the function it wraps (what its parameters mean). Cached per class."""
+    key = (cls, name, wrapped)
     if key not in _signatures:
         sig = None
         if inspect.isfunction(method):
             try:
-                every = list(inspect.signature(method).parameters.values())
+                every = list(inspect.signature(method, follow_wrapped=wrapped).parameters.values())
             except (TypeError, ValueError):
                 every = []
             if every and every[0].kind in (every[0].POSITIONAL_ONLY, every[0].POSITIONAL_OR_KEYWORD):

@@ -8,6 +8,7 @@ stream's device and flags.
 from __future__ import annotations
 
 import numbers
+import operator
 import threading
 from typing import Any
 
@@ -106,6 +107,8 @@ def check_device(device: Any, backend: Any, what: str = "a new stream") -> int:
     devices there are and the fix. The one check of a device number: :func:`as_stream` and the model's calls
     (:class:`~streamsafe.sim.SimBackend`'s ``create_stream``, ``device``, ``empty``, ...) make it. Does not block."""
     count = backend.device_count()
+    if not isinstance(device, bool) and not isinstance(device, int) and hasattr(type(device), "__index__"):
+        device = operator.index(device)  # (an integer of another type: NumPy's, as a handle may be)
     if isinstance(device, bool) or not isinstance(device, int):
         guess = _as_number(device)
         pick = f"device={guess}" if guess is not None and 0 <= guess < count else "the device"
