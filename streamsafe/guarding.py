@@ -118,19 +118,34 @@ def _owners(frame: Any) -> tuple[Any, ...]:
 def code_frame(frame: Any) -> Any:
     """The frame whose code a guard block entered from ``frame`` guards: ``frame`` itself, unless it is
     context-manager machinery: a frame of :mod:`contextlib` (``ExitStack``, a ``@contextmanager``'s
-    ``__enter__``), a generator or coroutine that one drives (the body of a ``@contextmanager`` or
-    ``@asynccontextmanager``), or a context manager's own ``__enter__``, ``__exit__``, ``__aenter__`` or
-    ``__aexit__`` (a program's class whose ``__enter__`` enters the block): then the frame of the code that uses
-    that context manager (its ``with`` statement's)."""
+    ``__enter__``), the generator such a context manager drives (the body of a ``@contextmanager`` or
+    ``@asynccontextmanager``: :func:`_drives`; not one ``closing()`` or ``aclosing()`` closes), or a context
+    manager's own ``__enter__``, ``__exit__``, ``__aenter__`` or ``__aexit__`` (a program's class whose ``__enter__``
+    enters the block): then the frame of the code that uses that context manager (its ``with`` statement's)."""
     while frame is not None:
         back = frame.f_back
         code = frame.f_code
         if code.co_filename == _CONTEXTLIB or (back is not None and (
-                code.co_name in _PROTOCOL or (code.co_flags & _SUSPENDABLE and back.f_code.co_filename == _CONTEXTLIB))):
+                code.co_name in _PROTOCOL or (code.co_flags & _SUSPENDABLE and back.f_code.co_filename == _CONTEXTLIB
+                                              and _drives(back, frame)))):
             frame = back
             continue
         return frame
     return None
+
+
+def _drives(manager: Any, frame: Any) -> bool:
+    """Whether ``manager`` (a frame of :mod:`contextlib`) is a ``@contextmanager``'s or ``@asynccontextmanager``'s own
+    ``__enter__``, ``__exit__``, ``__aenter__`` or ``__aexit__`` driving the generator whose frame is ``frame`` (its
+    body); not ``closing(gen)``, ``aclosing(agen)`` or an ``ExitStack`` callback closing a generator, whose frame is
+    that generator's own code (its own blocks end there)."""
+    if manager.f_code.co_name not in _PROTOCOL:
+        return False
+    try:
+        gen = getattr(manager.f_locals.get("self"), "gen", None)
+    except Exception:  # (a frame whose locals cannot be read)
+        return False
+    return gen is not None and (getattr(gen, "gi_frame", None) is frame or getattr(gen, "ag_frame", None) is frame)
 
 
 _open: dict[int, list[_Block]] = {}
@@ -495,9 +510,10 @@ def _to_end(blocks: list[_Block], contract: Any, frame: Any) -> int | None:
     """The index in ``blocks`` of the block of ``contract`` that leaving from the code of ``frame`` ends: the newest
     opened by ``frame``; else, of those whose ``with`` does not run above ``frame`` (their own exit is to come)
     when there are any, (entered and left through helpers of different frames) the generator's or coroutine's
-    block whose code runs ``frame`` (the innermost); else this thread's newest (one not in a generator's or coroutine's
-    code first); else, left from another thread than the one that entered it, the newest of any thread's. ``None``
-    when no block of ``contract`` is open. Does not block."""
+    block whose code runs ``frame`` (the innermost); else this thread's newest not in a generator's or coroutine's
+    code; else, of those whose code runs nowhere any more (their thread ended, or the helper that opened them
+    returned) when there are any, this thread's newest, else (left from another thread than the one that entered it)
+    the newest of any thread's. ``None`` when no block of ``contract`` is open. Does not block."""
     mine = [i for i in range(len(blocks)) if blocks[i].contract is contract]
     if not mine:
         return None
@@ -524,8 +540,25 @@ def _to_end(blocks: list[_Block], contract: Any, frame: Any) -> int | None:
     plain = [i for i in mine if blocks[i].thread == me and not blocks[i].suspendable]
     if plain:
         return plain[-1]
+    if len(mine) > 1:
+        # (a block whose code runs nowhere any more, its thread ended or its helper returned, before one whose `with`
+        # is still executing in a thread: that one's own exit is to come)
+        live = _live_frames()
+        done = [i for i in mine if not blocks[i].suspendable and id(blocks[i].frame) not in live]
+        mine = done or mine
     ours = [i for i in mine if blocks[i].thread == me]
     return ours[-1] if ours else mine[-1]
+
+
+def _live_frames() -> set[int]:
+    """The ids of the frames on every thread's stack now."""
+    live: set[int] = set()
+    for top in sys._current_frames().values():
+        here: Any = top
+        while here is not None and id(here) not in live:
+            live.add(id(here))
+            here = here.f_back
+    return live
 
 
 def open_blocks(obj: Any, contract: Any, frame: Any) -> int:
@@ -539,18 +572,26 @@ def _running_block(blocks: list[_Block], obj_id: int) -> _Block | None:
     coroutine's code, the newest of this thread's (an ordinary frame's block is open only while its frame, or the
     code that called the helper that opened it, runs); else the newest block of the innermost frame on this
     thread's stack that one guards (its own frame, or for a block a helper opened and returned from, its caller's
-    still running)."""
+    still running), unless that frame is ordinary code and a newer block of this thread in no generator's or
+    coroutine's code is open (opened inside it through a helper that returned: the innermost)."""
     if obj_id not in _suspendable:
         return _newest_of_this_thread(blocks, suspendable_too=True)
-    by_frame: dict[int, tuple[Any, _Block]] = {}
-    for b in blocks:  # (oldest first: the newest block a frame's code opened wins)
+    by_frame: dict[int, tuple[Any, int]] = {}
+    for i, b in enumerate(blocks):  # (oldest first: the newest block a frame's code opened wins)
         for f in b.frames:
-            by_frame[id(f)] = (f, b)
+            by_frame[id(f)] = (f, i)
     frame: Any = sys._getframe(2)
     while frame is not None:
         found = by_frame.get(id(frame))
         if found is not None and found[0] is frame:
-            return found[1]
+            if not frame.f_code.co_flags & _SUSPENDABLE:
+                # (ordinary code, running since its block opened: a newer block of this thread in no generator's or
+                # coroutine's code was opened inside it, through a helper that returned, and is the innermost)
+                me = thread_token()
+                for j in range(len(blocks) - 1, found[1], -1):
+                    if blocks[j].thread == me and not blocks[j].suspendable:
+                        return blocks[j]
+            return blocks[found[1]]
         frame = frame.f_back
     # (a block entered through a helper whose frame has returned, in an ordinary thread's code: it guards its thread)
     return _newest_of_this_thread(blocks, suspendable_too=False)
@@ -636,14 +677,27 @@ class GuardBlock:
                 _left(self.contract, stack_frame, self.host_wait)
 
     def _take(self, here: Any, *, exact: bool = False) -> Any:
-        """Forget the newest open entry whose code is ``here``'s (else, unless ``exact``, the newest; ``None`` when
-        none is open) and return its stack frame."""
+        """Forget the newest open entry whose code is ``here``'s (else, unless ``exact``, the one whose block leaving
+        from ``here`` ends, as :func:`pop` chooses among the blocks of these entries: entered and left through helpers,
+        the entry of the code that leaves, not another task's or thread's; else the newest; ``None`` when none is
+        open) and return its stack frame."""
         with _lock:
             entries = self._entries
             for i in range(len(entries) - 1, -1, -1):
                 if entries[i] is here:
                     return entries.pop(i)
-            return entries.pop() if entries and not exact else None
+            if not entries or exact:
+                return None
+            if here is not None and len(entries) > 1:
+                effect = getattr(self.contract, "effect", None)
+                ours = [b for b in _open.get(id(effect), ()) if b.contract is self.contract
+                        and any(b.frame is e for e in entries)]
+                chosen = _to_end(ours, self.contract, here) if ours else None
+                if chosen is not None:
+                    for j in range(len(entries) - 1, -1, -1):
+                        if entries[j] is ours[chosen].frame:
+                            return entries.pop(j)
+            return entries.pop()
 
 
 def _entered(contract: Any, stack_frame: Any) -> None:
