@@ -61,6 +61,9 @@ class ClassGuard:
     record: bool = True
     """Keep each contract in :attr:`contracts` (``streamsafe run``'s guard does not: it counts them elsewhere, and
     a list of them would keep a contract per object the program made)."""
+    warn_host_wait: bool = True
+    """Whether the effect contracts this guard makes warn of an ``auto`` host wait a declaration would drop
+    (:attr:`StreamContract.warn_host_wait`; ``streamsafe run``'s guard does not: its report and ``--advise`` say it)."""
 
     def __post_init__(self) -> None:
         self._made: WeakIdentityMap[Any] = WeakIdentityMap()  # (by identity: objects that compare equal are two)
@@ -87,6 +90,8 @@ class ClassGuard:
                 contract = new_contract(obj, None, strategy=self.strategy, **options)
             contract.hold_effect_weakly()  # this guard keeps the contract; the program owns the object
             contract.guard_owner = self
+            if not pool and not self.warn_host_wait:
+                contract.warn_host_wait = False
             try:
                 self._made[obj] = contract
             except TypeError:  # (held until its contract closes: the object cannot be weakly referenced)
@@ -132,11 +137,11 @@ class ClassGuard:
 
     def __exit__(self, *exc: object) -> None:
         """Leave one ``with`` block of the guard: the outermost ends it (:meth:`undo`). Does not block."""
-        with _guards_lock:
+        with _guards_lock:  # (re-entrant; the guard ends under the lock: a `with` entered meanwhile is refused, not ended)
             self._depth = max(self._depth - 1, 0)
             if self._depth:
                 return
-        self.undo()
+            self.undo()
 
 
 def _classes_of(target: Any, verb: str = "guard") -> list[type]:

@@ -374,6 +374,10 @@ class StreamContract(_Contract):
         """The SDK's own ``run`` (called by :meth:`run`)."""
         self._auto = self.strategy is Strategy.AUTO
         self._host_wait_warned = False
+        self.warn_host_wait = True
+        """Whether ``auto`` warns (:class:`~streamsafe.errors.HostWaitWarning`, once) of the host wait an ``input_stream``
+        declaration would drop. ``streamsafe run``'s guard turns it off: its report and ``--advise`` say it, and the
+        program's own warning filters (``-W error``) are not streamsafe's to trip."""
         self.undeclared = UndeclaredInputs()
         """With no ``input_stream`` declared: where the inputs came from, and what the host waited for them."""
         self.last_plan: FencePlan | None = None
@@ -487,7 +491,7 @@ class StreamContract(_Contract):
         frame = planner.frame(effect, name, args, kwargs, ledger, self._inputs)
         if self._input is None:
             self.undeclared.note(frame.producers)
-            if self._auto and not self._host_wait_warned:
+            if self._auto and not self._host_wait_warned and self.warn_host_wait:
                 self._warn_host_wait(frame)
         config = self._config(effect) if facts is not None else UNREADABLE
         if (config is not UNREADABLE and facts is not None and None not in frame.producers

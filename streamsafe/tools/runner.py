@@ -10,16 +10,22 @@ object: calls, fences by hazard, host waits, the strategy chosen and why, and (w
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import importlib
+import importlib.machinery
 import importlib.util
+import io
 import json
+import marshal
 import operator
 import os
+import pkgutil
 import runpy
 import sys
 import threading
 import traceback
+import types
 import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -289,6 +295,8 @@ def run_program(
     cg: ClassGuard = guard(targets, strategy=as_strategy(strategy))
     cg.pinned = True  # the program's own unguard() leaves it
     cg.record = False  # (the tally counts its contracts; a list of them would keep every effect's ledger)
+    cg.warn_host_wait = False  # (the report and --advise say it; a program's -W error is not streamsafe's to trip)
+    main = _MainModule()
     argv, path0 = sys.argv[:], sys.path[0] if sys.path else None
     threads_before = set(threading.enumerate())
     status = 0
@@ -317,14 +325,7 @@ def run_program(
                     hard_exit.start(lambda status, wait: report_of(status, made, wait))
                 try:
                     sys.argv = [target, *args]
-                    if module:
-                        sys.path.insert(0, os.getcwd())  # as `python -m` does: modules of the current directory import
-                        runpy.run_module(target, run_name="__main__", alter_sys=True)
-                    elif os.path.isdir(target):  # a folder with __main__.py, as `python appdir` runs it
-                        runpy.run_path(target, run_name="__main__")
-                    else:
-                        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
-                        runpy.run_path(target, run_name="__main__")
+                    main.run(target, module)
                 except BaseException as e:  # the program's end: its error shown at once, as Python shows it
                     status = _status_of(e)
                 if exiting:
@@ -334,9 +335,11 @@ def run_program(
                         print("Exception ignored in: <module 'threading'>", file=sys.stderr)
                         traceback.print_exc()
         finally:
-            sys.argv = argv
-            if path0 is not None and sys.path and sys.path[0] != path0:
-                sys.path.pop(0)
+            if not exiting:  # (at the process's end the program's atexit handlers and threads still see its own)
+                main.restore()
+                sys.argv = argv
+                if path0 is not None and sys.path and sys.path[0] != path0:
+                    sys.path.pop(0)
             cg.undo()
             if model is not None:
                 hooks.unregister(model)
@@ -349,6 +352,120 @@ def run_program(
         if hard_exit is not None:
             hard_exit.report_once(report)  # (an os._exit meanwhile waits for it, then ends the process)
     return report
+
+
+_KEPT_MAINS: list[types.ModuleType] = []
+"""The ``__main__`` modules a program's replaced (``streamsafe``'s own, under ``python -m streamsafe``): kept, their code
+may still be running (its frame's globals are theirs)."""
+
+
+class _MainModule:
+    """The program's ``__main__``: a real module, as ``python`` makes it (``__builtins__`` the ``builtins`` module, a
+    loader, an absolute ``__file__``), put in ``sys.modules['__main__']`` for the program's whole life: its threads
+    and ``atexit`` handlers pickle the classes it defines. :meth:`restore` puts the one it replaced back."""
+
+    def __init__(self) -> None:
+        self.module: types.ModuleType | None = None
+        self.replaced: Any = None
+
+    def run(self, target: str, module: bool) -> None:
+        """Run ``target``: a module's name (``module``, as ``python -m`` runs it), a folder or zip file with a
+        ``__main__.py`` (as ``python appdir`` does), or a script (source or compiled). Raises what the program raises."""
+        if module:
+            sys.path.insert(0, os.getcwd())  # as `python -m` does: modules of the current directory import
+            spec, code = _module_details(target)
+            sys.argv[0] = spec.origin  # (as python -m sets it: the module's file)
+        elif pkgutil.get_importer(target) is not None:  # a folder or zip file with __main__.py, as `python appdir`
+            sys.path.insert(0, os.path.abspath(target))  # (as python sets it: absolute, the path as given)
+            spec, code = _main_details(sys.path[0])
+        else:
+            path = os.path.abspath(target)  # (python 3.9+'s __file__: absolute, the path as given)
+            sys.path.insert(0, os.path.dirname(os.path.realpath(target)))  # (python's: the script's own folder)
+            spec, (code, compiled) = None, _script_code(path)
+        g: dict[str, Any] = {"__name__": "__main__", "__doc__": None, "__builtins__": builtins, "__spec__": spec,
+                             "__package__": spec.parent if spec is not None else None, "__cached__": None}
+        if spec is not None:
+            g.update(__file__=spec.origin, __loader__=spec.loader, __cached__=spec.cached)
+        else:
+            loader: Any = importlib.machinery.SourcelessFileLoader if compiled else importlib.machinery.SourceFileLoader
+            g.update(__file__=path, __loader__=loader("__main__", path))
+        self.module = types.ModuleType("__main__")
+        self.module.__dict__.update(g)
+        self.replaced = sys.modules.get("__main__")
+        if self.replaced is not None:
+            _KEPT_MAINS.append(self.replaced)
+        sys.modules["__main__"] = self.module
+        exec(code, self.module.__dict__)  # noqa: S102  (the program: what python runs)
+
+    def restore(self) -> None:
+        """The ``__main__`` the program's replaced, back (when it is still the program's)."""
+        if self.module is not None and sys.modules.get("__main__") is self.module:
+            if self.replaced is not None:
+                sys.modules["__main__"] = self.replaced
+            else:
+                del sys.modules["__main__"]
+        if self.replaced is not None and any(m is self.replaced for m in _KEPT_MAINS):
+            _KEPT_MAINS.remove(self.replaced)
+        self.module = None
+
+
+def _script_code(path: str) -> tuple[Any, bool]:
+    """The code of the script ``path``, and whether it was given compiled: compiled as python compiles it (named by
+    its absolute path), or read from a compiled file (a ``.pyc``: ``streamsafe run -`` hands the program over as one).
+    Raises ``OSError``, ``SyntaxError``."""
+    with io.open_code(path) as f:
+        data = f.read()
+    if data[:4] == importlib.util.MAGIC_NUMBER:
+        return marshal.loads(data[16:]), True
+    return compile(data, path, "exec", dont_inherit=True), False
+
+
+def _module_details(name: str) -> tuple[Any, Any]:
+    """``python -m name``'s spec and code: a package's ``__main__`` submodule for a package. Raises ``ImportError``
+    (as runpy words it) and what importing the parent packages raises."""
+    if name.startswith("."):
+        raise ImportError("Relative module names not supported")
+    parent = name.rpartition(".")[0]
+    if parent:
+        importlib.import_module(parent)  # (as python -m does: the packages above it are imported first)
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, AttributeError, TypeError, ValueError) as e:
+        raise ImportError(f"Error while finding module specification for {name!r} ({type(e).__name__}: {e})") from e
+    if spec is None:
+        raise ImportError(f"No module named {name}")
+    if spec.submodule_search_locations is not None:
+        if name == "__main__" or name.endswith(".__main__"):
+            raise ImportError("Cannot use package as __main__ module")
+        try:
+            return _module_details(name + ".__main__")
+        except ImportError as e:
+            if name + ".__main__" not in str(e):
+                raise
+            raise ImportError(f"{e}; {name!r} is a package and cannot be directly executed") from None
+    return spec, _code_of(spec, name)
+
+
+def _main_details(folder: str) -> tuple[Any, Any]:
+    """The spec and code of the ``__main__`` module in ``folder`` (a folder or a zip file), as python finds it."""
+    importer = pkgutil.get_importer(folder)
+    spec = importer.find_spec("__main__") if importer is not None else None  # type: ignore[call-arg]
+    if spec is None:
+        raise ImportError(f"can't find '__main__' module in {folder!r}")
+    return spec, _code_of(spec, "__main__")
+
+
+def _code_of(spec: Any, name: str) -> Any:
+    """The code of the module ``spec`` finds (named ``name``). Raises ``ImportError``."""
+    if spec.loader is None:
+        raise ImportError(f"{name!r} is a namespace package and cannot be executed")
+    try:
+        code = spec.loader.get_code(name)
+    except ImportError as e:
+        raise ImportError(format(e)) from e
+    if code is None:
+        raise ImportError(f"No code object available for {name}")
+    return code
 
 
 def _sdk_modules() -> list[Any]:
