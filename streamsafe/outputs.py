@@ -524,6 +524,8 @@ class SafeFrame(_BufferView):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
+        if name == "planes":  # (the property raised AttributeError: its own message, not the SDK frame's)
+            return SafeFrame.planes.fget(self)  # type: ignore[attr-defined]
         raw = self.raw
         if raw is None:  # (closed: its SDK frame went back to the decoder)
             self.check_importable()

@@ -674,3 +674,11 @@ def test_multi_gpu_bench_refuses_zero_frames_not_runs_the_default(what: str) -> 
 
     with pytest.raises(ValueError, match=f"{what} must be a positive integer, got 0"):
         run_multi_gpu(gpu=False, **{what: 0})
+
+
+def test_multi_gpu_cli_refuses_a_negative_warmup(capsys: pytest.CaptureFixture[str]) -> None:
+    from streamsafe.bench import multi_gpu
+
+    with pytest.raises(SystemExit) as exc:
+        multi_gpu.main(["--backend", "sim", "--warmup", "-1"])
+    assert exc.value.code == 2 and "argument --warmup" in capsys.readouterr().err

@@ -180,6 +180,8 @@ def test_raw_plane_of_a_frame_with_no_planes_says_so(tmp_path: Path) -> None:
             with pytest.raises(AttributeError, match=r"DecodedFrame frames have no planes: the frame is one DLPack producer "
                                                      r"\(torch\.from_dlpack\(frame\), frame\.torch\(\)\)"):
                 frame.raw_plane(0)
+            with pytest.raises(AttributeError, match=r"DecodedFrame frames have no planes"):
+                frame.planes  # noqa: B018 (the property's own message, not the SDK frame's bare one)
 
 
 # -- profiles ------------------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..sim.backend import SimBackend
-from ..tools.cli import positive_int
+from ..tools.cli import non_negative_int, positive_int
 from .harness import HAND_ROWS, BenchResult, Row, as_row, run_bench
 from .lanes import LaneGroup
 from .pipelines import BenchScenario, GpuPipeline, SimPipeline
@@ -433,7 +433,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--strategy", default="none,auto,event,async,stream,device", help="comma-separated rows")
     parser.add_argument("--scenario", default=",".join(s.key for s in SCENARIOS), help="comma-separated scenario keys")
     parser.add_argument("--frames", type=positive_int, help="timed frames per lane and row (default 200 on cuda, 8 on sim)")
-    parser.add_argument("--warmup", type=int, help="untimed frames first (default 20 on cuda, 2 on sim)")
+    parser.add_argument("--warmup", type=non_negative_int, help="untimed frames first (default 20 on cuda, 2 on sim)")
     parser.add_argument("--block", type=positive_int, help="frames per block (default 20 on cuda, 4 on sim)")
     parser.add_argument("--no-hand", action="store_true", help="leave out the hand-written rows")
     parser.add_argument("--json", metavar="FILE", help="write the summary and every raw sample here")
