@@ -45,7 +45,7 @@ import numpy as np
 
 from .._env import SANITIZE_MEANING as _SANITIZE_MEANING, env_flag
 from ..backend._pool import EventPool, EventPoolStats
-from ..backend.naming import as_stream, check_device
+from ..backend.naming import as_stream
 from ..errors import ArgumentError, CudaDriverError, DeviceMismatchError, RaceError, another_models_array
 from ..streams import LEGACY_HANDLE, Stream, StreamKind
 from ..streams import thread_token as _thread_token
@@ -642,9 +642,6 @@ class SimBackend(StreamLifetimes):
     def __reduce__(self) -> Any:
         raise ArgumentError("a SimBackend cannot be pickled: it models live streams, events and pending work; "
                             "make a new SimBackend where it is needed (copy arrays out with download())")
-
-    def _check_device(self, device: int, what: str = "a new stream") -> None:
-        check_device(device, self, what)  # (the one check of a device number, as_stream's too)
 
     def __repr__(self) -> str:
         return f"SimBackend(devices={self._devices}, scheduler={type(self.scheduler).__name__})"

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from ..backend.naming import check_device
 from ..errors import DeviceMismatchError, RaceError, StreamValueError
 from ..streams import LEGACY_HANDLE, PER_THREAD_HANDLE, Stream, StreamKind, implicitly_ordered
 from ..streams import thread_token as _thread_token
@@ -177,18 +178,7 @@ class OrderingEngine:
             self._local.acting_thread = saved
 
     def _check_device(self, device: int, what: str = "a new stream") -> None:
-        if isinstance(device, bool) or not isinstance(device, int):
-            raise StreamValueError(
-                f"{what} of device {device!r}", f"a device is named by its number (an int), not a {type(device).__name__}",
-                f"Pass device={device if not isinstance(device, str) or not device.isdigit() else int(device)} as an int "
-                f"(0 to {self._devices - 1}).",
-            )
-        if not 0 <= device < self._devices:
-            raise StreamValueError(
-                f"{what} of device {device}",
-                f"the model has {self._devices} device(s), numbered 0 to {self._devices - 1}",
-                f"Pick one of them, or make the model with more: SimBackend(devices={max(2, device + 1)}).",
-            )
+        check_device(device, self, what)  # (the one check of a device number, as_stream's too)
 
     @entry
     def label_stream(self, stream: Stream, label: str) -> None:
