@@ -49,23 +49,26 @@ def _check_export(device: tuple[int, int], copy: bool | None, dl_device: tuple[i
         )
     if dl_device is None:
         return
-    try:
-        if not isinstance(dl_device, (tuple, list)):
-            raise TypeError
-        kind, index = dl_device
-        if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in (kind, index)):
-            raise TypeError
-        wanted = (int(kind), int(index))
-    except (TypeError, ValueError):
+    if not _int_pair(dl_device):
         raise ExportError(
             f"dl_device={dl_device!r} is not a DLPack device: DLPack names one by a pair (device type, device id)",
             f"Leave dl_device out, or pass {device}, the output's own device",
-        ) from None
+        )
+    wanted = (int(dl_device[0]), int(dl_device[1]))
     if wanted != device:
         raise ExportError(
             f"the output lives on DLPack device {device} and cannot be exported to dl_device={wanted}",
             f"Import it on its own device (leave dl_device out, or pass {device}) and copy it to the other one afterwards",
         )
+
+
+def _int_pair(value: Any) -> bool:
+    """Whether ``value`` is a pair of ints (a tuple or list of two integers, no bool): what DLPack names a device and
+    a version by."""
+    if type(value) is tuple and len(value) == 2 and type(value[0]) is int and type(value[1]) is int:
+        return True  # (the common one, torch's max_version at each import: no generator)
+    return (isinstance(value, (tuple, list)) and len(value) == 2
+            and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value))
 
 
 def _framework(name: str, helper: str, extra: str) -> Any:
@@ -192,14 +195,11 @@ class SafeImage(_BufferView):
         :class:`~streamsafe.errors.StaleOutputError` if the buffer was reused since."""
         if self._consumed:
             raise ExportError(*_CONSUMED)
-        if max_version is not None and (type(max_version) is not tuple or len(max_version) != 2
-                                        or type(max_version[0]) is not int or type(max_version[1]) is not int):
-            if not (isinstance(max_version, (tuple, list)) and len(max_version) == 2 and all(
-                    isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in max_version)):
-                raise ExportError(  # (before anything is handed out: the capsule stays importable)
-                    f"max_version={max_version!r} is not a DLPack version: DLPack names one by a pair of ints "
-                    "(major, minor)", "Leave max_version out, or pass the newest version your consumer reads, e.g. (1, 0)",
-                )
+        if max_version is not None and not _int_pair(max_version):
+            raise ExportError(  # (before anything is handed out: the capsule stays importable)
+                f"max_version={max_version!r} is not a DLPack version: DLPack names one by a pair of ints "
+                "(major, minor)", "Leave max_version out, or pass the newest version your consumer reads, e.g. (1, 0)",
+            )
         buffer = self._buffer
         generation = self._generation
         if generation != buffer.generation:
