@@ -29,7 +29,6 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
-import inspect
 import os
 import warnings
 import weakref
@@ -51,7 +50,7 @@ from .identity import same_value
 from .inputs import Inputs
 from .ledger import EffectLedger, PoolLedger, adopt_ledger, forget_ledger, held_reason, ledger_of, pool_of
 from .plan import FencePlan, pool_plan
-from .profile import EffectProfile, PoolProfile, check_class, output_maker, profile_of
+from .profile import EffectProfile, PoolProfile, check_class, constructor_parameters, output_maker, profile_of
 from .sharing import Unshareable
 from .steady import UNREADABLE, SteadyFrames
 from .strategy import Strategy, StrategyName, as_strategy
@@ -142,13 +141,10 @@ class _Contract(GuardedBlocks, Unshareable):
         # An option the constructor does not take is the ArgumentError stream_contract() gives, not Python's bare
         # TypeError (checked here: the constructors' signatures, which type checkers read, stay as they are)
         if options:
-            known = _KEYWORDS.get(cls)
-            if known is None:
-                params = inspect.signature(cls.__init__).parameters.values()
-                # (a subclass whose constructor takes **kwargs reads its own keywords: none is refused here)
-                known = _KEYWORDS[cls] = None if any(p.kind is p.VAR_KEYWORD for p in params) else frozenset(p.name for p in params)
-            if known is not None:
-                check_options(k for k in options if k not in known)
+            params = constructor_parameters(cls)
+            # (a subclass whose constructor takes **kwargs reads its own keywords: none is refused here)
+            if params is not None and not any(p.kind is p.VAR_KEYWORD for p in params):
+                check_options(k for k in options if all(k != p.name for p in params))
         return super().__new__(cls)
 
     @property
@@ -237,11 +233,6 @@ class _Contract(GuardedBlocks, Unshareable):
 
     def protect(self, arrays: Any, frame: Frame, seen: Any) -> None:
         """The engine's question: keep the inputs from reuse (a decoder takes no inputs)."""
-
-
-_KEYWORDS: dict[type, frozenset[str] | None] = {}
-"""The parameters of each contract class's constructor (what :meth:`_Contract.__new__` lets through; ``None``: any,
-its constructor takes ``**kwargs``)."""
 
 
 def _gone() -> None:

@@ -258,9 +258,9 @@ def _check_arguments(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     """Raise :class:`~streamsafe.errors.ProfileError` for arguments ``cls(*args, **kwargs)`` cannot take: a keyword
     that is no parameter of its constructor (or a field the profile sets itself), one given twice or left out, too
     many values by position. A constructor of a subclass's own that takes ``*args`` or ``**kwargs`` checks its own."""
-    params = _constructor_parameters(cls)
-    if params is None:
-        return
+    params = constructor_parameters(cls)
+    if params is None or any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return  # (a constructor of its own that takes *args or **kwargs checks its own)
     names = [p.name for p in params]
     given = kwargs.get("name", args[0] if args else None)
     profile = given if isinstance(given, str) and given else f"<unnamed {cls.__name__}>"
@@ -287,15 +287,14 @@ def _check_arguments(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -
                                _REQUIRED.get(p.name, f"Give {p.name}=..."))
 
 
-def _constructor_parameters(cls: type) -> list[inspect.Parameter] | None:
-    """The parameters of ``cls``'s constructor after ``self`` (fields and init-only variables alike), ``None`` when it
-    takes ``*args`` or ``**kwargs`` or cannot be read. Cached per class."""
+def constructor_parameters(cls: type) -> list[inspect.Parameter] | None:
+    """The parameters of ``cls``'s constructor after ``self`` (for a dataclass, its fields and init-only variables),
+    ``None`` when they cannot be read. What a profile's and a contract's construction check an argument against.
+    Cached per class."""
     if cls not in _parameters:
         try:
             params: list[inspect.Parameter] | None = list(inspect.signature(cls.__init__).parameters.values())[1:]  # type: ignore[misc]
         except (TypeError, ValueError):
-            params = None
-        if params is not None and any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
             params = None
         _parameters[cls] = params
     return _parameters[cls]
