@@ -340,26 +340,22 @@ def test_video_programs_refuse_an_odd_size_up_front(tmp_path: Path) -> None:
     av = pytest.importorskip("av")
     import numpy as np
 
-    clip = tmp_path / "odd clip.mp4"
-    with av.open(str(clip), "w") as c:
-        s = c.add_stream("libx264", rate=30)
-        s.width, s.height, s.pix_fmt = 162, 98, "yuv444p"
-        for p in s.encode(av.VideoFrame.from_ndarray(np.full((98, 162, 3), 40, np.uint8), format="rgb24")):
-            c.mux(p)
-        for p in s.encode(None):
-            c.mux(p)
-    result = _run("decode_upscale.py", "--model", "-i", str(clip), "--scale", "3")  # 486x294 is even: it runs
+    def clip(name: str, width: int, height: int) -> str:  # (make_test_clip refuses odd sizes: one frame by PyAV)
+        path = str(tmp_path / name)
+        with av.open(path, "w") as c:
+            s = c.add_stream("libx264", rate=30)
+            s.width, s.height, s.pix_fmt = width, height, "yuv444p"
+            for p in s.encode(av.VideoFrame.from_ndarray(np.full((height, width, 3), 40, np.uint8), format="rgb24")):
+                c.mux(p)
+            for p in s.encode(None):
+                c.mux(p)
+        return path
+
+    result = _run("decode_upscale.py", "--model", "-i", clip("odd clip.mp4", 162, 98), "--scale", "3")  # 486x294 is even: it runs
     assert result.returncode == 0, result.stdout + result.stderr
-    odd = tmp_path / "odder clip.mp4"
-    with av.open(str(odd), "w") as c:
-        s = c.add_stream("libx264", rate=30)
-        s.width, s.height, s.pix_fmt = 161, 97, "yuv444p"
-        for p in s.encode(av.VideoFrame.from_ndarray(np.full((97, 161, 3), 40, np.uint8), format="rgb24")):
-            c.mux(p)
-        for p in s.encode(None):
-            c.mux(p)
+    odd = clip("odder clip.mp4", 161, 97)
     for program, args in (("decode_upscale.py", ("--scale", "3")), ("pyav_nvdec_upscale.py", ())):
-        result = _run(program, "--model", "-i", str(odd), *args)
+        result = _run(program, "--model", "-i", odd, *args)
         assert result.returncode == 2 and "even width and height" in result.stderr, result.stdout + result.stderr
 
 

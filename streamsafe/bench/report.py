@@ -204,7 +204,7 @@ def read_json(path: str) -> BenchResult:
             for key in _SAMPLE_COUNTS:
                 setattr(s, key, _number(_field(summary, key, f"{where}'s summary"), int, f"{where}'s summary.{key}"))
             for key in _WARMUP_COUNTS:  # (absent from the files of earlier versions: 0)
-                setattr(s, key, _number(summary.get(key, 0), int, f"{where}'s summary.{key}") if isinstance(summary, dict) else 0)
+                setattr(s, key, _number(summary.get(key, 0), int, f"{where}'s summary.{key}"))
             if len(s.block_wall_s) != len(s.block_frames) or len(s.block_cpu_s) != len(s.block_frames):
                 raise _NotARun(f"{where}'s samples have {len(s.block_frames)} blocks of frames but "
                                f"{len(s.block_wall_s)} wall times and {len(s.block_cpu_s)} CPU times")
