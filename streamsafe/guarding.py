@@ -37,6 +37,7 @@ import operator
 import sys
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -80,7 +81,7 @@ class _Block:
     statement's, the decorated function's wrapper), the frames whose code it guards once that one has returned, and
     the thread that opened it (its :func:`~streamsafe.streams.thread_token`, never reused)."""
 
-    __slots__ = ("contract", "frame", "frames", "thread", "suspendable")
+    __slots__ = ("contract", "frame", "frames", "thread", "suspendable", "task_coroutine")
 
     def __init__(self, contract: Any, frame: Any, thread: int) -> None:
         self.contract = contract
@@ -91,6 +92,37 @@ class _Block:
         self.thread = thread
         self.suspendable = bool(self.frames[-1].f_code.co_flags & _SUSPENDABLE)
         """The code it guards is a generator's or a coroutine's: it can be suspended with the block open."""
+        self.task_coroutine = _task_coroutine(self.frames[-1]) if self.suspendable else None
+        """When that code is an asyncio task's own coroutine: the coroutine, weakly (it tells when the code finished;
+        a frame alone does not tell a finished coroutine's from a suspended one's)."""
+
+    def finished(self) -> bool:
+        """Whether the code it guards is known to run nowhere any more, and never will: its task's coroutine
+        finished. (An ordinary frame's block: see :func:`_live_frames`.)"""
+        ref = self.task_coroutine
+        if ref is None:
+            return False
+        coroutine = ref()
+        return coroutine is None or coroutine.cr_frame is None
+
+
+def _task_coroutine(frame: Any) -> Any:
+    """A weak reference to the coroutine whose frame is ``frame`` when it is the running asyncio task's own
+    coroutine, else ``None``."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None or not frame.f_code.co_flags & inspect.CO_COROUTINE:
+        return None
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # (no event loop runs in this thread)
+        return None
+    coroutine = task.get_coro() if task is not None else None
+    if getattr(coroutine, "cr_frame", None) is not frame:
+        return None
+    try:
+        return weakref.ref(coroutine)
+    except TypeError:
+        return None
 
 
 _SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
@@ -511,8 +543,8 @@ def _to_end(blocks: list[_Block], contract: Any, frame: Any) -> int | None:
     opened by ``frame``; else, of those whose ``with`` does not run above ``frame`` (their own exit is to come)
     when there are any, (entered and left through helpers of different frames) the generator's or coroutine's
     block whose code runs ``frame`` (the innermost); else this thread's newest not in a generator's or coroutine's
-    code; else, of those whose code runs nowhere any more (their thread ended, or the helper that opened them
-    returned) when there are any, this thread's newest, else (left from another thread than the one that entered it)
+    code; else, of those whose code runs nowhere any more (their thread ended, the helper that opened them
+    returned, or their asyncio task finished) when there are any, this thread's newest, else (left from another thread than the one that entered it)
     the newest of any thread's. ``None`` when no block of ``contract`` is open. Does not block."""
     mine = [i for i in range(len(blocks)) if blocks[i].contract is contract]
     if not mine:
@@ -541,10 +573,10 @@ def _to_end(blocks: list[_Block], contract: Any, frame: Any) -> int | None:
     if plain:
         return plain[-1]
     if len(mine) > 1:
-        # (a block whose code runs nowhere any more, its thread ended or its helper returned, before one whose `with`
-        # is still executing in a thread: that one's own exit is to come)
+        # (a block whose code runs nowhere any more, its thread ended, its helper returned or its task finished,
+        # before one whose `with` is still executing in a thread or suspended in a task: that one's own exit is to come)
         live = _live_frames()
-        done = [i for i in mine if not blocks[i].suspendable and id(blocks[i].frame) not in live]
+        done = [i for i in mine if (blocks[i].finished() if blocks[i].suspendable else id(blocks[i].frame) not in live)]
         mine = done or mine
     ours = [i for i in mine if blocks[i].thread == me]
     return ours[-1] if ours else mine[-1]

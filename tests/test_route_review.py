@@ -305,3 +305,41 @@ def test_a_contextmanager_body_still_stands_for_the_code_that_uses_it() -> None:
         assert guarding.active_contract(sr) is c
     assert guarding.active_contract(sr) is None
     assert not guarding._open.get(id(sr))  # (this test's effect: blocks of other tests' abandoned generators may stay)
+
+
+def test_a_helper_block_of_a_finished_task_is_what_its_close_from_another_task_ends_not_a_live_with() -> None:
+    """One thread, three tasks: A opens a block through a helper and finishes, C waits inside its own ``with c:``, and
+    B calls the helper's ``close()``. It ended C's live block (the newest), not the one of A, whose code runs
+    nowhere: C's later calls went unguarded, and its ``with`` then ended A's."""
+    sim = SimBackend()
+    sr = _effect(sim)
+    c, p = _contract(sim, sr)
+    helper = _Opener(c)
+    seen: dict[str, Any] = {}
+
+    async def a() -> None:
+        helper.open()
+
+    async def c_task(entered: asyncio.Event, go: asyncio.Event) -> None:
+        with c:
+            entered.set()
+            await go.wait()
+            seen["c's with, after B"] = guarding.active_contract(sr) is c
+            seen["guarded"] = isinstance(sr.run(_x_on(sim, p)), ss.SafeOutput)
+        seen["after c's with"] = len(guarding._open.get(id(sr), ()))
+
+    async def b() -> None:
+        helper.close()
+
+    async def main() -> None:
+        await asyncio.create_task(a())
+        entered, go = asyncio.Event(), asyncio.Event()
+        task = asyncio.create_task(c_task(entered, go))
+        await entered.wait()
+        await asyncio.create_task(b())
+        seen["open after B"] = len(guarding._open.get(id(sr), ()))
+        go.set()
+        await task
+
+    asyncio.run(main())
+    assert seen == {"open after B": 1, "c's with, after B": True, "guarded": True, "after c's with": 0}
