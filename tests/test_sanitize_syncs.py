@@ -19,6 +19,7 @@ import streamsafe as ss
 from streamsafe import hooks
 from streamsafe.backend import process_default, use_backend
 from streamsafe.backend.cuda import CudaEvent
+from streamsafe.errors import RaceError
 from streamsafe.sim import mirror, sync_hooks
 from streamsafe.streams import stream_from_handle
 
@@ -550,3 +551,35 @@ def test_the_recipe_runs_clean_when_the_program_waits_through_each_framework_on_
     frame = iter(range(10**6))
     shadow = vendor_recipe(fw, lambda fw: waits[next(frame) % len(waits)][0](fw), frames=2 * len(waits))
     assert shadow.races == []
+
+
+@pytest.mark.parametrize("torch_reads", [False, True])
+def test_an_input_torch_read_after_an_unseen_producer_write_is_not_reported_against_the_run(fw: Any, torch_reads: bool) -> None:
+    """A CuPy producer on P rewrites a declared input each frame (no hook sees CuPy's kernels), C waits for P and torch
+    reads the input on C, then ``run()``. The mirror assumed the write at ``run()``, after C's read: a race reported in
+    a correct program. The producer's write came before that read; without the read, the write is still assumed at
+    ``run()`` (and checked against the SDK's earlier read: the control below)."""
+    be = fw.be
+    p, s, c = be.stream(P), be.stream(S), be.stream(C)
+    with ss.sanitize(be) as shadow:
+        for i in range(3):
+            if i:
+                _tell("on_fence", p, s)  # (H12, the contract's: P rewrites the input once the SDK's read of it is done)
+                if torch_reads:  # (frame 0's input is not tracked yet: torch's dispatch mode reports nothing then)
+                    fw.tc.wait_stream(fw.tp)  # (the program orders C after P's write, the correct program's way)
+                    shadow.on_program_launch(c, "torch sum.default", [SURFACE], [], 0)
+            _tell("on_input_write", SURFACE, p, 0)
+            _tell("on_fence", s, p)  # (H1: the SDK stream waits for the declared producer)
+            _tell("on_launch", s, "VideoSuperRes.transfer", [SURFACE], [STAGED], 0)
+    assert shadow.races == []
+
+
+def test_control_an_unseen_producer_write_that_does_not_wait_for_the_sdks_read_is_still_reported(fw: Any) -> None:
+    be = fw.be
+    p, s = be.stream(P), be.stream(S)
+    with ss.sanitize(be):
+        _tell("on_input_write", SURFACE, p, 0)
+        _tell("on_fence", s, p)
+        _tell("on_launch", s, "VideoSuperRes.transfer", [SURFACE], [STAGED], 0)
+        with pytest.raises(RaceError):
+            _tell("on_input_write", SURFACE, p, 0)  # (no H12 wait: P rewrites while S may still read)

@@ -3,7 +3,8 @@
 A :class:`Mirror` is a :class:`streamsafe.hooks.Observer`. While registered (inside
 ``ss.sanitize()``, or for the whole process with ``STREAMSAFE_SANITIZE=1``), every fence,
 event record and wait, host synchronisation, emulated-effect kernel and release, every
-producer write a contract sees at ``run()`` and every consumer import of a contract's
+producer write a contract sees at ``run()`` (assumed there for memory whose writes no hook reports, unless the
+program's torch ops read it since: then the write came before that read) and every consumer import of a contract's
 output is mirrored into a :class:`~streamsafe.sim.SimBackend` whose only job is its vector
 clocks. A missing fence raises :class:`~streamsafe.errors.RaceError` naming both accesses, whether
 or not timing corrupted the data; a read of released memory raises a use-after-free report
@@ -83,6 +84,9 @@ class Mirror(hooks.Observer):
         self._seen_writes: set[Any] = set()
         """Memory whose writes are reported as launches (a lab, an instrumented producer): a contract's
         assumed write at ``run()`` is then not added."""
+        self._read_by_program: set[Any] = set()
+        """Inputs the program's own ops read (torch's, :meth:`on_program_launch`) since their last guarded call: their
+        producer's next write, which no hook reports (CuPy's, a decoder's), came before that read."""
 
     @property
     def races(self) -> list[Any]:
@@ -167,6 +171,13 @@ class Mirror(hooks.Observer):
         with self.sim.acting_as(_thread_of(stream)):
             self.sim.launch(self.stream(stream), name, reads=read_mirrors, writes=write_mirrors)
 
+    def on_program_launch(self, stream: Any, name: str, reads: list[Any], writes: list[Any], device: int) -> None:
+        """The program's own op on tracked memory (torch's, :mod:`~streamsafe.sim.torch_observer`): a launch, and the
+        memory it only reads is remembered as read since its producer wrote it (see :meth:`on_input_write`)."""
+        self.on_launch(stream, name, reads, writes, device)
+        with self._lock:
+            self._read_by_program.update(k for k in reads if k is not None and k not in writes)
+
     def on_host_write(self, key: Any, name: str, device: int) -> None:
         if key is None or isinstance(key, SimBuffer):
             return
@@ -185,6 +196,11 @@ class Mirror(hooks.Observer):
         if key in self._seen_writes:
             return  # its producer reports its own writes (a lab, an instrumented kernel): no assumed write
         with self._lock:
+            if key in self._read_by_program:
+                # (the program read it since its last call: its producer wrote it before that read, at a point no hook
+                # reported; a write assumed now, after the read, would be a race that never happened)
+                self._read_by_program.discard(key)
+                return
             mirror = self._reallocated(key, device)
         with self.sim.acting_as(_thread_of(producer)):  # (a declared producer thread's stream 2: that thread's)
             self.sim.launch(self.stream(producer), "producer.write", writes=[mirror])

@@ -83,7 +83,7 @@ class TorchAccesses:
             device = self._collect(torch, value, argument, tracked, reads, writes, device)
         if (reads or writes) and device is not None:
             stream = as_stream(torch.cuda.current_stream(device), backend=self._mirror_backend())
-            self._mirror.on_launch(stream, f"torch {getattr(func, '__name__', func)}", reads, writes, device)
+            self._mirror.on_program_launch(stream, f"torch {getattr(func, '__name__', func)}", reads, writes, device)
 
     @staticmethod
     def _collect(torch: Any, value: Any, argument: Any, tracked: Any, reads: list[int], writes: list[int], device: Any) -> Any:

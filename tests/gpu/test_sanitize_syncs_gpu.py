@@ -348,3 +348,47 @@ def test_the_wrappers_come_with_sanitize_mode_and_go_with_it(fw: Any) -> None:
             "cuda.bindings.runtime.cudaDeviceSynchronize": runtime.cudaDeviceSynchronize,
         }
         assert [name for name in originals if now[name] is not originals[name]] == []
+
+
+def cupy_producer_read_by_torch(fw: Any, bank: Any, strategy: str, frames: int, seed: int = 3) -> int:
+    """A CuPy producer on P rewrites a declared input each frame (sanitize mode sees no CuPy kernel) after waiting for
+    C; C waits for P and torch reads the input there (a view of it), then ``c.run(x)``. Delays on every stream. Returns
+    the corrupt frames."""
+    torch, cupy = fw.torch, fw.cupy
+    xs, want = bank
+    rng = np.random.default_rng(seed)
+    sr = effect()
+    P, S, C = torch.cuda.Stream(), torch.cuda.Stream(), torch.cuda.Stream()
+    sources = [cupy.from_dlpack(x).copy() for x in xs]
+    x = cupy.empty_like(sources[0])
+    view = torch.from_dlpack(x)  # (torch's view of the CuPy input: its ops on it are seen)
+    torch.cuda.synchronize()
+    c = ss.StreamContract(sr, S, strategy=strategy, input_stream=P)
+    copies, sums = [], []
+    with torch.cuda.stream(S):
+        for i in range(frames):
+            P.wait_stream(C)  # (the program's own order: P rewrites the input once C read it)
+            delay(torch, rng, P, 40)
+            with fw.cupy_stream(P):
+                x[...] = sources[i % 8]
+            C.wait_stream(P)
+            with torch.cuda.stream(C):
+                delay(torch, rng, C, 40)
+                sums.append(view.sum())
+            delay(torch, rng, S)
+            out = c.run(x)
+            copies.append((torch.from_dlpack(out.image).clone(), want[i % 8]))
+    torch.cuda.synchronize()
+    c.close()
+    return sum(not torch.allclose(got, w, atol=1.5 / 255) for got, w in copies)
+
+
+@pytest.mark.parametrize("strategy", ["auto", "event"])
+def test_a_cupy_input_torch_reads_before_run_runs_clean_under_sanitize(fw: Any, bank: Any, strategy: str) -> None:
+    """The mirror took the CuPy write as made at ``run()``, after torch's read on C: a race reported in a correct
+    program (RaceError at the second frame). The write came before that read."""
+    frames = max(FRAMES // 4, 8)
+    with ss.sanitize() as shadow:
+        bad = cupy_producer_read_by_torch(fw, bank, strategy, frames)
+    print(f"a CuPy input read by torch before run() under sanitize, {strategy}: {len(shadow.races)} races, {bad} corrupt of {frames}")
+    assert list(shadow.races) == [] and bad == 0
