@@ -822,3 +822,55 @@ def test_advise_says_nothing_to_declare_when_no_host_wait_was_kept(tmp_path: Pat
     done = run_cli("--fake-nvvfx", "--advise", str(path))
     assert done.returncode == 0, done.stderr
     assert "VideoSuperRes (cuda:0): nothing to declare" in done.stderr and "HostWaitWarning" not in done.stderr
+
+
+def test_sanitize_observes_torchs_own_ops_from_the_first_contract_to_the_runs_end(tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``streamsafe run --sanitize`` registered the mirror but never observed torch's own ops (``ss.sanitize()`` does):
+    a copy of a view on a stream nothing ordered went unreported. torch's observer (a stand-in here: no CUDA) is entered
+    at the first contract made once torch runs on CUDA, in that thread, and left at the run's end; the mirror it
+    reports to is the run's. (On a GPU: tests/gpu/test_run_gpu.py.)"""
+    from streamsafe.sim import torch_observer
+    from streamsafe.tools.runner import run_program
+
+    log: list[str] = []
+    cuda_ready = tmp_path / "torch-runs-on-cuda"
+
+    class Accesses:
+        def __init__(self, mirror: Any) -> None:
+            self.mirror = mirror
+
+        def __enter__(self) -> Accesses:
+            log.append(f"enter in {threading.current_thread().name}, mirror registered: {self.mirror in ss.hooks.observers}")
+            return self
+
+        def __exit__(self, *exc: Any) -> None:
+            log.append(f"exit in {threading.current_thread().name}")
+
+    def observe_torch(mirror: Any) -> Any:  # (None: torch does not run on CUDA yet, as observe_torch says)
+        return Accesses(mirror) if cuda_ready.exists() else None
+
+    monkeypatch.setattr(torch_observer, "observe_torch", observe_torch)
+    program = tmp_path / "p.py"
+    program.write_text(textwrap.dedent(
+        f"""
+        import streamsafe as ss
+        from streamsafe.testing import VideoSuperRes
+
+        def effect():
+            sr = VideoSuperRes()
+            sr.output_width = sr.output_height = 32
+            sr.load()
+            return sr
+
+        with ss.stream_contract(effect()):      # a contract before torch runs on CUDA: nothing observed yet
+            pass
+        open({str(cuda_ready)!r}, "w").close()   # torch initialises CUDA
+        for _ in range(2):                       # the first contract after it: observed from there on
+            with ss.stream_contract(effect()):
+                pass
+        """
+    ))
+    report = run_program(str(program), [], fake_nvvfx=True, sanitize=True)
+    assert report.exit_status == 0
+    assert log == ["enter in MainThread, mirror registered: True", "exit in MainThread"]
