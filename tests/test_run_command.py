@@ -824,12 +824,13 @@ def test_advise_says_nothing_to_declare_when_no_host_wait_was_kept(tmp_path: Pat
     assert "VideoSuperRes (cuda:0): nothing to declare" in done.stderr and "HostWaitWarning" not in done.stderr
 
 
-def test_sanitize_observes_torchs_own_ops_from_the_first_contract_to_the_runs_end(tmp_path: Path,
-                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sanitize_observes_torchs_own_ops_from_the_first_guarded_call_on_cuda_to_the_runs_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``streamsafe run --sanitize`` registered the mirror but never observed torch's own ops (``ss.sanitize()`` does):
-    a copy of a view on a stream nothing ordered went unreported. torch's observer (a stand-in here: no CUDA) is entered
-    at the first contract made once torch runs on CUDA, in that thread, and left at the run's end; the mirror it
-    reports to is the run's. (On a GPU: tests/gpu/test_run_gpu.py.)"""
+    a copy of a view on a stream nothing ordered went unreported. torch's observer (a stand-in here: no CUDA) begins
+    at the first input or output a guarded call tells the observers of once torch runs on CUDA (on the model none is
+    told: the program tells them as a GPU call would), in that thread, and ends with the run; the mirror it reports to is
+    the run's. (On a GPU: tests/gpu/test_run_gpu.py.)"""
     from streamsafe.sim import torch_observer
     from streamsafe.tools.runner import run_program
 
@@ -855,20 +856,15 @@ def test_sanitize_observes_torchs_own_ops_from_the_first_contract_to_the_runs_en
     program.write_text(textwrap.dedent(
         f"""
         import streamsafe as ss
-        from streamsafe.testing import VideoSuperRes
 
-        def effect():
-            sr = VideoSuperRes()
-            sr.output_width = sr.output_height = 32
-            sr.load()
-            return sr
+        def guarded_call_on_cuda():              # what a guarded call on a GPU tells the observers
+            for o in ss.hooks.observers:
+                o.on_input_write(0x1000, None, 0)
 
-        with ss.stream_contract(effect()):      # a contract before torch runs on CUDA: nothing observed yet
-            pass
+        guarded_call_on_cuda()                   # before torch runs on CUDA: nothing observed yet
         open({str(cuda_ready)!r}, "w").close()   # torch initialises CUDA
-        for _ in range(2):                       # the first contract after it: observed from there on
-            with ss.stream_contract(effect()):
-                pass
+        for _ in range(3):                       # the first call after it: observed from there on
+            guarded_call_on_cuda()
         """
     ))
     report = run_program(str(program), [], fake_nvvfx=True, sanitize=True)

@@ -583,3 +583,32 @@ def test_control_an_unseen_producer_write_that_does_not_wait_for_the_sdks_read_i
         _tell("on_launch", s, "VideoSuperRes.transfer", [SURFACE], [STAGED], 0)
         with pytest.raises(RaceError):
             _tell("on_input_write", SURFACE, p, 0)  # (no H12 wait: P rewrites while S may still read)
+
+
+def test_sanitize_mode_entered_before_torch_runs_on_cuda_observes_torch_from_the_first_guarded_call_after(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ss.sanitize()`` entered before torch initialised CUDA never observed torch's own ops in its block. It now
+    begins at the first input or output a guarded call tells of once torch runs on CUDA, and ends with the block."""
+    from streamsafe.sim import torch_observer
+
+    monkeypatch.setattr(hooks, "observers", ())
+    log: list[str] = []
+    on_cuda: list[bool] = []
+
+    class Accesses:
+        def __enter__(self) -> Accesses:
+            log.append("begin")
+            return self
+
+        def __exit__(self, *exc: Any) -> None:
+            log.append("end")
+
+    monkeypatch.setattr(torch_observer, "observe_torch", lambda mirror: Accesses() if on_cuda else None)
+    with ss.sanitize():
+        _tell("on_input_write", SURFACE, None, 0)  # (a guarded call on a GPU tells of its inputs)
+        assert log == []
+        on_cuda.append(True)
+        for _ in range(2):
+            _tell("on_input_write", SURFACE, None, 0)
+        assert log == ["begin"]
+    assert log == ["begin", "end"] and hooks.observers == ()

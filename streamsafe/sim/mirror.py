@@ -52,11 +52,11 @@ def enable_from_environment() -> Mirror:
             _ENV_MIRROR = Mirror()
             sync_hooks.acquire()  # (for the process's life, as the mirror)
             hooks.register(_ENV_MIRROR)
-            from .torch_observer import observe_torch
+            from .torch_observer import TorchWatch
 
-            torch_accesses = observe_torch(_ENV_MIRROR)
-            if torch_accesses is not None:  # (for the process's life, in the thread that made the first contract)
-                torch_accesses.__enter__()
+            watch = TorchWatch(_ENV_MIRROR)  # (for the process's life, in the thread of the first guarded call on CUDA)
+            if not watch.started:
+                hooks.register(watch)
         return _ENV_MIRROR
 
 

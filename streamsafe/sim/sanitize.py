@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 from .. import hooks
 from ..backend import Backend, current_backend, require_backend
 from . import mirror, sync_hooks
 from .backend import SimBackend
 from .engine import sanitize_everywhere
-from .torch_observer import observe_torch
+from .torch_observer import observing_torch
 
 __all__ = ["sanitize"]
 
@@ -46,7 +45,7 @@ def sanitize(backend: Backend | None = None) -> Iterator[mirror.Mirror | SimBack
         require_backend(backend, "sanitize()")
     if backend is None:
         model = mirror.Mirror()
-        with sanitize_everywhere(), _torch_observed(model), sync_hooks.observing():
+        with sanitize_everywhere(), observing_torch(model), sync_hooks.observing():
             hooks.register(model)
             try:
                 current = current_backend()
@@ -60,15 +59,10 @@ def sanitize(backend: Backend | None = None) -> Iterator[mirror.Mirror | SimBack
             yield be
         return
     model = mirror.Mirror()
-    with _torch_observed(model), sync_hooks.observing():
+    with observing_torch(model), sync_hooks.observing():
         hooks.register(model)
         try:
             yield model
         finally:
             hooks.unregister(model)
 
-
-def _torch_observed(model: mirror.Mirror) -> Any:
-    """Torch's ops on the memory ``model`` tracks reported to it inside the block, where torch runs on CUDA."""
-    accesses = observe_torch(model)
-    return accesses if accesses is not None else contextlib.nullcontext()

@@ -17,12 +17,16 @@ observed (torch's dispatch modes are per thread).
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
+from .. import hooks
 from ..backend.naming import as_stream
 
-__all__ = ["TorchAccesses", "observe_torch"]
+__all__ = ["TorchAccesses", "TorchWatch", "observe_torch", "observing_torch"]
 
 _BOOKKEEPING = frozenset({"record_stream"})
 """Ops that touch no memory on a stream (their schema marks a tensor written): ``record_stream`` tells the caching
@@ -36,6 +40,62 @@ def observe_torch(mirror: Any) -> Any:
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return None
     return TorchAccesses(torch, mirror)
+
+
+class TorchWatch(hooks.Observer):
+    """Torch's ops reported to ``mirror`` (:class:`TorchAccesses`) from when torch runs on CUDA: at once if it does, else
+    from the first input or output a guarded call tells of (no memory is tracked before), in the thread of that call.
+    While it waits it is an observer (:func:`streamsafe.hooks.register` it); :meth:`close` ends the observation in the
+    thread that began it (begun in another thread, it lasts to the process's end). Nothing here blocks."""
+
+    def __init__(self, mirror: Any) -> None:
+        self._mirror = mirror
+        self._accesses: Any = None
+        self._thread: int | None = None
+        self._lock = threading.Lock()
+        self.start()
+
+    @property
+    def started(self) -> bool:
+        """Whether torch's ops are observed (in one thread)."""
+        return self._accesses is not None
+
+    def start(self) -> None:
+        """Observe torch's ops from now on, in this thread, if torch runs on CUDA and they are not observed yet."""
+        if self._accesses is not None:
+            return
+        with self._lock:
+            if self._accesses is None:
+                accesses = observe_torch(self._mirror)
+                if accesses is not None:
+                    accesses.__enter__()
+                    self._accesses, self._thread = accesses, threading.get_ident()
+                    hooks.unregister(self)  # (nothing more to wait for)
+
+    def on_input_write(self, key: Any, producer: Any, device: int) -> None:
+        self.start()
+
+    def on_output_read(self, key: Any, consumer: Any, device: int) -> None:
+        self.start()
+
+    def close(self) -> None:
+        """Stop waiting, and stop observing if this thread began it."""
+        hooks.unregister(self)
+        if self._accesses is not None and self._thread == threading.get_ident():
+            self._accesses.__exit__(None, None, None)
+            self._accesses = None
+
+
+@contextlib.contextmanager
+def observing_torch(mirror: Any) -> Iterator[TorchWatch]:
+    """Torch's ops on the memory ``mirror`` tracks reported to it inside the block (:class:`TorchWatch`)."""
+    watch = TorchWatch(mirror)
+    if not watch.started:
+        hooks.register(watch)
+    try:
+        yield watch
+    finally:
+        watch.close()
 
 
 class TorchAccesses:

@@ -238,53 +238,14 @@ class ContractTally:
         contract.contract_sinks.remove(self)
 
 
-class _TorchAccessesFromFirstContract:
-    """Sanitize mode's view of torch's own ops for a program run (:mod:`~streamsafe.sim.torch_observer`). ``ss.sanitize()``
-    observes torch from its block's start, in its thread; a program run imports torch itself, so this observes it from
-    the first contract made once torch runs on CUDA, in the thread that made it (torch's dispatch modes are per
-    thread), to the run's end (left then, if the run ends in that thread; else at the process's end)."""
-
-    def __init__(self, model: Any) -> None:
-        self._model = model
-        self._accesses: Any = None
-        self._thread: int | None = None
-        self._lock = threading.Lock()
-
-    def add(self, contract: Any) -> None:
-        """A contract was made: observe torch from now on, if it runs on CUDA (once). Does not block."""
-        if self._accesses is not None:
-            return
-        from ..sim.torch_observer import observe_torch
-
-        with self._lock:
-            if self._accesses is None:
-                accesses = observe_torch(self._model)
-                if accesses is not None:
-                    accesses.__enter__()
-                    self._accesses, self._thread = accesses, threading.get_ident()
-
-    def __enter__(self) -> _TorchAccessesFromFirstContract:
-        from .. import contract
-
-        contract.contract_sinks.append(self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        from .. import contract
-
-        contract.contract_sinks.remove(self)
-        if self._accesses is not None and self._thread == threading.get_ident():
-            self._accesses.__exit__(None, None, None)
-            self._accesses = None
-
-
 @contextlib.contextmanager
 def _sanitize_scope(model: Any) -> Any:
     """What ``streamsafe run --sanitize`` observes around the program besides what goes through streamsafe: the
     program's own host waits and event calls (they order its streams too), and torch's own ops."""
     from ..sim import sync_hooks
+    from ..sim.torch_observer import observing_torch
 
-    with sync_hooks.observing(), _TorchAccessesFromFirstContract(model):
+    with sync_hooks.observing(), observing_torch(model):
         yield
 
 
