@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ctypes
+import datetime
 import struct
+import types
 from typing import Any, NamedTuple
 
 from .errors import HostArrayError, InputArrayError, InputDeviceError
@@ -18,6 +20,8 @@ __all__ = [
     "require_cuda_input",
     "describe_array",
     "array_key",
+    "CAPSULE",
+    "is_capsule",
 ]
 
 DLPACK_CPU = 1
@@ -42,6 +46,16 @@ DLPACK_DEVICE_NAMES = {
 
 
 _OWN: dict[type, bool] = {}
+
+CAPSULE: type = getattr(types, "CapsuleType", None) or type(datetime.datetime_CAPI)  # type: ignore[attr-defined]
+"""Python's capsule type (``PyCapsule``): what ``__dlpack__`` returns."""
+
+
+def is_capsule(value: Any) -> bool:
+    """Whether ``value`` is a DLPack capsule as a producer hands it out: a ``PyCapsule``, or a backend's own (the
+    model's)."""
+    return type(value) is CAPSULE or backend_own(type(value))
+
 
 
 def backend_own(cls: type) -> bool:

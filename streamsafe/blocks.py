@@ -13,7 +13,7 @@ from collections.abc import Callable, Generator
 from typing import Any, NoReturn, Protocol, TypeVar, overload
 
 from .contract import PoolContract, StreamContract, new_contract
-from .errors import UnguardedResultError
+from .errors import ArgumentError, UnguardedResultError
 from .strategy import Strategy, StrategyName
 
 __all__ = ["stream_contract", "stream_safe"]
@@ -68,6 +68,9 @@ def stream_safe(effect: Any, stream: Any = None, strategy: Strategy | StrategyNa
     contract = new_contract(effect, stream, strategy=strategy, **kwargs)
 
     def decorate(fn: F) -> F:
+        if not callable(fn):
+            raise ArgumentError(f"@stream_safe(...) decorates a function, got {fn!r} ({type(fn).__name__}): put it on the "
+                                "def of the function whose calls of the effect it guards")
         if inspect.isasyncgenfunction(fn):
             wrapper: Any = _async_generator_wrapper(fn, contract)
         elif inspect.iscoroutinefunction(fn):

@@ -361,8 +361,8 @@ class StreamContract(_Contract):
         self.steady = SteadyFrames(dev, be, self._input, self.profile, copies=self.strategy is Strategy.AUTO and self._input is None)
         """The contract's kept frames (:mod:`streamsafe.steady`)."""
         self._config_getter = config_reader(effect, self.profile)
-        self._run = raw_method(self._cls, "run")
-        """The SDK's own ``run`` (called by :meth:`run`)."""
+        self._run = raw_method(self._cls, "run") if "run" in self.profile.calls else None
+        """The SDK's own ``run`` (called by :meth:`run`), if its profile guards one."""
         self._auto = self.strategy is Strategy.AUTO
         self._host_wait_warned = False
         self.warn_host_wait = True
@@ -442,6 +442,8 @@ class StreamContract(_Contract):
 
         The stream keyword (``stream_ptr=``) names the SDK stream for this call. The plan decides
         ``non_blocking``; a caller's ``non_blocking`` is used only by strategy ``none``."""
+        if self._run is None:
+            self._missing_call("run")
         effect = self._effect if self._effect is not None else self.effect
         return engine.call(self, effect, self._run, "run", args, kwargs)  # type: ignore[no-any-return]
 
@@ -451,11 +453,17 @@ class StreamContract(_Contract):
         :class:`~streamsafe.errors.MissingCallError` (an ``AttributeError``) before anything is issued."""
         effect = self.effect
         if not callable(getattr(effect, "run_at_timestep", None)) or "run_at_timestep" not in self.profile.calls:
-            raise MissingCallError(
-                f"{self.effect_name} has no run_at_timestep(): only VideoFrameGeneration interpolates at a timestep; "
-                f"call c.run(...) for {self.effect_name}"
-            )
+            self._missing_call("run_at_timestep")
         return engine.call(self, effect, raw_method(type(effect), "run_at_timestep"), "run_at_timestep", args, kwargs)  # type: ignore[no-any-return]
+
+    def _missing_call(self, name: str) -> NoReturn:
+        """Raise :class:`~streamsafe.errors.MissingCallError` for ``c.<name>()``, a call the object's profile does not
+        guard (or the object lacks), naming the calls it guards."""
+        calls = [n for n in self.profile.calls if callable(getattr(self.effect, n, None))] or list(self.profile.calls)
+        why = "only VideoFrameGeneration interpolates at a timestep" if name == "run_at_timestep" and "run" in calls else (
+            f"its profile ({self.profile.name}) guards {', '.join(n + '()' for n in calls)}")
+        raise MissingCallError(f"{self.effect_name} has no {name}(): {why}; call "
+                               + " or ".join(f"c.{n}(...)" for n in calls) + f" for {self.effect_name}")
 
     def _refuse_closed(self, call: str) -> NoReturn:
         raise EffectStateError(self.effect_name, call, "closed", "Create a new effect and contract.")

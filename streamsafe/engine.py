@@ -91,7 +91,7 @@ def call(caller: Caller, obj: Any, method: Any, name: str, args: Sequence[Any], 
                 _inputs_written(ledger, frame, arrays)
         before = frame.before_program
         assert before is not None
-        counted = None if before.counts_exactly and not ledger.captured else dict(stats)
+        counted = None if before.counts_exactly and not ledger.captured and frame.after_copy_program is None else dict(stats)
         if before.fences:
             before(stats)
         if ledger.captured:

@@ -19,7 +19,7 @@ import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from ._dlpack import DLPACK_CUDA
+from ._dlpack import CAPSULE, DLPACK_CUDA, is_capsule
 from .backend.naming import stream_on_device
 from .errors import ArgumentError, DeviceMismatchError, ExportError, FrameworkUnavailableError, StreamsafeError
 from .frameworks import torch_current_stream_handle
@@ -889,15 +889,15 @@ def _effect_outputs(attr: str | None, wrap: Any, buffer: Buffer, device: int, pr
     if attr is None or wrap is not None:
         def output(raw: Any, generation: int, frame: Any, effect: Any) -> Any:
             capsule = raw if attr is None else getattr(raw, attr, _NONE)
-            if capsule is _NONE:
-                raise _no_output(profile, attr, raw)
+            if type(capsule) is not CAPSULE and not is_capsule(capsule):
+                raise _no_output(profile, attr, raw, capsule)
             out = SafeOutput(raw, SafeImage(buffer, capsule, generation, device, frame.default_consumer, effect), attr)
             return out if wrap is None else wrap(raw, out)
     else:
         def output(raw: Any, generation: int, frame: Any, effect: Any) -> Any:
             capsule = getattr(raw, attr, _NONE)
-            if capsule is _NONE:
-                raise _no_output(profile, attr, raw)
+            if type(capsule) is not CAPSULE and not is_capsule(capsule):
+                raise _no_output(profile, attr, raw, capsule)
             return SafeOutput(raw, SafeImage(buffer, capsule, generation, device, frame.default_consumer, effect), attr)
     return output
 
@@ -905,10 +905,12 @@ def _effect_outputs(attr: str | None, wrap: Any, buffer: Buffer, device: int, pr
 _NONE = object()
 
 
-def _no_output(profile: str, attr: Any, raw: Any) -> Exception:
-    """The error for a result without the attribute the profile's ``output`` names (the call was made: it counts)."""
+def _no_output(profile: str, attr: Any, raw: Any, capsule: Any) -> Exception:
+    """The error for a result without the attribute the profile's ``output`` names, or whose attribute (or itself, for
+    ``output=None``) is no DLPack capsule (the call was made: it counts)."""
     attributes = list(vars(raw)) if hasattr(raw, "__dict__") else [n for n in dir(raw) if not n.startswith("_")]
-    return no_output(profile, attr, type(raw), [n for n in attributes if not n.startswith("_")])
+    return no_output(profile, attr, type(raw), [n for n in attributes if not n.startswith("_")],
+                     None if capsule is _NONE else type(capsule))
 
 
 def _pool_output(raw: Any, frames: list[Any], made: list[tuple[Buffer, int]], device: int, default_consumer: Stream,

@@ -402,6 +402,10 @@ def _check_classes(profile: str, classes: Any) -> None:
         raise ProfileError(profile, "classes", classes, f"is a {type(classes).__name__}, not a tuple",
                            "Write classes=(MyClass,) or classes=('mymodule.MyClass',)")
     for c in classes:
+        if c in (object, type, "builtins.object", "builtins.type"):
+            raise ProfileError(profile, "classes", classes, f"holds {c if isinstance(c, str) else c.__name__!r}, the base of every "
+                               "object (or class): the profile would describe everything",
+                               "Name the SDK's own classes, or its nearest base class of its own")
         if isinstance(c, type):
             continue
         if not (isinstance(c, str) and "." in c and all(part.isidentifier() for part in c.replace("<locals>", "x").split("."))):
@@ -421,7 +425,8 @@ _lock = threading.Lock()
 
 def register(profile: Profile, *, fallback: bool = False) -> Profile:
     """Make ``profile`` known (a later one for the same classes comes first); with ``fallback``, it is the
-    profile of any object with a ``run()`` no other profile describes (an SDK duck-typed on nvvfx's API).
+    profile of any object with a ``run()`` no other profile describes (an SDK duck-typed on nvvfx's API), until it is
+    unregistered (then the fallback before it is again).
     Returns it. Raises :class:`~streamsafe.errors.ProfileError` for anything but a profile, and for a profile that
     names no class (``classes=()``) registered without ``fallback``."""
     if not isinstance(profile, Profile) or type(profile) is Profile:
@@ -432,6 +437,8 @@ def register(profile: Profile, *, fallback: bool = False) -> Profile:
             "Make one: streamsafe.profile.EffectProfile(name=..., classes=(...), calls=(...), ...) "
             "(or PoolProfile for an SDK that hands out frames of a pool), then register() it",
         )
+    if type(fallback) is not bool:
+        raise ProfileError(profile.name, "fallback", fallback, "is not a bool", "Pass fallback=True or fallback=False")
     if fallback and not isinstance(profile, EffectProfile):
         raise ProfileError(profile.name, "fallback", fallback, "is only for an EffectProfile", "Register a PoolProfile without fallback=")
     if not fallback and not profile.classes:
@@ -440,8 +447,8 @@ def register(profile: Profile, *, fallback: bool = False) -> Profile:
                            "Name at least one class: classes=(MyClass,) or classes=('mymodule.MyClass',); or register it "
                            "with fallback=True, as the profile of any object with a run() no other profile describes")
     with _lock:
-        if fallback:
-            _fallback[:] = [profile]
+        if fallback:  # (the newest is the fallback; unregistered, the one before it is again: nvvfx-like, built in)
+            _fallback[:] = [profile, *(p for p in _fallback if p is not profile)]
         else:
             _registered.insert(0, profile)
         _by_class.clear()
@@ -467,7 +474,7 @@ def unregister(profile: Profile) -> None:
 
 def profiles() -> tuple[Profile, ...]:
     """Every registered profile, the newest first (the fallback last)."""
-    return (*_registered, *_fallback)
+    return (*_registered, *_fallback[:1])
 
 
 def profile_of(obj: Any) -> Any:
@@ -589,7 +596,7 @@ def _subclasses(cls: type) -> list[type]:
     """``cls`` and every subclass of it defined now."""
     found, stack = [cls], [cls]
     while stack:
-        subclasses: list[type] = stack.pop().__subclasses__()
+        subclasses: list[type] = type.__subclasses__(stack.pop())  # (as a function: a metaclass's own takes no self)
         for sub in subclasses:
             if sub not in found:
                 found.append(sub)
@@ -646,13 +653,19 @@ def _check_output(profile: Profile, cls: type) -> None:
                 raise no_output(profile.name, attr, result, known)
 
 
-def no_output(profile: str, attr: str, result: type, attributes: list[str]) -> ProfileError:
+def no_output(profile: str, attr: str | None, result: type, attributes: list[str], found: type | None = None) -> ProfileError:
     """The :class:`~streamsafe.errors.ProfileError` for an :attr:`EffectProfile.output` the SDK's result (of type
-    ``result``, with ``attributes``) does not have."""
+    ``result``, with ``attributes``) does not have, or (``found``: the type of what it names) that is no DLPack capsule."""
+    if found is None:
+        rule = f"is not an attribute of the SDK's result, a {qualified_name(result)}"
+    elif attr is None:
+        rule = f"says the SDK's result is the output's DLPack capsule, but it is a {qualified_name(result)}"
+    else:
+        rule = f"names the SDK's result's {attr!r}, a {qualified_name(found)}, not the output's DLPack capsule"
     return ProfileError(
-        profile, "output", attr, f"is not an attribute of the SDK's result, a {qualified_name(result)} (its attributes: "
-        f"{', '.join(attributes) or 'none'})", "Set output= to the attribute that holds the output's DLPack capsule, or "
-        "output=None when the result is the capsule itself",
+        profile, "output", attr, f"{rule} (its attributes: {', '.join(attributes) or 'none'})",
+        "Set output= to the attribute that holds the output's DLPack capsule, or output=None when the result is the "
+        "capsule itself",
     )
 
 

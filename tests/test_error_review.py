@@ -16,6 +16,7 @@ rule and the fix, and leaves the SDK object and the user's data as they were), e
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +233,26 @@ def test_an_sdk_that_refuses_after_taking_an_output_has_used_it_up_as_the_errors
     assert np.allclose(sim.download(y), 64 / 255, atol=1 / 255)
     text = " ".join((ROOT / "docs" / "errors.md").read_text().split())
     assert "used up" in text and "y = out.copy()" in text
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["input_stream", "nothing declared"])
+def test_a_run_the_sdk_refuses_leaves_the_counters_as_they_were_also_when_auto_copies_the_inputs(declared: bool) -> None:
+    """(A real program's review: under ``auto`` with nothing declared, the copies' fence stayed counted, H1 1, after
+    the SDK refused the run; ``streamsafe run``'s report showed it.)"""
+    sim = SimBackend()
+    P, S = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+    sr = _effect(sim, 32, 16)  # (32x16 in and out: the SDK refuses 1x at quality HIGH)
+    c = ss.StreamContract(sr, S, **({"input_stream": P} if declared else {}))
+    before = dict(c.stats)
+    x = sim.empty((3, 16, 32), np.float32)
+    sim.fill(x, 0.5, stream=P)
+    with warnings.catch_warnings(), pytest.raises(Exception, match="equals the input size"):  # (the SDK's own refusal)
+        warnings.simplefilter("ignore")  # (HostWaitWarning, nothing declared)
+        c.run(x)
+    assert c.stats == before
+
+
+def test_stream_safe_refuses_to_decorate_what_cannot_be_called() -> None:
+    sim = SimBackend()
+    with pytest.raises(ArgumentError, match=r"@stream_safe\(\.\.\.\) decorates a function, got 42 \(int\)"):
+        ss.stream_safe(_effect(sim))(42)  # type: ignore[arg-type]

@@ -119,6 +119,10 @@ def test_a_device_of_the_model_still_names_its_default_streams() -> None:
     ({"max_pending": "a"}, r"max_pending='a' is invalid"),
     ({"max_pending": True}, r"max_pending=True is invalid"),
     ({"max_pending": 2.5}, r"max_pending=2\.5 is invalid"),
+    ({"max_free_events": 0}, r"max_free_events=0 is invalid: .* an int of at least 1; leave it out for the default \(64\)"),
+    ({"max_free_events": "8"}, r"max_free_events='8' is invalid"),
+    ({"scheduler": "random", "seed": [1]}, r"seed=\[1\] is invalid: .* an int or None"),
+    ({"scheduler": "random", "seed": 1.5}, r"seed=1\.5 is invalid"),
 ], ids=repr)
 def test_simbackend_refuses_bad_arguments_with_argument_error(kw: dict[str, Any], says: str) -> None:
     with pytest.raises(ArgumentError, match=says):

@@ -545,6 +545,7 @@ def test_shadow_mirrors_events_and_host_waits() -> None:
 
 def test_environment_sanitize_registers_one_shadow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mirror, "_ENV_MIRROR", None)
+    monkeypatch.setattr(hooks, "observers", hooks.observers)  # (what it registers goes with the test: its torch watch too)
     first = mirror.enable_from_environment()
     try:
         assert mirror.enable_from_environment() is first

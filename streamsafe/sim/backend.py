@@ -66,6 +66,13 @@ __all__ = [
 _HANDLE_BASE = 0x7F00_0000_1000
 
 
+
+def _count(name: str, value: Any, meaning: str, example: str) -> int:
+    """``value`` as an int of at least 1, else :class:`~streamsafe.errors.ArgumentError` naming ``name``."""
+    if isinstance(value, bool) or not hasattr(value, "__index__") or value.__index__() < 1:
+        raise ArgumentError(f"{name}={value!r} is invalid: {meaning} must be an int of at least 1; {example}")
+    return int(value.__index__())
+
 class SimBackend(StreamLifetimes):
     """The model of CUDA ordering. ``scheduler`` may be a name (``"in-order"``, the default: work runs
     in issue order, so a missing fence rarely changes a frame; ``"adversarial"``: ready work runs in the
@@ -95,20 +102,19 @@ class SimBackend(StreamLifetimes):
         max_free_events: int = 64,
         max_pending: int = 1024,
     ) -> None:
-        count: Any = devices
-        if isinstance(count, bool) or not hasattr(count, "__index__") or count.__index__() < 1:
-            raise ArgumentError(f"devices={devices!r} is invalid: the model's number of GPUs must be an int of at least 1; "
-                             "e.g. SimBackend(devices=2)")
-        devices = count.__index__()
+        devices = _count("devices", devices, "the model's number of GPUs", "SimBackend(devices=2)")
         if not isinstance(on_race, str) or on_race not in ("record", "raise"):
             raise ArgumentError(f"on_race={on_race!r} is invalid: it must be 'record' (races are appended to .races) or "
                                 "'raise' (a RaceError at the access that races); e.g. SimBackend(on_race='raise')")
-        pending: Any = max_pending
-        if isinstance(pending, bool) or not hasattr(pending, "__index__") or pending.__index__() < 1:
-            raise ArgumentError(f"max_pending={max_pending!r} is invalid: the bound on the operations waiting to run must "
-                                "be an int of at least 1; leave it out for the default (1024), or e.g. "
-                                "SimBackend(max_pending=64)")
-        max_pending = pending.__index__()
+        max_pending = _count("max_pending", max_pending, "the bound on the operations waiting to run",
+                             "leave it out for the default (1024), or e.g. SimBackend(max_pending=64)")
+        max_free_events = _count("max_free_events", max_free_events, "the number of free events the model keeps per device",
+                                 "leave it out for the default (64), or e.g. SimBackend(max_free_events=8)")
+        if seed is not None:
+            if isinstance(seed, bool) or not hasattr(seed, "__index__"):
+                raise ArgumentError(f"seed={seed!r} is invalid: the random scheduler's seed must be an int or None; "
+                                    "e.g. SimBackend(scheduler='random', seed=7)")
+            seed = int(seed.__index__())
         if scheduler is None:
             scheduler = InOrderScheduler()
         elif isinstance(scheduler, str):

@@ -1,0 +1,144 @@
+"""A newcomer's review of guarding an SDK of one's own through a profile (docs/guide.md, "Guarding your own SDK"):
+each finding fails before its fix and passes after.
+
+* unregistering a fallback profile of one's own left no fallback: duck-typed effects were refused for the rest of the
+  process (the built-in nvvfx-like one is the fallback again); ``register(fallback="yes")`` was accepted;
+* ``c.run(x)`` on the contract of a profile that guards no ``run`` raised a bare ``TypeError`` (and
+  ``c.run_at_timestep(x)`` gave nvvfx's message): a ``MissingCallError`` naming the calls it guards;
+* ``classes=(object,)`` was registered and broke the next contract with a bare ``TypeError``;
+* ``output=`` naming an attribute that holds no DLPack capsule was found only at the import, with another error's fix,
+  and that import used the output up: a ``ProfileError`` naming ``output=`` at the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streamsafe as ss
+from streamsafe import profile as sp
+from streamsafe.errors import MissingCallError, NotAnEffectError, ProfileError
+from streamsafe.profile import EffectProfile
+from streamsafe.sim import SimBackend
+
+
+class Out:
+    def __init__(self, pixels: Any, meta: Any = None) -> None:
+        self.pixels, self.meta = pixels, meta
+
+
+class Blurrer:
+    """An SDK of one's own: ``apply(src=..., queue=...)``, its result's capsule in ``pixels``."""
+
+    def __init__(self) -> None:
+        self.gpu = ss.current_backend()
+        self.output: Any = None
+
+    def apply(self, *, src: Any, queue: int = 0) -> Out:
+        gpu, s = self.gpu, ss.as_stream(queue, backend=self.gpu)
+        x = gpu.from_dlpack(src.__dlpack__())
+        if self.output is None:
+            self.output = gpu.malloc(x.shape, name="out")
+        a, b = x.buffer, self.output.buffer
+        gpu.launch(s, "blur", lambda: np.add(a.data, 1, out=b.data), reads=[x], writes=[self.output])
+        gpu.synchronize_stream(s)
+        return Out(self.output.__dlpack__(), meta={"frame": 1})
+
+
+class Duck:
+    """A class no profile names, with nvvfx's ``run()``: the fallback's."""
+
+    def run(self, input_array: Any, *, non_blocking: bool = False, stream_ptr: int = 0) -> Any: ...
+
+
+@pytest.fixture
+def registered() -> Iterator[list[Any]]:
+    """Profiles a test registers: unregistered after it."""
+    made: list[Any] = []
+    yield made
+    for p in made:
+        sp.unregister(p)
+
+
+def _profile(output: str | None = "pixels") -> EffectProfile:
+    return EffectProfile(name="Blurrer", classes=(Blurrer,), calls=("apply",), stream_keyword="queue", blocking_keyword=None,
+                         inputs=("src",), output=output)
+
+
+def test_unregistering_a_fallback_of_ones_own_brings_the_built_in_fallback_back(registered: list[Any]) -> None:
+    built_in = sp.profile_of(Duck())
+    mine = sp.register(EffectProfile(name="mine", classes=(), calls=("run",)), fallback=True)
+    registered.append(mine)
+    assert sp.profile_of(Duck()) is mine and sp.profiles()[-1] is mine
+    sp.unregister(mine)
+    assert sp.profile_of(Duck()) is built_in and sp.profiles()[-1] is built_in and mine not in sp.profiles()
+
+
+def test_a_fallback_that_is_not_a_bool_is_refused(registered: list[Any]) -> None:
+    built_in = sp.profile_of(Duck())
+    with pytest.raises(ProfileError, match=r"fallback='yes' is not a bool\. Pass fallback=True or fallback=False"):
+        sp.register(EffectProfile(name="mine", classes=(), calls=("run",)), fallback="yes")  # type: ignore[arg-type]
+    assert sp.profile_of(Duck()) is built_in
+
+
+@pytest.mark.parametrize("call", ["run", "run_at_timestep"])
+def test_a_call_the_profile_does_not_guard_through_the_contract_names_the_ones_it_does(registered: list[Any], call: str) -> None:
+    sim = SimBackend()
+    with ss.use_backend(sim):
+        registered.append(sp.register(_profile()))
+        S = sim.create_stream(non_blocking=True)
+        c = ss.StreamContract(Blurrer(), S, input_stream=S)
+        x = sim.empty((3, 4, 4))
+        with pytest.raises(MissingCallError, match=rf"Blurrer has no {call}\(\): its profile \(Blurrer\) guards apply\(\); "
+                                                   r"call c\.apply\(\.\.\.\) for Blurrer"):
+            getattr(c, call)(x)
+        assert c.stats["runs"] == 0
+        assert isinstance(c.apply(src=x), ss.SafeOutput) and c.stats["runs"] == 1  # (the contract still works)
+
+
+@pytest.mark.parametrize("base", [object, "builtins.object", type])
+def test_a_profile_naming_the_base_of_every_object_is_refused(base: Any) -> None:
+    with pytest.raises(ProfileError, match=r"the base of every object \(or class\): the profile would describe everything"):
+        EffectProfile(name="everything", classes=(base,), calls=("apply",), stream_keyword=None, blocking_keyword=None)
+
+
+def test_a_profile_of_a_metaclass_walks_its_subclasses() -> None:
+    """(The subclass walk reached ``type`` through a metaclass and called its ``__subclasses__`` unbound.)"""
+    class Meta(type):
+        pass
+
+    assert sp._subclasses(Meta) == [Meta]
+    assert Meta in sp._subclasses(type)  # (a metaclass's own __subclasses__ takes no self: the walk calls type's)
+
+
+def test_an_output_that_is_no_capsule_is_a_profile_error_at_the_call(registered: list[Any]) -> None:
+    sim = SimBackend()
+    with ss.use_backend(sim):
+        registered.append(sp.register(_profile(output="meta")))  # (a typo: the capsule is in pixels)
+        S = sim.create_stream(non_blocking=True)
+        c = ss.StreamContract(Blurrer(), S, input_stream=S)
+        with pytest.raises(ProfileError, match=r"output='meta' names the SDK's result's 'meta', a builtins\.dict, not the "
+                                               r"output's DLPack capsule \(its attributes: pixels, meta\)\. Set output= to"):
+            c.apply(src=sim.empty((3, 4, 4)))
+
+
+def test_output_none_for_a_result_that_is_no_capsule_is_a_profile_error(registered: list[Any]) -> None:
+    sim = SimBackend()
+    with ss.use_backend(sim):
+        registered.append(sp.register(_profile(output=None)))
+        S = sim.create_stream(non_blocking=True)
+        c = ss.StreamContract(Blurrer(), S, input_stream=S)
+        with pytest.raises(ProfileError, match=r"output=None says the SDK's result is the output's DLPack capsule, but it is "
+                                               r"a test_profile_review\.Out"):
+            c.apply(src=sim.empty((3, 4, 4)))
+
+
+def test_duck_typed_effects_are_still_guarded_by_the_fallback_after_a_profile_of_ones_own_goes(registered: list[Any]) -> None:
+    mine = sp.register(EffectProfile(name="mine", classes=(), calls=("run",)), fallback=True)
+    sp.unregister(mine)
+    sp.profile_of(Duck())  # (no NotAnEffectError)
+    with pytest.raises(NotAnEffectError):
+        sp.profile_of(object())
