@@ -47,7 +47,7 @@ from .frame import EffectPlanner, Frame, pool_frame
 from .frameworks import TORCH, is_framework_stream
 from .guarding import GuardBlock, GuardedBlocks, config_reader, settable, snapshot
 from .identity import same_value
-from .inputs import Inputs
+from .inputs import Inputs, own_by_keyword, positional_capacity
 from .ledger import EffectLedger, PoolLedger, adopt_ledger, forget_ledger, held_reason, ledger_of, pool_of
 from .plan import FencePlan, pool_plan
 from .profile import EffectProfile, PoolProfile, check_class, constructor_parameters, output_maker, profile_of
@@ -185,6 +185,8 @@ class _Contract(GuardedBlocks, Unshareable):
             if self.closed:
                 self._refuse_closed(name)
             effect = self.effect
+            if args and isinstance(profile, EffectProfile):  # (a stream by position, as the SDK's signature allows)
+                args, kwargs = own_by_keyword(type(effect), name, (profile.stream_keyword, profile.blocking_keyword), args, kwargs)
             return engine.call(self, effect, method or raw_method(type(effect), name), name, args, kwargs)  # type: ignore[arg-type]
         if name in profile.releases:
             return self._release(name, args, kwargs, method)
@@ -325,7 +327,7 @@ class StreamContract(_Contract):
         self._effect_ref: Any = None
         self.effect_name = type(effect).__name__
         self._cls = type(effect)
-        self.device = self.profile.device_of(effect)
+        self.device = self.profile.device_index(effect)
         if backend is not None:
             require_backend(backend, "StreamContract(backend=...)")
         # (the environment first: a contract refused for it leaves no ledger behind on the effect)
@@ -363,6 +365,9 @@ class StreamContract(_Contract):
         self._config_getter = config_reader(effect, self.profile)
         self._run = raw_method(self._cls, "run") if "run" in self.profile.calls else None
         """The SDK's own ``run`` (called by :meth:`run`), if its profile guards one."""
+        self._own = (self.profile.stream_keyword, self.profile.blocking_keyword)
+        self._run_capacity = positional_capacity(self._cls, "run", self._own) if self._run is not None else None
+        """How many positional arguments ``run`` takes before its stream or blocking flag (``None``: any)."""
         self._auto = self.strategy is Strategy.AUTO
         self._host_wait_warned = False
         self.warn_host_wait = True
@@ -444,6 +449,8 @@ class StreamContract(_Contract):
         ``non_blocking``; a caller's ``non_blocking`` is used only by strategy ``none``."""
         if self._run is None:
             self._missing_call("run")
+        if self._run_capacity is not None and len(args) > self._run_capacity:  # (a stream by position, as the SDK allows)
+            args, kwargs = own_by_keyword(self._cls, "run", self._own, args, kwargs)
         effect = self._effect if self._effect is not None else self.effect
         return engine.call(self, effect, self._run, "run", args, kwargs)  # type: ignore[no-any-return]
 
@@ -454,6 +461,7 @@ class StreamContract(_Contract):
         effect = self.effect
         if not callable(getattr(effect, "run_at_timestep", None)) or "run_at_timestep" not in self.profile.calls:
             self._missing_call("run_at_timestep")
+        args, kwargs = own_by_keyword(type(effect), "run_at_timestep", self._own, args, kwargs)
         return engine.call(self, effect, raw_method(type(effect), "run_at_timestep"), "run_at_timestep", args, kwargs)  # type: ignore[no-any-return]
 
     def _missing_call(self, name: str) -> NoReturn:
@@ -798,7 +806,7 @@ class PoolContract(_Contract):
         self._effect: Any = sdk
         self._effect_ref: Any = None
         self._cls = type(sdk)
-        self.device = profile.device_of(sdk)
+        self.device = profile.device_index(sdk)
         if backend is not None:
             require_backend(backend, "PoolContract(backend=...)")
         existing = pool_of(sdk, create=False)

@@ -32,7 +32,7 @@ from .ledger import EffectLedger
 from .profile import EffectProfile, call_signature
 from .streams import LEGACY_HANDLE, Stream
 
-__all__ = ["Inputs", "Forwarding", "is_number", "call_keywords", "inputs_of", "unbound_call"]
+__all__ = ["Inputs", "Forwarding", "is_number", "call_keywords", "inputs_of", "unbound_call", "own_by_keyword", "positional_capacity"]
 
 
 def call_keywords(profile: EffectProfile, cls: type, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, bool]:
@@ -396,6 +396,30 @@ def positional_capacity(cls: type, name: str, own: tuple[str | None, ...] = ()) 
             names = [p.name for p in positional]
             _positional[key] = min([names.index(k) for k in own if k in names], default=len(positional))
     return _positional[key]
+
+
+def own_by_keyword(cls: type, name: str, own: tuple[str | None, ...], args: tuple[Any, ...],
+                   kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args`` and ``kwargs`` with the arguments given by position from the first of the parameters the guard passes
+    itself (``own``: the stream and blocking keywords) on, where the SDK's own ``cls.name`` takes them by keyword too,
+    passed by keyword instead (``apply(x, stream)`` as ``apply(x, queue=stream)``): the guard reads and passes them by
+    keyword. Unchanged when there are none, or when they cannot move (the call's checks then say why); one given both
+    ways raises :class:`~streamsafe.errors.ArgumentError`. Issues nothing."""
+    capacity = positional_capacity(cls, name, own)
+    if capacity is None or len(args) <= capacity:
+        return args, kwargs
+    sig = call_signature(cls, raw_method(cls, name), name, wrapped=False)
+    assert sig is not None  # (a capacity is known only for a signature read)
+    positional = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    moved = positional[capacity:len(args)]
+    if any(p.name in kwargs for p in moved):  # (given twice: by position and by keyword)
+        error = unbound_call(cls, name, args, kwargs, own)
+        if error is not None:
+            raise error
+    if (len(moved) < len(args) - capacity or any(p.kind is p.POSITIONAL_ONLY or p.name in kwargs for p in moved)
+            or not any(p.name in own for p in moved)):
+        return args, kwargs
+    return args[:capacity], {**kwargs, **{p.name: v for p, v in zip(moved, args[capacity:])}}
 
 
 class _Binding:

@@ -139,6 +139,16 @@ class Profile(metaclass=_Fields):
         """The guarded and releasing calls ``cls`` has."""
         return tuple(name for name in (*self.calls, *self.releases) if callable(getattr(cls, name, None)))
 
+    def device_index(self, obj: Any) -> int:
+        """``device_of(obj)``, checked: a device index (an int of at least 0), else
+        :class:`~streamsafe.errors.ProfileError` naming ``device_of``."""
+        device = self.device_of(obj)
+        if isinstance(device, bool) or not hasattr(device, "__index__") or device.__index__() < 0:
+            raise ProfileError(self.name, "device_of", self.device_of,
+                               f"gave {device!r} for a {qualified_name(type(obj))}, not a CUDA device index (an int of at least 0)",
+                               "Make device_of return the index of the GPU the object runs on, e.g. device_of=lambda o: o.device")
+        return int(device.__index__())
+
 
 @dataclass(frozen=True)
 class EffectProfile(Profile):

@@ -99,15 +99,20 @@ def test_a_plain_call_after_a_guard_waits_for_the_readers_on_the_stream_it_runs_
     assert sim.races == [] and np.all(sim.download(copy) == 2.0)
 
 
-def test_a_stream_by_position_under_a_guard_is_refused_before_anything_is_issued(sim: SimBackend, registered: list[P.Profile]) -> None:
+def test_a_stream_by_position_under_a_guard_is_read_as_by_keyword(sim: SimBackend, registered: list[P.Profile]) -> None:
+    """``sdk.process(y, S.ptr)`` under a guard: the SDK takes its stream by position, so the guard reads it as
+    ``stream=S.ptr`` (it was refused: a program correct without streamsafe failed with it); given both ways, refused
+    before anything is issued. C's copy of the output before is waited for either way."""
     registered.append(P.register(profile_of(SDK)))
-    sdk, S, y, _ = _read_elsewhere(sim, SDK)
+    sdk, S, y, copy = _read_elsewhere(sim, SDK)
     with ss.guard(SDK), sim.use_stream(S):
-        with pytest.raises(ss.errors.ArgumentError, match=r"Pass the others by keyword \(stream=\)"):
-            sdk.process(y, S.ptr)  # (the guard passes the stream itself: the SDK would get it twice)
-        sdk.process(y, stream=S.ptr)
+        with pytest.raises(ss.errors.ArgumentError, match=r"got 'stream' twice, by position \(argument 2\) and as stream="):
+            sdk.process(y, S.ptr, stream=S.ptr)
+        out = sdk.process(y, S.ptr)
+        assert isinstance(out, ss.SafeOutput)
+        again = sim.copy(sim.from_dlpack(out.frame, stream=S), S)
     sim.synchronize_device(0)
-    assert sim.races == []
+    assert sim.races == [] and np.all(sim.download(copy) == 2.0) and np.all(sim.download(again) == 10.0)
 
 
 def test_a_property_named_as_a_call_is_refused_and_never_replaced(sim: SimBackend, registered: list[P.Profile]) -> None:

@@ -12,6 +12,8 @@ each finding fails before its fix and passes after.
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -142,3 +144,62 @@ def test_duck_typed_effects_are_still_guarded_by_the_fallback_after_a_profile_of
     sp.profile_of(Duck())  # (no NotAnEffectError)
     with pytest.raises(NotAnEffectError):
         sp.profile_of(object())
+
+
+class PositionalBlurrer(Blurrer):
+    """:class:`Blurrer` whose stream may come by position: ``apply(src, queue=0)``."""
+
+    def apply(self, src: Any, queue: int = 0) -> Out:  # type: ignore[override]
+        return super().apply(src=src, queue=queue)
+
+
+@pytest.mark.parametrize("how", ["class guard", "block", "contract"])
+def test_a_stream_by_position_where_the_sdks_signature_takes_it_is_guarded_as_by_keyword(registered: list[Any], how: str) -> None:
+    """``sdk.apply(x, stream)`` was refused under every guard ("the contract passes that itself"), though the SDK takes
+    its stream by position: ``streamsafe run`` broke a correct program. It goes through as ``apply(x, queue=stream)``."""
+    sim = SimBackend(scheduler="adversarial")
+    with ss.use_backend(sim):
+        registered.append(sp.register(EffectProfile(
+            name="PositionalBlurrer", classes=(PositionalBlurrer,), calls=("apply",), stream_keyword="queue",
+            blocking_keyword=None, inputs=("src",), output="pixels")))
+        T = sim.create_stream(non_blocking=True)
+        sdk = PositionalBlurrer()
+        got = []
+        guard: Any = (ss.guard(PositionalBlurrer, input_stream=T) if how == "class guard" else
+                      ss.stream_contract(sdk, T, input_stream=T) if how == "block" else None)
+        c = ss.StreamContract(sdk, T, input_stream=T) if how == "contract" else None
+        with guard if guard is not None else contextlib.nullcontext():
+            for v in range(4):
+                x = sim.empty((3, 4, 4), np.float32)
+                sim.fill(x, float(v), stream=T)
+                out = (c.apply(x, T.ptr) if c is not None else sdk.apply(x, T.ptr))  # type: ignore[union-attr]
+                assert isinstance(out, ss.SafeOutput)
+                got.append(sim.copy(sim.from_dlpack(out.pixels, stream=T), T))
+        sim.synchronize_device()
+        assert [float(g.numpy().mean()) for g in got] == [1.0, 2.0, 3.0, 4.0] and sim.races == []
+
+
+def test_a_stream_the_sdk_takes_by_keyword_only_is_still_refused_by_position() -> None:
+    from streamsafe.testing import VideoSuperRes
+
+    sim = SimBackend()
+    sr = VideoSuperRes(backend=sim)
+    sr.output_width = sr.output_height = 32
+    sr.load()
+    S = sim.create_stream(non_blocking=True)
+    c = ss.StreamContract(sr, S, input_stream=S)
+    with pytest.raises(ss.errors.ArgumentError, match=r"takes 1 positional argument\(s\) \(its input\(s\)\); 2 were given"):
+        c.run(sim.empty((3, 16, 16), np.float32), S.ptr)
+
+
+@pytest.mark.parametrize("device", ["cuda:0", None, -1, True, 0.0])
+def test_a_device_of_that_gives_no_device_index_is_a_profile_error(registered: list[Any], device: Any) -> None:
+    """(It gave a ``DeviceMismatchError`` blaming the stream, or an ``InputDeviceError`` for "device None".)"""
+    sim = SimBackend()
+    with ss.use_backend(sim):
+        registered.append(sp.register(EffectProfile(
+            name="Blurrer", classes=(Blurrer,), calls=("apply",), stream_keyword="queue", blocking_keyword=None,
+            inputs=("src",), output="pixels", device_of=lambda obj: device)))
+        with pytest.raises(ProfileError, match=rf"device_of=.* gave {re.escape(repr(device))} for a test_profile_review\.Blurrer, "
+                                               r"not a CUDA device index \(an int of at least 0\)\. Make device_of return"):
+            ss.StreamContract(Blurrer(), sim.create_stream(non_blocking=True))
