@@ -229,7 +229,17 @@ class EffectPlanner:
         """The SDK stream of a call and the caller's blocking keyword, checked. Issues nothing."""
         stream_ptr, user_nb = call_keywords(self.profile, self.cls, name, args, kwargs)
         if stream_ptr is None:
-            return self.sdk_stream(), user_nb
+            sdk = self.sdk_stream()
+            if self.sdk is not None and self.profile.stream_keyword is None:
+                current = as_stream(None, device=self.device, backend=self.backend)
+                if current != sdk:  # (the SDK runs on the current stream: the fences would order another one)
+                    raise ArgumentError(
+                        f"{self.cls.__name__}.{name}() takes no stream: it runs on the current stream, {current}, but this "
+                        f"contract runs it on {sdk}. Make the contract's stream current around the call (with torch.cuda.stream(s): "
+                        "..., on the model with sim.use_stream(s)), or make the contract without a stream "
+                        "(ss.stream_contract(sdk)): the current stream at each call is then the SDK stream"
+                    )
+            return sdk, user_nb
         sdk = on_this_thread(stream_on_device(stream_ptr, self.device, self.backend, "sdk"))
         if self.sdk is not None and sdk != on_this_thread(self.sdk):
             kw = self.profile.stream_keyword

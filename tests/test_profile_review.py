@@ -203,3 +203,34 @@ def test_a_device_of_that_gives_no_device_index_is_a_profile_error(registered: l
         with pytest.raises(ProfileError, match=rf"device_of=.* gave {re.escape(repr(device))} for a test_profile_review\.Blurrer, "
                                                r"not a CUDA device index \(an int of at least 0\)\. Make device_of return"):
             ss.StreamContract(Blurrer(), sim.create_stream(non_blocking=True))
+
+
+class CurrentStreamBlurrer(Blurrer):
+    """:class:`Blurrer` with no stream argument: it runs on the current stream."""
+
+    def apply(self, *, src: Any) -> Out:  # type: ignore[override]
+        return super().apply(src=src, queue=int(self.gpu.current_stream().ptr))
+
+
+def test_an_sdk_without_a_stream_keyword_called_while_another_stream_is_current_is_refused(registered: list[Any]) -> None:
+    """A contract on S of an SDK that takes no stream, called while T is current: the SDK ran on T while the fences
+    ordered S (3 of 4 frames wrong, 3 races, no word). Refused before anything is issued; with S current, guarded."""
+    sim = SimBackend(scheduler="adversarial")
+    with ss.use_backend(sim):
+        registered.append(sp.register(EffectProfile(
+            name="CurrentStreamBlurrer", classes=(CurrentStreamBlurrer,), calls=("apply",), stream_keyword=None,
+            blocking_keyword=None, inputs=("src",), output="pixels")))
+        S, T = sim.create_stream(non_blocking=True), sim.create_stream(non_blocking=True)
+        sdk = CurrentStreamBlurrer()
+        x = sim.empty((3, 4, 4), np.float32)
+        sim.fill(x, 1.0, stream=T)
+        with sim.use_stream(T), ss.stream_contract(sdk, S, input_stream=T):
+            with pytest.raises(ss.errors.ArgumentError, match=r"CurrentStreamBlurrer\.apply\(\) takes no stream: it runs on the "
+                                                             r"current stream, .*, but this contract runs it on .*\. Make the "
+                                                             r"contract's stream current around the call"):
+                sdk.apply(src=x)
+            with sim.use_stream(S):
+                out = sdk.apply(src=x)
+                got = sim.copy(sim.from_dlpack(out.pixels, stream=S), S)
+        sim.synchronize_device()
+        assert float(got.numpy().mean()) == 2.0 and sim.races == []
