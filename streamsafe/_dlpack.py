@@ -53,8 +53,9 @@ CAPSULE: type = getattr(types, "CapsuleType", None) or type(datetime.datetime_CA
 
 def is_capsule(value: Any) -> bool:
     """Whether ``value`` is a DLPack capsule as a producer hands it out: a ``PyCapsule``, or a backend's own (the
-    model's)."""
-    return type(value) is CAPSULE or backend_own(type(value))
+    model's; not one of its arrays, which are producers)."""
+    cls = type(value)
+    return cls is CAPSULE or (backend_own(cls) and not hasattr(cls, "__dlpack__"))
 
 
 

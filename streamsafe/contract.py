@@ -185,8 +185,8 @@ class _Contract(GuardedBlocks, Unshareable):
             if self.closed:
                 self._refuse_closed(name)
             effect = self.effect
-            if args and isinstance(profile, EffectProfile):  # (a stream by position, as the SDK's signature allows)
-                args, kwargs = own_by_keyword(type(effect), name, (profile.stream_keyword, profile.blocking_keyword), args, kwargs)
+            if args and len(args) > self._positional.get(name, -1):  # (a stream by position, as the SDK's signature allows)
+                args, kwargs = self._own_by_keyword(effect, name, args, kwargs)
             return engine.call(self, effect, method or raw_method(type(effect), name), name, args, kwargs)  # type: ignore[arg-type]
         if name in profile.releases:
             return self._release(name, args, kwargs, method)
@@ -194,6 +194,26 @@ class _Contract(GuardedBlocks, Unshareable):
             f"{name!r} is not a call of {profile.name}: its guarded calls are {', '.join(profile.calls)}"
             + (f" and its releases {', '.join(profile.releases)}" if profile.releases else "")
         )
+
+    _positional: dict[str, int] = {}
+    """Per guarded call: how many positional arguments never need :meth:`_own_by_keyword` (made per contract at its
+    first call with arguments)."""
+
+    def _own_by_keyword(self, effect: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        """``args`` and ``kwargs`` with a stream or blocking flag given by position passed by keyword
+        (:func:`~streamsafe.inputs.own_by_keyword`); learns how many positional arguments need no look."""
+        profile = self.profile
+        if not isinstance(profile, EffectProfile):
+            capacity: int | None = None
+        else:
+            own = (profile.stream_keyword, profile.blocking_keyword)
+            capacity = positional_capacity(type(effect), name, own)
+            if capacity is not None and len(args) > capacity:
+                args, kwargs = own_by_keyword(type(effect), name, own, args, kwargs)
+        if "_positional" not in self.__dict__:
+            self._positional = {}
+        self._positional[name] = 1 << 30 if capacity is None else capacity
+        return args, kwargs
 
     def _name_calls(self) -> None:
         """Each call and release of the profile that the contract has no method for (``c.process(x)``,

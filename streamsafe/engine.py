@@ -91,18 +91,20 @@ def call(caller: Caller, obj: Any, method: Any, name: str, args: Sequence[Any], 
                 _inputs_written(ledger, frame, arrays)
         before = frame.before_program
         assert before is not None
-        counted = None if before.counts_exactly and not ledger.captured and frame.after_copy_program is None else dict(stats)
+        copying = frame.after_copy_program
+        counted = None if before.counts_exactly and not ledger.captured and (copying is None or copying.counts_exactly) else dict(stats)
         if before.fences:
             before(stats)
         if ledger.captured:
             ledger.wait_captured(frame.plan, stats, frame.waited)
         seen = None
-        returned = recorded = False
+        returned = recorded = copied = False
         try:
             if frame.copy_stream is not None:  # (the SDK reads copies of the inputs: the run stream waits for them)
                 args, kwargs, seen = caller.copy_inputs(frame, args, kwargs)
-                if frame.after_copy_program is not None:
-                    frame.after_copy_program(stats)
+                if copying is not None:
+                    copying(stats)
+                    copied = True
             elif frame.forward or frame.record:
                 args, kwargs, seen = caller.sdk_arguments(frame, args, kwargs)
             keywords = frame.keywords
@@ -129,7 +131,7 @@ def call(caller: Caller, obj: Any, method: Any, name: str, args: Sequence[Any], 
                         after(stats)
                 caller.protect(arrays, frame, seen)
         except BaseException as e:
-            _unwound(caller, frame, e, returned, recorded, counted, arrays, seen)
+            _unwound(caller, frame, e, returned, recorded, counted, arrays, seen, copied)
             if type(e) is TypeError and not returned:
                 _refuse_unbound(e, obj, method, name, args, kwargs)
             raise
@@ -173,7 +175,7 @@ def _inputs_written(ledger: Ledger, frame: Frame, arrays: Sequence[Any]) -> None
 
 
 def _unwound(caller: Caller, frame: Frame, error: BaseException, returned: bool, recorded: bool,
-             counted: dict[str, int] | None, arrays: Sequence[Any], seen: Any) -> None:
+             counted: dict[str, int] | None, arrays: Sequence[Any], seen: Any, copied: bool) -> None:
     """An exception left the SDK's call, or the records right after it: an interruption after writes, or a
     refusal (see the module docstring). Brings the ledger and the counters to what the call made."""
     ledger, stats = caller.ledger, caller.stats
@@ -198,8 +200,11 @@ def _unwound(caller: Caller, frame: Frame, error: BaseException, returned: bool,
     # protected.)
     if counted is not None:
         restore_counters(stats, counted)
-    elif frame.before_program is not None:
-        frame.before_program.uncount(stats)
+    else:
+        if frame.before_program is not None:
+            frame.before_program.uncount(stats)
+        if copied and frame.after_copy_program is not None:
+            frame.after_copy_program.uncount(stats)
     ledger.record_refused(frame)
     if frame.protect:
         if frame.after_program is not None:

@@ -81,7 +81,7 @@ class _Block:
     statement's, the decorated function's wrapper), the frames whose code it guards once that one has returned, and
     the thread that opened it (its :func:`~streamsafe.streams.thread_token`, never reused)."""
 
-    __slots__ = ("contract", "frame", "frames", "thread", "suspendable", "task_coroutine")
+    __slots__ = ("contract", "frame", "frames", "thread", "suspendable", "task")
 
     def __init__(self, contract: Any, frame: Any, thread: int) -> None:
         self.contract = contract
@@ -92,23 +92,26 @@ class _Block:
         self.thread = thread
         self.suspendable = bool(self.frames[-1].f_code.co_flags & _SUSPENDABLE)
         """The code it guards is a generator's or a coroutine's: it can be suspended with the block open."""
-        self.task_coroutine = _task_coroutine(self.frames[-1]) if self.suspendable else None
-        """When that code is an asyncio task's own coroutine: the coroutine, weakly (it tells when the code finished;
-        a frame alone does not tell a finished coroutine's from a suspended one's)."""
+        self.task = _task_of(self.frames[-1]) if self.suspendable else None
+        """When that code is a coroutine's of an asyncio task: the task and, where the code is the task's own coroutine,
+        that coroutine, weakly (they tell when the code finished; a frame alone does not tell a finished coroutine's
+        from a suspended one's)."""
 
     def finished(self) -> bool:
-        """Whether the code it guards is known to run nowhere any more, and never will: its task's coroutine
-        finished. (An ordinary frame's block: see :func:`_live_frames`.)"""
-        ref = self.task_coroutine
-        if ref is None:
+        """Whether the code it guards is known to run nowhere any more, and never will: its task finished, or the
+        task's coroutine it is. (An ordinary frame's block: see :func:`_live_frames`.)"""
+        found = self.task
+        if found is None:
             return False
-        coroutine = ref()
-        return coroutine is None or coroutine.cr_frame is None
+        task, coroutine = found[0](), found[1]() if found[1] is not None else None
+        if task is None or task.done():
+            return True
+        return found[1] is not None and (coroutine is None or coroutine.cr_frame is None)
 
 
-def _task_coroutine(frame: Any) -> Any:
-    """A weak reference to the coroutine whose frame is ``frame`` when it is the running asyncio task's own
-    coroutine, else ``None``."""
+def _task_of(frame: Any) -> tuple[Any, Any] | None:
+    """For a coroutine's ``frame`` run by an asyncio task: weak references to the task and, when ``frame`` is the
+    task's own coroutine's, to that coroutine (else ``None`` in its place); ``None`` otherwise."""
     asyncio = sys.modules.get("asyncio")
     if asyncio is None or not frame.f_code.co_flags & inspect.CO_COROUTINE:
         return None
@@ -116,12 +119,12 @@ def _task_coroutine(frame: Any) -> Any:
         task = asyncio.current_task()
     except RuntimeError:  # (no event loop runs in this thread)
         return None
-    coroutine = task.get_coro() if task is not None else None
-    if getattr(coroutine, "cr_frame", None) is not frame:
+    if task is None:
         return None
+    coroutine = task.get_coro()
     try:
-        return weakref.ref(coroutine)
-    except TypeError:
+        return weakref.ref(task), weakref.ref(coroutine) if getattr(coroutine, "cr_frame", None) is frame else None
+    except TypeError:  # (a task or coroutine of a loop that cannot be weakly referenced)
         return None
 
 

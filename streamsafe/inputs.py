@@ -401,8 +401,8 @@ def positional_capacity(cls: type, name: str, own: tuple[str | None, ...] = ()) 
 def own_by_keyword(cls: type, name: str, own: tuple[str | None, ...], args: tuple[Any, ...],
                    kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``args`` and ``kwargs`` with the arguments given by position from the first of the parameters the guard passes
-    itself (``own``: the stream and blocking keywords) on, where the SDK's own ``cls.name`` takes them by keyword too,
-    passed by keyword instead (``apply(x, stream)`` as ``apply(x, queue=stream)``): the guard reads and passes them by
+    itself (``own``: the stream and blocking keywords) on, when they are all such parameters and the SDK's own
+    ``cls.name`` takes them by keyword too, passed by keyword instead (``apply(x, stream)`` as ``apply(x, queue=stream)``): the guard reads and passes them by
     keyword. Unchanged when there are none, or when they cannot move (the call's checks then say why); one given both
     ways raises :class:`~streamsafe.errors.ArgumentError`. Issues nothing."""
     capacity = positional_capacity(cls, name, own)
@@ -416,9 +416,9 @@ def own_by_keyword(cls: type, name: str, own: tuple[str | None, ...], args: tupl
         error = unbound_call(cls, name, args, kwargs, own)
         if error is not None:
             raise error
-    if (len(moved) < len(args) - capacity or any(p.kind is p.POSITIONAL_ONLY or p.name in kwargs for p in moved)
-            or not any(p.name in own for p in moved)):
-        return args, kwargs
+    if len(moved) < len(args) - capacity or any(p.kind is p.POSITIONAL_ONLY or p.name in kwargs or p.name not in own
+                                                for p in moved):
+        return args, kwargs  # (an input after the stream stays where it is: refused, since it could not be fenced)
     return args[:capacity], {**kwargs, **{p.name: v for p, v in zip(moved, args[capacity:])}}
 
 

@@ -173,7 +173,8 @@ class EffectProfile(Profile):
     """``converts(effect)``: whether a conversion stage on the conversion stream (nvvfx: RGB8 on the legacy
     stream) writes the output after the call's main work."""
     output: str | None = "image"
-    """The attribute of a call's result that holds a DLPack capsule (or producer) of the SDK's output buffer,
+    """The attribute of a call's result that holds the DLPack capsule of the SDK's output buffer (anything else there is
+    a :class:`~streamsafe.errors.ProfileError` at the call),
     handed out as a :class:`~streamsafe.SafeImage` (the guarded output's ``image``, and its attribute of this name);
     ``None``: the result itself is that capsule."""
     wrap: Callable[..., Any] | None = field(default=None, compare=False)

@@ -307,18 +307,26 @@ def test_a_contextmanager_body_still_stands_for_the_code_that_uses_it() -> None:
     assert not guarding._open.get(id(sr))  # (this test's effect: blocks of other tests' abandoned generators may stay)
 
 
-def test_a_helper_block_of_a_finished_task_is_what_its_close_from_another_task_ends_not_a_live_with() -> None:
-    """One thread, three tasks: A opens a block through a helper and finishes, C waits inside its own ``with c:``, and
-    B calls the helper's ``close()``. It ended C's live block (the newest), not the one of A, whose code runs
-    nowhere: C's later calls went unguarded, and its ``with`` then ended A's."""
+@pytest.mark.parametrize("nested", [False, True], ids=["in the task's coroutine", "one await deeper"])
+def test_a_helper_block_of_a_finished_task_is_what_its_close_from_another_task_ends_not_a_live_with(nested: bool) -> None:
+    """One thread, three tasks: A opens a block through a helper (in its own coroutine, or in one it awaits) and
+    finishes, C waits inside its own ``with c:``, and B calls the helper's ``close()``. It ended C's live block (the
+    newest), not the one of A, whose code runs nowhere: C's later calls went unguarded, and its ``with`` then ended
+    A's."""
     sim = SimBackend()
     sr = _effect(sim)
     c, p = _contract(sim, sr)
     helper = _Opener(c)
     seen: dict[str, Any] = {}
 
-    async def a() -> None:
+    async def setup() -> None:
         helper.open()
+
+    async def a() -> None:
+        if nested:
+            await setup()
+        else:
+            helper.open()
 
     async def c_task(entered: asyncio.Event, go: asyncio.Event) -> None:
         with c:

@@ -612,3 +612,49 @@ def test_sanitize_mode_entered_before_torch_runs_on_cuda_observes_torch_from_the
             _tell("on_input_write", SURFACE, None, 0)
         assert log == ["begin"]
     assert log == ["begin", "end"] and hooks.observers == ()
+
+
+def test_sanitize_modes_torch_watch_begins_only_in_the_thread_that_entered_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first guarded call on CUDA from a worker thread began torch's (per-thread) dispatch mode there, which the
+    block's end could not end: it outlived sanitize mode. It begins only in the block's own thread."""
+    from streamsafe.sim import torch_observer
+
+    monkeypatch.setattr(hooks, "observers", ())
+    log: list[str] = []
+
+    class Accesses:
+        def __enter__(self) -> Accesses:
+            log.append(f"begin in {threading.current_thread().name}")
+            return self
+
+        def __exit__(self, *exc: Any) -> None:
+            log.append(f"end in {threading.current_thread().name}")
+
+    on_cuda: list[bool] = []
+    monkeypatch.setattr(torch_observer, "observe_torch", lambda mirror: Accesses() if on_cuda else None)
+    with ss.sanitize():
+        on_cuda.append(True)
+        worker = threading.Thread(target=_tell, args=("on_input_write", SURFACE, None, 0), name="worker")
+        worker.start()
+        worker.join()
+        assert log == []
+        _tell("on_input_write", SURFACE, None, 0)
+    assert log == ["begin in MainThread", "end in MainThread"] and hooks.observers == ()
+
+
+def test_control_torch_reading_an_input_after_run_and_its_producer_rewriting_it_unordered_is_reported(fw: Any) -> None:
+    """(The rule above, not too wide:) torch reads the input on C after ``run()`` (C ordered after the SDK's stream,
+    not after the producer), and the producer, ordered after the SDK's read only, rewrites it: a real write-after-read
+    race, reported as before."""
+    be = fw.be
+    p, s, c = be.stream(P), be.stream(S), be.stream(C)
+    with ss.sanitize(be) as shadow:
+        with pytest.raises(RaceError, match=r"write by 'producer\.write' .* is not ordered after read by 'torch lerp"):
+            for i in range(3):
+                if i:
+                    _tell("on_fence", p, s)  # (H12: P waits for the SDK's read only)
+                _tell("on_input_write", SURFACE, p, 0)
+                _tell("on_fence", s, p)
+                _tell("on_launch", s, "VideoSuperRes.transfer", [SURFACE], [STAGED], 0)
+                fw.tc.wait_stream(fw.ts)  # (C after the SDK's stream)
+                shadow.on_program_launch(c, "torch lerp.default", [SURFACE], [], 0)

@@ -44,12 +44,14 @@ def observe_torch(mirror: Any) -> Any:
 
 class TorchWatch(hooks.Observer):
     """Torch's ops reported to ``mirror`` (:class:`TorchAccesses`) from when torch runs on CUDA: at once if it does, else
-    from the first input or output a guarded call tells of (no memory is tracked before), in the thread of that call.
-    While it waits it is an observer (:func:`streamsafe.hooks.register` it); :meth:`close` ends the observation in the
-    thread that began it (begun in another thread, it lasts to the process's end). Nothing here blocks."""
+    from the first input or output a guarded call tells of (no memory is tracked before), in the thread of that call;
+    with ``thread``, only in that thread (torch's dispatch modes are per thread: a scope that ends there ends it).
+    While it waits it is an observer (:func:`streamsafe.hooks.register` it); :meth:`close` ends the observation (in the
+    thread that began it; without ``thread``, begun in another, it lasts to the process's end). Nothing here blocks."""
 
-    def __init__(self, mirror: Any) -> None:
+    def __init__(self, mirror: Any, thread: int | None = None) -> None:
         self._mirror = mirror
+        self._only = thread
         self._accesses: Any = None
         self._thread: int | None = None
         self._lock = threading.Lock()
@@ -62,7 +64,7 @@ class TorchWatch(hooks.Observer):
 
     def start(self) -> None:
         """Observe torch's ops from now on, in this thread, if torch runs on CUDA and they are not observed yet."""
-        if self._accesses is not None:
+        if self._accesses is not None or (self._only is not None and threading.get_ident() != self._only):
             return
         with self._lock:
             if self._accesses is None:
@@ -88,8 +90,8 @@ class TorchWatch(hooks.Observer):
 
 @contextlib.contextmanager
 def observing_torch(mirror: Any) -> Iterator[TorchWatch]:
-    """Torch's ops on the memory ``mirror`` tracks reported to it inside the block (:class:`TorchWatch`)."""
-    watch = TorchWatch(mirror)
+    """Torch's ops on the memory ``mirror`` tracks, in this thread, reported to it inside the block (:class:`TorchWatch`)."""
+    watch = TorchWatch(mirror, threading.get_ident())
     if not watch.started:
         hooks.register(watch)
     try:
