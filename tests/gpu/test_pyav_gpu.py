@@ -55,6 +55,10 @@ def clip(torch_cuda: Any) -> str:
     except pytest.skip.Exception:
         raise
     except Exception as e:  # noqa: BLE001
+        if getattr(e, "errno", None) == 95:  # (EOPNOTSUPP: FFmpeg refuses a primary context made with other flags)
+            pytest.skip(f"PyAV cannot decode on NVDEC in this process: {type(e).__name__}: {e}. FFmpeg makes its CUDA "
+                        "device on the GPU's primary context with flags of its own and refuses one that torch (an earlier "
+                        "GPU test) made already: run this module in a process of its own, as scripts/gpu_lane.sh pyav does")
         pytest.skip(f"PyAV cannot decode on NVDEC here: {type(e).__name__}: {e}")
     return path
 
