@@ -58,7 +58,6 @@ def is_capsule(value: Any) -> bool:
     return cls is CAPSULE or (backend_own(cls) and not hasattr(cls, "__dlpack__"))
 
 
-
 def backend_own(cls: type) -> bool:
     """Whether ``cls`` is a backend's own array or capsule type (it has ``__streamsafe_key__``: the model's). Cached
     per type (a type's missing attribute costs an exception each time it is asked)."""

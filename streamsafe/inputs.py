@@ -402,9 +402,10 @@ def own_by_keyword(cls: type, name: str, own: tuple[str | None, ...], args: tupl
                    kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``args`` and ``kwargs`` with the arguments given by position from the first of the parameters the guard passes
     itself (``own``: the stream and blocking keywords) on, when they are all such parameters and the SDK's own
-    ``cls.name`` takes them by keyword too, passed by keyword instead (``apply(x, stream)`` as ``apply(x, queue=stream)``): the guard reads and passes them by
-    keyword. Unchanged when there are none, or when they cannot move (the call's checks then say why); one given both
-    ways raises :class:`~streamsafe.errors.ArgumentError`. Issues nothing."""
+    ``cls.name`` takes them by keyword too, passed by keyword instead (``apply(x, stream)`` as
+    ``apply(x, queue=stream)``): the guard reads and passes them by keyword. Unchanged when there are none, or when
+    they cannot move (the call's checks then say why); one given both ways raises
+    :class:`~streamsafe.errors.ArgumentError`. Issues nothing."""
     capacity = positional_capacity(cls, name, own)
     if capacity is None or len(args) <= capacity:
         return args, kwargs

@@ -66,12 +66,12 @@ __all__ = [
 _HANDLE_BASE = 0x7F00_0000_1000
 
 
-
 def _count(name: str, value: Any, meaning: str, example: str) -> int:
     """``value`` as an int of at least 1, else :class:`~streamsafe.errors.ArgumentError` naming ``name``."""
     if isinstance(value, bool) or not hasattr(value, "__index__") or value.__index__() < 1:
         raise ArgumentError(f"{name}={value!r} is invalid: {meaning} must be an int of at least 1; {example}")
     return int(value.__index__())
+
 
 class SimBackend(StreamLifetimes):
     """The model of CUDA ordering. ``scheduler`` may be a name (``"in-order"``, the default: work runs

@@ -3,8 +3,9 @@
 A :class:`Mirror` is a :class:`streamsafe.hooks.Observer`. While registered (inside
 ``ss.sanitize()``, or for the whole process with ``STREAMSAFE_SANITIZE=1``), every fence,
 event record and wait, host synchronisation, emulated-effect kernel and release, every
-producer write a contract sees at ``run()`` (assumed there for memory whose writes no hook reports, unless the
-program's torch ops read it since on a stream it had ordered after the producer: then the write came before that read) and every consumer import of a contract's
+producer write a contract sees at ``run()`` (assumed there for memory whose writes no hook
+reports, unless the program's torch ops read it since on a stream it had ordered after the
+producer: then the write came before that read) and every consumer import of a contract's
 output is mirrored into a :class:`~streamsafe.sim.SimBackend` whose only job is its vector
 clocks. A missing fence raises :class:`~streamsafe.errors.RaceError` naming both accesses, whether
 or not timing corrupted the data; a read of released memory raises a use-after-free report

@@ -65,4 +65,3 @@ def sanitize(backend: Backend | None = None) -> Iterator[mirror.Mirror | SimBack
             yield model
         finally:
             hooks.unregister(model)
-
