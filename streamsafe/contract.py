@@ -185,7 +185,9 @@ class _Contract(GuardedBlocks, Unshareable):
             if self.closed:
                 self._refuse_closed(name)
             effect = self.effect
-            if args and len(args) > self._positional.get(name, -1):  # (a stream by position, as the SDK's signature allows)
+            if args and method is None and len(args) > self._positional.get(name, -1):
+                # (a stream by position, as the SDK's signature allows; a base class's method reached by super() keeps its
+                # arguments as given: the signature read is the object's class's)
                 args, kwargs = self._own_by_keyword(effect, name, args, kwargs)
             return engine.call(self, effect, method or raw_method(type(effect), name), name, args, kwargs)  # type: ignore[arg-type]
         if name in profile.releases:

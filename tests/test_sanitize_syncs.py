@@ -553,12 +553,17 @@ def test_the_recipe_runs_clean_when_the_program_waits_through_each_framework_on_
     assert shadow.races == []
 
 
-@pytest.mark.parametrize("torch_reads", [False, True])
+_UNSEEN_WRITE = ("known limit (docs/guide.md, Sanitize mode): a write no hook reports (CuPy's kernels) is assumed at run(); "
+                 "a torch read before run() that the program ordered after the producer is then reported as a race")
+
+
+@pytest.mark.parametrize("torch_reads", [False, pytest.param(True, marks=pytest.mark.xfail(reason=_UNSEEN_WRITE, strict=True))])
 def test_an_input_torch_read_after_an_unseen_producer_write_is_not_reported_against_the_run(fw: Any, torch_reads: bool) -> None:
     """A CuPy producer on P rewrites a declared input each frame (no hook sees CuPy's kernels), C waits for P and torch
-    reads the input on C, then ``run()``. The mirror assumed the write at ``run()``, after C's read: a race reported in
-    a correct program. The producer's write came before that read; without the read, the write is still assumed at
-    ``run()`` (and checked against the SDK's earlier read: the control below)."""
+    reads the input on C, then ``run()``. The mirror assumes the write at ``run()``, after C's read: a race reported in a
+    correct program (strict xfail: the day it passes, the limit went). Placing the write earlier, or leaving it out when
+    a torch read intervenes, hid real races (an unordered read of the old contents, the producer's rewrite not ordered
+    after the SDK's read): the controls below."""
     be = fw.be
     p, s, c = be.stream(P), be.stream(S), be.stream(C)
     with ss.sanitize(be) as shadow:
@@ -567,7 +572,7 @@ def test_an_input_torch_read_after_an_unseen_producer_write_is_not_reported_agai
                 _tell("on_fence", p, s)  # (H12, the contract's: P rewrites the input once the SDK's read of it is done)
                 if torch_reads:  # (frame 0's input is not tracked yet: torch's dispatch mode reports nothing then)
                     fw.tc.wait_stream(fw.tp)  # (the program orders C after P's write, the correct program's way)
-                    shadow.on_program_launch(c, "torch sum.default", [SURFACE], [], 0)
+                    shadow.on_launch(c, "torch sum.default", [SURFACE], [], 0)
             _tell("on_input_write", SURFACE, p, 0)
             _tell("on_fence", s, p)  # (H1: the SDK stream waits for the declared producer)
             _tell("on_launch", s, "VideoSuperRes.transfer", [SURFACE], [STAGED], 0)
@@ -643,9 +648,9 @@ def test_sanitize_modes_torch_watch_begins_only_in_the_thread_that_entered_it(mo
 
 
 def test_control_torch_reading_an_input_after_run_and_its_producer_rewriting_it_unordered_is_reported(fw: Any) -> None:
-    """(The rule above, not too wide:) torch reads the input on C after ``run()`` (C ordered after the SDK's stream,
-    not after the producer), and the producer, ordered after the SDK's read only, rewrites it: a real write-after-read
-    race, reported as before."""
+    """Torch reads the input on C after ``run()`` (C ordered after the SDK's stream, not after the producer), and the
+    producer, ordered after the SDK's read only, rewrites it: a real write-after-read race, reported. (A later read on
+    the producer's own stream, or one ordered after it, must not hide it.)"""
     be = fw.be
     p, s, c = be.stream(P), be.stream(S), be.stream(C)
     with ss.sanitize(be) as shadow:
@@ -657,4 +662,34 @@ def test_control_torch_reading_an_input_after_run_and_its_producer_rewriting_it_
                 _tell("on_fence", s, p)
                 _tell("on_launch", s, "VideoSuperRes.transfer", [SURFACE], [STAGED], 0)
                 fw.tc.wait_stream(fw.ts)  # (C after the SDK's stream)
-                shadow.on_program_launch(c, "torch lerp.default", [SURFACE], [], 0)
+                shadow.on_launch(c, "torch lerp.default", [SURFACE], [], 0)
+                shadow.on_launch(p, "torch sum.default", [SURFACE], [], 0)  # (a read on the producer's own stream)
+
+
+def test_sanitize_mode_ended_from_another_thread_stops_torchs_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sanitize block left from another thread than its own left torch's (per-thread) dispatch mode reporting to a
+    mirror no longer registered, which still raised at races. The mode can be left only in its thread: it stays there,
+    reporting nothing."""
+    from streamsafe.sim import torch_observer
+
+    monkeypatch.setattr(hooks, "observers", ())
+    log: list[str] = []
+
+    class Accesses:
+        def __enter__(self) -> Accesses:
+            log.append(f"begin in {threading.current_thread().name}")
+            return self
+
+        def __exit__(self, *exc: Any) -> None:
+            log.append(f"end in {threading.current_thread().name}")
+
+        def stop(self) -> None:
+            log.append(f"stop in {threading.current_thread().name}")
+
+    monkeypatch.setattr(torch_observer, "observe_torch", lambda mirror: Accesses())
+    block = ss.sanitize()
+    block.__enter__()
+    worker = threading.Thread(target=block.__exit__, args=(None, None, None), name="worker")
+    worker.start()
+    worker.join()
+    assert log == ["begin in MainThread", "stop in worker"] and hooks.observers == ()

@@ -3,9 +3,7 @@
 A :class:`Mirror` is a :class:`streamsafe.hooks.Observer`. While registered (inside
 ``ss.sanitize()``, or for the whole process with ``STREAMSAFE_SANITIZE=1``), every fence,
 event record and wait, host synchronisation, emulated-effect kernel and release, every
-producer write a contract sees at ``run()`` (assumed there for memory whose writes no hook
-reports, unless the program's torch ops read it since on a stream it had ordered after the
-producer: then the write came before that read) and every consumer import of a contract's
+producer write a contract sees at ``run()`` and every consumer import of a contract's
 output is mirrored into a :class:`~streamsafe.sim.SimBackend` whose only job is its vector
 clocks. A missing fence raises :class:`~streamsafe.errors.RaceError` naming both accesses, whether
 or not timing corrupted the data; a read of released memory raises a use-after-free report
@@ -85,20 +83,6 @@ class Mirror(hooks.Observer):
         self._seen_writes: set[Any] = set()
         """Memory whose writes are reported as launches (a lab, an instrumented producer): a contract's
         assumed write at ``run()`` is then not added."""
-        self._read_by_program: set[Any] = set()
-        """Inputs the program's own ops (torch's, :meth:`on_program_launch`) read on a stream ordered after their
-        producer since their last guarded call: the producer's next write, which no hook reports (CuPy's, a
-        decoder's), came before that read."""
-        self._tick = 0
-        """Counts the orderings heard of (what :attr:`_inputs` and the tables below compare)."""
-        self._inputs: dict[Any, tuple[int, Any]] = {}
-        """An input's memory -> (the tick of its last guarded call, its producer stream)."""
-        self._ordered: dict[tuple[Any, Any], int] = {}
-        """(waiter, signaller) -> the tick the program last made ``waiter`` wait for ``signaller``'s work so far."""
-        self._host_waited: dict[Any, int] = {}
-        """A stream, or a device (an int) -> the tick the host last waited for its work so far."""
-        self._recorded_on: dict[int, Any] = {}
-        """A mirrored event's id -> the stream its last record was on."""
 
     @property
     def races(self) -> list[Any]:
@@ -155,48 +139,22 @@ class Mirror(hooks.Observer):
     # -- hooks.Observer ---------------------------------------------------------------------------
 
     def on_fence(self, waiter: Any, signaller: Any) -> None:
-        self._heard(self._ordered, (waiter, signaller))
         self.sim.fence(self.stream(waiter), self.stream(signaller))
 
     def on_record(self, event: Any, stream: Any) -> None:
-        mirror = self._event(event)
-        self._recorded_on[id(mirror)] = stream
-        self.sim.record(mirror, self.stream(stream))
+        self.sim.record(self._event(event), self.stream(stream))
 
     def on_wait(self, stream: Any, event: Any) -> None:
-        mirror = self._event(event)
-        self._heard(self._ordered, (stream, self._recorded_on.get(id(mirror))))
-        self.sim.wait(self.stream(stream), mirror)
+        self.sim.wait(self.stream(stream), self._event(event))
 
     def on_event_complete(self, event: Any) -> None:
-        mirror = self._event(event)
-        self._heard(self._host_waited, self._recorded_on.get(id(mirror)))
-        self.sim.synchronize_event(mirror)
+        self.sim.synchronize_event(self._event(event))
 
     def on_stream_synchronize(self, stream: Any) -> None:
-        self._heard(self._host_waited, stream)
         self.sim.synchronize_stream(self.stream(stream))
 
     def on_device_synchronize(self, device: int) -> None:
-        self._heard(self._host_waited, device)
         self.sim.synchronize_device(device)
-
-    def _heard(self, table: dict[Any, int], key: Any) -> None:
-        """An ordering the program made (``key`` in ``table``), now."""
-        with self._lock:
-            self._tick += 1
-            table[key] = self._tick
-
-    def _ordered_after_producer(self, key: Any, stream: Any) -> bool:
-        """Whether ``stream`` was ordered after the producer of input ``key`` since its last guarded call (directly: a
-        wait for it, on the device or by the host; or it is the producer): an unreported write of the producer's
-        before then comes before ``stream``'s later work."""
-        found = self._inputs.get(key)
-        if found is None:
-            return False
-        since, producer = found
-        return (stream == producer or self._ordered.get((stream, producer), 0) > since
-                or self._host_waited.get(producer, 0) > since or self._host_waited.get(producer.device, 0) > since)
 
     def on_launch(self, stream: Any, name: str, reads: list[Any], writes: list[Any], device: int) -> None:
         if _is_model(stream):
@@ -208,14 +166,6 @@ class Mirror(hooks.Observer):
             self._seen_writes.update(k for k in writes if k is not None)
         with self.sim.acting_as(_thread_of(stream)):
             self.sim.launch(self.stream(stream), name, reads=read_mirrors, writes=write_mirrors)
-
-    def on_program_launch(self, stream: Any, name: str, reads: list[Any], writes: list[Any], device: int) -> None:
-        """The program's own op on tracked memory (torch's, :mod:`~streamsafe.sim.torch_observer`): a launch, and the
-        memory it only reads is remembered as read since its producer wrote it (see :meth:`on_input_write`)."""
-        self.on_launch(stream, name, reads, writes, device)
-        with self._lock:
-            self._read_by_program.update(k for k in reads if k is not None and k not in writes
-                                         and self._ordered_after_producer(k, stream))
 
     def on_host_write(self, key: Any, name: str, device: int) -> None:
         if key is None or isinstance(key, SimBuffer):
@@ -235,15 +185,6 @@ class Mirror(hooks.Observer):
         if key in self._seen_writes:
             return  # its producer reports its own writes (a lab, an instrumented kernel): no assumed write
         with self._lock:
-            self._tick += 1
-            self._inputs[key] = (self._tick, producer)
-            if key in self._read_by_program:
-                # (the program read it since its last call, on a stream it had ordered after the producer: the producer
-                # wrote it before that read, at a point no hook reported; a write assumed now, after the read, would be
-                # a race that never happened. A read not ordered so may be of the old contents: the write is assumed
-                # here, and a read it is not ordered after is a race)
-                self._read_by_program.discard(key)
-                return
             mirror = self._reallocated(key, device)
         with self.sim.acting_as(_thread_of(producer)):  # (a declared producer thread's stream 2: that thread's)
             self.sim.launch(self.stream(producer), "producer.write", writes=[mirror])

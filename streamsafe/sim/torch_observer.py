@@ -46,8 +46,8 @@ class TorchWatch(hooks.Observer):
     """Torch's ops reported to ``mirror`` (:class:`TorchAccesses`) from when torch runs on CUDA: at once if it does, else
     from the first input or output a guarded call tells of (no memory is tracked before), in the thread of that call;
     with ``thread``, only in that thread (torch's dispatch modes are per thread: a scope that ends there ends it).
-    While it waits it is an observer (:func:`streamsafe.hooks.register` it); :meth:`close` ends the observation (in the
-    thread that began it; without ``thread``, begun in another, it lasts to the process's end). Nothing here blocks."""
+    While it waits it is an observer (:func:`streamsafe.hooks.register` it); :meth:`close` ends the observation (closed
+    from another thread than the one that began it, torch's mode stays there, inert). Nothing here blocks."""
 
     def __init__(self, mirror: Any, thread: int | None = None) -> None:
         self._mirror = mirror
@@ -81,10 +81,14 @@ class TorchWatch(hooks.Observer):
         self.start()
 
     def close(self) -> None:
-        """Stop waiting, and stop observing if this thread began it."""
+        """Stop waiting and observing: torch's mode is left if this thread began it, else it reports nothing more."""
         hooks.unregister(self)
-        if self._accesses is not None and self._thread == threading.get_ident():
-            self._accesses.__exit__(None, None, None)
+        accesses = self._accesses
+        if accesses is not None:
+            if self._thread == threading.get_ident():
+                accesses.__exit__(None, None, None)
+            else:  # (a dispatch mode is left only in its thread: there it stays, reporting to no one)
+                accesses.stop()
             self._accesses = None
 
 
@@ -108,6 +112,7 @@ class TorchAccesses:
 
         self._torch = torch
         self._mirror = mirror
+        self._stopped = False
         observer = self
 
         class _Mode(TorchDispatchMode):  # type: ignore[misc]
@@ -127,7 +132,13 @@ class TorchAccesses:
 
     # -- torch ops --------------------------------------------------------------------------------------
 
+    def stop(self) -> None:
+        """Report nothing more (the mode stays entered: it can be left only in the thread that entered it)."""
+        self._stopped = True
+
     def _report(self, func: Any, args: Any, kwargs: Any) -> None:
+        if self._stopped:
+            return
         tracked = self._mirror.tracked_keys()
         if not tracked or getattr(getattr(func, "overloadpacket", None), "__name__", None) in _BOOKKEEPING:
             return
@@ -145,7 +156,7 @@ class TorchAccesses:
             device = self._collect(torch, value, argument, tracked, reads, writes, device)
         if (reads or writes) and device is not None:
             stream = as_stream(torch.cuda.current_stream(device), backend=self._mirror_backend())
-            self._mirror.on_program_launch(stream, f"torch {getattr(func, '__name__', func)}", reads, writes, device)
+            self._mirror.on_launch(stream, f"torch {getattr(func, '__name__', func)}", reads, writes, device)
 
     @staticmethod
     def _collect(torch: Any, value: Any, argument: Any, tracked: Any, reads: list[int], writes: list[int], device: Any) -> Any:
