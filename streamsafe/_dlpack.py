@@ -51,11 +51,18 @@ CAPSULE: type = getattr(types, "CapsuleType", None) or type(datetime.datetime_CA
 """Python's capsule type (``PyCapsule``): what ``__dlpack__`` returns."""
 
 
-def is_capsule(value: Any) -> bool:
+def is_capsule(value: Any, *, named: bool = False) -> bool:
     """Whether ``value`` is a DLPack capsule as a producer hands it out: a ``PyCapsule``, or a backend's own (the
-    model's; not one of its arrays, which are producers)."""
+    model's; not one of its arrays, which are producers). ``named``: a ``PyCapsule`` must also be named as DLPack's
+    are, ``dltensor`` or ``dltensor_versioned`` (one ``PyCapsule_GetName`` call)."""
     cls = type(value)
-    return cls is CAPSULE or (backend_own(cls) and not hasattr(cls, "__dlpack__"))
+    if cls is CAPSULE:
+        return not named or _CAPSULE_NAME(value) in (b"dltensor", b"dltensor_versioned")
+    return backend_own(cls) and not hasattr(cls, "__dlpack__")
+
+
+_CAPSULE_NAME: Any = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
+"""A private prototype of ``PyCapsule_GetName``."""
 
 
 def backend_own(cls: type) -> bool:

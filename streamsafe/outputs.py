@@ -886,20 +886,30 @@ def _effect_outputs(attr: str | None, wrap: Any, buffer: Buffer, device: int, pr
     capsule (the attribute ``attr`` of it; ``None``: the result itself) a :class:`SafeImage` producer, as a
     :class:`SafeOutput` (given to ``wrap(raw, output)`` when there is one). A result without ``attr`` raises
     :class:`~streamsafe.errors.ProfileError` (the ``profile``'s ``output`` names no attribute of it)."""
+    named = [False]  # (whether a result's capsule was found named as DLPack's: checked once, then its type each call)
     if attr is None or wrap is not None:
         def output(raw: Any, generation: int, frame: Any, effect: Any) -> Any:
             capsule = raw if attr is None else getattr(raw, attr, _NONE)
-            if type(capsule) is not CAPSULE and not is_capsule(capsule):
-                raise _no_output(profile, attr, raw, capsule)
+            if type(capsule) is not CAPSULE or not named[0]:
+                _check_capsule(profile, attr, raw, capsule, named)
             out = SafeOutput(raw, SafeImage(buffer, capsule, generation, device, frame.default_consumer, effect), attr)
             return out if wrap is None else wrap(raw, out)
     else:
         def output(raw: Any, generation: int, frame: Any, effect: Any) -> Any:
             capsule = getattr(raw, attr, _NONE)
-            if type(capsule) is not CAPSULE and not is_capsule(capsule):
-                raise _no_output(profile, attr, raw, capsule)
+            if type(capsule) is not CAPSULE or not named[0]:
+                _check_capsule(profile, attr, raw, capsule, named)
             return SafeOutput(raw, SafeImage(buffer, capsule, generation, device, frame.default_consumer, effect), attr)
     return output
+
+
+def _check_capsule(profile: str, attr: Any, raw: Any, capsule: Any, named: list[bool]) -> None:
+    """Raise :class:`~streamsafe.errors.ProfileError` unless ``capsule`` is a DLPack capsule (the first ``PyCapsule``
+    by its name too: ``named[0]`` is set then)."""
+    if not is_capsule(capsule, named=not named[0]):
+        raise _no_output(profile, attr, raw, capsule)
+    if type(capsule) is CAPSULE:
+        named[0] = True
 
 
 _NONE = object()

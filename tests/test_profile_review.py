@@ -234,3 +234,28 @@ def test_an_sdk_without_a_stream_keyword_called_while_another_stream_is_current_
                 got = sim.copy(sim.from_dlpack(out.pixels, stream=S), S)
         sim.synchronize_device()
         assert float(got.numpy().mean()) == 2.0 and sim.races == []
+
+
+def test_a_pycapsule_that_is_not_dlpacks_is_no_output(registered: list[Any]) -> None:
+    """(A later review: the check was by type only, so another library's capsule passed and failed at the import.)"""
+    import datetime
+
+    from streamsafe._dlpack import is_capsule
+
+    assert is_capsule(np.zeros(3).__dlpack__(), named=True) and not is_capsule(datetime.datetime_CAPI, named=True)  # type: ignore[attr-defined]
+
+    class CapiBlurrer(Blurrer):
+        def apply(self, *, src: Any, queue: int = 0) -> Out:
+            out = super().apply(src=src, queue=queue)
+            out.meta = datetime.datetime_CAPI  # type: ignore[attr-defined]
+            return out
+
+    sim = SimBackend()
+    with ss.use_backend(sim):
+        registered.append(sp.register(EffectProfile(
+            name="CapiBlurrer", classes=(CapiBlurrer,), calls=("apply",), stream_keyword="queue", blocking_keyword=None,
+            inputs=("src",), output="meta")))
+        S = sim.create_stream(non_blocking=True)
+        with pytest.raises(ProfileError, match=r"output='meta' names the SDK's result's 'meta', a builtins\.PyCapsule, not the "
+                                               r"output's DLPack capsule"):
+            ss.StreamContract(CapiBlurrer(), S, input_stream=S).apply(src=sim.empty((3, 4, 4)))
