@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import importlib.abc
 import inspect
 import operator
@@ -99,14 +100,20 @@ class _Block:
 
     def finished(self) -> bool:
         """Whether the code it guards is known to run nowhere any more, and never will: its task finished, or the
-        task's coroutine it is. (An ordinary frame's block: see :func:`_live_frames`.)"""
+        coroutine it is (the task's own, or one the task awaited) returned. (An ordinary frame's block: see
+        :func:`_live_frames`.) Asked only where leaving a block is ambiguous: for a coroutine the task awaited, it
+        looks for the coroutine among the frame's referrers (a heap walk)."""
         found = self.task
         if found is None:
             return False
-        task, coroutine = found[0](), found[1]() if found[1] is not None else None
+        task = found[0]()
         if task is None or task.done():
             return True
-        return found[1] is not None and (coroutine is None or coroutine.cr_frame is None)
+        if found[1] is not None:
+            coroutine = found[1]()
+            return coroutine is None or coroutine.cr_frame is None
+        frame = self.frames[-1]  # (a coroutine that returned no longer holds its frame)
+        return not any(getattr(r, "cr_frame", None) is frame for r in gc.get_referrers(frame))
 
 
 def _task_of(frame: Any) -> tuple[Any, Any] | None:

@@ -307,12 +307,14 @@ def test_a_contextmanager_body_still_stands_for_the_code_that_uses_it() -> None:
     assert not guarding._open.get(id(sr))  # (this test's effect: blocks of other tests' abandoned generators may stay)
 
 
-@pytest.mark.parametrize("nested", [False, True], ids=["in the task's coroutine", "one await deeper"])
-def test_a_helper_block_of_a_finished_task_is_what_its_close_from_another_task_ends_not_a_live_with(nested: bool) -> None:
-    """One thread, three tasks: A opens a block through a helper (in its own coroutine, or in one it awaits) and
-    finishes, C waits inside its own ``with c:``, and B calls the helper's ``close()``. It ended C's live block (the
-    newest), not the one of A, whose code runs nowhere: C's later calls went unguarded, and its ``with`` then ended
-    A's."""
+@pytest.mark.parametrize(("nested", "a_lives"), [(False, False), (True, False), (True, True)],
+                         ids=["in the task's coroutine", "one await deeper", "one await deeper, the task still running"])
+def test_a_helper_block_of_a_finished_task_is_what_its_close_from_another_task_ends_not_a_live_with(nested: bool,
+                                                                                                   a_lives: bool) -> None:
+    """One thread, three tasks: A opens a block through a helper (in its own coroutine, or in one it awaits, which
+    returns) and finishes (or goes on waiting), C waits inside its own ``with c:``, and B calls the helper's
+    ``close()``. It ended C's live block (the newest), not the one whose code runs nowhere: C's later calls went
+    unguarded, and its ``with`` then ended A's."""
     sim = SimBackend()
     sr = _effect(sim)
     c, p = _contract(sim, sr)
@@ -322,11 +324,15 @@ def test_a_helper_block_of_a_finished_task_is_what_its_close_from_another_task_e
     async def setup() -> None:
         helper.open()
 
+    a_goes_on = asyncio.Event()
+
     async def a() -> None:
         if nested:
             await setup()
         else:
             helper.open()
+        if a_lives:
+            await a_goes_on.wait()
 
     async def c_task(entered: asyncio.Event, go: asyncio.Event) -> None:
         with c:
@@ -340,7 +346,11 @@ def test_a_helper_block_of_a_finished_task_is_what_its_close_from_another_task_e
         helper.close()
 
     async def main() -> None:
-        await asyncio.create_task(a())
+        task_a = asyncio.create_task(a())
+        if a_lives:
+            await asyncio.sleep(0)
+        else:
+            await task_a
         entered, go = asyncio.Event(), asyncio.Event()
         task = asyncio.create_task(c_task(entered, go))
         await entered.wait()
@@ -348,6 +358,8 @@ def test_a_helper_block_of_a_finished_task_is_what_its_close_from_another_task_e
         seen["open after B"] = len(guarding._open.get(id(sr), ()))
         go.set()
         await task
+        a_goes_on.set()
+        await task_a
 
     asyncio.run(main())
     assert seen == {"open after B": 1, "c's with, after B": True, "guarded": True, "after c's with": 0}
