@@ -122,19 +122,37 @@ class TorchAccesses:
                 return func(*args, **kwargs)
 
         self._mode = _Mode()
+        self._mode.streamsafe_accesses = self  # (what a later exit reads of a mode under it: stopped or not)
 
     def __enter__(self) -> TorchAccesses:
         self._mode.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        """Leave torch's mode where it is the innermost (torch pops the innermost mode, whichever it is), with the
+        stopped modes of ours right under it; else stop it: a mode entered after it (a sanitize block begun later
+        whose observation began earlier) leaves it when it goes."""
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        if _get_current_dispatch_mode() is not self._mode:
+            self.stop()
+            return
         self._mode.__exit__(*exc)
+        below = _get_current_dispatch_mode()
+        while below is not None and getattr(getattr(below, "streamsafe_accesses", None), "stopped", False):
+            below.__exit__(None, None, None)
+            below = _get_current_dispatch_mode()
 
     # -- torch ops --------------------------------------------------------------------------------------
 
     def stop(self) -> None:
         """Report nothing more (the mode stays entered: it can be left only in the thread that entered it)."""
         self._stopped = True
+
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stopped
 
     def _report(self, func: Any, args: Any, kwargs: Any) -> None:
         if self._stopped:
