@@ -884,8 +884,9 @@ class JaxDLPackAdapter:
 def _effect_outputs(attr: str | None, wrap: Any, buffer: Buffer, device: int, profile: str = "?") -> Any:
     """How an effect's calls' results leave: ``output(raw, generation, frame, effect)`` gives the SDK's result with its
     capsule (the attribute ``attr`` of it; ``None``: the result itself) a :class:`SafeImage` producer, as a
-    :class:`SafeOutput` (given to ``wrap(raw, output)`` when there is one). A result without ``attr`` raises
-    :class:`~streamsafe.errors.ProfileError` (the ``profile``'s ``output`` names no attribute of it)."""
+    :class:`SafeOutput` (given to ``wrap(raw, output)`` when there is one). A result without ``attr``, or whose
+    ``attr`` holds no DLPack capsule, raises :class:`~streamsafe.errors.ProfileError` (the ``profile``'s ``output``
+    is wrong for it)."""
     named = [False]  # (whether a result's capsule was found named as DLPack's: checked once, then its type each call)
     if attr is None or wrap is not None:
         def output(raw: Any, generation: int, frame: Any, effect: Any) -> Any:

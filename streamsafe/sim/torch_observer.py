@@ -130,8 +130,8 @@ class TorchAccesses:
 
     def __exit__(self, *exc: Any) -> None:
         """Leave torch's mode where it is the innermost (torch pops the innermost mode, whichever it is), with the
-        stopped modes of ours right under it; else stop it: a mode entered after it (a sanitize block begun later
-        whose observation began earlier) leaves it when it goes."""
+        stopped modes of ours right under it; else stop it, and the mode entered after it (an enclosing sanitize
+        block's, whose observation began later) leaves it when it goes."""
         from torch.utils._python_dispatch import _get_current_dispatch_mode
 
         if _get_current_dispatch_mode() is not self._mode:
