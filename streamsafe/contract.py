@@ -210,8 +210,7 @@ class _Contract(GuardedBlocks, Unshareable):
         else:
             own = (profile.stream_keyword, profile.blocking_keyword)
             capacity = positional_capacity(type(effect), name, own)
-            if capacity is not None and len(args) > capacity:
-                args, kwargs = own_by_keyword(type(effect), name, own, args, kwargs)
+            args, kwargs = own_by_keyword(type(effect), name, own, args, kwargs)
         if "_positional" not in self.__dict__:
             self._positional = {}
         self._positional[name] = 1 << 30 if capacity is None else capacity
@@ -387,9 +386,6 @@ class StreamContract(_Contract):
         self._config_getter = config_reader(effect, self.profile)
         self._run = raw_method(self._cls, "run") if "run" in self.profile.calls else None
         """The SDK's own ``run`` (called by :meth:`run`), if its profile guards one."""
-        self._own = (self.profile.stream_keyword, self.profile.blocking_keyword)
-        self._run_capacity = positional_capacity(self._cls, "run", self._own) if self._run is not None else None
-        """How many positional arguments ``run`` takes before its stream or blocking flag (``None``: any)."""
         self._auto = self.strategy is Strategy.AUTO
         self._host_wait_warned = False
         self.warn_host_wait = True
@@ -471,9 +467,9 @@ class StreamContract(_Contract):
         ``non_blocking``; a caller's ``non_blocking`` is used only by strategy ``none``."""
         if self._run is None:
             self._missing_call("run")
-        if self._run_capacity is not None and len(args) > self._run_capacity:  # (a stream by position, as the SDK allows)
-            args, kwargs = own_by_keyword(self._cls, "run", self._own, args, kwargs)
         effect = self._effect if self._effect is not None else self.effect
+        if len(args) > self._positional.get("run", -1):  # (a stream by position, as the SDK allows)
+            args, kwargs = self._own_by_keyword(effect, "run", args, kwargs)
         return engine.call(self, effect, self._run, "run", args, kwargs)  # type: ignore[no-any-return]
 
     def run_at_timestep(self, *args: Any, **kwargs: Any) -> SafeOutput:
@@ -483,7 +479,8 @@ class StreamContract(_Contract):
         effect = self.effect
         if not callable(getattr(effect, "run_at_timestep", None)) or "run_at_timestep" not in self.profile.calls:
             self._missing_call("run_at_timestep")
-        args, kwargs = own_by_keyword(type(effect), "run_at_timestep", self._own, args, kwargs)
+        if len(args) > self._positional.get("run_at_timestep", -1):
+            args, kwargs = self._own_by_keyword(effect, "run_at_timestep", args, kwargs)
         return engine.call(self, effect, raw_method(type(effect), "run_at_timestep"), "run_at_timestep", args, kwargs)  # type: ignore[no-any-return]
 
     def _missing_call(self, name: str) -> NoReturn:

@@ -43,6 +43,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 import streamsafe as ss
+from streamsafe._dlpack import CAPSULE
 from streamsafe.errors import BackendUnavailableError, EffectStateError, StreamsafeError
 
 __all__ = [
@@ -91,13 +92,13 @@ def _not_owned(value: Any) -> str | None:
     """Why ``value`` may not cross the object store, or ``None`` (containers: see :func:`require_owned`)."""
     if isinstance(value, (ss.SafeFrame, ss.SafeOutput, ss.SafeImage)):
         return "a zero-copy view of an SDK buffer (a guarded decoder's frame or an effect's output)"
-    if type(value).__name__ == "PyCapsule":
+    if type(value) is CAPSULE:
         return "a DLPack capsule: a zero-copy view of memory the worker does not own"
     if isinstance(value, np.ndarray):
         base = value.base
         while isinstance(base, np.ndarray):
             base = base.base
-        if base is not None and type(base).__name__ == "PyCapsule":
+        if base is not None and type(base) is CAPSULE:
             return "a NumPy view imported with DLPack (np.from_dlpack) of memory it does not own"
         return None
     if hasattr(value, "__dlpack__") or hasattr(value, "__cuda_array_interface__"):
