@@ -555,7 +555,8 @@ def _to_end(blocks: list[_Block], contract: Any, frame: Any) -> int | None:
     block whose code runs ``frame`` (the innermost); else this thread's newest not in a generator's or coroutine's
     code; else, of those whose code runs nowhere any more (their thread ended, the helper that opened them
     returned, or their asyncio task finished) when there are any, this thread's newest, else (left from another
-    thread than the one that entered it) the newest of any thread's. ``None`` when no block of ``contract`` is open. Does not block."""
+    thread than the one that entered it) the newest of any thread's. ``None`` when no block of ``contract`` is open.
+    Does not block."""
     mine = [i for i in range(len(blocks)) if blocks[i].contract is contract]
     if not mine:
         return None

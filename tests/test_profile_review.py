@@ -77,6 +77,8 @@ def test_unregistering_a_fallback_of_ones_own_brings_the_built_in_fallback_back(
     assert sp.profile_of(Duck()) is mine and sp.profiles()[-1] is mine
     sp.unregister(mine)
     assert sp.profile_of(Duck()) is built_in and sp.profiles()[-1] is built_in and mine not in sp.profiles()
+    with pytest.raises(NotAnEffectError):  # (the fallback is nvvfx-like: an object without run() still has none)
+        sp.profile_of(object())
 
 
 def test_a_fallback_that_is_not_a_bool_is_refused(registered: list[Any]) -> None:
@@ -116,34 +118,19 @@ def test_a_profile_of_a_metaclass_walks_its_subclasses() -> None:
     assert Meta in sp._subclasses(type)  # (a metaclass's own __subclasses__ takes no self: the walk calls type's)
 
 
-def test_an_output_that_is_no_capsule_is_a_profile_error_at_the_call(registered: list[Any]) -> None:
+@pytest.mark.parametrize(("output", "says"), [
+    ("meta", r"output='meta' names the SDK's result's 'meta', a builtins\.dict, not the output's DLPack capsule \(its "
+             r"attributes: pixels, meta\)\. Set output= to"),  # (a typo: the capsule is in pixels)
+    (None, r"output=None says the SDK's result is the output's DLPack capsule, but it is a test_profile_review\.Out"),
+])
+def test_an_output_that_is_no_capsule_is_a_profile_error_at_the_call(registered: list[Any], output: str | None, says: str) -> None:
     sim = SimBackend()
     with ss.use_backend(sim):
-        registered.append(sp.register(_profile(output="meta")))  # (a typo: the capsule is in pixels)
+        registered.append(sp.register(_profile(output=output)))
         S = sim.create_stream(non_blocking=True)
         c = ss.StreamContract(Blurrer(), S, input_stream=S)
-        with pytest.raises(ProfileError, match=r"output='meta' names the SDK's result's 'meta', a builtins\.dict, not the "
-                                               r"output's DLPack capsule \(its attributes: pixels, meta\)\. Set output= to"):
+        with pytest.raises(ProfileError, match=says):
             c.apply(src=sim.empty((3, 4, 4)))
-
-
-def test_output_none_for_a_result_that_is_no_capsule_is_a_profile_error(registered: list[Any]) -> None:
-    sim = SimBackend()
-    with ss.use_backend(sim):
-        registered.append(sp.register(_profile(output=None)))
-        S = sim.create_stream(non_blocking=True)
-        c = ss.StreamContract(Blurrer(), S, input_stream=S)
-        with pytest.raises(ProfileError, match=r"output=None says the SDK's result is the output's DLPack capsule, but it is "
-                                               r"a test_profile_review\.Out"):
-            c.apply(src=sim.empty((3, 4, 4)))
-
-
-def test_duck_typed_effects_are_still_guarded_by_the_fallback_after_a_profile_of_ones_own_goes(registered: list[Any]) -> None:
-    mine = sp.register(EffectProfile(name="mine", classes=(), calls=("run",)), fallback=True)
-    sp.unregister(mine)
-    sp.profile_of(Duck())  # (no NotAnEffectError)
-    with pytest.raises(NotAnEffectError):
-        sp.profile_of(object())
 
 
 class PositionalBlurrer(Blurrer):

@@ -590,38 +590,9 @@ def test_control_an_unseen_producer_write_that_does_not_wait_for_the_sdks_read_i
             _tell("on_input_write", SURFACE, p, 0)  # (no H12 wait: P rewrites while S may still read)
 
 
-def test_sanitize_mode_entered_before_torch_runs_on_cuda_observes_torch_from_the_first_guarded_call_after(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """``ss.sanitize()`` entered before torch initialised CUDA never observed torch's own ops in its block. It now
-    begins at the first input or output a guarded call tells of once torch runs on CUDA, and ends with the block."""
-    from streamsafe.sim import torch_observer
-
-    monkeypatch.setattr(hooks, "observers", ())
-    log: list[str] = []
-    on_cuda: list[bool] = []
-
-    class Accesses:
-        def __enter__(self) -> Accesses:
-            log.append("begin")
-            return self
-
-        def __exit__(self, *exc: Any) -> None:
-            log.append("end")
-
-    monkeypatch.setattr(torch_observer, "observe_torch", lambda mirror: Accesses() if on_cuda else None)
-    with ss.sanitize():
-        _tell("on_input_write", SURFACE, None, 0)  # (a guarded call on a GPU tells of its inputs)
-        assert log == []
-        on_cuda.append(True)
-        for _ in range(2):
-            _tell("on_input_write", SURFACE, None, 0)
-        assert log == ["begin"]
-    assert log == ["begin", "end"] and hooks.observers == ()
-
-
-def test_sanitize_modes_torch_watch_begins_only_in_the_thread_that_entered_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A first guarded call on CUDA from a worker thread began torch's (per-thread) dispatch mode there, which the
-    block's end could not end: it outlived sanitize mode. It begins only in the block's own thread."""
+def _observed_torch(monkeypatch: pytest.MonkeyPatch, on_cuda: list[bool]) -> list[str]:
+    """A stand-in for torch's observer (no CUDA here) that logs, with the thread, where it begins, ends and stops;
+    torch runs on CUDA while ``on_cuda`` is not empty. No observer is registered before. Returns the log."""
     from streamsafe.sim import torch_observer
 
     monkeypatch.setattr(hooks, "observers", ())
@@ -635,8 +606,34 @@ def test_sanitize_modes_torch_watch_begins_only_in_the_thread_that_entered_it(mo
         def __exit__(self, *exc: Any) -> None:
             log.append(f"end in {threading.current_thread().name}")
 
-    on_cuda: list[bool] = []
+        def stop(self) -> None:
+            log.append(f"stop in {threading.current_thread().name}")
+
     monkeypatch.setattr(torch_observer, "observe_torch", lambda mirror: Accesses() if on_cuda else None)
+    return log
+
+
+def test_sanitize_mode_entered_before_torch_runs_on_cuda_observes_torch_from_the_first_guarded_call_after(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ss.sanitize()`` entered before torch initialised CUDA never observed torch's own ops in its block. It now
+    begins at the first input or output a guarded call tells of once torch runs on CUDA, and ends with the block."""
+    on_cuda: list[bool] = []
+    log = _observed_torch(monkeypatch, on_cuda)
+    with ss.sanitize():
+        _tell("on_input_write", SURFACE, None, 0)  # (a guarded call on a GPU tells of its inputs)
+        assert log == []
+        on_cuda.append(True)
+        for _ in range(2):
+            _tell("on_input_write", SURFACE, None, 0)
+        assert log == ["begin in MainThread"]
+    assert log == ["begin in MainThread", "end in MainThread"] and hooks.observers == ()
+
+
+def test_sanitize_modes_torch_watch_begins_only_in_the_thread_that_entered_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first guarded call on CUDA from a worker thread began torch's (per-thread) dispatch mode there, which the
+    block's end could not end: it outlived sanitize mode. It begins only in the block's own thread."""
+    on_cuda: list[bool] = []
+    log = _observed_torch(monkeypatch, on_cuda)
     with ss.sanitize():
         on_cuda.append(True)
         worker = threading.Thread(target=_tell, args=("on_input_write", SURFACE, None, 0), name="worker")
@@ -650,7 +647,7 @@ def test_sanitize_modes_torch_watch_begins_only_in_the_thread_that_entered_it(mo
 def test_control_torch_reading_an_input_after_run_and_its_producer_rewriting_it_unordered_is_reported(fw: Any) -> None:
     """Torch reads the input on C after ``run()`` (C ordered after the SDK's stream, not after the producer), and the
     producer, ordered after the SDK's read only, rewrites it: a real write-after-read race, reported. (A later read on
-    the producer's own stream, or one ordered after it, must not hide it.)"""
+    the producer's own stream must not hide it.)"""
     be = fw.be
     p, s, c = be.stream(P), be.stream(S), be.stream(C)
     with ss.sanitize(be) as shadow:
@@ -670,23 +667,7 @@ def test_sanitize_mode_ended_from_another_thread_stops_torchs_reports(monkeypatc
     """A sanitize block left from another thread than its own left torch's (per-thread) dispatch mode reporting to a
     mirror no longer registered, which still raised at races. The mode can be left only in its thread: it stays there,
     reporting nothing."""
-    from streamsafe.sim import torch_observer
-
-    monkeypatch.setattr(hooks, "observers", ())
-    log: list[str] = []
-
-    class Accesses:
-        def __enter__(self) -> Accesses:
-            log.append(f"begin in {threading.current_thread().name}")
-            return self
-
-        def __exit__(self, *exc: Any) -> None:
-            log.append(f"end in {threading.current_thread().name}")
-
-        def stop(self) -> None:
-            log.append(f"stop in {threading.current_thread().name}")
-
-    monkeypatch.setattr(torch_observer, "observe_torch", lambda mirror: Accesses())
+    log = _observed_torch(monkeypatch, [True])
     block = ss.sanitize()
     block.__enter__()
     worker = threading.Thread(target=block.__exit__, args=(None, None, None), name="worker")
